@@ -1,0 +1,40 @@
+"""Per-worker standardization, exactly as Ji et al. (2022) and Bae et al. (2022) do it.
+
+For each worker, every score that worker gave (all metrics, all arms including the QC arm, all units and
+sessions, after reversing the negative metrics) is pooled into one vector; z = (x - mean) / (sd + 1e-6)
+with the sample SD (ddof = 1). It is *not* per metric and not per unit. A worker with a single score has
+no SD and gets NaN z-scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis.data import WORKER
+
+EPSILON = 1e-6
+
+
+def zscore_per_worker(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """Return a frame (same index as ``frame``) of per-worker z-scores, one column per metric."""
+    metrics = list(metrics)
+    long = frame[[WORKER, *metrics]].melt(id_vars=WORKER, value_vars=metrics, ignore_index=False)
+    grouped = long.groupby(WORKER, sort=False)["value"]
+    mean = grouped.transform("mean")
+    sd = grouped.transform("std", ddof=1)
+    long["z"] = (long["value"] - mean) / (sd + EPSILON)
+    z = long.pivot_table(index=long.index, columns="variable", values="z", dropna=False, aggfunc="first")
+    z = z.reindex(index=frame.index, columns=metrics)
+    z.columns.name = None
+    return z.astype(float)
+
+
+def worker_moments(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """Per worker: number of scores, mean and SD (ddof=1) of all pooled scores."""
+    values = frame[list(metrics)].to_numpy(dtype=float)
+    pooled = pd.DataFrame({WORKER: np.repeat(frame[WORKER].to_numpy(), values.shape[1]), "v": values.ravel()})
+    g = pooled.dropna().groupby(WORKER)["v"]
+    return pd.DataFrame({"n": g.size(), "mean": g.mean(), "sd": g.std(ddof=1)})

@@ -1,0 +1,51 @@
+"""Shared test fixtures: the cast (researcher, annotator, outsider) and a ready study.
+
+Tests run on the embedded default (SQLite, in-memory layer, eager Celery) with the scripted LLM and
+the hashing embedder unless they ask for the real ones (markers ``llm`` and ``postgres``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+
+@pytest.fixture(autouse=True)
+def _fast_offline_settings(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.LLM_BACKEND = "scripted"
+    settings.EMBEDDER = "hashing"
+
+
+@pytest.fixture
+def researcher(db: Any) -> User:
+    return User.objects.create_user("rita", password="pw", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def annotator(db: Any) -> User:
+    user = User.objects.create_user("anna", password="pw")
+    group, _ = Group.objects.get_or_create(name="annotators")
+    user.groups.add(group)
+    return user
+
+
+@pytest.fixture
+def outsider(db: Any) -> User:
+    return User.objects.create_user("otto", password="pw")
+
+
+@pytest.fixture
+def study(db: Any, researcher: User) -> Any:
+    """An open 2-session study with two arms (none, full_history) and the five default metrics."""
+    from studies.models import Arm, Study
+
+    s = Study.objects.create(
+        name="Test study", status=Study.Status.OPEN, sessions_per_episode=2, min_user_turns=1, created_by=researcher
+    )
+    s.add_default_metrics()
+    Arm.objects.create(study=s, name="No memory", memory_system="none", llm_backend="scripted")
+    Arm.objects.create(study=s, name="Full history", memory_system="full_history", llm_backend="scripted")
+    return s

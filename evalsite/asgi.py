@@ -1,0 +1,25 @@
+"""ASGI entry point: HTTP through Django, websockets through each app's routing.
+
+Websockets pass AllowedHostsOriginValidator (a foreign Origin is refused before the consumer runs)
+and the session/auth middleware (workers are identified by their Django session).
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from chat.routing import websocket_urlpatterns as chat_ws  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([*chat_ws]))),
+    }
+)

@@ -1,0 +1,11 @@
+"""The Celery app. With no REDIS_URL, tasks run eagerly in process (the embedded default)."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
+
+app = Celery("memeval")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

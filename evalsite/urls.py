@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from studies import views as study_views
+
+urlpatterns = [
+    path("", study_views.home, name="home"),
+    path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("studies.urls")),
+    path("", include("chat.urls")),
+    path("annotate/", include("annotation.urls")),
+    path("", include("reports.urls")),
+]

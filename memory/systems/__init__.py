@@ -1,0 +1,1 @@
+"""One module per memory system; each is registered by name in memory/registry.py."""

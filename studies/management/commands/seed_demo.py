@@ -1,0 +1,51 @@
+"""Creates the demo study and the demo logins (idempotent): `python manage.py seed_demo`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand
+
+from studies.models import Arm, Study
+
+DEMO_PASSWORD = "memeval-demo"
+
+
+class Command(BaseCommand):
+    help = "Create the demo study, a researcher (researcher/memeval-demo) and an annotator (annotator/memeval-demo)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        researcher, created = User.objects.get_or_create(
+            username="researcher", defaults={"is_staff": True, "is_superuser": True}
+        )
+        if created:
+            researcher.set_password(DEMO_PASSWORD)
+            researcher.save()
+        annotator, created = User.objects.get_or_create(username="annotator")
+        if created:
+            annotator.set_password(DEMO_PASSWORD)
+            annotator.save()
+        annotator.groups.add(Group.objects.get_or_create(name="annotators")[0])
+
+        study, created = Study.objects.get_or_create(
+            slug="demo",
+            defaults={
+                "name": "Demo: memory vs no memory",
+                "status": Study.Status.OPEN,
+                "sessions_per_episode": 2,
+                "min_user_turns": 2,
+                "gap_days": 7,
+                "completion_code": "DEMO1234",
+                "created_by": researcher,
+                "description": "Two arms on the local SmolLM2 model: no memory, and the full history of past sessions.",
+            },
+        )
+        if created:
+            study.add_default_metrics()
+            Arm.objects.create(study=study, name="No memory", memory_system="none")
+            Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+        self.stdout.write(
+            "Demo ready: researcher / annotator, password "
+            f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"
+        )
