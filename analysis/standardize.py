@@ -21,15 +21,11 @@ EPSILON = 1e-6
 def zscore_per_worker(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """Return a frame (same index as ``frame``) of per-worker z-scores, one column per metric."""
     metrics = list(metrics)
-    long = frame[[WORKER, *metrics]].melt(id_vars=WORKER, value_vars=metrics, ignore_index=False)
-    grouped = long.groupby(WORKER, sort=False)["value"]
-    mean = grouped.transform("mean")
-    sd = grouped.transform("std", ddof=1)
-    long["z"] = (long["value"] - mean) / (sd + EPSILON)
-    z = long.pivot_table(index=long.index, columns="variable", values="z", dropna=False, aggfunc="first")
-    z = z.reindex(index=frame.index, columns=metrics)
-    z.columns.name = None
-    return z.astype(float)
+    moments = worker_moments(frame, metrics)
+    mean = frame[WORKER].map(moments["mean"]).to_numpy(dtype=float)[:, None]
+    sd = frame[WORKER].map(moments["sd"]).to_numpy(dtype=float)[:, None]
+    z = (frame[metrics].to_numpy(dtype=float) - mean) / (sd + EPSILON)
+    return pd.DataFrame(z, index=frame.index, columns=metrics)
 
 
 def worker_moments(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
