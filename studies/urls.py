@@ -1,4 +1,16 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from studies import views
 
 app_name = "studies"
-urlpatterns: list = []
+urlpatterns: list = [
+    # researcher pages (staff only)
+    path("studies/", views.study_list, name="list"),
+    path("studies/new/", views.study_create, name="create"),
+    path("studies/<slug:slug>/", views.study_detail, name="detail"),
+    path("studies/<slug:slug>/edit/", views.study_edit, name="edit"),
+    path("studies/<slug:slug>/status/", views.study_set_status, name="status"),
+    path("studies/<slug:slug>/default-metrics/", views.study_add_default_metrics, name="default_metrics"),
+    path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
+    path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
+]
