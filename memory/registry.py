@@ -7,12 +7,26 @@ from typing import Any
 from memory.base import BaseSystem, MemorySystem
 from memory.embed import Embedder
 from memory.llm import LLM
+from memory.systems.bm25 import BM25
 from memory.systems.full_history import FullHistory
+from memory.systems.ld_agent import LDAgent
+from memory.systems.memory_accumulate import MemoryAccumulate
+from memory.systems.memory_update import MemoryUpdate
+from memory.systems.memorybank import MemoryBank
 from memory.systems.none import NoMemory
+from memory.systems.rsum import Rsum
+from memory.systems.tim import ThinkInMemory
 
 MEMORY_SYSTEMS: dict[str, type[BaseSystem]] = {
     NoMemory.name: NoMemory,
     FullHistory.name: FullHistory,
+    MemoryAccumulate.name: MemoryAccumulate,
+    MemoryUpdate.name: MemoryUpdate,
+    Rsum.name: Rsum,
+    LDAgent.name: LDAgent,
+    ThinkInMemory.name: ThinkInMemory,
+    MemoryBank.name: MemoryBank,
+    BM25.name: BM25,
 }
 
 MEMORY_CHOICES = [(k, f"{k} ({cls.label})") for k, cls in MEMORY_SYSTEMS.items()]

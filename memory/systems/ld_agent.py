@@ -1,0 +1,302 @@
+"""``ld_agent``: LD-Agent ("Hello Again!", Li et al., NAACL 2025), tuning-free (zero-shot) variant.
+
+- Event memory. A short-term cache M_S of timestamped utterances; when a new utterance arrives more
+  than β after the last cached one, the cache is summarized (Prompt 1, Appendix E.1) into an event
+  record (time, summary, topic nouns of the cached dialogue) in the long-term bank M_L and cleared
+  (Eq. 4). Retrieval for the user utterance (Eq. 1-3): s_top = ½(|Vq∩Vk|/|Vq| + |Vq∩Vk|/|Vk|),
+  λ_t = exp(−t/τ), s = λ_t (s_sem + s_top), only memories with s_sem > γ, else "No relevant memory".
+- Dynamic personas. Every utterance goes through the persona extractor (Prompt 2, Appendix E.2);
+  replies containing NO_TRAIT add nothing; user and agent traits go to separate banks.
+- Response. Prompt 4 of Appendix E.3 with context, memories, user traits and agent traits.
+
+The official code differs from the paper (notes §1.2): its key is the comma-joined noun list, it
+takes the top-1 embedding neighbour, scores λ_t · s_top without s_sem and keeps it iff the noun overlap
+is non-empty (γ unused). ``retrieval="code"`` selects that variant; ``retrieval="paper"`` (default)
+follows Eq. 1-3 with the summary as key.
+
+Platform adaptations (docs/memory-systems.md): compose() may not call the LLM, so (1) persona
+extraction of a user utterance happens in after_turn, after the reply (the paper: before it); (2) at
+session end the cache summary is computed ahead of time ("pending") and moved to M_L by the β rule
+when the next utterance arrives, so the first reply of the next session already sees it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update
+from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, iso, parse_iso, turn_time
+from memory.systems.nouns import topic_nouns
+
+NO_MEMORY = "No relevant memory"
+
+SUMMARY_SYSTEM = (
+    "You are good at extracting events and summarizing them in brief sentences. "
+    "You will be shown a conversation between {user} and {agent}."
+)
+SUMMARY_USER = (
+    "#Conversation#: {context}.\n"
+    "Based on the Conversation, please summarize the main points of the conversation with brief sentences in "
+    "English, within 20 words.\nSUMMARY:"
+)
+PERSONA_SYSTEM = "You excel at extracting user personal traits from their words, a renowned local communication expert."
+PERSONA_USER = (
+    "If no traits can be extracted in the sentence, you should reply NO_TRAIT. Given you some format examples of "
+    "traits extraction, such as:\n"
+    "1. No, I have no longer serve in the millitary, I had served up the full term that I signed up for, and now "
+    "work outside of the millitary. Extracted Traits: I now work elsewhere. I used to be in the military.\n"
+    "2. That must a been some kind of endeavor. Its great that people are aware of issues that arise in their "
+    "homes, otherwise it can be very problematic in the future.\nNO_TRAIT\n"
+    "Please extract the personal traits who said this sentence (no more than 20 words):{sentence}"
+)
+RESPONSE_SYSTEM = (
+    "As a communication expert with outstanding communication habits, you embody the role of {agent} throughout "
+    "the following dialogues. Here are some of your distinctive personal traits: {agent_traits}."
+)
+RESPONSE_USER = (
+    "<CONTEXT>\nDrawing from your recent conversation with {user}:\n{context}\n"
+    "<MEMORY>\nThe memories linked to the ongoing conversation are:\n{memories}\n"
+    "<USER_TRAITS>\nDuring the conversation process between you and {user} in the past, you found that the "
+    "{user} has the following characteristics:\n{user_traits}\n"
+    "Now, please role-play as {agent} to continue the dialogue between {agent} and {user}.\n"
+    "{user} just said: {input}\n"
+    "Please respond to {user}'s statement using the following format (maximum 30 words, must be in English):{style}\n"
+    "RESPONSE:"
+)
+
+
+# ------------------------------------------------------------------------------------ pure functions
+
+
+def topic_overlap(vq: Sequence[str], vk: Sequence[str]) -> float:
+    """Eq. 1: s_top = ½ (|Vq ∩ Vk| / |Vq| + |Vq ∩ Vk| / |Vk|); 0 when either set is empty."""
+    q, k = set(vq), set(vk)
+    if not q or not k:
+        return 0.0
+    inter = len(q & k)
+    return 0.5 * (inter / len(q) + inter / len(k))
+
+
+def time_decay(age_seconds: float, tau: float) -> float:
+    """λ_t = exp(−t/τ), t in seconds (negative ages count as 0)."""
+    return math.exp(-max(0.0, age_seconds) / tau)
+
+
+def score_paper(
+    s_sem: np.ndarray, vq: Sequence[str], keys: Sequence[Sequence[str]], ages: Sequence[float], *, tau: float, gamma: float, top_n: int
+) -> list[tuple[int, float]]:
+    """Eq. 2-3: candidates with s_sem > γ, ranked by λ_t (s_sem + s_top); top_n of them (ties: older first)."""
+    scored = [
+        (i, time_decay(ages[i], tau) * (float(s_sem[i]) + topic_overlap(vq, keys[i])))
+        for i in range(len(keys))
+        if float(s_sem[i]) > gamma
+    ]
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored[:top_n]
+
+
+def score_code(
+    s_sem: np.ndarray, vq: Sequence[str], keys: Sequence[Sequence[str]], ages: Sequence[float], *, tau: float, top_n: int
+) -> list[tuple[int, float]]:
+    """The official code: the top_n nearest keys by embedding, scored λ_t · s_top, kept iff overlap > 0."""
+    order = np.argsort(-np.asarray(s_sem), kind="stable")[:top_n]
+    out = []
+    for i in (int(x) for x in order):
+        if set(vq) & set(keys[i]):
+            out.append((i, time_decay(ages[i], tau) * topic_overlap(vq, keys[i])))
+    out.sort(key=lambda x: (-x[1], x[0]))
+    return out
+
+
+def humanize_age(seconds: float) -> str:
+    """The code's rendering: "{Y} years {M} months {D} days {H} hours {m} minutes" (zero parts omitted)."""
+    minutes = int(max(0, seconds) // 60)
+    parts = []
+    for unit, size in (("years", 525600), ("months", 43200), ("days", 1440), ("hours", 60), ("minutes", 1)):
+        n, minutes = divmod(minutes, size)
+        if n:
+            parts.append(f"{n} {unit}")
+    return " ".join(parts) or "0 minutes"
+
+
+def gap_exceeds(last: str, t: datetime, beta: float) -> bool:
+    """Eq. 4's trigger: the new utterance is more than β seconds after the last cached one."""
+    return (t - parse_iso(last)).total_seconds() > beta
+
+
+# ------------------------------------------------------------------------------------------- system
+
+
+class LDAgent(BaseSystem):
+    name = "ld_agent"
+    label = "LD-Agent"
+    params = {
+        "retrieval": Param("paper", "paper: λ_t(s_sem + s_top) with threshold γ on s_sem; code: the official code's variant.", "LD-Agent Eq. 1-3 vs leolee99/LD-Agent@20c1a67"),
+        "tau": Param(1e7, "Time-decay temperature τ in seconds (λ_t = exp(−t/τ)).", "code: decay_temp = 1e-7 (the paper gives no value)"),
+        "gamma": Param(0.25, "Semantic threshold γ on the cosine s_sem.", "code: squared-L2 dist_thres 1.5 on unit vectors = cosine 0.25"),
+        "beta": Param(3600, "Short-term cache gap β in seconds that triggers summarization.", "code: one_hour_seconds = 3600"),
+        "top_n": Param(1, "Memories returned per utterance.", "code: relevance_memory_number = 1"),
+        "context_turns": Param(30, "Short-term entries shown as context.", "code: context_memory_number = 30"),
+        "max_personas": Param(0, "Traits kept per persona bank, oldest dropped first (0 = all).", "code: max_*_personas = 0 (all)"),
+        "noun_extractor": Param("heuristic", "heuristic (no model) or spacy (en_core_web_sm, as the code).", "our choice; code uses spaCy"),
+        "user_name": Param("User", "The user's name in the prompts.", "our choice"),
+        "agent_name": Param("Assistant", "The agent's name in the prompts.", "our choice"),
+        "summary_max_tokens": Param(60, "Token budget of an event summary (≤ 20 words).", "Prompt 1 (within 20 words)"),
+        "persona_max_tokens": Param(40, "Token budget of a persona extraction (≤ 20 words).", "Prompt 2 (no more than 20 words)"),
+        "short_replies": Param(False, "Add the one-or-two-sentences instruction (Prompt 4 already caps at 30 words).", "Prompt 4"),
+    }
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"long_term": [], "short_term": [], "pending": None, "cached_turns": 0, "user_personas": [], "agent_personas": []}
+
+    # ------------------------------------------------------------------ helpers
+
+    def nouns(self, text: str) -> list[str]:
+        return topic_nouns(text, str(self.p["noun_extractor"]))
+
+    def view(self, state: dict[str, Any], t: datetime) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(M_L, M_S) as they are when an utterance arrives at ``t`` (Eq. 4 applied without an LLM call:
+        uses the summary precomputed at session end, if it covers the whole cache)."""
+        lt, st = list(state.get("long_term", [])), list(state.get("short_term", []))
+        if st and gap_exceeds(st[-1]["time"], t, float(self.p["beta"])):
+            pending = state.get("pending")
+            if pending and pending.get("size") == len(st):
+                lt.append({k: pending[k] for k in ("time", "summary", "topics")})
+            st = []
+        return lt, st
+
+    def retrieve(self, long_term: list[dict[str, Any]], query: str, t: datetime) -> list[tuple[dict[str, Any], float]]:
+        if not long_term or not query.strip():
+            return []
+        vq = self.nouns(query)
+        keys = [e["topics"] for e in long_term]
+        ages = [(t - parse_iso(e["time"])).total_seconds() for e in long_term]
+        if self.p["retrieval"] == "code":
+            texts = [", ".join(vq), *(", ".join(k) for k in keys)]
+        elif self.p["retrieval"] == "paper":
+            texts = [query, *(e["summary"] for e in long_term)]
+        else:
+            raise ValueError(f"ld_agent: retrieval must be 'paper' or 'code', not {self.p['retrieval']!r}")
+        vectors = embed_texts(self.embedder, texts)
+        s_sem = vectors[1:] @ vectors[0]
+        if self.p["retrieval"] == "code":
+            ranked = score_code(s_sem, vq, keys, ages, tau=float(self.p["tau"]), top_n=int(self.p["top_n"]))
+        else:
+            ranked = score_paper(
+                s_sem, vq, keys, ages, tau=float(self.p["tau"]), gamma=float(self.p["gamma"]), top_n=int(self.p["top_n"])
+            )
+        return [(long_term[i], s) for i, s in ranked]
+
+    def names(self) -> dict[str, str]:
+        return {"user": str(self.p["user_name"]), "agent": str(self.p["agent_name"])}
+
+    # ------------------------------------------------------------------ interface
+
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        query_turn = session[-1] if session else Turn("user", "")
+        t = turn_time(query_turn, now)
+        lt, st = self.view(state, t)
+        cached = int(state.get("cached_turns", 0))
+        entries = [*st, *({"speaker": x.speaker, "text": x.text} for x in session[cached:-1])]
+        entries = entries[-int(self.p["context_turns"]) :] if int(self.p["context_turns"]) else entries
+        n = self.names()
+        context = "\n".join(
+            f"[TURN {i}] : {n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}." for i, e in enumerate(entries, 1)
+        )
+        found = self.retrieve(lt, query_turn.text, t)
+        memories = [f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary']}." for e, _ in found]
+        user_traits = state.get("user_personas", [])
+        agent_traits = state.get("agent_personas", [])
+        system = RESPONSE_SYSTEM.format(agent=n["agent"], agent_traits=" ".join(agent_traits) or "none")
+        user = RESPONSE_USER.format(
+            **n,
+            context=context or "(the conversation has just started)",
+            memories="\n".join(memories) or NO_MEMORY,
+            user_traits="\n".join(user_traits) or "none",
+            input=query_turn.text,
+            style=f" {SHORT_REPLIES}" if self.p["short_replies"] else "",
+        )
+        shown = memories + [f"user trait: {x}" for x in user_traits] + [f"agent trait: {x}" for x in agent_traits]
+        return Prompt([ChatMessage("system", system), ChatMessage("user", user)], memory=shown)
+
+    def summarize(self, cache: list[dict[str, Any]], trace: dict[str, Any]) -> dict[str, Any]:
+        """A(M_S): an event record (time of the last cached utterance, summary, topic nouns)."""
+        n = self.names()
+        context = "\n".join(f"{n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}" for e in cache)
+        reply = ask(
+            self.llm,
+            [
+                {"role": "system", "content": SUMMARY_SYSTEM.format(**n)},
+                {"role": "user", "content": SUMMARY_USER.format(context=context)},
+            ],
+            purpose="ld_agent_summary",
+            max_tokens=int(self.p["summary_max_tokens"]),
+            trace=trace,
+        )
+        summary = re.sub(r"^\s*summary\s*:\s*", "", reply or "", flags=re.IGNORECASE).strip().replace("\n", " ")
+        if not summary:
+            # Defined fallback: the user's own words (first 20), so the event stays retrievable.
+            words = " ".join(e["text"] for e in cache if e["speaker"] == "user").split()[:20]
+            summary = " ".join(words)
+            fallback(trace, "ld_agent_summary", "empty event summary: used the user's first 20 words", reply or "")
+        return {"time": cache[-1]["time"], "summary": summary, "topics": self.nouns(context), "size": len(cache)}
+
+    def extract_persona(self, text: str, trace: dict[str, Any]) -> str | None:
+        """Prompt 2; kept iff the reply has no NO_TRAIT and is longer than 3 characters (the code's rule)."""
+        reply = ask(
+            self.llm,
+            [{"role": "system", "content": PERSONA_SYSTEM}, {"role": "user", "content": PERSONA_USER.format(sentence=text)}],
+            purpose="ld_agent_persona",
+            max_tokens=int(self.p["persona_max_tokens"]),
+            trace=trace,
+        )
+        if reply is None:
+            return None
+        out = re.sub(r"^\s*(extracted traits?|traits?)\s*:\s*", "", reply.strip(), flags=re.IGNORECASE).replace("\n", " ").strip()
+        if "NO_TRAIT" in out.upper().replace(" ", "_") or len(out) <= 3:
+            return None
+        return out
+
+    def ingest(self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]) -> dict[str, Any]:
+        """Add utterances to M_S (flushing to M_L by the β rule) and update the persona banks."""
+        state = {**state, "long_term": list(state["long_term"]), "short_term": list(state["short_term"])}
+        cap = int(self.p["max_personas"])
+        for turn in turns:
+            t = turn_time(turn, now)
+            st = state["short_term"]
+            if st and gap_exceeds(st[-1]["time"], t, float(self.p["beta"])):
+                pending = state.get("pending")
+                record = pending if pending and pending.get("size") == len(st) else self.summarize(st, trace)
+                state["long_term"].append({k: record[k] for k in ("time", "summary", "topics")})
+                trace.setdefault("flushed", []).append(record["summary"])
+                state["short_term"], state["pending"] = [], None
+            state["short_term"].append({"time": iso(t), "speaker": turn.speaker, "text": turn.text})
+            trait = self.extract_persona(turn.text, trace)
+            if trait:
+                bank = "user_personas" if turn.speaker == "user" else "agent_personas"
+                traits = [x for x in state[bank] if x != trait] + [trait]  # deduplicated (the code keeps duplicates)
+                state[bank] = traits[-cap:] if cap else traits
+                trace.setdefault("personas", []).append({"speaker": turn.speaker, "trait": trait})
+        return state
+
+    def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        cached = int(state.get("cached_turns", 0))
+        state = self.ingest(state, session[cached:], now, trace)
+        state["cached_turns"] = len(session)
+        return Update(state=state, trace=trace)
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        cached = int(state.get("cached_turns", 0))
+        state = self.ingest(state, session[cached:], now, trace)
+        state["pending"] = self.summarize(state["short_term"], trace) if state["short_term"] else None
+        state["cached_turns"] = 0
+        trace["pending_summary"] = state["pending"]["summary"] if state["pending"] else ""
+        return Update(state=state, trace=trace)

@@ -1,0 +1,120 @@
+"""``memory_accumulate``: Keep Me Updated (Bae et al. 2022) "Memory accumulate".
+
+At the end of each session a summarizer turns the session into summary sentences S about the user
+(§4.2); memory is the union M ∪ S (APPEND only, no update). Each reply is conditioned on the top-k
+memory sentences retrieved by cosine similarity to the current dialogue context (§4.1, Appendix B.3,
+k = 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
+from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, parse_lines, render_lines, top_k
+from memory.systems.prompts import system_prompt
+
+SUMMARY_SYSTEM = "You summarize conversations between a user and a chatbot into short memory sentences about the user."
+SUMMARY_INSTRUCTION = (
+    "Read the conversation below. Write the important information about the user that the chatbot should "
+    "remember for future conversations (health, daily life, family, plans, feelings, preferences), as short "
+    "sentences, one per line, like:\n"
+    "Goes hiking every weekend\n"
+    "Has a dog\n"
+    "Had back surgery\n"
+    "If there is nothing worth remembering, write NONE."
+)
+NONE_MARKERS = ("none", "nothing", "n/a", "no information", "summary", "memory sentences")
+
+
+def summarize_session(
+    llm: Any, session: Sequence[Turn], *, trace: dict[str, Any], max_tokens: int, max_sentences: int
+) -> list[str]:
+    """S = the summary sentences of a finished session (Keep Me Updated §4.2).
+
+    Fallback: an empty or unparseable reply gives S = [] (memory unchanged), recorded in the trace."""
+    if not any(t.speaker == "user" for t in session):
+        return []
+    reply = ask(
+        llm,
+        [
+            {"role": "system", "content": SUMMARY_SYSTEM},
+            {"role": "user", "content": f"{SUMMARY_INSTRUCTION}\n\nConversation:\n{transcript(session)}\n\nMemory sentences:"},
+        ],
+        purpose="summarize_session",
+        max_tokens=max_tokens,
+        trace=trace,
+    )
+    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2]
+    if reply is not None and not sentences:
+        fallback(trace, "summarize_session", "no summary sentence in the reply: memory unchanged", reply or "")
+    if len(sentences) > max_sentences:
+        fallback(trace, "summarize_session", f"{len(sentences)} sentences; kept the first {max_sentences}", reply or "")
+        sentences = sentences[:max_sentences]
+    return sentences
+
+
+def trim_fifo(memory: list[str], cap: int, trace: dict[str, Any]) -> list[str]:
+    """Drop the oldest sentences beyond ``cap`` (0 = no cap)."""
+    if cap and len(memory) > cap:
+        trace["trimmed"] = memory[: len(memory) - cap]
+        return memory[len(memory) - cap :]
+    return memory
+
+
+class MemoryAccumulate(BaseSystem):
+    name = "memory_accumulate"
+    label = "Memory accumulate"
+    params = {
+        "k": Param(5, "Memory sentences retrieved for each reply.", "Keep Me Updated, Appendix B.3 (k = 5)"),
+        "query_turns": Param(
+            0,
+            "Turns of the current session used as the retrieval query (0 = the whole session).",
+            "Keep Me Updated, Appendix B.3: the query is the dialogue context D_t",
+        ),
+        "max_memory": Param(
+            0, "Memory cap in sentences, oldest dropped first (0 = no cap).", "the paper sets no cap"
+        ),
+        "max_summary_sentences": Param(10, "At most this many summary sentences per session.", "our choice"),
+        "summary_max_tokens": Param(160, "Token budget of the summarizer reply.", "our choice"),
+        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+    }
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"memory": [], "sessions": 0}
+
+    def retrieve(self, memory: list[str], session: Sequence[Turn]) -> list[str]:
+        """Top-k memory sentences by cosine similarity to the dialogue context (ties: older first)."""
+        if not memory:
+            return []
+        n = int(self.p["query_turns"])
+        context = transcript(session[-n:] if n else session)
+        vectors = embed_texts(self.embedder, [context, *memory])
+        return [memory[i] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["k"]))]
+
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        retrieved = self.retrieve(state.get("memory", []), session)
+        block = ("What you remember about the user:\n" + render_lines(retrieved)) if retrieved else ""
+        if self.p["short_replies"]:
+            block = f"{block}\n\n{SHORT_REPLIES}".strip()
+        return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=retrieved)
+
+    def summarize(self, session: Sequence[Turn], trace: dict[str, Any]) -> list[str]:
+        return summarize_session(
+            self.llm,
+            session,
+            trace=trace,
+            max_tokens=int(self.p["summary_max_tokens"]),
+            max_sentences=int(self.p["max_summary_sentences"]),
+        )
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        before = list(state.get("memory", []))
+        summary = self.summarize(session, trace)
+        after = before + [s for s in summary if s not in before]  # union: APPEND only
+        after = trim_fifo(after, int(self.p["max_memory"]), trace)
+        trace.update({"summary": summary, "memory_before": before, "memory_after": after})
+        return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)

@@ -1,0 +1,141 @@
+"""``memory_update``: Keep Me Updated (Bae et al. 2022) "Memory update", §4.3 and Algorithm 1.
+
+As ``memory_accumulate``, but at the end of a session every pair (m_i, s_j) of an existing memory
+sentence and a new summary sentence gets an operation O(m_i, s_j) ∈ {PASS, REPLACE, APPEND, DELETE},
+decided here by the LLM from the operations' definitions (the paper fine-tunes a T5 classifier), and
+the new memory is Algorithm 1 applied to those decisions (:func:`apply_operations`, a pure function).
+
+Every pairwise decision is in the update trace; the annotation queues consume it:
+``{"summary", "memory_before", "memory_after", "operations": [{"i","j","m","s","op","raw","fallback"}]}``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from memory.base import Param, Turn, Update
+from memory.systems.common import ask, embed_texts, fallback
+from memory.systems.memory_accumulate import MemoryAccumulate, trim_fifo
+
+OPS = ("PASS", "REPLACE", "APPEND", "DELETE")
+FALLBACK_OP = "APPEND"  # keeps both sentences: loses nothing, and is the most frequent label (44.6%, Table 2)
+
+OPERATION_SYSTEM = "You maintain a chatbot's memory of facts about a user."
+OPERATION_DEFINITIONS = (
+    "Compare an old memory sentence with a new sentence from today's conversation summary and choose one "
+    "operation:\n"
+    "PASS: the old sentence already contains the information of the new one; keep only the old one.\n"
+    "REPLACE: the sentences are inconsistent, or the new one has more information; keep only the new one.\n"
+    "APPEND: the sentences are about different things; keep both.\n"
+    "DELETE: the new sentence says that the state in the old one is over (e.g. old: having a cold, new: the "
+    "cold is all better now); remove both.\n"
+)
+
+
+def operation_messages(m: str, s: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": OPERATION_SYSTEM},
+        {
+            "role": "user",
+            "content": f"{OPERATION_DEFINITIONS}\nOld memory sentence: {m}\nNew sentence: {s}\n\n"
+            "Answer with one word: PASS, REPLACE, APPEND or DELETE.\nOperation:",
+        },
+    ]
+
+
+_LABEL = re.compile(r"\b(PASS|REPLACE|APPEND|DELETE)\b", re.IGNORECASE)
+
+
+def parse_operation(reply: str | None) -> str | None:
+    """The first operation label in the reply (case-insensitive), or None if there is none."""
+    match = _LABEL.search(reply or "")
+    return match.group(1).upper() if match else None
+
+
+def apply_operations(M: Sequence[str], S: Sequence[str], ops: dict[tuple[int, int], str]) -> list[str]:
+    """Algorithm 1 of Keep Me Updated, exactly. ``ops[(i, j)]`` is O(m_i, s_j) in P/R/A/D (full names).
+
+    Lines 3-8: an R or D against any s deletes m_i; a D also deletes s_j. Line 9: M ← M − M_del.
+    Lines 10-13: a P against a *surviving* m_i deletes s_j. Line 15: M' = M ∪ (S − S_del), in order.
+    APPEND keeps both sentences (no concatenation). Pairs missing from ``ops`` count as APPEND."""
+    m_del: set[int] = set()
+    s_del: set[int] = set()
+    for i in range(len(M)):
+        for j in range(len(S)):
+            op = ops.get((i, j), "APPEND")
+            if op in ("REPLACE", "DELETE"):
+                m_del.add(i)
+                if op == "DELETE":
+                    s_del.add(j)
+    kept = [i for i in range(len(M)) if i not in m_del]
+    for j in range(len(S)):
+        for i in kept:
+            if ops.get((i, j), "APPEND") == "PASS":
+                s_del.add(j)
+    out = [M[i] for i in kept]
+    for j, s in enumerate(S):
+        if j not in s_del and s not in out:
+            out.append(s)
+    return out
+
+
+Decider = Callable[[str, str], tuple[str, str, bool]]
+
+
+class MemoryUpdate(MemoryAccumulate):
+    name = "memory_update"
+    label = "Memory update"
+    params = {
+        **MemoryAccumulate.params,
+        "operation_max_tokens": Param(6, "Token budget of each operation decision.", "our choice (one label)"),
+        "prefilter_min_similarity": Param(
+            0.0,
+            "If > 0, pairs whose cosine similarity is below this get APPEND without an LLM call "
+            "(cheaper; see bench/bench_memory_update.py). 0 = every pair asks the LLM, as in the paper.",
+            "our variant; the paper classifies every pair",
+        ),
+    }
+
+    def decide(self, m: str, s: str, trace: dict[str, Any]) -> tuple[str, str, bool]:
+        """O(m, s) from the LLM: (operation, raw reply, fallback?). Fallback: APPEND."""
+        raw = ask(
+            self.llm,
+            operation_messages(m, s),
+            purpose="memory_operation",
+            max_tokens=int(self.p["operation_max_tokens"]),
+            trace=trace,
+        )
+        op = parse_operation(raw)
+        if op is None:
+            fallback(trace, "memory_operation", f"no operation label for ({m!r}, {s!r}): {FALLBACK_OP}", raw or "")
+            return FALLBACK_OP, raw or "", True
+        return op, raw or "", False
+
+    def operations(self, M: list[str], S: list[str], trace: dict[str, Any]) -> list[dict[str, Any]]:
+        threshold = float(self.p["prefilter_min_similarity"])
+        sims = None
+        if threshold > 0 and M and S:
+            vectors = embed_texts(self.embedder, [*M, *S])
+            sims = vectors[: len(M)] @ vectors[len(M) :].T
+        out = []
+        for i, m in enumerate(M):
+            for j, s in enumerate(S):
+                if sims is not None and sims[i, j] < threshold:
+                    out.append({"i": i, "j": j, "m": m, "s": s, "op": "APPEND", "raw": "", "fallback": False, "prefiltered": True})
+                    continue
+                op, raw, fb = self.decide(m, s, trace)
+                out.append({"i": i, "j": j, "m": m, "s": s, "op": op, "raw": raw, "fallback": fb})
+        return out
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        before = list(state.get("memory", []))
+        summary = [s for s in self.summarize(session, trace)]
+        ops = self.operations(before, summary, trace)
+        after = apply_operations(before, summary, {(o["i"], o["j"]): o["op"] for o in ops})
+        after = trim_fifo(after, int(self.p["max_memory"]), trace)
+        trace.update({"summary": summary, "memory_before": before, "memory_after": after, "operations": ops})
+        return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)

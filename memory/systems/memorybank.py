@@ -1,0 +1,314 @@
+"""``memorybank``: MemoryBank / SiliconFriend (Zhong et al., AAAI 2024), the baseline of Rsum and TiM.
+
+Memory: every (user message, bot reply) pair of every day as a retrievable unit
+("Conversation content on {date}:[|User|]: q; [|AI|]: r") plus one event summary per day; an overall
+event summary and an overall personality (with a response strategy) that are always in the prompt.
+Retrieval: top-k (k = 2, the code's memory_search_top_k) units by cosine to the user message.
+Forgetting (Ebbinghaus): every unit has a strength S (1 at creation, +1 each time it is recalled, which
+also resets its last-recall date); when memory is loaded on a day, a unit with retention
+R = exp(−t/S) (t = days since last recall) is forgotten with probability 1 − R. A day whose units are
+all forgotten loses its summary too (as in the code).
+
+The official code writes ``math.exp(-t / 5*S)`` = exp(−(t/5)·S): stronger memories forget faster,
+against its own docstring and the paper (notes §1.5). ``forgetting_curve`` chooses: "paper"
+(exp(−t/S), default), "code_intended" (exp(−t/(5S))) or "code" (the bug, reproduced). The random draw
+is a hash of (seed, unit id, day), so the same state and day always forget the same units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import Any
+
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.systems.common import SHORT_REPLIES, ask, aware, embed_texts, fallback, last_user_text, top_k
+
+SUMMARY_SYSTEM = (
+    "Below is a transcript of a conversation between a human and an AI assistant that is intelligent and "
+    "knowledgeable in psychology."
+)
+
+
+def summarize_content_prompt(pairs: Sequence[tuple[str, str]], user: str, bot: str) -> str:
+    prompt = (
+        "Please summarize the following dialogue as concisely as possible, extracting the main themes and key "
+        "information. If there are multiple key events, you may summarize them separately. Dialogue content:\n"
+    )
+    for q, r in pairs:
+        prompt += f"\n{user}：{q.strip()}\n{bot}：{r.strip()}"
+    return prompt + "\nSummarization："
+
+
+def summarize_person_prompt(pairs: Sequence[tuple[str, str]], user: str, bot: str) -> str:
+    prompt = (
+        f"Based on the following dialogue, please summarize {user}'s personality traits and emotions, and devise "
+        "response strategies based on your speculation. Dialogue content:\n"
+    )
+    for q, r in pairs:
+        prompt += f"\n{user}：{q.strip()}\n{bot}：{r.strip()}"
+    return prompt + f"\n{user}'s personality traits, emotions, and {bot}'s response strategy are:"
+
+
+def summarize_overall_prompt(items: Sequence[tuple[str, str]]) -> str:
+    prompt = (
+        "Please provide a highly concise summary of the following event, capturing the essential key information "
+        "as succinctly as possible. Summarize the event:\n"
+    )
+    for day, summary in items:
+        prompt += f"At {day}, the events are {summary.strip()}"
+    return prompt + "\nSummarization："
+
+
+def summarize_overall_personality(items: Sequence[tuple[str, str]]) -> str:
+    prompt = (
+        "The following are the user's exhibited personality traits and emotions throughout multiple dialogues, "
+        "along with appropriate response strategies for the current situation:"
+    )
+    for day, summary in items:
+        prompt += f"\nAt {day}, the analysis shows {summary.strip()}"
+    return prompt + (
+        "\nPlease provide a highly concise and general summary of the user's personality and the most appropriate "
+        "response strategy for the AI companion, summarized as:"
+    )
+
+
+META_PROMPT = (
+    "Now you will play the role of a companion AI for user {user}, and your name is {bot}. You should be able to: "
+    "(1) provide warm companionship to chat users; (2) understand past [memory], and if they are relevant to the "
+    "current question, you must extract information from the [memory] to answer the question; (3) you are also an "
+    "excellent psychological counselor, and when users confide in you about their difficulties and seek help, you "
+    "can provide them with warm and helpful responses.\n"
+    "The summary of your past memories with the user is: {overall}\n"
+    "The personality of user {user} and the response strategy of the AI companion are: {personality}\n"
+    "Based on the current user's question, you start recalling past conversations between the two of you, and the "
+    "[memory] most relevant to the question is: \"{related}\"\n"
+    "You should refer to the context of the conversation, past [memory], and provide detailed answers to user questions."
+)
+NEW_USER_PROMPT = (
+    "Now you will play the role of a companion AI for user {user}, and your name is {bot}. You should be able to: "
+    "(1) provide warm companionship to chat users; (2) you are also an excellent psychological counselor, and when "
+    "users confide in you about their difficulties and seek help, you can provide them with warm and helpful responses."
+)
+
+
+# ------------------------------------------------------------------------------------ pure functions
+
+
+def retention(days: float, strength: float, formula: str = "paper") -> float:
+    """Ebbinghaus retention R after ``days`` since the last recall, for memory strength S."""
+    t, s = max(0.0, days), max(1e-9, strength)
+    if formula == "paper":
+        return math.exp(-t / s)
+    if formula == "code_intended":
+        return math.exp(-t / (5 * s))
+    if formula == "code":
+        return math.exp(-t / 5 * s)  # sic: the official code's precedence, exp(-(t/5)*S)
+    raise ValueError(f"memorybank: unknown forgetting_curve {formula!r} (paper, code_intended, code)")
+
+
+def draw(seed: int, memory_id: str, day: str) -> float:
+    """A uniform number in [0, 1) determined by (seed, unit, day): the code's random.random(), reproducible."""
+    h = hashlib.blake2b(f"{seed}|{memory_id}|{day}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") / 2**64
+
+
+def days_between(a: str, b: str) -> int:
+    return (date.fromisoformat(b) - date.fromisoformat(a)).days
+
+
+def forget(state: dict[str, Any], day: str, *, formula: str, seed: int) -> tuple[dict[str, Any], list[str]]:
+    """Apply forgetting as of ``day``: the new state and the ids of the forgotten units (pure)."""
+    history: dict[str, list[dict[str, Any]]] = {}
+    summary = dict(state.get("summary", {}))
+    gone: list[str] = []
+    for d, units in state.get("history", {}).items():
+        kept = []
+        for u in units:
+            r = retention(days_between(u["last_recall_date"], day), u["memory_strength"], formula)
+            if draw(seed, u["memory_id"], day) > r:
+                gone.append(u["memory_id"])
+            else:
+                kept.append(u)
+        if kept:
+            history[d] = kept
+        else:
+            summary.pop(d, None)
+    return {**state, "history": history, "summary": summary}, gone
+
+
+def units(state: dict[str, Any]) -> list[tuple[str, str]]:
+    """(memory id, text) of every retrievable unit: the dialogue pairs, then the day summaries."""
+    out = []
+    for d, day_units in state.get("history", {}).items():
+        for u in day_units:
+            out.append((u["memory_id"], f"Conversation content on {d}:[|User|]: {u['query'].strip()}; [|AI|]: {u['response'].strip()}"))
+    for d, s in state.get("summary", {}).items():
+        if s.get("content"):
+            out.append((s["memory_id"], f"The summary of the conversation on {d} is: {s['content']}"))
+    return out
+
+
+def strengthen(state: dict[str, Any], ids: Sequence[str], day: str) -> dict[str, Any]:
+    """A recall: strength +1 and last-recall date = today for each recalled unit (the code's
+    update_memory_when_searched)."""
+    wanted = set(ids)
+    history = {
+        d: [{**u, "memory_strength": u["memory_strength"] + 1, "last_recall_date": day} if u["memory_id"] in wanted else u for u in us]
+        for d, us in state.get("history", {}).items()
+    }
+    summary = {
+        d: ({**s, "memory_strength": s["memory_strength"] + 1, "last_recall_date": day} if s["memory_id"] in wanted else s)
+        for d, s in state.get("summary", {}).items()
+    }
+    return {**state, "history": history, "summary": summary}
+
+
+def pairs_of(session: Sequence[Turn]) -> list[tuple[str, str]]:
+    """(user message, bot reply) pairs; consecutive messages of one speaker are joined."""
+    out: list[tuple[str, str]] = []
+    q: list[str] = []
+    r: list[str] = []
+    for t in session:
+        if t.speaker == "user":
+            if r:
+                out.append((" ".join(q), " ".join(r)))
+                q, r = [], []
+            q.append(t.text)
+        else:
+            r.append(t.text)
+    if q or r:
+        out.append((" ".join(q), " ".join(r)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- system
+
+
+class MemoryBank(BaseSystem):
+    name = "memorybank"
+    label = "MemoryBank"
+    params = {
+        "k": Param(2, "Memory units retrieved per reply.", "code: memory_search_top_k = 2"),
+        "forgetting": Param(True, "Apply Ebbinghaus forgetting when memory is loaded.", "paper §Memory Updating (code default: off)"),
+        "forgetting_curve": Param("paper", "paper: exp(-t/S); code_intended: exp(-t/(5S)); code: exp(-(t/5)S), the bug.", "paper; notes §1.5 for the code"),
+        "seed": Param(0, "Seed of the forgetting draws.", "our choice"),
+        "user_name": Param("User", "The user's name in the prompts.", "our choice"),
+        "bot_name": Param("AI", "The bot's name in the prompts.", "code: boot_name = 'AI'"),
+        "summary_max_tokens": Param(200, "Token budget of each summary.", "code: max_tokens = 400 (halved for small models)"),
+        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+    }
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"history": {}, "summary": {}, "personality": {}, "overall_history": "", "overall_personality": ""}
+
+    def loaded(self, state: dict[str, Any], day: str) -> tuple[dict[str, Any], list[str]]:
+        if not self.p["forgetting"]:
+            return state, []
+        return forget(state, day, formula=str(self.p["forgetting_curve"]), seed=int(self.p["seed"]))
+
+    def search(self, state: dict[str, Any], query: str) -> list[tuple[str, str]]:
+        found = units(state)
+        if not found or not query.strip():
+            return []
+        vectors = embed_texts(self.embedder, [query, *(text for _, text in found)])
+        return [found[i] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["k"]))]
+
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        state, _ = self.loaded(state, f"{aware(now):%Y-%m-%d}")
+        related = self.search(state, last_user_text(session))
+        names = {"user": self.p["user_name"], "bot": self.p["bot_name"]}
+        if state.get("overall_history") or related:
+            system = META_PROMPT.format(
+                **names,
+                overall=state.get("overall_history") or "none",
+                personality=state.get("overall_personality") or "none",
+                related="\n".join(text for _, text in related),
+            )
+        else:
+            system = NEW_USER_PROMPT.format(**names)
+        system += f"\nToday is {now:%A, %B %-d, %Y}."
+        if self.p["short_replies"]:
+            system += f"\n{SHORT_REPLIES}"
+        shown = [text for _, text in related]
+        if state.get("overall_history"):
+            shown.insert(0, f"overall: {state['overall_history']}")
+        return Prompt([ChatMessage("system", system), *chat_turns(session)], memory=shown)
+
+    def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        """Persist what compose() did: the day's forgetting, and the recall of the retrieved units."""
+        day = f"{aware(now):%Y-%m-%d}"
+        state, gone = self.loaded(state, day)
+        recalled = [i for i, _ in self.search(state, last_user_text(session[:-1] if session and session[-1].speaker == "bot" else session))]
+        return Update(state=strengthen(state, recalled, day), trace={"forgotten": gone, "recalled": recalled})
+
+    def summarize(self, prompt: str, purpose: str, trace: dict[str, Any]) -> str:
+        reply = ask(
+            self.llm,
+            [
+                {"role": "system", "content": SUMMARY_SYSTEM},
+                {"role": "user", "content": "Hello! Please help me summarize the content of the conversation."},
+                {"role": "assistant", "content": "Sure, I will do my best to assist you."},
+                {"role": "user", "content": prompt},
+            ],
+            purpose=purpose,
+            max_tokens=int(self.p["summary_max_tokens"]),
+            trace=trace,
+        )
+        text = (reply or "").strip()
+        if not text and reply is not None:
+            fallback(trace, purpose, "empty summary", reply)
+        return text
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        day = f"{aware(now):%Y-%m-%d}"
+        state, gone = self.loaded(state, day)
+        trace["forgotten"] = gone
+        pairs = pairs_of(session)
+        if not pairs:
+            return Update(state=state, trace=trace)
+        history = {d: list(us) for d, us in state.get("history", {}).items()}
+        day_units = history.setdefault(day, [])
+        start = len(day_units) and max(int(u["memory_id"].rsplit("_", 1)[1]) for u in day_units) + 1
+        for n, (q, r) in enumerate(pairs, start):
+            day_units.append({"query": q, "response": r, "memory_strength": 1, "last_recall_date": day, "memory_id": f"{day}_{n}"})
+        user, bot = str(self.p["user_name"]), str(self.p["bot_name"])
+        all_pairs = [(u["query"], u["response"]) for u in day_units]
+        summary = dict(state.get("summary", {}))
+        personality = dict(state.get("personality", {}))
+        # The day's summaries cover every pair of the day (several sessions on one day update them).
+        text = self.summarize(summarize_content_prompt(all_pairs, user, bot), "memorybank_day_summary", trace)
+        if text:
+            old = summary.get(day, {})
+            summary[day] = {
+                "content": text,
+                "memory_strength": old.get("memory_strength", 1),
+                "last_recall_date": old.get("last_recall_date", day),
+                "memory_id": f"{day}_summary",
+            }
+        text = self.summarize(summarize_person_prompt(all_pairs, user, bot), "memorybank_day_personality", trace)
+        if text:
+            personality[day] = text
+        overall = state.get("overall_history", "")
+        if summary:
+            overall = self.summarize(
+                summarize_overall_prompt([(d, s["content"]) for d, s in summary.items()]), "memorybank_overall_history", trace
+            ) or overall
+        overall_personality = state.get("overall_personality", "")
+        if personality:
+            overall_personality = self.summarize(
+                summarize_overall_personality(list(personality.items())), "memorybank_overall_personality", trace
+            ) or overall_personality
+        new_state = {
+            **state,
+            "history": history,
+            "summary": summary,
+            "personality": personality,
+            "overall_history": overall,
+            "overall_personality": overall_personality,
+        }
+        trace.update({"day": day, "pairs_added": len(pairs)})
+        return Update(state=new_state, trace=trace)
