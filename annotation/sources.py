@@ -1,0 +1,249 @@
+"""Where queue items come from: a study's memory-update traces, or a CSV / JSONL import.
+
+Imports are all-or-nothing: every row is validated first, and one bad row rejects the file with the
+line number and the reason, so a researcher never has half a data set in a queue.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+
+from annotation.models import OPERATIONS, Item, Queue
+
+MAX_IMPORT_ROWS = 50_000
+MAX_FIELD_CHARS = 5_000
+
+
+class ImportError_(ValueError):  # noqa: N801 - the builtin name is taken
+    """A file that cannot be imported; the message names the line."""
+
+
+def transcript_of(session: Any) -> list[dict[str, str]]:
+    """A chat session's committed messages as ``[{speaker, text}]`` (what annotators read)."""
+    return [
+        {"speaker": m.speaker, "text": m.text}
+        for m in session.messages.filter(status="complete").order_by("seq")
+        if m.text
+    ]
+
+
+def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
+    """Item specs from the study's finished memory snapshots whose trace has operations / a summary.
+
+    The arm name goes to ``meta`` (researchers only); annotators see the payload.
+    """
+    from chat.models import MemorySnapshot
+
+    snapshots = (
+        MemorySnapshot.objects.filter(session__episode__participant__study=study, status=MemorySnapshot.Status.DONE)
+        .select_related("session__episode__arm")
+        .order_by("session__episode_id", "session__index")
+    )
+    specs: list[dict[str, Any]] = []
+    for snap in snapshots:
+        trace = snap.trace or {}
+        session = snap.session
+        meta = {
+            "arm": session.episode.arm.name,
+            "memory_system": session.episode.arm.memory_system,
+            "snapshot": snap.pk,
+            "session": session.pk,
+            "episode": session.episode_id,
+            "session_index": session.index,
+        }
+        summary = [str(s) for s in trace.get("summary") or []]
+        if kind == Queue.Kind.SUMMARIES:
+            if summary:
+                specs.append({"unit": f"snapshot:{snap.pk}", "payload": {"summary": summary, "transcript": transcript_of(session)}, "meta": meta})
+            continue
+        operations = trace.get("operations") or []
+        if not operations:
+            continue
+        transcript = transcript_of(session)
+        memory_before = [str(m) for m in trace.get("memory_before") or []]
+        for op in operations:
+            payload = {
+                "m": str(op["m"]),
+                "s": str(op["s"]),
+                "i": op.get("i"),
+                "j": op.get("j"),
+                "memory_before": memory_before,
+                "summary": summary,
+                "transcript": transcript,
+            }
+            if op.get("op") in OPERATIONS:
+                payload["operator_op"] = op["op"]
+            specs.append(
+                {
+                    "unit": f"snapshot:{snap.pk}",
+                    "external_id": f"snapshot:{snap.pk}:{op.get('i')}:{op.get('j')}",
+                    "payload": payload,
+                    "meta": {**meta, "fallback": bool(op.get("fallback"))},
+                }
+            )
+    return specs
+
+
+def parse_import(data: bytes | str, *, kind: str, filename: str = "") -> list[dict[str, Any]]:
+    """Parse a CSV or JSONL file into item specs (raises ``ImportError_`` naming the bad line).
+
+    Pairs: ``m``, ``s`` required; optional ``memory_before`` and ``summary`` (JSON lists, or
+    ``|``-separated in CSV), ``transcript`` (JSON list of {speaker, text}, or lines "user: ..."),
+    ``operator_op``, ``unit``, ``id``, ``i``, ``j``, ``meta``. Summaries: ``summary`` required,
+    ``transcript`` optional.
+    """
+    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    is_jsonl = filename.lower().endswith((".jsonl", ".json", ".ndjson")) or text.lstrip().startswith("{")
+    rows: list[tuple[int, dict[str, Any]]] = []
+    if is_jsonl:
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportError_(f"line {n}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise ImportError_(f"line {n}: each line must be a JSON object")
+            rows.append((n, obj))
+    else:
+        reader = csv.DictReader(io.StringIO(text))
+        if not reader.fieldnames:
+            raise ImportError_("the CSV file has no header row")
+        for row in reader:
+            rows.append((reader.line_num, {k.strip(): v for k, v in row.items() if k}))
+    if not rows:
+        raise ImportError_("the file contains no rows")
+    if len(rows) > MAX_IMPORT_ROWS:
+        raise ImportError_(f"too many rows ({len(rows)} > {MAX_IMPORT_ROWS}); split the file")
+    return [_spec(n, row, kind) for n, row in rows]
+
+
+def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
+    def text_field(name: str, required: bool) -> str:
+        value = row.get(name)
+        value = "" if value is None else str(value).strip()
+        if required and not value:
+            raise ImportError_(f"line {n}: column {name!r} is missing or empty")
+        if len(value) > MAX_FIELD_CHARS:
+            raise ImportError_(f"line {n}: {name!r} is longer than {MAX_FIELD_CHARS} characters")
+        return value
+
+    def list_field(name: str) -> list[str]:
+        value = row.get(name)
+        if value in (None, ""):
+            return []
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("["):
+                try:
+                    value = json.loads(stripped)
+                except json.JSONDecodeError:
+                    raise ImportError_(f"line {n}: {name!r} looks like JSON but does not parse") from None
+            else:
+                value = [p for p in (x.strip() for x in stripped.replace("\n", "|").split("|")) if p]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ImportError_(f"line {n}: {name!r} must be a list of sentences")
+        return [v.strip() for v in value if v.strip()]
+
+    def transcript_field() -> list[dict[str, str]]:
+        value = row.get("transcript")
+        if value in (None, ""):
+            return []
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("["):
+                try:
+                    value = json.loads(stripped)
+                except json.JSONDecodeError:
+                    raise ImportError_(f"line {n}: 'transcript' looks like JSON but does not parse") from None
+            else:
+                turns = []
+                for line in stripped.splitlines():
+                    speaker, sep, said = line.partition(":")
+                    if sep and speaker.strip().lower() in ("user", "bot"):
+                        turns.append({"speaker": speaker.strip().lower(), "text": said.strip()})
+                    elif line.strip():
+                        raise ImportError_(f"line {n}: transcript lines must start with 'user:' or 'bot:'")
+                return turns
+        if not isinstance(value, list):
+            raise ImportError_(f"line {n}: 'transcript' must be a list of {{speaker, text}}")
+        turns = []
+        for turn in value:
+            if not isinstance(turn, dict) or turn.get("speaker") not in ("user", "bot") or not isinstance(turn.get("text"), str):
+                raise ImportError_(f"line {n}: each transcript turn needs speaker 'user'/'bot' and a text")
+            turns.append({"speaker": turn["speaker"], "text": turn["text"]})
+        return turns
+
+    meta = row.get("meta") or {}
+    if isinstance(meta, str):
+        try:
+            meta = json.loads(meta) if meta.strip() else {}
+        except json.JSONDecodeError:
+            raise ImportError_(f"line {n}: 'meta' does not parse as JSON") from None
+    if not isinstance(meta, dict):
+        raise ImportError_(f"line {n}: 'meta' must be a JSON object")
+    spec: dict[str, Any] = {
+        "unit": text_field("unit", False)[:120],
+        "external_id": text_field("id", False)[:200],
+        "meta": meta,
+    }
+    if kind == Queue.Kind.SUMMARIES:
+        summary = list_field("summary")
+        if not summary:
+            raise ImportError_(f"line {n}: column 'summary' is missing or empty")
+        spec["payload"] = {"summary": summary, "transcript": transcript_field()}
+        return spec
+    payload: dict[str, Any] = {
+        "m": text_field("m", True),
+        "s": text_field("s", True),
+        "memory_before": list_field("memory_before"),
+        "summary": list_field("summary"),
+        "transcript": transcript_field(),
+    }
+    for key in ("i", "j"):
+        raw = row.get(key)
+        if raw not in (None, ""):
+            try:
+                payload[key] = int(raw)
+            except (TypeError, ValueError):
+                raise ImportError_(f"line {n}: {key!r} must be an integer") from None
+    operator_op = text_field("operator_op", False).upper()
+    if operator_op:
+        if operator_op not in OPERATIONS:
+            raise ImportError_(f"line {n}: operator_op {operator_op!r} is not one of {', '.join(OPERATIONS)}")
+        payload["operator_op"] = operator_op
+    if not payload["memory_before"]:
+        payload["memory_before"] = [payload["m"]]
+    if not payload["summary"]:
+        payload["summary"] = [payload["s"]]
+    spec["payload"] = payload
+    return spec
+
+
+def add_items(queue: Queue, specs: list[dict[str, Any]]) -> int:
+    """Append item specs to a queue in one transaction. Returns how many were added."""
+    with transaction.atomic():
+        start = (queue.items.aggregate(m=Max("position"))["m"] or 0) + 1
+        Item.objects.bulk_create(
+            [
+                Item(
+                    queue=queue,
+                    position=start + k,
+                    unit=spec.get("unit", ""),
+                    external_id=spec.get("external_id", ""),
+                    payload=spec["payload"],
+                    meta=spec.get("meta", {}),
+                    required=queue.labels_per_item,
+                )
+                for k, spec in enumerate(specs)
+            ],
+            batch_size=1000,
+        )
+    return len(specs)
