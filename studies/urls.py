@@ -14,3 +14,15 @@ urlpatterns: list = [
     path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
 ]
+
+from studies import entry  # noqa: E402
+
+# The crowdworker's pages (studies/entry.py).
+urlpatterns += [
+    path("s/<slug:slug>/", entry.entry, name="entry"),
+    path("s/<slug:slug>/join/<str:token>/", entry.invite, name="join"),
+    path("s/<slug:slug>/resume/<str:token>/", entry.resume, name="resume"),
+    path("s/<slug:slug>/consent/", entry.consent, name="consent"),
+    path("s/<slug:slug>/next/", entry.next_step, name="next"),
+    path("s/<slug:slug>/done/", entry.done, name="done"),
+]

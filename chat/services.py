@@ -1,0 +1,606 @@
+"""The live chat study's workflows, shared by the worker views, the websocket consumer and the tasks.
+
+A chat turn flows like this::
+
+    browser --ws--> ChatConsumer.receive --> post_user_message()   (user row + bot placeholder, committed)
+                                         --> ack (the user's message, with its seq) back to the browser
+            on_commit --> enqueue_reply() --> generate_reply()      (Celery task, or a thread when embedded)
+                          tokens --> broadcast() --> channel group --> every socket of the session
+                          final reply committed to the DB, then broadcast; after_turn() of the arm
+
+Nothing is ever only in a socket: a browser that reconnects sends the last seq it saw and gets every
+later message from the database (:func:`messages_after`), including a reply generated while it was away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from chat import fragments
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from memory.base import MemorySystem, Turn
+from memory.embed import Embedder, make_embedder
+from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
+from memory.registry import build_system
+from studies.models import Arm, Metric, Participant, Study
+
+log = logging.getLogger(__name__)
+
+
+class ChatError(Exception):
+    """A request the worker can fix or should be told about (shown verbatim, never a server error)."""
+
+
+# ------------------------------------------------------------------------------------------- arms
+
+
+def build_llm(arm: Arm) -> LLM:
+    """The arm's LLM: ``arm.llm_backend``/``llm_model``, else the site default (the one patch point
+    tests use to script replies and failures)."""
+    backend = arm.llm_backend or settings.LLM_BACKEND
+    model = arm.llm_model or settings.LLM_MODEL
+    options: dict[str, Any] = {}
+    if backend == "openai":
+        options = {
+            "api_key": settings.OPENAI_API_KEY,
+            "base_url": settings.OPENAI_BASE_URL,
+            "timeout": settings.LLM_TIMEOUT_SECONDS,
+        }
+    return make_llm(backend, model, **options)
+
+
+_EMBEDDERS: dict[str, Embedder] = {}
+_EMBEDDER_LOCK = threading.Lock()
+
+
+def get_embedder() -> Embedder:
+    """One embedder per process (wordllama loads its weights once)."""
+    name = settings.EMBEDDER
+    with _EMBEDDER_LOCK:
+        if name not in _EMBEDDERS:
+            _EMBEDDERS[name] = make_embedder(name)
+        return _EMBEDDERS[name]
+
+
+def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM."""
+    llm = RecordingLLM(build_llm(arm))
+    system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
+    return system, llm
+
+
+# ------------------------------------------------------------------------------------- assignment
+
+
+class NoArmAvailable(ChatError):
+    pass
+
+
+def assign_episode(participant: Participant) -> Episode:
+    """Start the participant's next episode with an arm drawn at random among the least-used arms.
+
+    Balanced over active + completed episodes of the study; an arm the participant already had is
+    never drawn again. The study row is locked while counting, so two workers starting at the same
+    moment see each other's episodes (on PostgreSQL; SQLite serialises writers anyway).
+    Raises :class:`NoArmAvailable` when the participant has used every active arm.
+    """
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=participant.study_id)
+        current = participant.episodes.filter(status=Episode.Status.ACTIVE).first()
+        if current:
+            return current
+        used = set(participant.episodes.values_list("arm_id", flat=True))
+        arms = list(
+            study.arms.filter(active=True)
+            .exclude(pk__in=used)
+            .annotate(
+                n=Count(
+                    "episodes",
+                    filter=Q(episodes__status__in=[Episode.Status.ACTIVE, Episode.Status.COMPLETED]),
+                )
+            )
+        )
+        if not arms:
+            raise NoArmAvailable("There is no further conversation for you in this study.")
+        least = min(a.n for a in arms)
+        arm = random.choice([a for a in arms if a.n == least])
+        system, _ = build_arm(arm)
+        index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
+        episode = Episode.objects.create(
+            participant=participant, arm=arm, index=index, memory_state=system.initial_state()
+        )
+        ChatSession.objects.create(
+            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(index, 1)
+        )
+    return episode
+
+
+def episodes_left(participant: Participant) -> bool:
+    """Whether the participant still has an episode to do (a further arm exists and the quota of
+    episodes per worker is not reached)."""
+    study = participant.study
+    done = participant.episodes.count()
+    if done >= study.episodes_per_worker:
+        return False
+    used = participant.episodes.values_list("arm_id", flat=True)
+    return study.arms.filter(active=True).exclude(pk__in=used).exists()
+
+
+def current_session(participant: Participant) -> ChatSession | None:
+    """The first session of the participant's active episode that is not rated yet."""
+    episode = participant.episodes.filter(status=Episode.Status.ACTIVE).order_by("index").first()
+    if episode is None:
+        return None
+    return episode.sessions.exclude(status=ChatSession.Status.DONE).order_by("index").first()
+
+
+# ------------------------------------------------------------------------------------ the session
+
+
+def session_clock(session: ChatSession) -> datetime:
+    """The bot's clock: the session's simulated start plus the real time spent chatting."""
+    if session.started_at is None:
+        return session.simulated_start
+    return session.simulated_start + (timezone.now() - session.started_at)
+
+
+def start_session(session: ChatSession) -> ChatSession:
+    """Mark a ready session as chatting (idempotent)."""
+    if session.status == ChatSession.Status.READY:
+        ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
+            status=ChatSession.Status.CHATTING, started_at=timezone.now()
+        )
+        session.refresh_from_db()
+    return session
+
+
+def user_turns(session: ChatSession) -> int:
+    return session.messages.filter(speaker=Message.Speaker.USER).count()
+
+
+def can_end(session: ChatSession) -> bool:
+    return session.status == ChatSession.Status.CHATTING and user_turns(session) >= session.episode.participant.study.min_user_turns
+
+
+def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]:
+    """The session as the memory systems see it: user messages and completed bot replies, in order."""
+    qs = session.messages.filter(Q(speaker=Message.Speaker.USER) | Q(status=Message.Status.COMPLETE))
+    if upto_seq is not None:
+        qs = qs.filter(seq__lte=upto_seq)
+    at = session.simulated_start
+    return [Turn(m.speaker, m.text, at) for m in qs.order_by("seq")]
+
+
+def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
+    """Every message of the session after ``last_seq`` (what a reconnecting browser missed)."""
+    return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
+
+
+def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[Message, bool]:
+    """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
+
+    Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
+    with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
+    message, a message while a reply is still being written, or a session that is not chatting.
+    """
+    client_id = (client_id or "").strip()
+    if not client_id or len(client_id) > 64:
+        raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
+    text = (text or "").strip()
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        existing = locked.messages.filter(client_id=client_id).first()
+        if existing:
+            return existing, False
+        study = locked.episode.participant.study
+        if not text:
+            raise ChatError("Your message is empty.")
+        if len(text) > study.max_message_chars:
+            raise ChatError(
+                f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
+            )
+        if locked.status == ChatSession.Status.READY:
+            locked.status, locked.started_at = ChatSession.Status.CHATTING, timezone.now()
+            locked.save(update_fields=["status", "started_at"])
+        if locked.status != ChatSession.Status.CHATTING:
+            raise ChatError("This session has ended; no more messages can be sent.")
+        if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
+            raise ChatError("Please wait for the reply before sending another message.")
+        seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
+        user = Message.objects.create(session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text)
+        bot = Message.objects.create(
+            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user
+        )
+        transaction.on_commit(lambda: enqueue_reply(bot.pk))
+    return user, True
+
+
+def retry_reply(session: ChatSession, seq: int) -> Message:
+    """Manual retry of a failed reply: back to pending with a fresh attempt budget, then enqueued."""
+    with transaction.atomic():
+        ChatSession.objects.select_for_update().get(pk=session.pk)
+        msg = session.messages.filter(seq=seq, speaker=Message.Speaker.BOT).first()
+        if msg is None:
+            raise ChatError("There is no such reply to retry.")
+        if msg.status != Message.Status.FAILED:
+            return msg
+        if session.status != ChatSession.Status.CHATTING:
+            raise ChatError("This session has ended.")
+        msg.status, msg.attempts, msg.error = Message.Status.PENDING, 0, ""
+        msg.save(update_fields=["status", "attempts", "error"])
+        transaction.on_commit(lambda: enqueue_reply(msg.pk))
+    return msg
+
+
+def end_session(session: ChatSession) -> ChatSession:
+    """End a chatting session once the minimum number of user turns is met (idempotent).
+
+    Creates the next session (``preparing``) and enqueues the memory update after commit.
+    """
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        if locked.status in (ChatSession.Status.RATING, ChatSession.Status.DONE):
+            return locked
+        study = locked.episode.participant.study
+        if locked.status != ChatSession.Status.CHATTING or user_turns(locked) < study.min_user_turns:
+            raise ChatError(f"Please send at least {study.min_user_turns} messages before ending the session.")
+        locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
+        locked.save(update_fields=["status", "ended_at"])
+        # A reply still pending is abandoned: it would not be part of the session the memory sees.
+        locked.messages.filter(status=Message.Status.PENDING).update(
+            status=Message.Status.FAILED, error="The session ended before the reply was written."
+        )
+        MemorySnapshot.objects.get_or_create(session=locked)
+        if locked.index < study.sessions_per_episode:
+            ChatSession.objects.get_or_create(
+                episode=locked.episode,
+                index=locked.index + 1,
+                defaults={
+                    "status": ChatSession.Status.PREPARING,
+                    "simulated_start": study.session_start(locked.episode.index, locked.index + 1),
+                },
+            )
+        transaction.on_commit(lambda: enqueue_memory_update(locked.pk))
+    return locked
+
+
+# -------------------------------------------------------------------------------------- ratings
+
+
+def validate_ratings(metrics: Iterable[Metric], data: dict[str, Any]) -> tuple[dict[int, int], dict[str, str]]:
+    """Parse slider values: ``data[key]`` an integer 0-100 and ``data["touched_"+key] == "1"``.
+
+    Returns ``(values by metric id, errors by metric key)``."""
+    values: dict[int, int] = {}
+    errors: dict[str, str] = {}
+    for m in metrics:
+        raw = data.get(m.key)
+        if raw is None or str(raw).strip() == "":
+            errors[m.key] = "Please rate this statement."
+            continue
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            errors[m.key] = "The rating must be a whole number from 0 to 100."
+            continue
+        if not 0 <= value <= 100:
+            errors[m.key] = "The rating must be between 0 and 100."
+        elif str(data.get(f"touched_{m.key}", "")) != "1":
+            errors[m.key] = "Please move this slider to give your rating (even if you then set it back to 50)."
+        else:
+            values[m.pk] = value
+    return values, errors
+
+
+def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
+    """Store the ratings of an ended session; ``False`` when it was rated already (idempotent).
+
+    Completes the episode after its last session, and the participant after their last episode."""
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        if locked.status == ChatSession.Status.DONE:
+            return False
+        if locked.status != ChatSession.Status.RATING:
+            raise ChatError("This session has not ended yet; please finish the conversation first.")
+        for metric_id, value in values.items():
+            Rating.objects.update_or_create(session=locked, metric_id=metric_id, defaults={"value": value})
+        now = timezone.now()
+        locked.status, locked.rated_at = ChatSession.Status.DONE, now
+        locked.save(update_fields=["status", "rated_at"])
+        episode = locked.episode
+        study = episode.participant.study
+        if locked.index >= study.sessions_per_episode:
+            episode.status, episode.completed_at = Episode.Status.COMPLETED, now
+            episode.save(update_fields=["status", "completed_at"])
+            participant = episode.participant
+            if not episodes_left(participant):
+                participant.completed_at = now
+                participant.save(update_fields=["completed_at"])
+    return True
+
+
+# -------------------------------------------------------------------------------- reply generation
+
+_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
+_main_loop: asyncio.AbstractEventLoop | None = None
+
+
+def register_event_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the consumer: broadcasts from job threads are scheduled on the server's loop
+    (the in-memory channel layer is not thread-safe across event loops)."""
+    global _main_loop
+    _main_loop = loop
+
+
+def broadcast(session_id: int, html: str) -> None:
+    """Push an HTML fragment to every socket of the session (best effort: the DB is the truth)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = {"type": "chat.event", "html": html}
+    group = f"chat-session-{session_id}"
+    loop = _main_loop
+    try:
+        if loop is not None and loop.is_running() and not _in_loop(loop):
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop).result(timeout=5)
+        else:
+            async_to_sync(layer.group_send)(group, event)
+    except Exception:  # a dropped push is recovered by the next resume
+        log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def reply_mode() -> str:
+    """``celery`` (workers), ``thread`` (embedded: eager Celery would block the socket) or ``inline``."""
+    mode = getattr(settings, "CHAT_JOB_MODE", "")
+    if mode:
+        return mode
+    return "thread" if settings.CELERY_TASK_ALWAYS_EAGER else "celery"
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any) -> None:
+    def run() -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("background job %s%r failed", fn.__name__, args)
+        finally:
+            close_old_connections()
+
+    _executor.submit(run)
+
+
+def enqueue_reply(message_id: int) -> None:
+    mode = reply_mode()
+    if mode == "celery":
+        from chat.tasks import generate_reply_task
+
+        generate_reply_task.delay(message_id)
+    elif mode == "thread":
+        _in_thread(generate_reply, message_id)
+    else:
+        generate_reply(message_id)
+
+
+def enqueue_memory_update(session_id: int) -> None:
+    mode = reply_mode()
+    if mode == "celery":
+        from chat.tasks import update_memory
+
+        update_memory.delay(session_id)
+    elif mode == "thread":
+        _in_thread(update_memory_with_retries, session_id)
+    else:
+        update_memory_with_retries(session_id)
+
+
+def _retry_delays() -> list[float]:
+    return list(getattr(settings, "CHAT_RETRY_DELAYS", [1.0, 2.0, 4.0]))
+
+
+_WORD = re.compile(r"\w")
+
+
+def _check_reply(text: str) -> str:
+    text = text.strip()
+    if not text or not _WORD.search(text):
+        raise LLMTransientError(f"the model returned an empty or unusable reply ({text[:40]!r})")
+    return text
+
+
+def _store_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
+    LLMCallRecord.objects.bulk_create(
+        [
+            LLMCallRecord(
+                session_id=session_id,
+                message_id=message_id,
+                purpose=c.get("purpose") or "",
+                model=c.get("model") or "",
+                messages=c.get("messages") or [],
+                reply=c.get("reply") or "",
+                latency_ms=c.get("latency_ms") or 0,
+                prompt_tokens=c.get("prompt_tokens"),
+                completion_tokens=c.get("completion_tokens"),
+                error=c.get("error") or "",
+            )
+            for c in calls
+        ]
+    )
+
+
+def generate_reply(message_id: int) -> None:
+    """Write the bot reply of a pending placeholder, streaming tokens to the session's sockets.
+
+    Transient LLM failures (timeout, 429, 5xx, empty or garbage output) are retried with backoff
+    (``settings.CHAT_RETRY_DELAYS``); the browser sees a "retrying" state meanwhile. When the
+    attempts are spent, or on a non-transient error, the placeholder becomes ``failed`` and the
+    browser shows a Retry button. Idempotent: a reply that is not pending is left alone. Every LLM
+    call is stored as an :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs.
+    """
+    msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(pk=message_id)
+    session = msg.session
+    if msg.status != Message.Status.PENDING:
+        return
+    episode = session.episode
+    system, llm = build_arm(episode.arm)
+    max_tokens = settings.LLM_MAX_TOKENS
+    delays = _retry_delays()
+    max_attempts = len(delays) + 1
+    while True:
+        # Claim the attempt (compare-and-set): two jobs for the same reply never both write it.
+        claimed = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts).update(
+            attempts=msg.attempts + 1
+        )
+        if not claimed:
+            return
+        msg.attempts += 1
+        session.refresh_from_db(fields=["status"])
+        if session.status != ChatSession.Status.CHATTING:
+            return
+        turns = turns_of(session, upto_seq=msg.seq - 1)
+        now = session_clock(session)
+        prompt = None
+        pieces: list[str] = []
+        try:
+            prompt = system.compose(episode.memory_state, turns, now)
+            for piece in llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply"):
+                pieces.append(piece)
+                broadcast(session.pk, fragments.token(msg.seq, piece))
+            text = _check_reply("".join(pieces))
+        except LLMError as exc:
+            if llm.calls and not llm.calls[-1].error:
+                llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
+            _store_calls(session.pk, msg.pk, llm.drain())
+            transient = isinstance(exc, LLMTransientError)
+            if transient and msg.attempts < max_attempts:
+                Message.objects.filter(pk=msg.pk).update(error=str(exc)[:500])
+                msg.error = str(exc)
+                broadcast(session.pk, fragments.message(msg, retrying=True, max_attempts=max_attempts))
+                time.sleep(delays[msg.attempts - 1])
+                continue
+            updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
+                status=Message.Status.FAILED, error=str(exc)[:500]
+            )
+            if updated:
+                msg.refresh_from_db()
+                broadcast(session.pk, fragments.message(msg))
+            return
+        _store_calls(session.pk, msg.pk, llm.drain())
+        updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
+            status=Message.Status.COMPLETE, text=text, error="", memory_used=prompt.memory if prompt else []
+        )
+        msg.refresh_from_db()
+        broadcast(session.pk, fragments.message(msg))
+        if updated:
+            _after_turn(session, episode, system, llm, msg, now)
+        return
+
+
+def _after_turn(session: ChatSession, episode: Episode, system: MemorySystem, llm: RecordingLLM, msg: Message, now: datetime) -> None:
+    """The arm's per-turn update; a failure is recorded and the previous state kept."""
+    try:
+        update = system.after_turn(episode.memory_state, turns_of(session, upto_seq=msg.seq), now)
+    except Exception as exc:
+        log.warning("after_turn failed for session %s: %s", session.pk, exc)
+        _store_calls(session.pk, msg.pk, llm.drain())
+        return
+    _store_calls(session.pk, msg.pk, llm.drain())
+    if update.state != episode.memory_state:
+        with transaction.atomic():
+            ep = Episode.objects.select_for_update().get(pk=episode.pk)
+            ep.memory_state = update.state
+            ep.save(update_fields=["memory_state"])
+        episode.memory_state = update.state
+
+
+# ------------------------------------------------------------------------------ memory update
+
+
+class MemoryUpdateFailed(Exception):
+    pass
+
+
+def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
+    """The arm's end-of-session memory update for an ended session (idempotent).
+
+    Runs ``end_session`` on the simulated clock, stores :class:`MemorySnapshot` (state and trace,
+    with ``trace["llm_calls"]``), copies the state to the episode and makes the next session ready.
+    A second run after success changes nothing. On failure: if ``final``, the error is recorded,
+    the previous state is kept and the next session is made ready anyway (the worker is never
+    stuck); otherwise :class:`MemoryUpdateFailed` is raised so the caller retries.
+    """
+    session = ChatSession.objects.select_related("episode__arm", "episode__participant__study").get(pk=session_id)
+    snapshot, _ = MemorySnapshot.objects.get_or_create(session=session)
+    if snapshot.status == MemorySnapshot.Status.DONE:
+        return snapshot
+    episode = session.episode
+    before = episode.memory_state
+    now = session.simulated_start
+    if session.started_at and session.ended_at:
+        now += session.ended_at - session.started_at  # the bot's clock when the session ended
+    llm: RecordingLLM | None = None
+    try:
+        system, llm = build_arm(episode.arm)
+        update = system.end_session(before, turns_of(session), now)
+        state, trace = update.state, dict(update.trace or {})
+        error = ""
+    except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
+        calls = llm.drain() if llm else []
+        _store_calls(session.pk, None, calls)
+        MemorySnapshot.objects.filter(pk=snapshot.pk).update(attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000])
+        if not final:
+            raise MemoryUpdateFailed(str(exc)) from exc
+        state, trace, error = before, {"llm_calls": calls}, f"{type(exc).__name__}: {exc}"
+        log.warning("memory update of session %s failed; keeping the previous state: %s", session_id, exc)
+    else:
+        calls = llm.drain()
+        _store_calls(session.pk, None, calls)
+        trace["llm_calls"] = calls
+    with transaction.atomic():
+        snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)
+        if snap.status == MemorySnapshot.Status.DONE:
+            return snap
+        snap.state, snap.trace, snap.finished_at = state, trace, timezone.now()
+        snap.attempts += 1 if not error else 0
+        snap.status = MemorySnapshot.Status.FAILED if error else MemorySnapshot.Status.DONE
+        snap.error = error[:2000]
+        snap.save()
+        if not error:
+            Episode.objects.filter(pk=episode.pk).update(memory_state=state)
+        ChatSession.objects.filter(
+            episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
+        ).update(status=ChatSession.Status.READY)
+    return snap
+
+
+def update_memory_with_retries(session_id: int) -> MemorySnapshot:
+    """Embedded mode: the retries the Celery task does, in the job thread."""
+    delays = _retry_delays()
+    for delay in delays:
+        try:
+            return update_memory(session_id, final=False)
+        except MemoryUpdateFailed:
+            time.sleep(delay)
+    return update_memory(session_id, final=True)

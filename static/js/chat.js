@@ -1,0 +1,122 @@
+// memeval worker pages: the live chat's reliability layer on top of the htmx ws extension, and the
+// rating sliders. The server is the truth: messages carry a seq; on every (re)connect we ask for
+// everything after the last final message we hold, and resend what was never acknowledged.
+(function () {
+  "use strict";
+
+  function uuid() {
+    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+    return "c" + Date.now().toString(36) + Math.random().toString(36).slice(2);
+  }
+
+  function initChat(chat) {
+    const box = document.getElementById("messages");
+    const form = document.getElementById("compose");
+    const text = document.getElementById("text");
+    const send = document.getElementById("send");
+    const conn = document.getElementById("conn");
+    const errorBox = () => document.getElementById("chat-error");
+    const maxChars = parseInt(chat.dataset.maxChars || "2000", 10);
+    const outbox = new Map(); // client_id -> text, until the server echoes it back (the ack)
+    let socket = null;
+
+    function lastSeq() {
+      let last = 0;
+      box.querySelectorAll(".msg").forEach((el) => {
+        if (el.dataset.status !== "pending") last = Math.max(last, parseInt(el.dataset.seq, 10) || 0);
+      });
+      return last;
+    }
+    function pending() { return box.querySelector('.msg[data-status="pending"]') !== null; }
+    function refresh() {
+      // Same id twice (a replay, another tab, the final version of a streamed reply): the newest
+      // element takes the place of the older one.
+      const seen = new Map();
+      box.querySelectorAll(".msg[id]").forEach((el) => {
+        const old = seen.get(el.id);
+        if (old) { old.replaceWith(el); }
+        seen.set(el.id, el);
+      });
+      box.querySelectorAll(".msg[data-client-id]").forEach((el) => outbox.delete(el.dataset.clientId));
+      chat.classList.toggle("has-messages", box.querySelector(".msg") !== null);
+      send.disabled = pending() || outbox.size > 0 || !socket;
+      box.scrollTop = box.scrollHeight;
+      window.scrollTo(0, document.body.scrollHeight);
+    }
+    function showError(msg) { const e = errorBox(); if (e) e.textContent = msg; }
+
+    document.body.addEventListener("htmx:wsOpen", (evt) => {
+      socket = evt.detail.socketWrapper;
+      conn.textContent = "Connected"; conn.className = "conn ok";
+      // A placeholder we hold may be stale: drop it and let the server replay its current state.
+      box.querySelectorAll('.msg[data-status="pending"]').forEach((el) => el.remove());
+      socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
+      outbox.forEach((t, id) => socket.send(JSON.stringify({ type: "message", client_id: id, text: t })));
+      refresh();
+    });
+    document.body.addEventListener("htmx:wsClose", () => {
+      socket = null;
+      conn.textContent = "Reconnecting…"; conn.className = "conn warn";
+      send.disabled = true;
+    });
+    document.body.addEventListener("htmx:wsConfigSend", (evt) => {
+      const value = (text.value || "").trim();
+      if (!value) { evt.preventDefault(); showError("Your message is empty."); return; }
+      if (value.length > maxChars) {
+        evt.preventDefault(); showError(`Your message is too long (${value.length} characters; the limit is ${maxChars}).`); return;
+      }
+      if (pending()) { evt.preventDefault(); showError("Please wait for the reply before sending another message."); return; }
+      const id = uuid();
+      outbox.set(id, value);
+      evt.detail.messageBody = JSON.stringify({ type: "message", client_id: id, text: value });
+      text.value = "";
+      showError("");
+      send.disabled = true;
+    });
+    document.body.addEventListener("htmx:wsAfterMessage", refresh);
+    box.addEventListener("click", (evt) => {
+      const btn = evt.target.closest("button[data-retry]");
+      if (!btn || !socket) return;
+      btn.disabled = true;
+      socket.send(JSON.stringify({ type: "retry", seq: parseInt(btn.dataset.retry, 10) }));
+    });
+    text.addEventListener("keydown", (evt) => {
+      if (evt.key === "Enter" && !evt.shiftKey && !evt.isComposing) { evt.preventDefault(); if (!send.disabled) form.requestSubmit(send); }
+    });
+    text.addEventListener("input", () => { text.style.height = "auto"; text.style.height = Math.min(text.scrollHeight, 160) + "px"; });
+    refresh();
+    send.disabled = true;
+  }
+
+  function initRating(form) {
+    const submit = document.getElementById("submit-ratings");
+    const hint = document.getElementById("rating-hint");
+    const ranges = Array.from(form.querySelectorAll('input[type="range"]'));
+    function update() {
+      const left = ranges.filter((r) => form.elements["touched_" + r.dataset.metric].value !== "1").length;
+      submit.disabled = left > 0;
+      hint.textContent = left ? `Move ${left} more slider${left === 1 ? "" : "s"} to continue.` : "Thank you. You can save your ratings.";
+    }
+    ranges.forEach((r) => {
+      const out = document.getElementById("v-" + r.dataset.metric);
+      const mark = () => {
+        out.textContent = r.value;
+        form.elements["touched_" + r.dataset.metric].value = "1";
+        r.closest("fieldset").classList.add("touched");
+        const h = r.closest("fieldset").querySelector(".hint"); if (h) h.textContent = "";
+        update();
+      };
+      r.addEventListener("input", mark);
+      r.addEventListener("change", mark);
+    });
+    form.addEventListener("submit", () => setTimeout(() => { submit.disabled = true; }, 0)); // no double click
+    update();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const chat = document.querySelector("section.chat");
+    if (chat) initChat(chat);
+    const rating = document.getElementById("rating-form");
+    if (rating) initRating(rating);
+  });
+})();
