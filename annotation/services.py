@@ -13,6 +13,7 @@ stored (submits and drafts validate first, then write in one transaction).
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -97,17 +98,36 @@ def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | 
     if not queue.active:
         return None
     expire_leases(queue, now=now)
-    for _attempt in range(5):
+    for attempt in range(8):
         try:
-            return _claim_once(queue, user, now or timezone.now())
+            assignment = _claim_once(queue, user, now or timezone.now())
         except IntegrityError:
-            # The same annotator claimed concurrently in another tab: the constraint kept one; return it.
+            # Defence in depth: a concurrent claim for the same annotator won; take the one it stored.
             continue
+        if assignment is not None or not _candidates(queue, user).exists():
+            return assignment
+        # Every candidate was row-locked by someone else's claim at that instant (SKIP LOCKED); those
+        # claims may leave slots free, so look again rather than telling the annotator "all done".
+        time.sleep(0.005 * (attempt + 1))
     return current_assignment(queue, user)
+
+
+def _candidates(queue: Queue, user: AbstractBaseUser) -> Any:
+    seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)
+    candidates = Item.objects.claimable().filter(queue=queue).exclude(Exists(seen))
+    if queue.is_chain:
+        candidates = candidates.filter(in_flight=0)  # one editor at a time along the chain
+        stages = eligible_stages(queue, user)
+        if stages is not None:
+            candidates = candidates.filter(done_count__in=stages)
+    return candidates
 
 
 def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
     with transaction.atomic():
+        # Serialise one annotator's own claims (two tabs, a double click): the second waits here and
+        # then finds the first one's assignment. Different annotators never wait on each other.
+        list(type(user).objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
         mine = (
             Assignment.objects.select_related("item", "queue")
             .filter(queue=queue, annotator=user, status=Assignment.Status.OPEN, expires_at__gt=now)
@@ -115,15 +135,8 @@ def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assig
         )
         if mine is not None:
             return mine
-        seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)
-        candidates = Item.objects.claimable().filter(queue=queue).exclude(Exists(seen))
-        if queue.is_chain:
-            candidates = candidates.filter(in_flight=0)  # one editor at a time along the chain
-            stages = eligible_stages(queue, user)
-            if stages is not None:
-                candidates = candidates.filter(done_count__in=stages)
         item = (
-            candidates.order_by("-done_count", "position", "id")
+            _candidates(queue, user).order_by("-done_count", "position", "id")
             .select_for_update(skip_locked=True, of=("self",))
             .first()
         )

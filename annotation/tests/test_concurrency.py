@@ -1,0 +1,130 @@
+"""Assignment under real concurrency: 50 annotator threads on a real PostgreSQL.
+
+SQLite ignores row locks, so this runs only in the PostgreSQL pass:
+    MEMEVAL_PGPORT=55505 MEMEVAL_REDISPORT=56505 bash scripts/with-services.sh \
+        .venv/bin/python -m pytest -m postgres annotation
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from annotation import services
+from annotation.models import Assignment, Item, Label, Queue
+from annotation.sources import add_items
+
+from .conftest import pair_spec
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+THREADS = 50
+
+
+def run_threads(target, n: int) -> list[BaseException]:
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def wrapped(k: int) -> None:
+        try:
+            barrier.wait()
+            target(k)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=wrapped, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return errors
+
+
+def test_it_runs_on_postgresql():
+    assert connection.vendor == "postgresql"
+
+
+def test_fifty_concurrent_annotators_leave_every_item_with_exactly_n_labels(make_annotators):
+    queue = Queue.objects.create(name="Load", kind=Queue.Kind.PAIRS, labels_per_item=3)
+    add_items(queue, [pair_spec(f"m{k}", f"s{k}") for k in range(120)])
+    users = make_annotators(THREADS)
+    claims: Counter[tuple[int, int]] = Counter()
+    lock = threading.Lock()
+
+    def work(k: int) -> None:
+        user, rng = users[k], random.Random(k)
+        while (a := services.claim_next_item(queue, user)) is not None:
+            with lock:
+                claims[(a.item_id, user.pk)] += 1
+            if rng.random() < 0.1:
+                services.skip_assignment(a.pk, annotator=user)
+                continue
+            services.submit_label(a.pk, annotator=user, op=rng.choice(["PASS", "REPLACE", "APPEND", "DELETE"]))
+            if rng.random() < 0.2:  # a double click
+                services.submit_label(a.pk, annotator=user, op="PASS")
+
+    assert run_threads(work, THREADS) == []
+    assert all(n == 1 for n in claims.values()), "an annotator was given the same item twice"
+    per_item = Counter(Label.objects.filter(item__queue=queue).values_list("item_id", flat=True))
+    assert len(per_item) == 120 and set(per_item.values()) == {3}
+    pairs = list(Label.objects.filter(item__queue=queue).values_list("item_id", "annotator_id"))
+    assert len(pairs) == len(set(pairs))
+    assert not Item.objects.filter(queue=queue).exclude(in_flight=0).exists()
+    assert not Item.objects.filter(queue=queue, status=Item.Status.OPEN).exists()
+
+
+def test_simultaneous_claims_never_share_a_slot_and_expired_leases_come_back(make_annotators):
+    queue = Queue.objects.create(name="Slots", kind=Queue.Kind.PAIRS, labels_per_item=2)
+    add_items(queue, [pair_spec(f"m{k}", f"s{k}") for k in range(10)])  # 20 slots for 50 annotators
+    users = make_annotators(THREADS)
+    got: dict[int, int] = {}
+
+    def claim(k: int) -> None:
+        a = services.claim_next_item(queue, users[k])
+        if a is not None:
+            got[k] = a.pk
+
+    assert run_threads(claim, THREADS) == []
+    assert len(got) == 20
+    for item in Item.objects.filter(queue=queue):
+        assert item.in_flight == 2
+    # every lease runs out: the slots return and the other 30 annotators can take them
+    Assignment.objects.filter(queue=queue).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    got.clear()
+    rest = [k for k in range(THREADS)]
+
+    def claim_again(k: int) -> None:
+        a = services.claim_next_item(queue, users[rest[k]])
+        if a is not None:
+            got[k] = a.pk
+
+    assert run_threads(claim_again, THREADS) == []
+    assert len(got) == 20
+    fresh = Assignment.objects.filter(queue=queue, status=Assignment.Status.OPEN)
+    assert fresh.count() == 20
+    assert Assignment.objects.filter(queue=queue, status=Assignment.Status.EXPIRED).count() == 20
+    pairs = list(Assignment.objects.filter(queue=queue).values_list("item_id", "annotator_id"))
+    assert len(pairs) == len(set(pairs))  # nobody got back an item they had held before
+
+
+def test_one_annotator_in_two_tabs_holds_one_assignment(make_annotators):
+    queue = Queue.objects.create(name="Tabs", kind=Queue.Kind.PAIRS)
+    add_items(queue, [pair_spec(f"m{k}", f"s{k}") for k in range(5)])
+    (user,) = make_annotators(1)
+    got: list[int] = []
+
+    def claim(_k: int) -> None:
+        a = services.claim_next_item(queue, user)
+        got.append(a.pk)
+
+    assert run_threads(claim, 10) == []
+    assert len(set(got)) == 1
+    assert Assignment.objects.filter(queue=queue, status=Assignment.Status.OPEN).count() == 1
