@@ -210,7 +210,7 @@ class LDAgent(BaseSystem):
             f"[TURN {i}] : {n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}." for i, e in enumerate(entries, 1)
         )
         found = self.retrieve(lt, query_turn.text, t)
-        memories = [f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary']}." for e, _ in found]
+        memories = [f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary'].rstrip('.')}." for e, _ in found]
         user_traits = state.get("user_personas", [])
         agent_traits = state.get("agent_personas", [])
         system = RESPONSE_SYSTEM.format(agent=n["agent"], agent_traits=" ".join(agent_traits) or "none")

@@ -1,0 +1,70 @@
+"""Rsum's recursive memory, the BM25 baseline and memory_accumulate's retrieval."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from memory.base import Turn
+from memory.embed import HashingEmbedder
+from memory.llm import ScriptedLLM
+from memory.systems.bm25 import BM25, bm25_rank
+from memory.systems.memory_accumulate import MemoryAccumulate
+from memory.systems.rsum import P_M, P_R, Rsum, parse_memory
+
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+SESSION = [Turn("user", "I adopted a cat called Miso."), Turn("bot", "How lovely!")]
+
+
+def test_rsum_post_processing_keeps_the_text_after_updated_memory_without_newlines() -> None:
+    assert parse_memory("Sure.\nUpdated memory:\nThe user has a cat.\nThe user likes tea.") == "The user has a cat. The user likes tea."
+    assert parse_memory("[Updated Memory] The user has a cat.") == "The user has a cat."
+    assert parse_memory("The user has a cat.") == "The user has a cat."
+
+
+def test_rsum_updates_the_memory_from_the_previous_memory_and_the_session_with_the_paper_prompt() -> None:
+    llm = ScriptedLLM(["Updated memory: The user has a cat named Miso. The user likes tea."])
+    system = Rsum(llm=llm)
+    update = system.end_session({"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW)
+    assert update.state == {"memory": "The user has a cat named Miso. The user likes tea.", "sessions": 2}
+    prompt = llm.calls[0][1]["content"]
+    assert prompt.startswith(P_M) and "Previous Memory: The user likes tea." in prompt and "User: I adopted a cat" in prompt
+
+
+def test_rsum_shows_the_initial_memory_as_empty_and_replies_with_the_response_prompt() -> None:
+    system = Rsum(llm=ScriptedLLM(["x"]))
+    prompt = system.compose(system.initial_state(), [Turn("user", "Hi!")], NOW)
+    assert prompt.messages[1].content.startswith(P_R) and "Previous Memory: Empty" in prompt.messages[1].content
+
+
+def test_rsum_keeps_at_most_20_sentences_dropping_the_oldest() -> None:
+    reply = "Updated memory: " + " ".join(f"Fact number {i}." for i in range(25))
+    update = Rsum(llm=ScriptedLLM([reply])).end_session({"memory": "", "sessions": 0}, SESSION, NOW)
+    assert update.state["memory"].startswith("Fact number 5.") and update.state["memory"].count("Fact") == 20
+    assert len(update.trace["trimmed"]) == 5
+
+
+def test_rsum_keeps_the_previous_memory_when_the_reply_is_empty() -> None:
+    update = Rsum(llm=ScriptedLLM(["Updated memory:"])).end_session({"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW)
+    assert update.state["memory"] == "The user likes tea." and update.trace["fallbacks"][0]["where"] == "rsum_memory"
+
+
+def test_bm25_ranks_the_utterance_sharing_the_rare_query_terms_first() -> None:
+    corpus = ["I love my dog Rex", "The weather is cold today", "My dog Rex likes carrots", "I like my new job a lot"]
+    assert [i for i, _ in bm25_rank(corpus, "Does Rex eat carrots?", 5)] == [2, 0]
+    assert bm25_rank(corpus, "the of and", 5) == []
+    assert bm25_rank([], "dog", 5) == []
+
+
+def test_bm25_arm_puts_the_top_past_utterances_in_the_prompt() -> None:
+    system = BM25(llm=ScriptedLLM(["x"]), k=1)
+    state = system.end_session(system.initial_state(), SESSION, NOW).state
+    prompt = system.compose(state, [Turn("user", "What is my cat Miso doing?")], NOW)
+    assert prompt.memory == ["(2026-03-02) User: I adopted a cat called Miso."]
+    assert "Relevant context:\n(2026-03-02) User: I adopted a cat called Miso." in prompt.messages[1].content
+
+
+def test_memory_accumulate_retrieves_the_k_most_similar_sentences() -> None:
+    system = MemoryAccumulate(llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=2)
+    memory = ["Has a cat called Miso", "Works at the bakery", "Goes hiking every weekend", "The cat Miso likes fish"]
+    prompt = system.compose({"memory": memory}, [Turn("user", "Is my cat Miso hungry?")], NOW)
+    assert sorted(prompt.memory) == ["Has a cat called Miso", "The cat Miso likes fish"]
