@@ -91,12 +91,14 @@ def canonical_frame(
             wide[m] = _numeric(df[m], m, df.index)
 
     for key, col in key_cols.items():
-        values = wide[key]
-        missing = values.isna() | (values.astype(str).str.strip() == "")
+        # strip the distinct values only: there are far fewer workers/units/arms than rows
+        codes, uniques = pd.factorize(wide[key], use_na_sentinel=True)
+        labels = np.array([str(u).strip() for u in uniques], dtype=object)
+        missing = (codes < 0) | np.isin(codes, np.flatnonzero(labels == ""))
         if missing.any():
             rows = _row_numbers(wide.index[missing])
             raise RatingsError(f"column {col!r} is empty in {int(missing.sum())} row(s) (rows {rows})")
-        wide[key] = values.astype(str).str.strip()
+        wide[key] = labels[codes] if len(labels) else wide[key].astype(str)
     if SESSION in wide:
         wide[SESSION] = _session_values(wide[SESSION], session or "")
 
@@ -153,7 +155,8 @@ def _long_to_wide(
             f"(rows {_row_numbers(df.index[dup.to_numpy()])})"
         )
     for key in keys:
-        long[key] = long[key].astype(str).str.strip()
+        codes, uniques = pd.factorize(long[key])
+        long[key] = np.array([str(u).strip() for u in uniques], dtype=object)[codes]
     wide = long.pivot(index=keys, columns="_metric", values="_value")
     wide = wide.reindex(columns=metrics).reset_index()
     wide.columns.name = None

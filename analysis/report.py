@@ -122,7 +122,7 @@ def run(
     z = zscore_per_worker(frame, metrics)
     zcols = [f"z_{m}" for m in metrics]
     scored = pd.concat([frame, z.set_axis(zcols, axis=1)], axis=1)
-    no_sd = scored.groupby(WORKER)[zcols].apply(lambda g: bool(g.isna().all().all()))
+    no_sd = scored[zcols].isna().all(axis=1).groupby(scored[WORKER]).all()
     if no_sd.any():
         warnings_.append(
             f"{int(no_sd.sum())} worker(s) gave a single score, so their z-scores are undefined and they only "

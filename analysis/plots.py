@@ -1,0 +1,206 @@
+"""Report figures as SVG strings (matplotlib, Agg-free: each figure is a standalone ``Figure``).
+
+Every function takes the dict returned by :func:`analysis.report.analyze` and returns an SVG document as
+text, so the dashboard can inline it in HTML or serve it as a download. No pyplot, no global state: safe in
+a threaded web server. Output is deterministic (fixed SVG id salt, no date metadata).
+
+``scale="auto"`` plots z-scores when the design supports them and raw scores otherwise (design diagnostics).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any, Literal
+
+import matplotlib
+import numpy as np
+from matplotlib.colors import LinearSegmentedColormap
+from matplotlib.figure import Figure
+
+Scale = Literal["auto", "z", "raw"]
+_RC = {"svg.hashsalt": "memeval", "svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
+       "axes.spines.right": False}
+_P_CMAP = LinearSegmentedColormap.from_list("p", ["#1a9850", "#a6d96a", "#ffffbf", "#f0f0f0"])
+
+
+def _resolve(result: dict[str, Any], scale: Scale) -> str:
+    if scale == "auto":
+        return "z" if result["design"]["z_valid"] else "raw"
+    if scale == "z" and not result["design"]["z_valid"]:
+        raise ValueError("z-scores are not reported for this design (every worker rated one arm); use scale='raw'")
+    return scale
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    with matplotlib.rc_context(_RC):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def _figure(width: float, height: float) -> Figure:
+    with matplotlib.rc_context(_RC):
+        return Figure(figsize=(width, height), layout="constrained")
+
+
+def _num(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
+def _err(mean: float, ci: list[Any]) -> tuple[float, float]:
+    lo, hi = _num(ci[0]), _num(ci[1])
+    return (mean - lo if not math.isnan(lo) else 0.0, hi - mean if not math.isnan(hi) else 0.0)
+
+
+def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale = "auto") -> str:
+    """Per-session means with 95% CI bars, one line per arm (Bae et al. Figure 3)."""
+    sc = _resolve(result, scale)
+    rows = result["by_session"]
+    if not rows:
+        raise ValueError("the analysis has no session column")
+    with matplotlib.rc_context(_RC):
+        fig = _figure(5.5, 3.4)
+        ax = fig.add_subplot()
+        arms = result["arm_order"]
+        sessions = sorted({r["session"] for r in rows}, key=lambda s: (isinstance(s, str), s))
+        pos = {s: i for i, s in enumerate(sessions)}
+        width = 0.5 / max(len(arms), 1)
+        for k, a in enumerate(arms):
+            pts = [r for r in rows if r["arm"] == a]
+            xs, ys, errs = [], [], ([], [])
+            for r in pts:
+                entry = _entry(r, metric, sc)
+                y = _num(entry[0])
+                xs.append(pos[r["session"]] + (k - (len(arms) - 1) / 2) * width)
+                ys.append(y)
+                e = _err(y, entry[1])
+                errs[0].append(e[0])
+                errs[1].append(e[1])
+            ax.errorbar(xs, ys, yerr=np.array(errs), fmt="o-", capsize=3, label=a, lw=1.2, ms=4)
+        ax.set_xticks(range(len(sessions)), [str(s) for s in sessions])
+        ax.set_xlabel("session")
+        ax.set_ylabel(f"mean {'z-score' if sc == 'z' else 'score (0-100)'}")
+        ax.set_title(f"{metric}: per-session means, 95% CI")
+        if sc == "z":
+            ax.axhline(0, color="#999", lw=0.6)
+        ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _svg(fig)
+
+
+def _entry(row: dict[str, Any], metric: str, sc: str) -> tuple[Any, list[Any]]:
+    if metric == "overall":
+        return row[f"overall_{sc}"], row[f"overall_{sc}_ci95"]
+    m = row["metrics"][metric]
+    return m[f"mean_{sc}"], m[f"ci95_{sc}"]
+
+
+def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
+    """Mean score per arm and metric (and overall) with 95% CI bars (Table 5 / Table 9 as a chart)."""
+    sc = _resolve(result, scale)
+    arms = result["arm_order"]
+    metrics = [*result["params"]["metrics"], "overall"]
+    with matplotlib.rc_context(_RC):
+        fig = _figure(max(5.5, 0.9 * len(metrics) + 1.5), 3.4)
+        ax = fig.add_subplot()
+        width = 0.8 / max(len(arms), 1)
+        for k, a in enumerate(arms):
+            means, lo, hi = [], [], []
+            for m in metrics:
+                y, ci = _entry(result["arms"][a], m, sc)
+                y = _num(y)
+                e = _err(y, ci)
+                means.append(y)
+                lo.append(e[0])
+                hi.append(e[1])
+            xs = np.arange(len(metrics)) + (k - (len(arms) - 1) / 2) * width
+            ax.bar(xs, means, width=width * 0.95, yerr=[lo, hi], capsize=2, label=a, error_kw={"lw": 0.8})
+        ax.set_xticks(range(len(metrics)), metrics, rotation=20, ha="right")
+        ax.set_ylabel("mean z-score" if sc == "z" else "mean score (0-100)")
+        ax.set_title(f"{'standardized' if sc == 'z' else 'absolute'} scores per arm, 95% CI")
+        if sc == "z":
+            ax.axhline(0, color="#333", lw=0.6)
+        ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _svg(fig)
+
+
+def pvalue_heatmap(
+    result: dict[str, Any], metric: str = "overall", corrected: bool = True, session: Any = None
+) -> str:
+    """Arms x arms p-values of the pairwise tests (row arm vs column arm), green where significant."""
+    arms = result["arm_order"]
+    source = result["pairwise"] if session is None else [
+        p for p in result["pairwise_by_session"] if p.get("session") == session
+    ]
+    key = "p_holm" if corrected else "p"
+    matrix = np.full((len(arms), len(arms)), np.nan)
+    idx = {a: i for i, a in enumerate(arms)}
+    one_sided = result["params"]["test"] == "mwu-greater"
+    for p in source:
+        if p["metric"] != metric:
+            continue
+        i, j = idx[p["a"]], idx[p["b"]]
+        matrix[i, j] = _num(p[key])
+        if not one_sided:
+            matrix[j, i] = matrix[i, j]
+    with matplotlib.rc_context(_RC):
+        size = 1.2 + 0.55 * len(arms)
+        fig = _figure(size + 1.2, size)
+        ax = fig.add_subplot()
+        img = ax.imshow(np.where(np.isnan(matrix), 1.0, matrix), cmap=_P_CMAP, vmin=0, vmax=0.1)
+        for i in range(len(arms)):
+            for j in range(len(arms)):
+                if not np.isnan(matrix[i, j]):
+                    ax.text(j, i, f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001",
+                            ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(arms)), arms, rotation=45, ha="right")
+        ax.set_yticks(range(len(arms)), arms)
+        what = "row > column" if one_sided else "row vs column"
+        ax.set_title(f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})"
+                     + (f", session {session}" if session is not None else ""), fontsize=9)
+        fig.colorbar(img, ax=ax, shrink=0.8, label="p")
+        return _svg(fig)
+
+
+def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
+    """Pearson r between metrics at one level (upper triangle) with Spearman rho (lower triangle)."""
+    metrics = result["params"]["metrics"]
+    idx = {m: i for i, m in enumerate(metrics)}
+    matrix = np.eye(len(metrics))
+    n = None
+    for c in result["correlations"]:
+        if c["level"] != level:
+            continue
+        i, j = idx[c["a"]], idx[c["b"]]
+        matrix[i, j] = _num(c["pearson_r"])
+        matrix[j, i] = _num(c["spearman_rho"])
+        n = c["n"]
+    if n is None:
+        raise ValueError(f"no correlations at level {level!r}")
+    with matplotlib.rc_context(_RC):
+        size = 1.5 + 0.6 * len(metrics)
+        fig = _figure(size + 1.2, size)
+        ax = fig.add_subplot()
+        img = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1)
+        for i in range(len(metrics)):
+            for j in range(len(metrics)):
+                if i != j and not np.isnan(matrix[i, j]):
+                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right")
+        ax.set_yticks(range(len(metrics)), metrics)
+        ax.set_title(f"{level}-level correlations (n = {n})\nPearson above, Spearman below the diagonal", fontsize=9)
+        fig.colorbar(img, ax=ax, shrink=0.8, label="r")
+        return _svg(fig)
+
+
+def all_plots(result: dict[str, Any]) -> dict[str, str]:
+    """Every figure of the report, keyed by a file-name-friendly name."""
+    plots = {"arm_scores": arm_scores(result), "pvalues_overall": pvalue_heatmap(result)}
+    if result["by_session"]:
+        plots["sessions_overall"] = session_means(result, "overall")
+        for m in result["params"]["metrics"]:
+            plots[f"sessions_{m}"] = session_means(result, m)
+    level = "unit" if any(c["level"] == "unit" for c in result["correlations"]) else "rating"
+    if len(result["params"]["metrics"]) > 1:
+        plots[f"correlations_{level}"] = correlation_matrix(result, level)
+    return plots

@@ -1,0 +1,327 @@
+"""Report writers: Markdown and LaTeX tables for papers, a self-contained HTML report, CSV tables.
+
+All take the dict returned by :func:`analysis.report.analyze`. Table shapes follow Bae et al. (2022):
+standardized scores per arm and metric (Table 5), absolute scores (Table 9) and per-session standardized
+scores (Table 8). Significance marks: each arm is numbered; a superscript lists the arms it beats on that
+metric at Holm-adjusted p < 0.05 (for two-sided tests: a significant difference with the higher mean).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+ALPHA = 0.05
+
+
+# ---------------------------------------------------------------- formatting helpers
+def fmt(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:.{digits}f}"
+
+
+def fmt_p(p: Any) -> str:
+    if p is None:
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_ci(ci: list[Any], digits: int = 3) -> str:
+    if not ci or ci[0] is None:
+        return "–"
+    return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def _scale(result: dict[str, Any]) -> str:
+    return "z" if result["design"]["z_valid"] else "raw"
+
+
+def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tuple[str, str], list[int]]:
+    """(arm, metric) -> numbers (1-based, in ``arm_order``) of the arms it significantly outscores."""
+    number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
+    source = result["pairwise"] if session is None else [
+        p for p in result["pairwise_by_session"] if p.get("session") == session
+    ]
+    one_sided = result["params"]["test"] == "mwu-greater"
+    marks: dict[tuple[str, str], list[int]] = {}
+    for p in source:
+        if p["p_holm"] is None or p["p_holm"] >= ALPHA:
+            continue
+        if one_sided:
+            winner, loser = p["a"], p["b"]
+        elif (p["mean_a"] or 0) >= (p["mean_b"] or 0):
+            winner, loser = p["a"], p["b"]
+        else:
+            winner, loser = p["b"], p["a"]
+        marks.setdefault((winner, p["metric"]), []).append(number[loser])
+    return {k: sorted(v) for k, v in marks.items()}
+
+
+def _arm_rows(result: dict[str, Any], scale: str, digits: int, mark: Callable[[str], str]) -> tuple[list[str], list[list[str]]]:
+    metrics = result["params"]["metrics"]
+    marks = significance_marks(result) if scale == _scale(result) else {}
+    header = ["#", "Arm", "n", *metrics, "Overall"]
+    rows = []
+    for i, a in enumerate(result["arm_order"], 1):
+        arm = result["arms"][a]
+        cells = [str(i), a, str(arm["n_units"])]
+        for m in metrics:
+            cells.append(fmt(arm["metrics"][m][f"mean_{scale}"], digits) + mark(_marks(marks, a, m)))
+        cells.append(fmt(arm[f"overall_{scale}"], digits) + mark(_marks(marks, a, "overall")))
+        rows.append(cells)
+    return header, rows
+
+
+def _marks(marks: dict[tuple[str, str], list[int]], arm: str, metric: str) -> str:
+    return ",".join(str(n) for n in marks.get((arm, metric), []))
+
+
+def _session_rows(result: dict[str, Any], scale: str, digits: int) -> tuple[list[str], list[list[str]]]:
+    metrics = result["params"]["metrics"]
+    header = ["Session", "Arm", "n", *metrics, "Overall"]
+    rows = []
+    for r in sorted(result["by_session"], key=lambda r: (isinstance(r["session"], str), r["session"])):
+        cells = [str(r["session"]), r["arm"], str(r["n_units"])]
+        cells += [fmt(r["metrics"][m][f"mean_{scale}"], digits) for m in metrics]
+        cells.append(fmt(r[f"overall_{scale}"], digits))
+        rows.append(cells)
+    return header, rows
+
+
+def _pairwise_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Metric", "A", "B", "Test", "n_A", "n_B", "Statistic", "p", "p (Holm)", "Effect size"]
+    rows = []
+    for p in result["pairwise"]:
+        kind = {"rank_biserial": "r_rb", "hedges_g": "g"}.get(p.get("effect_size_kind") or "", "")
+        rows.append([p["metric"], p["a"], p["b"], p["test"], str(p["n_a"]), str(p["n_b"]), fmt(p.get("statistic"), 2),
+                     fmt_p(p["p"]), fmt_p(p["p_holm"]), f"{kind} {fmt(p['effect_size'])}".strip()])
+    return header, rows
+
+
+def _correlation_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Level", "Scale", "A", "B", "n", "Pearson r", "95% CI", "p", "Spearman rho", "p (Spearman)"]
+    rows = [[c["level"], c["scale"], c["a"], c["b"], str(c["n"]), fmt(c["pearson_r"]), fmt_ci(c["pearson_ci95"]),
+             fmt_p(c["pearson_p"]), fmt(c["spearman_rho"]), fmt_p(c["spearman_p"])] for c in result["correlations"]]
+    return header, rows
+
+
+def _mixed_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["Metric", "Term", "Coef.", "SE", "p", "95% CI"]
+    rows = []
+    for m, fit in (result.get("mixedlm") or {}).get("models", {}).items():
+        for e in fit["effects"]:
+            rows.append([m, e["term"], fmt(e["coef"], 2), fmt(e["se"], 2), fmt_p(e["p"]), fmt_ci(e["ci95"], 2)])
+    return header, rows
+
+
+def _qc_lines(result: dict[str, Any]) -> list[str]:
+    qc = result["qc"]
+    if not qc["arm"]:
+        return ["No quality-control arm: every worker is included."]
+    lines = [f"QC arm `{qc['arm']}` on {', '.join(qc['metrics'])}: {qc['workers_passed']} of {qc['workers_total']} "
+             f"workers passed ({100 * (qc['pass_rate'] or 0):.1f}%)."]
+    if qc["failed_workers"]:
+        lines.append("Excluded workers: " + ", ".join(f"{w} ({qc['failed_reasons'].get(w, '')})" for w in qc["failed_workers"]))
+    return lines
+
+
+# ---------------------------------------------------------------- Markdown
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The report as Markdown: methods, QC, warnings, Tables 5/9/8 shapes, tests, correlations, mixed model."""
+    sc = _scale(result)
+    sup = lambda s: f"<sup>{s}</sup>" if s else ""  # noqa: E731
+    out = ["# Analysis report", "", result["methods"], "", "## Quality control", ""]
+    out += [f"- {line}" for line in _qc_lines(result)]
+    if result["warnings"]:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in result["warnings"]]
+    if sc == "z":
+        out += ["", "## Standardized scores (mean z per arm)", "", _md_table(*_arm_rows(result, "z", 3, sup))]
+    out += ["", "## Absolute scores (mean 0-100 per arm)", "", _md_table(*_arm_rows(result, "raw", 2, sup))]
+    out += ["", f"Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p < {ALPHA})."]
+    if result["by_session"]:
+        out += ["", f"## Per-session {'standardized' if sc == 'z' else 'absolute'} scores", "",
+                _md_table(*_session_rows(result, sc, 3 if sc == "z" else 2))]
+    out += ["", "## Pairwise tests", "", _md_table(*_pairwise_rows(result))]
+    out += ["", "## Correlations between metrics", "", _md_table(*_correlation_rows(result))]
+    if result.get("mixedlm"):
+        out += ["", "## Mixed model (raw score ~ arm + random intercept per worker)", "", _md_table(*_mixed_rows(result))]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- LaTeX
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _latex_table(header: list[str], rows: list[list[str]], caption: str, label: str, raw_cells: bool = False) -> str:
+    cols = "ll" + "r" * (len(header) - 2)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
+             " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    for r in rows:
+        cells = [c if raw_cells and k >= 3 else latex_escape(c) for k, c in enumerate(r)]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
+              r"\end{table}"]
+    return "\n".join(lines)
+
+
+def to_latex(result: dict[str, Any]) -> str:
+    """booktabs tables (needs ``\\usepackage{booktabs}``): Tables 5, 9 and 8 shapes plus pairwise tests."""
+    sc = _scale(result)
+    sup = lambda s: f"$^{{{s}}}$" if s else ""  # noqa: E731
+    note = f" Superscripts: significantly higher than the numbered arms (Holm-adjusted p < {ALPHA}, {result['params']['test']})."
+    parts = []
+    if sc == "z":
+        h, rows = _arm_rows(result, "z", 3, sup)
+        rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
+        parts.append(_latex_table(h, rows, "Average standardized scores per arm." + note, "tab:z-scores", raw_cells=True))
+    h, rows = _arm_rows(result, "raw", 2, sup)
+    rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
+    parts.append(_latex_table(h, rows, "Average absolute scores (0-100) per arm." + note, "tab:raw-scores", raw_cells=True))
+    if result["by_session"]:
+        parts.append(_latex_table(*_session_rows(result, sc, 3 if sc == "z" else 2),
+                                  caption=f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores.",
+                                  label="tab:sessions"))
+    overall = [r for r in _pairwise_rows(result)[1] if r[0] == "overall"]
+    parts.append(_latex_table(_pairwise_rows(result)[0], overall,
+                              f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted).",
+                              "tab:pairwise"))
+    return "% generated by memeval analysis; needs \\usepackage{booktabs}\n" + "\n\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------- HTML
+_CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}
+th{background:#f4f4f4}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}.warn{background:#fff4e0;border-left:4px solid #e69500;padding:.5em 1em}
+figure{display:inline-block;margin:0 1em 1em 0;vertical-align:top}figcaption{font-size:12px;color:#555}
+details{margin-bottom:1em}"""
+
+
+def _html_table(header: list[str], rows: list[list[str]], raw_cells: bool = False) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{c if raw_cells else html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: str = "Analysis report") -> str:
+    """One self-contained HTML page: methods, diagnostics, QC, tables and the SVG plots inline.
+
+    ``plots`` maps names to SVG strings (default: :func:`analysis.plots.all_plots`); pass ``{}`` for none.
+    """
+    if plots is None:
+        from analysis.plots import all_plots
+
+        plots = all_plots(result)
+    sc = _scale(result)
+    e = html.escape
+    sup = lambda s: f"<sup>{e(s)}</sup>" if s else ""  # noqa: E731
+
+    def arm_table(scale: str, digits: int) -> str:
+        header, rows = _arm_rows(result, scale, digits, sup)
+        escaped = [[e(c) for c in r[:3]] + r[3:] for r in rows]
+        return _html_table(header, escaped, raw_cells=True)
+
+    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
+           f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+           "<h2>Methods</h2>", f"<p>{e(result['methods'])}</p>",
+           "<h2>Design diagnostics</h2>"]
+    d = result["design"]
+    out.append(f"<p>{d['workers']} workers, {d['units']} units, {d['ratings']} ratings; arms per worker: "
+               f"{e(', '.join(f'{k}: {v}' for k, v in d['arms_per_worker'].items()))}; analysis scale: {e(d['scale'])}.</p>")
+    out += [f"<p class='warn'>{e(w)}</p>" for w in result["warnings"]]
+    out.append("<h2>Quality control</h2>")
+    out += [f"<p>{e(line)}</p>" for line in _qc_lines(result)]
+    if sc == "z":
+        out += ["<h2>Standardized scores</h2>", arm_table("z", 3)]
+    out += ["<h2>Absolute scores</h2>", arm_table("raw", 2),
+            f"<p>Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p &lt; {ALPHA}).</p>"]
+    if result["by_session"]:
+        out += ["<h2>Per-session scores</h2>", _html_table(*_session_rows(result, sc, 3 if sc == "z" else 2))]
+    if plots:
+        out.append("<h2>Plots</h2>")
+        for name, svg in plots.items():
+            out.append(f"<figure>{_strip_xml_header(svg)}<figcaption>{e(name)}</figcaption></figure>")
+    out += ["<h2>Pairwise tests</h2>", _html_table(*_pairwise_rows(result))]
+    out += ["<h2>Correlations between metrics</h2>", _html_table(*_correlation_rows(result))]
+    if result.get("mixedlm"):
+        out += ["<h2>Mixed model</h2>", _html_table(*_mixed_rows(result))]
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _strip_xml_header(svg: str) -> str:
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+# ---------------------------------------------------------------- CSV
+CSV_TABLES = ("summary", "pairwise", "correlations", "qc")
+
+
+def summary_frame(result: dict[str, Any]) -> pd.DataFrame:
+    """Long table: one row per arm x session ("all" for the whole episode) x metric (and "overall")."""
+    rows = []
+    metrics = [*result["params"]["metrics"], "overall"]
+
+    def add(arm: str, session: Any, entry: dict[str, Any]) -> None:
+        for m in metrics:
+            if m == "overall":
+                s = {"n": entry.get("n_units"), "mean_raw": entry["overall_raw"], "ci95_raw": entry["overall_raw_ci95"],
+                     "mean_z": entry["overall_z"], "ci95_z": entry["overall_z_ci95"]}
+            else:
+                s = entry["metrics"][m]
+            rows.append({"arm": arm, "session": session, "metric": m, "n_units": s["n"], "mean_raw": s["mean_raw"],
+                         "ci95_raw_lo": s["ci95_raw"][0], "ci95_raw_hi": s["ci95_raw"][1], "mean_z": s["mean_z"],
+                         "ci95_z_lo": s["ci95_z"][0], "ci95_z_hi": s["ci95_z"][1]})
+
+    for a in result["arm_order"]:
+        add(a, "all", result["arms"][a])
+    for r in result["by_session"]:
+        add(r["arm"], r["session"], r)
+    return pd.DataFrame(rows)
+
+
+def to_csv(obj: dict[str, Any] | pd.DataFrame, table: str = "summary") -> str:
+    """CSV text of a DataFrame (e.g. ``analysis.report.run(...).ratings``, the ratings with z-scores) or of one
+    table of a result: ``summary`` (arm x session x metric means and CIs), ``pairwise``, ``correlations``, ``qc``."""
+    if isinstance(obj, pd.DataFrame):
+        frame = obj
+    elif table == "summary":
+        frame = summary_frame(obj)
+    elif table == "pairwise":
+        frame = pd.DataFrame(obj["pairwise"] + obj["pairwise_by_session"])
+        for col in ("mean_diff_ci95",):
+            if col in frame:
+                frame[col] = frame[col].map(lambda v: v if not isinstance(v, list) else f"[{v[0]}, {v[1]}]")
+    elif table == "correlations":
+        frame = pd.DataFrame(obj["correlations"])
+        frame[["pearson_ci95_lo", "pearson_ci95_hi"]] = pd.DataFrame(frame.pop("pearson_ci95").tolist(), index=frame.index)
+    elif table == "qc":
+        frame = pd.DataFrame(obj["qc"]["workers"], columns=["worker", "passed", "p", "n_qc", "n_other"])
+        frame["reason"] = frame["worker"].map(obj["qc"]["failed_reasons"]).fillna("")
+    else:
+        raise ValueError(f"unknown table {table!r}; choose one of {CSV_TABLES}")
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue()
