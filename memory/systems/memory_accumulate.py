@@ -47,7 +47,8 @@ def summarize_session(
         max_tokens=max_tokens,
         trace=trace,
     )
-    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2]
+    # Small models sometimes echo the instruction or its examples: such lines are not about this user.
+    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2 and s not in SUMMARY_INSTRUCTION]
     if reply is not None and not sentences:
         fallback(trace, "summarize_session", "no summary sentence in the reply: memory unchanged", reply or "")
     if len(sentences) > max_sentences:

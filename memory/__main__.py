@@ -1,0 +1,225 @@
+"""Command line: ``python -m memory arms`` and ``python -m memory replay``.
+
+``arms`` lists the registered arms with their parameters, defaults and sources.
+
+``replay`` runs an arm over a multi-session dialogue file the way the platform would (compose → reply →
+after_turn per user message, end_session after each session, simulated time from the file), then
+asks the probing questions, and prints (or writes as JSONL) the memory after each session and the
+replies to the probes. Two input formats:
+
+- the MemoryBank evaluation set (``memory_bank_en.json``: ``{user: {history: {date: [{query, response}]}}}``),
+  one session per date; its probing questions are read from ``probing_questions_en.jsonl`` next to it
+  (or ``--probes``);
+- JSONL, one object per line: a session ``{"dialogue": "d1", "date": "2026-03-01T18:00:00", "turns":
+  [{"speaker": "user", "text": "..."}, {"speaker": "bot", "text": "..."}]}`` or a probe
+  ``{"dialogue": "d1", "probe": "What is my dog's name?"}`` (optional "date").
+
+Recorded bot turns are kept as they are (as in LD-Agent's and MemoryBank's evaluations); a user turn
+with no bot turn after it gets a reply generated from the arm's prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from memory.base import Turn, ensure_json
+from memory.embed import make_embedder
+from memory.llm import LLM, RecordingLLM, make_llm
+from memory.registry import MEMORY_SYSTEMS, build_system
+
+
+@dataclass
+class Dialogue:
+    name: str
+    sessions: list[tuple[datetime, list[dict[str, str]]]] = field(default_factory=list)
+    probes: list[tuple[datetime | None, str]] = field(default_factory=list)
+
+
+def _when(text: str) -> datetime:
+    dt = datetime.fromisoformat(text)
+    if len(text) <= 10:  # a bare date: the session starts in the evening
+        dt = dt.replace(hour=18)
+    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+
+
+def load_memorybank(path: Path, probes: Path | None) -> list[Dialogue]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if probes is None:
+        guess = path.with_name(path.name.replace("memory_bank_", "probing_questions_").replace(".json", ".jsonl"))
+        probes = guess if guess.exists() else None
+    questions: dict[str, list[str]] = {}
+    if probes is not None:
+        for line in probes.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                questions.update(json.loads(line))
+    out = []
+    for user, record in data.items():
+        d = Dialogue(user)
+        for day, pairs in sorted(record.get("history", {}).items()):
+            turns: list[dict[str, str]] = []
+            for pair in pairs:
+                q, r = (pair["query"], pair["response"]) if isinstance(pair, dict) else pair
+                turns += [{"speaker": "user", "text": q}, {"speaker": "bot", "text": r}]
+            d.sessions.append((_when(day), turns))
+        d.probes = [(None, q) for q in questions.get(user, [])]
+        out.append(d)
+    return out
+
+
+def load_jsonl(path: Path) -> list[Dialogue]:
+    dialogues: dict[str, Dialogue] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        obj = json.loads(line)
+        d = dialogues.setdefault(str(obj.get("dialogue", "dialogue")), Dialogue(str(obj.get("dialogue", "dialogue"))))
+        if "probe" in obj:
+            d.probes.append((_when(obj["date"]) if obj.get("date") else None, str(obj["probe"])))
+        elif "turns" in obj:
+            turns = [{"speaker": "bot" if t["speaker"] in ("bot", "assistant", "system") else "user", "text": t["text"]} for t in obj["turns"]]
+            d.sessions.append((_when(obj["date"]), turns))
+        else:
+            raise ValueError(f"{path}:{n}: a line needs 'turns' (a session) or 'probe' (a question)")
+    return list(dialogues.values())
+
+
+def load(path: Path, probes: Path | None = None) -> list[Dialogue]:
+    if path.suffix == ".jsonl":
+        return load_jsonl(path)
+    return load_memorybank(path, probes)
+
+
+def replay_dialogue(
+    d: Dialogue, system: Any, llm: LLM, *, max_tokens: int, max_sessions: int | None = None
+) -> Iterator[dict[str, Any]]:
+    """Yield one record per session (state and trace after it) and one per probe (reply, memory used)."""
+    state = ensure_json(system.initial_state())
+    last = None
+    for k, (start, turns) in enumerate(d.sessions[:max_sessions], 1):
+        session: list[Turn] = []
+        at = start
+        for i, t in enumerate(turns):
+            at = start + timedelta(minutes=i)
+            if t["speaker"] == "user":
+                session.append(Turn("user", t["text"], at))
+                nxt = turns[i + 1] if i + 1 < len(turns) else None
+                if nxt is None or nxt["speaker"] != "bot":
+                    prompt = system.compose(state, list(session), at)
+                    reply = llm.complete(prompt.as_dicts(), max_tokens=max_tokens, temperature=0.0, purpose="reply").text
+                    session.append(Turn("bot", reply, at))
+                    state = ensure_json(system.after_turn(state, list(session), at).state)
+            else:
+                session.append(Turn("bot", t["text"], at))
+                state = ensure_json(system.after_turn(state, list(session), at).state)
+        update = system.end_session(state, list(session), at + timedelta(minutes=1))
+        state = ensure_json(update.state)
+        last = at
+        yield {"dialogue": d.name, "session": k, "date": start.isoformat(), "state": state, "trace": update.trace}
+    probe_day = (last or datetime.now(timezone.utc)) + timedelta(days=1)
+    for date, question in d.probes:
+        when = date or probe_day
+        prompt = system.compose(state, [Turn("user", question, when)], when)
+        reply = llm.complete(prompt.as_dicts(), max_tokens=max_tokens, temperature=0.0, purpose="probe").text
+        yield {"dialogue": d.name, "probe": question, "date": when.isoformat(), "reply": reply, "memory": prompt.memory}
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cmd_arms(args: argparse.Namespace, out: TextIO) -> int:
+    if args.json:
+        json.dump({k: {"label": c.label, "params": {n: p.as_dict() for n, p in c.params.items()}} for k, c in MEMORY_SYSTEMS.items()}, out, indent=2)
+        out.write("\n")
+        return 0
+    for name, cls in MEMORY_SYSTEMS.items():
+        out.write(f"{name}  ({cls.label})\n")
+        for pname, p in cls.params.items():
+            out.write(f"    {pname} = {p.default!r}: {p.help}" + (f" [{p.source}]" if p.source else "") + "\n")
+        if not cls.params:
+            out.write("    (no parameters)\n")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
+    params = {}
+    for item in args.param or []:
+        key, _, value = item.partition("=")
+        params[key] = _value(value)
+    options: dict[str, Any] = {}
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
+    if base_url:
+        options["base_url"] = base_url
+    if api_key:
+        options["api_key"] = api_key
+    llm = RecordingLLM(make_llm(args.backend, args.model or "", **options))
+    system = build_system(args.arm, llm=llm, embedder=make_embedder(args.embedder), **params)
+    dialogues = load(Path(args.file), Path(args.probes) if args.probes else None)
+    if args.dialogue:
+        dialogues = [d for d in dialogues if d.name in args.dialogue]
+        if not dialogues:
+            print(f"no dialogue named {args.dialogue}", file=sys.stderr)
+            return 2
+    sink = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115
+    try:
+        for d in dialogues:
+            for record in replay_dialogue(d, system, llm, max_tokens=args.max_tokens, max_sessions=args.max_sessions):
+                record["llm_calls"] = len(llm.drain())
+                if sink:
+                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                elif "session" in record:
+                    out.write(f"=== {d.name} session {record['session']} ({record['date'][:10]}): memory after the session\n")
+                    out.write(json.dumps(record["state"], ensure_ascii=False, indent=1)[: args.width] + "\n")
+                    if record["trace"].get("fallbacks"):
+                        out.write(f"    fallbacks: {len(record['trace']['fallbacks'])}\n")
+                else:
+                    out.write(f"--- {d.name} probe: {record['probe']}\n    memory used: {record['memory']}\n    reply: {record['reply']}\n")
+    finally:
+        if sink:
+            sink.close()
+    if args.out:
+        out.write(f"wrote {args.out}\n")
+    return 0
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    parser = argparse.ArgumentParser(prog="python -m memory", description="memeval's memory systems")
+    sub = parser.add_subparsers(dest="command", required=True)
+    arms = sub.add_parser("arms", help="list the registered arms with their parameters")
+    arms.add_argument("--json", action="store_true")
+    rp = sub.add_parser("replay", help="replay a multi-session dialogue file through an arm")
+    rp.add_argument("file", help="memory_bank_*.json (MemoryBank evaluation set) or a .jsonl dialogue file")
+    rp.add_argument("--arm", required=True, choices=sorted(MEMORY_SYSTEMS))
+    rp.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
+    rp.add_argument("--backend", default="local", choices=["local", "openai", "scripted"])
+    rp.add_argument("--model", default="")
+    rp.add_argument("--base-url", default="", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL)")
+    rp.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
+    rp.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])
+    rp.add_argument("--probes", default="", help="probing questions JSONL (default: next to a MemoryBank file)")
+    rp.add_argument("--dialogue", action="append", help="only this dialogue / MemoryBank user (repeatable)")
+    rp.add_argument("--max-sessions", type=int, default=None)
+    rp.add_argument("--max-tokens", type=int, default=64, help="reply length in tokens")
+    rp.add_argument("--out", default="", help="write JSONL records here instead of printing")
+    rp.add_argument("--width", type=int, default=4000, help="characters of each printed state")
+    args = parser.parse_args(argv)
+    if args.command == "arms":
+        return cmd_arms(args, out)
+    return cmd_replay(args, out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
