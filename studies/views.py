@@ -1,6 +1,280 @@
+"""The public home page and the researcher's pages: study list, create/edit, study page, episode page.
+
+Every researcher view is wrapped in ``researcher_required``: arm names, transcripts and memory
+snapshots are for staff only (workers have no login; annotators are not staff).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Count, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_POST
+
+from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
+from memory.registry import MEMORY_SYSTEMS
+from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
+from studies.models import Arm, Study
+from studies.roles import researcher_required
+
+PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
+EPISODES_PER_PAGE = 50
 
 
 def home(request: HttpRequest) -> HttpResponse:
     return render(request, "home.html")
+
+
+@researcher_required
+def study_list(request: HttpRequest) -> HttpResponse:
+    studies = Study.objects.annotate(
+        n_arms=Count("arms", filter=Q(arms__active=True), distinct=True),
+        n_participants=Count("participants", distinct=True),
+        n_completed=Count("participants", filter=Q(participants__completed_at__isnull=False), distinct=True),
+    )
+    return render(request, "studies/researcher/list.html", {"studies": studies})
+
+
+def _save_study(request: HttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+    with transaction.atomic():
+        study = form.save(commit=False)
+        if study.created_by_id is None:
+            study.created_by = request.user
+        study.save()
+        arms.instance = metrics.instance = study
+        arms.save()
+        metrics.save()
+        if form.cleaned_data.get("add_default_metrics"):
+            study.add_default_metrics()
+    return study
+
+
+def _systems_help() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "label": cls.label,
+            "params": [
+                {"name": k, "default": json.dumps(p.default), "help": p.help, "source": p.source}
+                for k, p in cls.params.items()
+            ],
+        }
+        for name, cls in MEMORY_SYSTEMS.items()
+    ]
+
+
+def _edit(request: HttpRequest, study: Study | None) -> HttpResponse:
+    form_class = NewStudyForm if study is None else StudyForm
+    instance = study or Study()
+    data = request.POST if request.method == "POST" else None
+    form = form_class(data, instance=instance)
+    arms = ArmFormSet(data, instance=instance, prefix="arms")
+    metrics = MetricFormSet(data, instance=instance, prefix="metrics")
+    if data is not None:
+        valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
+        if valid and check_design(form, arms, metrics):
+            saved = _save_study(request, form, arms, metrics)
+            messages.success(request, f"Saved “{saved.name}”.")
+            return redirect(saved)
+    context = {"form": form, "arms": arms, "metrics": metrics, "study": study, "systems": _systems_help()}
+    return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
+
+
+@researcher_required
+def study_create(request: HttpRequest) -> HttpResponse:
+    return _edit(request, None)
+
+
+@researcher_required
+def study_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    return _edit(request, get_object_or_404(Study, slug=slug))
+
+
+@require_POST
+@researcher_required
+def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    before = study.metrics.count()
+    study.add_default_metrics()
+    added = study.metrics.count() - before
+    messages.success(
+        request, f"Added {added} default metric(s)." if added else "The default metrics were already there."
+    )
+    return redirect("studies:edit", slug=study.slug)
+
+
+@require_POST
+@researcher_required
+def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    status = request.POST.get("status", "")
+    if status not in Study.Status.values:
+        messages.error(request, "Unknown status.")
+    elif status == Study.Status.OPEN and (problems := open_problems(study)):
+        messages.error(request, "The study cannot be opened: " + "; ".join(problems) + ".")
+    else:
+        study.status = status
+        study.save(update_fields=["status"])
+        messages.success(request, f"The study is now {study.get_status_display().lower()}.")
+    return redirect(study)
+
+
+@dataclass
+class ArmRow:
+    arm: Arm
+    counts: dict[str, int] = field(default_factory=dict)
+    sessions_rated: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def _arm_rows(study: Study) -> list[ArmRow]:
+    rows = {arm.pk: ArmRow(arm, dict.fromkeys(Episode.Status.values, 0)) for arm in study.arms.all()}
+    for r in Episode.objects.filter(arm__study=study).values("arm", "status").annotate(n=Count("id")):
+        rows[r["arm"]].counts[r["status"]] = r["n"]
+    rated = (
+        ChatSession.objects.filter(episode__arm__study=study, status=ChatSession.Status.DONE)
+        .values("episode__arm")
+        .annotate(n=Count("id"))
+    )
+    for r in rated:
+        rows[r["episode__arm"]].sessions_rated = r["n"]
+    return list(rows.values())
+
+
+def _entry_path(study: Study) -> str:
+    try:
+        return reverse("studies:entry", args=[study.slug])
+    except NoReverseMatch:  # the worker entry is wired by the chat flow; the path is fixed by the issue
+        return f"/s/{study.slug}/"
+
+
+def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
+    participants = study.participants.aggregate(
+        total=Count("id"),
+        consented=Count("id", filter=Q(consented_at__isnull=False)),
+        completed=Count("id", filter=Q(completed_at__isnull=False)),
+    )
+    episodes = (
+        Episode.objects.filter(participant__study=study)
+        .select_related("arm", "participant")
+        .annotate(n_rated=Count("sessions", filter=Q(sessions__status=ChatSession.Status.DONE)))
+        .order_by("-created_at", "-id")
+    )
+    page = Paginator(episodes, EPISODES_PER_PAGE).get_page(request.GET.get("page"))
+    return {
+        "study": study,
+        "arm_rows": _arm_rows(study),
+        "participants": participants,
+        "page": page,
+        "prolific_link": settings.SITE_URL.rstrip("/") + _entry_path(study) + "?" + PROLIFIC_QUERY,
+        "invite_form": InviteForm(),
+        "open_problems": open_problems(study),
+        "statuses": Study.Status,
+    }
+
+
+@researcher_required
+def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    return render(request, "studies/researcher/detail.html", _study_context(request, study))
+
+
+@require_POST
+@researcher_required
+def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
+    """Generate a signed invite link for an in-house worker (the signer lives in studies.entry)."""
+    from studies.entry import invite_url
+
+    study = get_object_or_404(Study, slug=slug)
+    form = InviteForm(request.POST)
+    context = _study_context(request, study)
+    context["invite_form"] = form
+    if form.is_valid():
+        invite_id = form.cleaned_data["invite_id"] or f"inv-{secrets.token_hex(4)}"
+        context["invite_id"] = invite_id
+        context["invite_link"] = request.build_absolute_uri(invite_url(study, invite_id))
+    template = "studies/researcher/detail.html"
+    if request.htmx:  # type: ignore[attr-defined]
+        template += "#invite"
+    return render(request, template, context, status=200 if form.is_valid() else 400)
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class SessionView:
+    session: ChatSession
+    messages: list[Message]
+    ratings: list[Rating]
+    calls: list[LLMCallRecord | dict[str, Any]]
+    snapshot: Any
+    state_json: str = ""
+    summary: list[str] = field(default_factory=list)
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    fallbacks: int = 0
+    memory_after: list[str] = field(default_factory=list)
+    trace_extra_json: str = ""
+
+
+TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls"}
+
+
+def _session_view(session: ChatSession) -> SessionView:
+    snapshot = getattr(session, "snapshot", None)  # the reverse one-to-one raises when absent
+    view = SessionView(
+        session=session,
+        messages=list(session.messages.all()),
+        ratings=list(session.ratings.all()),
+        calls=list(session.llm_calls.all()),
+        snapshot=snapshot,
+    )
+    if snapshot is not None:
+        trace = snapshot.trace or {}
+        view.state_json = _pretty(snapshot.state)
+        view.summary = list(trace.get("summary") or [])
+        view.operations = list(trace.get("operations") or [])
+        view.fallbacks = sum(1 for op in view.operations if op.get("fallback"))
+        view.memory_after = list(trace.get("memory_after") or [])
+        # The update's calls are normally LLMCallRecord rows too; a trace copy is shown only when it is not.
+        recorded = {(c.purpose, c.reply) for c in view.calls if isinstance(c, LLMCallRecord)}
+        view.calls += [c for c in trace.get("llm_calls") or [] if (c.get("purpose"), c.get("reply")) not in recorded]
+        extra = {k: v for k, v in trace.items() if k not in TRACE_SHOWN}
+        view.trace_extra_json = _pretty(extra) if extra else ""
+    return view
+
+
+@researcher_required
+def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
+    sessions = episode.sessions.select_related("snapshot").prefetch_related(
+        "messages",
+        Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
+        "llm_calls",
+    )
+    other_episodes = (
+        Episode.objects.filter(participant=episode.participant).exclude(pk=episode.pk).select_related("arm")
+    )
+    context = {
+        "study": study,
+        "episode": episode,
+        "participant": episode.participant,
+        "sessions": [_session_view(s) for s in sessions],
+        "other_episodes": other_episodes,
+    }
+    return render(request, "studies/researcher/episode.html", context)

@@ -1,0 +1,59 @@
+"""Django admin for studies: a study with its arms and metrics inline; participants read-mostly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest
+
+from studies.forms import ArmForm
+from studies.models import Arm, Metric, Participant, Study
+
+
+class ArmInline(admin.TabularInline):
+    model = Arm
+    form = ArmForm  # the same parameter validation as the researcher page
+    extra = 0
+
+
+class MetricInline(admin.TabularInline):
+    model = Metric
+    extra = 0
+
+
+@admin.register(Study)
+class StudyAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "status", "sessions_per_episode", "episodes_per_worker", "quota", "created_at"]
+    list_filter = ["status"]
+    search_fields = ["name", "slug"]
+    readonly_fields = ["created_at"]
+    inlines = [ArmInline, MetricInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["add_default_metrics"]
+
+    @admin.action(description="Add the five default metrics")
+    def add_default_metrics(self, request: HttpRequest, queryset: Any) -> None:
+        for study in queryset:
+            study.add_default_metrics()
+
+    def save_model(self, request: HttpRequest, obj: Study, form: Any, change: bool) -> None:
+        if obj.created_by_id is None:
+            obj.created_by = request.user  # type: ignore[assignment]
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(Arm)
+class ArmAdmin(admin.ModelAdmin):
+    form = ArmForm
+    list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
+    list_filter = ["study", "memory_system", "active"]
+
+
+@admin.register(Participant)
+class ParticipantAdmin(admin.ModelAdmin):
+    list_display = ["id", "study", "external_id", "source", "consented_at", "completed_at"]
+    list_filter = ["study", "source"]
+    search_fields = ["external_id"]
+    readonly_fields = ["created_at"]

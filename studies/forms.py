@@ -1,0 +1,212 @@
+"""Researcher forms: a study with inline formsets for its arms and metrics, and the design checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.forms import BaseInlineFormSet, inlineformset_factory
+
+from memory.registry import MEMORY_SYSTEMS
+from studies.models import Arm, Metric, Study
+
+STUDY_FIELDS = [
+    "name",
+    "description",
+    "sessions_per_episode",
+    "gap_days",
+    "min_user_turns",
+    "episodes_per_worker",
+    "quota",
+    "max_message_chars",
+    "simulated_start",
+    "instructions",
+    "consent_text",
+    "completion_code",
+    "prolific_completion_url",
+    "invite_max_age_days",
+]
+
+# Changing these on an arm that already has episodes would silently mix two systems under one name.
+ARM_FROZEN_FIELDS = ("memory_system", "params", "llm_backend", "llm_model")
+
+
+class StudyForm(forms.ModelForm):
+    prolific_completion_url = forms.URLField(
+        required=False,
+        assume_scheme="https",
+        help_text=Study._meta.get_field("prolific_completion_url").help_text,
+    )
+
+    class Meta:
+        model = Study
+        fields = STUDY_FIELDS
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 2}),
+            "instructions": forms.Textarea(attrs={"rows": 4}),
+            "consent_text": forms.Textarea(attrs={"rows": 4}),
+            "simulated_start": forms.DateTimeInput(attrs={"placeholder": "2026-01-05 10:00"}),
+        }
+
+
+def check_params(memory_system: str, params: Any) -> dict[str, Any]:
+    """Validate an arm's parameter overrides against the system's declared ``Param``s."""
+    if not isinstance(params, dict):
+        raise ValidationError('Parameters must be a JSON object, e.g. {"k": 5}.')
+    spec = MEMORY_SYSTEMS[memory_system].params
+    unknown = sorted(set(params) - set(spec))
+    if unknown:
+        known = ", ".join(sorted(spec)) or "none (this system has no parameters)"
+        raise ValidationError(f"Unknown parameter(s) for {memory_system}: {', '.join(unknown)}. Known: {known}.")
+    errors = []
+    for key, value in params.items():
+        default = spec[key].default
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int | float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if ok and isinstance(default, int) and not isinstance(default, bool) and isinstance(value, float):
+                ok = value.is_integer()
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        if not ok:
+            errors.append(f"{key} must be a {type(default).__name__} like its default {json.dumps(default)}")
+    if errors:
+        raise ValidationError("; ".join(errors) + ".")
+    return params
+
+
+class ParamsField(forms.JSONField):
+    widget = forms.Textarea(attrs={"rows": 2, "class": "mono", "placeholder": "{}"})
+
+    def to_python(self, value: Any) -> Any:
+        if value in (None, ""):
+            return {}
+        return super().to_python(value)
+
+
+class NewStudyForm(StudyForm):
+    add_default_metrics = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Add the five default metrics (Keep Me Updated, Appendix E)",
+    )
+
+
+class ArmForm(forms.ModelForm):
+    params = ParamsField(required=False, help_text="JSON overrides of the system's defaults.")
+
+    class Meta:
+        model = Arm
+        fields = ["name", "memory_system", "params", "llm_backend", "llm_model", "is_qc", "active"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        system = data.get("memory_system")
+        if system in MEMORY_SYSTEMS and "params" in data:
+            try:
+                data["params"] = check_params(system, data["params"])
+            except ValidationError as exc:
+                self.add_error("params", exc)
+        if self.instance.pk and self.instance.episodes.exists():
+            frozen = [f for f in ARM_FROZEN_FIELDS if f in self.changed_data]
+            if frozen:
+                raise ValidationError(
+                    f"This arm already has episodes: its {', '.join(frozen)} cannot change. "
+                    "Deactivate it and add a new arm instead."
+                )
+        return data
+
+
+class KeptFormsMixin:
+    def _kept_forms(self) -> list[forms.ModelForm]:
+        """The forms that will exist after saving: filled in (or already saved) and not marked for deletion."""
+        return [
+            f
+            for f in self.forms  # type: ignore[attr-defined]
+            if (f.has_changed() or f.instance.pk) and not (self.can_delete and self._should_delete_form(f))  # type: ignore[attr-defined]
+        ]
+
+    def _deleting_saved(self, form: forms.ModelForm) -> bool:
+        return bool(self.can_delete and self._should_delete_form(form) and form.instance.pk)  # type: ignore[attr-defined]
+
+
+class BaseArmFormSet(KeptFormsMixin, BaseInlineFormSet):
+    def clean(self) -> None:
+        super().clean()
+        for form in self.forms:
+            if self._deleting_saved(form) and form.instance.episodes.exists():
+                raise ValidationError(
+                    f"Arm “{form.instance.name}” has episodes and cannot be deleted; untick “active” instead."
+                )
+
+    def active_arm_count(self) -> int:
+        return sum(1 for f in self._kept_forms() if f.cleaned_data.get("active"))
+
+
+class MetricForm(forms.ModelForm):
+    class Meta:
+        model = Metric
+        fields = ["key", "statement", "low_label", "high_label", "reversed", "order"]
+        widgets = {"order": forms.NumberInput(attrs={"min": 0, "style": "width:4.5rem"})}
+
+
+class BaseMetricFormSet(KeptFormsMixin, BaseInlineFormSet):
+    def clean(self) -> None:
+        super().clean()
+        for form in self.forms:
+            if self._deleting_saved(form) and form.instance.ratings.exists():
+                raise ValidationError(f"Metric “{form.instance.key}” already has ratings and cannot be deleted.")
+
+    def metric_count(self) -> int:
+        return len(self._kept_forms())
+
+
+ArmFormSet = inlineformset_factory(Study, Arm, form=ArmForm, formset=BaseArmFormSet, extra=1, can_delete=True)
+MetricFormSet = inlineformset_factory(
+    Study, Metric, form=MetricForm, formset=BaseMetricFormSet, extra=1, can_delete=True
+)
+
+
+def check_design(study_form: StudyForm, arms: BaseArmFormSet, metrics: BaseMetricFormSet) -> bool:
+    """Cross-form rules that neither form can check alone. Adds errors to the study form."""
+    ok = True
+    per_worker = study_form.cleaned_data.get("episodes_per_worker")
+    active = arms.active_arm_count()
+    if per_worker and per_worker > active:
+        study_form.add_error(
+            "episodes_per_worker",
+            f"{per_worker} episodes per worker need at least {per_worker} active arms (a worker's episodes use "
+            f"different arms); this study has {active}.",
+        )
+        ok = False
+    if metrics.metric_count() == 0 and not study_form.cleaned_data.get("add_default_metrics"):
+        study_form.add_error(None, "Add at least one metric (or the five default ones).")
+        ok = False
+    return ok
+
+
+def open_problems(study: Study) -> list[str]:
+    """Why a saved study cannot be opened to workers yet (empty list = it can)."""
+    problems = []
+    active = study.arms.filter(active=True).count()
+    if active == 0:
+        problems.append("it has no active arm")
+    elif study.episodes_per_worker > active:
+        problems.append(f"{study.episodes_per_worker} episodes per worker need {study.episodes_per_worker} active arms")
+    if not study.metrics.exists():
+        problems.append("it has no metric")
+    return problems
+
+
+class InviteForm(forms.Form):
+    invite_id = forms.SlugField(
+        max_length=64,
+        required=False,
+        label="Invite id",
+        help_text="Your own id for the person (e.g. lab-07); leave empty for a random one.",
+    )

@@ -1,0 +1,92 @@
+"""An episode with a finished first session: messages, ratings, a memory snapshot with a trace, LLM calls."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from studies.models import Participant, Study
+
+
+@pytest.fixture
+def finished_episode(study: Study) -> Episode:
+    participant = Participant.objects.create(
+        study=study,
+        external_id="PID-SECRET-123",
+        source=Participant.Source.PROLIFIC,
+        consented_at=dt.datetime.now(dt.UTC),
+    )
+    arm = study.arms.get(memory_system="full_history")
+    episode = Episode.objects.create(participant=participant, arm=arm, index=1)
+    s1 = ChatSession.objects.create(
+        episode=episode, index=1, status=ChatSession.Status.DONE, simulated_start=study.session_start(1, 1)
+    )
+    ChatSession.objects.create(
+        episode=episode, index=2, status=ChatSession.Status.READY, simulated_start=study.session_start(1, 2)
+    )
+    Message.objects.create(session=s1, seq=1, client_id="c1", speaker="user", text="I adopted a cat <b>Miso</b>.")
+    bot = Message.objects.create(session=s1, seq=2, speaker="bot", text="How lovely! How old is Miso?")
+    for i, metric in enumerate(study.metrics.all()):
+        Rating.objects.create(session=s1, metric=metric, value=60 + i)
+    trace: dict[str, Any] = {
+        "summary": ["The user adopted a cat named Miso."],
+        "memory_before": ["The user lives in Lyon."],
+        "memory_after": ["The user lives in Lyon.", "The user adopted a cat named Miso."],
+        "operations": [
+            {
+                "i": 0,
+                "j": 0,
+                "m": "The user lives in Lyon.",
+                "s": "The user adopted a cat named Miso.",
+                "op": "APPEND",
+                "raw": "APPEND",
+                "fallback": False,
+            },
+            {
+                "i": 0,
+                "j": 1,
+                "m": "The user lives in Lyon.",
+                "s": "The user likes tea.",
+                "op": "PASS",
+                "raw": "no idea",
+                "fallback": True,
+            },
+        ],
+        "llm_calls": [
+            {
+                "purpose": "summarize_session",
+                "model": "scripted",
+                "messages": [{"role": "user", "content": "Summarize"}],
+                "reply": "The user adopted a cat named Miso.",
+                "latency_ms": 3.0,
+                "prompt_tokens": 9,
+                "completion_tokens": 8,
+                "error": None,
+            }
+        ],
+    }
+    MemorySnapshot.objects.create(
+        session=s1,
+        status=MemorySnapshot.Status.DONE,
+        state={"history": [["user", "I adopted a cat"]]},
+        trace=trace,
+        attempts=1,
+    )
+    LLMCallRecord.objects.create(
+        session=s1,
+        message=bot,
+        purpose="reply",
+        model="scripted-model",
+        messages=[
+            {"role": "system", "content": "You are a friendly chatbot."},
+            {"role": "user", "content": "I adopted a cat"},
+        ],
+        reply="How lovely! How old is Miso?",
+        latency_ms=12.5,
+        prompt_tokens=30,
+        completion_tokens=9,
+    )
+    return episode

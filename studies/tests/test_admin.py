@@ -1,0 +1,89 @@
+"""The Django admin: every studies/chat model is registered, pages render, evidence is read-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.test import Client
+from django.urls import reverse
+
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from studies.models import Arm, Metric, Participant, Study
+
+pytestmark = pytest.mark.django_db
+
+
+def test_every_studies_and_chat_model_is_in_the_admin() -> None:
+    for model in [Study, Arm, Participant, Episode, ChatSession, Message, Rating, MemorySnapshot, LLMCallRecord]:
+        assert admin.site.is_registered(model), model
+    assert Metric in [inline.model for inline in admin.site._registry[Study].inlines]
+
+
+def test_admin_pages_render_for_a_researcher(
+    client: Client, researcher: Any, study: Study, finished_episode: Episode
+) -> None:
+    client.force_login(researcher)
+    session = finished_episode.sessions.get(index=1)
+    urls = [
+        reverse("admin:studies_study_change", args=[study.pk]),
+        reverse("admin:chat_episode_change", args=[finished_episode.pk]),
+        reverse("admin:chat_chatsession_change", args=[session.pk]),
+    ]
+    for model in [
+        "studies_study",
+        "studies_participant",
+        "chat_episode",
+        "chat_chatsession",
+        "chat_message",
+        "chat_rating",
+        "chat_memorysnapshot",
+        "chat_llmcallrecord",
+    ]:
+        urls.append(reverse(f"admin:{model}_changelist"))
+    for url in urls:
+        assert client.get(url).status_code == 200, url
+    body = client.get(reverse("admin:chat_chatsession_change", args=[session.pk])).content.decode()
+    assert "I adopted a cat &lt;b&gt;Miso&lt;/b&gt;." in body
+
+
+def test_messages_ratings_and_snapshots_cannot_be_edited_in_the_admin(
+    client: Client, researcher: Any, finished_episode: Episode
+) -> None:
+    client.force_login(researcher)
+    message = Message.objects.filter(session__episode=finished_episode).first()
+    assert message is not None
+    response = client.post(reverse("admin:chat_message_change", args=[message.pk]), {"text": "rewritten"})
+    assert response.status_code == 403
+    message.refresh_from_db()
+    assert message.text != "rewritten"
+    assert client.get(reverse("admin:chat_rating_add")).status_code == 403
+    snapshot = MemorySnapshot.objects.get(session__episode=finished_episode)
+    assert (
+        client.post(reverse("admin:chat_memorysnapshot_delete", args=[snapshot.pk]), {"post": "yes"}).status_code == 403
+    )
+    assert MemorySnapshot.objects.filter(pk=snapshot.pk).exists()
+
+
+def test_the_admin_rejects_unknown_arm_parameters(client: Client, researcher: Any, study: Study) -> None:
+    client.force_login(researcher)
+    arm = study.arms.get(memory_system="full_history")
+    data = {
+        "study": study.pk,
+        "name": arm.name,
+        "memory_system": "full_history",
+        "params": '{"bogus": 1}',
+        "llm_backend": "scripted",
+        "llm_model": "",
+        "active": "on",
+    }
+    response = client.post(reverse("admin:studies_arm_change", args=[arm.pk]), data)
+    assert response.status_code == 200
+    assert "Unknown parameter(s) for full_history: bogus" in response.content.decode()
+
+
+def test_annotators_cannot_open_the_admin(client: Client, annotator: Any) -> None:
+    client.force_login(annotator)
+    response = client.get(reverse("admin:chat_message_changelist"))
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]

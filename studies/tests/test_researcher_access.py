@@ -1,0 +1,69 @@
+"""Only researchers (staff) reach the researcher pages; everyone else is redirected or refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from chat.models import Episode
+from studies.models import Study
+
+pytestmark = pytest.mark.django_db
+
+
+def researcher_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
+    slug = study.slug
+    return [
+        ("get", reverse("studies:list")),
+        ("get", reverse("studies:create")),
+        ("get", reverse("studies:detail", args=[slug])),
+        ("get", reverse("studies:edit", args=[slug])),
+        ("post", reverse("studies:status", args=[slug])),
+        ("post", reverse("studies:default_metrics", args=[slug])),
+        ("post", reverse("studies:invite", args=[slug])),
+        ("get", reverse("studies:episode", args=[slug, episode.pk])),
+    ]
+
+
+def test_anonymous_visitors_are_sent_to_the_login_page(client: Client, study: Study, finished_episode: Episode) -> None:
+    for method, url in researcher_urls(study, finished_episode):
+        response = getattr(client, method)(url)
+        assert response.status_code == 302, url
+        assert response["Location"].startswith(reverse("login") + "?next="), url
+
+
+@pytest.mark.parametrize("who", ["annotator", "outsider"])
+def test_logged_in_non_researchers_get_403(
+    client: Client, study: Study, finished_episode: Episode, who: str, request: Any
+) -> None:
+    client.force_login(request.getfixturevalue(who))
+    for method, url in researcher_urls(study, finished_episode):
+        assert getattr(client, method)(url).status_code == 403, url
+    assert Study.objects.get(pk=study.pk).status == Study.Status.OPEN  # the status POST changed nothing
+
+
+def test_a_researcher_reaches_every_page(
+    client: Client, researcher: Any, study: Study, finished_episode: Episode
+) -> None:
+    client.force_login(researcher)
+    for method, url in researcher_urls(study, finished_episode):
+        if method == "get":
+            assert client.get(url).status_code == 200, url
+
+
+def test_a_staff_user_who_is_not_superuser_is_a_researcher(
+    client: Client, study: Study, django_user_model: Any
+) -> None:
+    staff = django_user_model.objects.create_user("sam", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert client.get(reverse("studies:detail", args=[study.slug])).status_code == 200
+
+
+def test_the_worker_facing_home_page_never_shows_arm_names(client: Client, study: Study) -> None:
+    body = client.get("/").content.decode()
+    for arm in study.arms.all():
+        assert arm.name not in body
+        assert arm.memory_system not in body

@@ -1,0 +1,273 @@
+"""Creating and editing a study on the researcher page: arms, parameters, metrics, design rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from chat.models import Episode
+from studies.forms import check_params
+from studies.models import Participant, Study
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rclient(client: Client, researcher: Any) -> Client:
+    client.force_login(researcher)
+    return client
+
+
+def formset(prefix: str, rows: list[dict[str, Any]], initial: int = 0) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        f"{prefix}-TOTAL_FORMS": len(rows),
+        f"{prefix}-INITIAL_FORMS": initial,
+        f"{prefix}-MIN_NUM_FORMS": 0,
+        f"{prefix}-MAX_NUM_FORMS": 1000,
+    }
+    for i, row in enumerate(rows):
+        for key, value in row.items():
+            if value is True:
+                data[f"{prefix}-{i}-{key}"] = "on"
+            elif value is not False and value is not None:
+                data[f"{prefix}-{i}-{key}"] = value
+    return data
+
+
+STUDY = {
+    "name": "Memory pilot",
+    "sessions_per_episode": 3,
+    "gap_days": 7,
+    "min_user_turns": 4,
+    "episodes_per_worker": 2,
+    "max_message_chars": 2000,
+    "simulated_start": "2026-01-05 10:00",
+    "instructions": "Chat.",
+    "consent_text": "OK?",
+    "completion_code": "ABC123",
+    "invite_max_age_days": 30,
+    "add_default_metrics": "on",
+}
+ARMS = [
+    {"name": "No memory", "memory_system": "none", "params": "{}", "llm_backend": "", "llm_model": "", "active": True},
+    {
+        "name": "Full",
+        "memory_system": "full_history",
+        "params": '{"max_history_tokens": 900}',
+        "llm_backend": "openai",
+        "llm_model": "gpt-4o-mini",
+        "active": True,
+    },
+]
+
+
+def post_new(
+    rclient: Client,
+    study: dict[str, Any] | None = None,
+    arms: list[dict[str, Any]] | None = None,
+    metrics: list[dict[str, Any]] | None = None,
+) -> Any:
+    data = {
+        **STUDY,
+        **(study or {}),
+        **formset("arms", ARMS if arms is None else arms),
+        **formset("metrics", metrics or []),
+    }
+    return rclient.post(reverse("studies:create"), {k: v for k, v in data.items() if v is not None})
+
+
+def test_a_researcher_creates_a_study_with_arms_and_the_default_metrics(rclient: Client, researcher: Any) -> None:
+    response = post_new(rclient)
+    study = Study.objects.get(name="Memory pilot")
+    assert response.status_code == 302 and response["Location"] == study.get_absolute_url()
+    assert study.status == Study.Status.DRAFT and study.created_by == researcher
+    assert [(a.name, a.memory_system, a.params) for a in study.arms.all()] == [
+        ("No memory", "none", {}),
+        ("Full", "full_history", {"max_history_tokens": 900}),
+    ]
+    assert study.arms.get(name="Full").llm_model == "gpt-4o-mini"
+    assert [m.key for m in study.metrics.all()] == [
+        "coherence",
+        "consistency",
+        "engagingness",
+        "humanness",
+        "memorability",
+    ]
+
+
+def test_a_study_can_have_its_own_metric_instead_of_the_defaults(rclient: Client) -> None:
+    metric = {
+        "key": "fun",
+        "statement": "Chatting was fun.",
+        "low_label": "No fun",
+        "high_label": "Great fun",
+        "reversed": True,
+        "order": 0,
+    }
+    post_new(rclient, study={"add_default_metrics": None}, metrics=[metric])
+    m = Study.objects.get(name="Memory pilot").metrics.get()
+    assert (m.key, m.statement, m.low_label, m.high_label, m.reversed) == (
+        "fun",
+        "Chatting was fun.",
+        "No fun",
+        "Great fun",
+        True,
+    )
+
+
+def test_it_rejects_unknown_parameters_with_a_clear_message(rclient: Client) -> None:
+    arms = [ARMS[0], {**ARMS[1], "params": '{"max_history_tokens": 900, "windw": 3}'}]
+    response = post_new(rclient, arms=arms)
+    assert response.status_code == 400
+    assert "Unknown parameter(s) for full_history: windw. Known: max_history_tokens." in response.content.decode()
+    assert not Study.objects.filter(name="Memory pilot").exists()
+
+
+def test_it_rejects_parameters_that_are_not_a_json_object(rclient: Client) -> None:
+    response = post_new(rclient, arms=[ARMS[0], {**ARMS[1], "params": "[1, 2]"}])
+    assert response.status_code == 400
+    assert "Parameters must be a JSON object" in response.content.decode()
+    response = post_new(rclient, arms=[ARMS[0], {**ARMS[1], "params": "{not json"}])
+    assert response.status_code == 400
+
+
+def test_parameter_types_must_match_the_defaults() -> None:
+    assert check_params("full_history", {"max_history_tokens": 500}) == {"max_history_tokens": 500}
+    with pytest.raises(Exception, match="max_history_tokens must be a int"):
+        check_params("full_history", {"max_history_tokens": "lots"})
+    with pytest.raises(Exception, match="this system has no parameters"):
+        check_params("none", {"k": 1})
+
+
+def test_episodes_per_worker_cannot_exceed_the_active_arms(rclient: Client) -> None:
+    arms = [ARMS[0], {**ARMS[1], "active": False}]
+    response = post_new(rclient, arms=arms)
+    assert response.status_code == 400
+    assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
+    assert not Study.objects.filter(name="Memory pilot").exists()
+    assert post_new(rclient, study={"episodes_per_worker": 1}, arms=arms).status_code == 302
+
+
+def test_a_study_needs_at_least_one_metric(rclient: Client) -> None:
+    response = post_new(rclient, study={"add_default_metrics": None})
+    assert response.status_code == 400
+    assert "Add at least one metric" in response.content.decode()
+
+
+def test_slider_design_fields_are_validated(rclient: Client) -> None:
+    response = post_new(rclient, study={"sessions_per_episode": 0, "gap_days": -1})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert "sessions_per_episode" in errors and "gap_days" in errors
+
+
+def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
+    arms = [
+        {
+            "id": a.pk,
+            "name": a.name,
+            "memory_system": a.memory_system,
+            "params": "{}",
+            "llm_backend": a.llm_backend,
+            "active": True,
+        }
+        for a in study.arms.all()
+    ]
+    arms.append({"name": "Summaries", "memory_system": "full_history", "params": "{}", "active": True, "is_qc": True})
+    metrics = [
+        {
+            "id": m.pk,
+            "key": m.key,
+            "statement": m.statement,
+            "low_label": m.low_label,
+            "high_label": m.high_label,
+            "order": m.order,
+        }
+        for m in study.metrics.all()
+    ]
+    data = {
+        **STUDY,
+        "name": "Renamed",
+        "add_default_metrics": None,
+        **formset("arms", arms, initial=2),
+        **formset("metrics", metrics, initial=5),
+    }
+    response = rclient.post(
+        reverse("studies:edit", args=[study.slug]), {k: v for k, v in data.items() if v is not None}
+    )
+    assert response.status_code == 302
+    study.refresh_from_db()
+    assert study.name == "Renamed" and study.sessions_per_episode == 3
+    assert study.arms.count() == 3 and study.arms.get(name="Summaries").is_qc
+
+
+def _episode(study: Study) -> Episode:
+    p = Participant.objects.create(study=study, external_id="w1", source="invite")
+    return Episode.objects.create(participant=p, arm=study.arms.get(memory_system="full_history"), index=1)
+
+
+def _edit_data(study: Study, arm_overrides: dict[str, Any]) -> dict[str, Any]:
+    arms = []
+    for a in study.arms.all():
+        row = {
+            "id": a.pk,
+            "name": a.name,
+            "memory_system": a.memory_system,
+            "params": "{}",
+            "llm_backend": a.llm_backend,
+            "active": True,
+        }
+        if a.memory_system == "full_history":
+            row.update(arm_overrides)
+        arms.append(row)
+    metrics = [
+        {
+            "id": m.pk,
+            "key": m.key,
+            "statement": m.statement,
+            "low_label": m.low_label,
+            "high_label": m.high_label,
+            "order": m.order,
+        }
+        for m in study.metrics.all()
+    ]
+    data = {
+        **STUDY,
+        "episodes_per_worker": 1,
+        "add_default_metrics": None,
+        **formset("arms", arms, initial=len(arms)),
+        **formset("metrics", metrics, initial=len(metrics)),
+    }
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def test_an_arm_with_episodes_cannot_change_its_memory_system(rclient: Client, study: Study) -> None:
+    _episode(study)
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"memory_system": "none"}))
+    assert response.status_code == 400
+    assert "This arm already has episodes: its memory_system cannot change" in response.content.decode()
+    assert study.arms.filter(memory_system="full_history").exists()
+
+
+def test_an_arm_with_episodes_cannot_be_deleted_but_can_be_deactivated(rclient: Client, study: Study) -> None:
+    _episode(study)
+    url = reverse("studies:edit", args=[study.slug])
+    response = rclient.post(url, _edit_data(study, {"DELETE": True}))
+    assert response.status_code == 400
+    assert "has episodes and cannot be deleted" in response.content.decode()
+    response = rclient.post(url, _edit_data(study, {"active": False}))
+    assert response.status_code == 302
+    assert not study.arms.get(memory_system="full_history").active
+
+
+def test_the_new_study_page_lists_every_memory_system_and_its_parameters(rclient: Client) -> None:
+    from memory.registry import MEMORY_SYSTEMS
+
+    body = rclient.get(reverse("studies:create")).content.decode()
+    for name, cls in MEMORY_SYSTEMS.items():
+        assert f'value="{name}"' in body
+        for param in cls.params:
+            assert param in body
