@@ -1,0 +1,148 @@
+"""The analysis result (the library's JSON dict) laid out as rows for the dashboard templates. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OVERALL = "overall"
+
+
+def num(x: Any, digits: int = 3, signed: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def ci(pair: Any, digits: int = 3) -> str:
+    if not pair or pair[0] is None or pair[1] is None:
+        return ""
+    return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
+
+
+def pval(p: Any) -> str:
+    if p is None:
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _cell(mean: Any, interval: Any, digits: int, signed: bool) -> dict[str, str]:
+    return {"mean": num(mean, digits, signed), "ci": ci(interval, digits)}
+
+
+def arm_rows(result: dict[str, Any], scale: str) -> list[dict[str, Any]]:
+    """Keep Me Updated Table 9 (scale "raw") or Table 5 (scale "z"): per arm, per metric and overall."""
+    metrics = result["params"]["metrics"]
+    digits, signed = (1, False) if scale == "raw" else (3, True)
+    rows = []
+    for arm in result["arm_order"]:
+        a = result["arms"][arm]
+        cells = [_cell(a["metrics"][m][f"mean_{scale}"], a["metrics"][m][f"ci95_{scale}"], digits, signed)
+                 for m in metrics]
+        rows.append({
+            "arm": arm, "n_units": a["n_units"], "n_workers": a["n_workers"], "cells": cells,
+            "overall": _cell(a[f"overall_{scale}"], a[f"overall_{scale}_ci95"], digits, signed),
+        })
+    return rows
+
+
+def session_rows(result: dict[str, Any], scale: str) -> list[dict[str, Any]]:
+    """Keep Me Updated Table 8: per arm x session."""
+    metrics = result["params"]["metrics"]
+    digits, signed = (1, False) if scale == "raw" else (3, True)
+    rows = []
+    for s in result.get("by_session") or []:
+        cells = [_cell(s["metrics"][m][f"mean_{scale}"], s["metrics"][m][f"ci95_{scale}"], digits, signed)
+                 for m in metrics]
+        rows.append({"arm": s["arm"], "session": s["session"], "n_units": s["n_units"], "cells": cells,
+                     "overall": _cell(s[f"overall_{scale}"], s[f"overall_{scale}_ci95"], digits, signed)})
+    return rows
+
+
+def pairwise_rows(entries: list[dict[str, Any]], metric: str | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for e in entries:
+        if metric is not None and e["metric"] != metric:
+            continue
+        p, p_holm = e.get("p"), e.get("p_holm")
+        rows.append({
+            "metric": e["metric"], "session": e.get("session"), "a": e["a"], "b": e["b"],
+            "n": f"{e['n_a']}/{e['n_b']}", "diff": num(e.get("mean_diff"), 3, True),
+            "statistic": num(e.get("statistic"), 2), "p": pval(p), "p_holm": pval(p_holm),
+            "effect": num(e.get("effect_size"), 3, True), "effect_kind": (e.get("effect_size_kind") or "").replace("_", "-"),
+            "significant": p_holm is not None and p_holm < 0.05,
+            "raw_significant": p is not None and p < 0.05,
+            "note": e.get("note", ""),
+        })
+    return rows
+
+
+def pairwise_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Overall first, then one group per metric (each is one Holm family)."""
+    metrics = [OVERALL, *result["params"]["metrics"]]
+    return [{"metric": m, "rows": pairwise_rows(result["pairwise"], m)} for m in metrics]
+
+
+def session_pairwise_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Overall comparisons per session (the per-metric ones are in the exports)."""
+    entries = [e for e in result.get("pairwise_by_session") or [] if e["metric"] == OVERALL]
+    sessions: dict[Any, list[dict[str, Any]]] = {}
+    for e in entries:
+        sessions.setdefault(e["session"], []).append(e)
+    return [{"session": s, "rows": pairwise_rows(es)} for s, es in sessions.items()]
+
+
+def correlation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for c in result.get("correlations") or []:
+        rows.append({
+            "a": c["a"], "b": c["b"], "level": c["level"], "scale": c["scale"], "n": c["n"],
+            "r": num(c.get("pearson_r"), 3, True), "r_ci": ci(c.get("pearson_ci95"), 2), "r_p": pval(c.get("pearson_p")),
+            "rho": num(c.get("spearman_rho"), 3, True), "rho_p": pval(c.get("spearman_p")),
+            "note": c.get("note", ""),
+        })
+    return rows
+
+
+def mixed_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    mixed = result.get("mixedlm")
+    if not mixed:
+        return []
+    rows = []
+    for metric, fit in mixed["models"].items():
+        for e in fit.get("effects", []):
+            if e["term"] == "intercept":
+                continue
+            rows.append({"metric": metric, "term": e["term"], "coef": num(e["coef"], 2, True), "se": num(e["se"], 2),
+                         "ci": ci(e["ci95"], 2), "p": pval(e["p"])})
+    return rows
+
+
+def qc_summary(result: dict[str, Any]) -> dict[str, Any] | None:
+    qc = result["qc"]
+    if not qc.get("arm"):
+        return None
+    failed = [{"worker": w, "reason": qc["failed_reasons"].get(w, "")} for w in qc["failed_workers"]]
+    return {"arm": qc["arm"], "metrics": qc["metrics"], "total": qc["workers_total"], "passed": qc["workers_passed"],
+            "rate": f"{100 * qc['pass_rate']:.1f}" if qc.get("pass_rate") is not None else "–", "failed": failed,
+            "qc_arm_overall_z": num(qc.get("qc_arm_overall_z"), 3, True)}
+
+
+def dashboard(result: dict[str, Any]) -> dict[str, Any]:
+    """Everything the tables part of the dashboard template needs."""
+    return {
+        "metrics": result["params"]["metrics"],
+        "z_valid": result["design"]["z_valid"],
+        "raw_rows": arm_rows(result, "raw"),
+        "z_rows": arm_rows(result, "z") if result["design"]["z_valid"] else [],
+        "session_rows": session_rows(result, "z" if result["design"]["z_valid"] else "raw"),
+        "session_scale": "z" if result["design"]["z_valid"] else "raw",
+        "pairwise_groups": pairwise_groups(result),
+        "session_pairwise": session_pairwise_groups(result),
+        "correlations": correlation_rows(result),
+        "mixed": mixed_rows(result),
+        "qc": qc_summary(result),
+        "design": result["design"],
+        "warnings": result["warnings"],
+        "methods": result.get("methods", ""),
+        "test": result["params"]["test"],
+    }

@@ -1,0 +1,55 @@
+"""Ratings for the root ``study`` fixture, built directly in the database (the chat flow is tested elsewhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from django.test import Client
+
+from chat.models import ChatSession, Episode, Rating
+from studies.models import Arm, Participant, Study
+
+Scorer = Callable[[int, str, int, str], float]  # (worker number, arm name, session index, metric key) -> score
+
+
+def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, scorer: Scorer | None = None,
+                sessions: int | None = None, one_arm_per_worker: bool = False, seed: int = 0) -> None:
+    """Every worker does one episode per arm (or one arm only, round robin), every session rated on every metric."""
+    rng = np.random.default_rng(seed)
+    arms = arms if arms is not None else list(study.arms.order_by("id"))
+    metrics = list(study.metrics.order_by("order"))
+    sessions = sessions or study.sessions_per_episode
+    quality = {a.name: 20.0 * k for k, a in enumerate(arms)}
+
+    def default(w: int, arm: str, s: int, m: str) -> float:
+        return 40 + quality.get(arm, 0) + 3 * s + rng.normal(0, 8)
+
+    scorer = scorer or default
+    for w in range(workers):
+        p = Participant.objects.create(study=study, external_id=f"W{w:03d}", source=Participant.Source.INVITE)
+        mine = [arms[w % len(arms)]] if one_arm_per_worker else arms
+        for i, arm in enumerate(mine, start=1):
+            ep = Episode.objects.create(participant=p, arm=arm, index=i, status=Episode.Status.COMPLETED)
+            for s in range(1, sessions + 1):
+                cs = ChatSession.objects.create(episode=ep, index=s, status=ChatSession.Status.DONE,
+                                                simulated_start=study.session_start(i, s))
+                Rating.objects.bulk_create(
+                    Rating(session=cs, metric=m, value=int(np.clip(round(scorer(w, arm.name, s, m.key)), 0, 100)))
+                    for m in metrics
+                )
+
+
+@pytest.fixture
+def rated_study(study: Study) -> Study:
+    """The root study with 8 workers who each rated both arms over both sessions; Full history scores higher."""
+    add_ratings(study, workers=8)
+    return study
+
+
+@pytest.fixture
+def researcher_client(client: Client, researcher: Any) -> Client:
+    client.force_login(researcher)
+    return client

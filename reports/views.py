@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from analysis.data import RatingsError
+from reports import queries, tables
+from reports.forms import AnalysisOptionsForm, ImportRatingsForm
+from reports.imports import parse_ratings, read_table
+from reports.models import ImportedDataset
+from reports.reporting import (
+    FORMATS,
+    PLOT_NAMES,
+    Report,
+    Source,
+    build_report,
+    export,
+    filename,
+    plot_titles,
+    render_plot,
+)
+from studies.models import Study
+
+CACHE_SECONDS = 600
+
+
+def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Anonymous visitors go to the login page; logged-in non-staff users get 403."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not request.user.is_staff:
+            raise PermissionDenied("Researchers only.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _study_source(study: Study) -> Source:
+    metrics, reverse = queries.study_metrics(study)
+    qc_arm = queries.study_qc_arm(study)
+    return Source(
+        title=study.name, slug=study.slug, frame=queries.study_ratings_frame(study), metrics=metrics, reverse=reverse,
+        has_session=True, qc_arm=qc_arm,
+        # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
+        qc_metrics=[m for m in metrics if m not in reverse] if qc_arm else [],
+    )
+
+
+def _dataset_source(dataset: ImportedDataset) -> Source:
+    return Source(
+        title=f"{dataset.study.name}: {dataset.name}", slug=f"{dataset.study.slug}-import-{dataset.pk}",
+        frame=queries.dataset_ratings_frame(dataset), metrics=list(dataset.metrics),
+        reverse=list(dataset.reverse_metrics), has_session=dataset.has_session, qc_arm=dataset.qc_arm or None,
+        qc_metrics=list(dataset.qc_metrics),
+    )
+
+
+def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> Report:
+    """The analysis for the page's data and test, cached until the ratings change (the page polls every 10 s)."""
+    test = AnalysisOptionsForm(request.GET).chosen_test()
+    version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
+    key = f"reports:report:{version}:{test}"
+    report = cache.get(key)
+    if report is None:
+        source = _dataset_source(dataset) if dataset else _study_source(study)
+        report = build_report(source, test=test)
+        report.cache_key = key
+        cache.set(key, report, CACHE_SECONDS)
+    return report
+
+
+def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
+    study = get_object_or_404(Study, slug=slug)
+    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk) if pk is not None else None
+    return study, dataset
+
+
+def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str, Any]:
+    args: list[Any] = [study.slug] if dataset is None else [study.slug, dataset.pk]
+    prefix = "reports:study_" if dataset is None else "reports:dataset_"
+    query = "" if test == "mwu-greater" else f"?test={test}"
+    return {
+        "page": reverse(f"{prefix}analysis", args=args) + query,
+        "fragment": reverse(f"{prefix}fragment", args=args) + query,
+        "exports": [
+            {"fmt": fmt, "label": label, "url": reverse(f"{prefix}export", args=[*args, fmt]) + query}
+            for fmt, label in [("csv", "Ratings with z-scores (CSV)"), ("json", "JSON"), ("md", "Markdown tables"),
+                               ("latex", "LaTeX tables"), ("html", "HTML report")]
+        ],
+        "plots": [
+            {"name": name, "title": title, "url": reverse(f"{prefix}plot", args=[*args, name]) + query,
+             "download": reverse(f"{prefix}plot", args=[*args, name]) + (query + "&" if query else "?") + "download=1"}
+            for name, title in plot_titles().items()
+        ],
+    }
+
+
+def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
+    report = _report(request, study, dataset)
+    ctx: dict[str, Any] = {
+        "study": study, "dataset": dataset, "report": report, "live": dataset is None,
+        "urls": _urls(study, dataset, report.test), "options": AnalysisOptionsForm(initial={"test": report.test}),
+        "progress": queries.study_progress(study) if dataset is None else None,
+        "datasets": queries.datasets_for_study(study),
+    }
+    if report.ok:
+        ctx["t"] = tables.dashboard(report.result)
+        ctx["plot_list"] = []
+        for entry in ctx["urls"]["plots"]:
+            svg = _plot_svg(report, entry["name"])
+            if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
+                ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg"):]})
+    return ctx
+
+
+def _plot_svg(report: Report, name: str) -> str | None:
+    if not report.ok:
+        return None
+    key = f"{report.cache_key}:plot:{name}"
+    svg = cache.get(key)
+    if svg is None:
+        svg = render_plot(report, name) or ""
+        cache.set(key, svg, CACHE_SECONDS)
+    return svg or None
+
+
+@require_GET
+@researcher_required
+def analysis(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
+    study, dataset = _objects(slug, pk)
+    return render(request, "reports/analysis.html", _context(request, study, dataset))
+
+
+@require_GET
+@researcher_required
+def analysis_fragment(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
+    study, dataset = _objects(slug, pk)
+    return render(request, "reports/analysis.html#results", _context(request, study, dataset))
+
+
+@require_GET
+@researcher_required
+def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None) -> HttpResponse:
+    study, dataset = _objects(slug, pk)
+    if fmt not in FORMATS:
+        raise Http404("unknown format")
+    report = _report(request, study, dataset)
+    if not report.ok:
+        return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(export(report, fmt), content_type=FORMATS[fmt][1])
+    response["Content-Disposition"] = f'attachment; filename="{filename(report, fmt)}"'
+    return response
+
+
+@require_GET
+@researcher_required
+def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> HttpResponse:
+    study, dataset = _objects(slug, pk)
+    if name not in PLOT_NAMES:
+        raise Http404("unknown plot")
+    report = _report(request, study, dataset)
+    svg = _plot_svg(report, name)
+    if not svg:
+        raise Http404(report.message or "this plot does not apply to these data")
+    response = HttpResponse(svg, content_type="image/svg+xml")
+    if request.GET.get("download"):
+        response["Content-Disposition"] = f'attachment; filename="{report.source.slug}-{name}.svg"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@researcher_required
+def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    form = ImportRatingsForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        mapping = form.mapping()
+        upload = form.cleaned_data["file"]
+        try:
+            parsed = parse_ratings(read_table(upload), mapping)
+        except (RatingsError, UnicodeDecodeError) as exc:
+            message = "the file is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            form.add_error(None, f"The ratings could not be imported: {message}")
+        else:
+            dataset = queries.create_imported_dataset(
+                study, name=form.cleaned_data["name"], long=parsed.long, metrics=parsed.metrics,
+                reverse_metrics=mapping.reverse, has_session=bool(mapping.session), qc_arm=mapping.qc_arm or "",
+                qc_metrics=mapping.qc_metrics, mapping=mapping.as_dict(), source_filename=upload.name,
+                uploaded_by=request.user,
+            )
+            messages.success(
+                request,
+                f"Imported {len(parsed.long)} ratings from {parsed.n_source_rows} rows "
+                f"({parsed.workers} workers, {len(parsed.arms)} arms).",
+            )
+            return redirect(dataset.get_absolute_url())
+    return render(request, "reports/import.html", {"study": study, "form": form,
+                                                   "datasets": queries.datasets_for_study(study)})
+
+
+@require_POST
+@researcher_required
+def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    study, dataset = _objects(slug, pk)
+    assert dataset is not None
+    queries.delete_dataset(dataset)
+    messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")
+    return redirect("reports:study_analysis", study.slug)
