@@ -1,0 +1,214 @@
+"""The chat socket through the real ASGI application (origin check, session auth, routing)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from chat import services
+from chat.models import ChatSession, Message
+from chat.tests.conftest import start
+from evalsite.asgi import application
+from memory.llm import LLMError, LLMTransientError
+from studies.models import Study
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
+    client = Client()
+    session = start(client, study, pid)
+    client.get(f"/chat/{session.pk}/")
+    return f"sessionid={client.cookies['sessionid'].value}".encode(), session.pk
+
+
+async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[origin, (b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
+async def frames(comm: WebsocketCommunicator, timeout: float = 0.5) -> str:
+    """Everything the server pushed until it goes quiet."""
+    out = []
+    while not await comm.receive_nothing(timeout=timeout):
+        out.append(await comm.receive_from())
+    return "".join(out)
+
+
+async def send(comm: WebsocketCommunicator, text: str, client_id: str) -> str:
+    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": client_id, "text": text}))
+    return await frames(comm)
+
+
+def _messages(session_id: int) -> list[tuple[int, str, str, str]]:
+    return list(Message.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "speaker", "status", "text"))
+
+
+messages_of = database_sync_to_async(_messages)
+
+
+async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_streams(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "I like tea", "c1")
+    assert 'data-seq="1"' in out and 'data-client-id="c1"' in out  # the ack carries the committed seq
+    assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out  # tokens, streamed one by one
+    assert (await messages_of(sid)) == [(1, "user", "complete", "I like tea"), (2, "bot", "complete", "You said: I like tea")]
+    await comm.disconnect()
+
+
+async def test_a_resend_with_the_same_client_id_is_acknowledged_but_not_stored_twice(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await send(comm, "hello", "same-id")
+    again = await send(comm, "hello", "same-id")
+    assert 'data-client-id="same-id"' in again
+    assert len(await messages_of(sid)) == 2
+    await comm.disconnect()
+
+
+async def test_a_reconnecting_browser_gets_everything_after_its_last_seen_seq(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await send(comm, "first", "c1")
+    await send(comm, "second", "c2")
+    await comm.disconnect()
+    comm = await connect(cookie, sid)
+    await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 2}))
+    out = await frames(comm)
+    seqs = [int(s) for s in re.findall(r'data-seq="(\d+)"', out)]
+    assert seqs == [3, 4]
+    await comm.disconnect()
+
+
+async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect(study: Study, monkeypatch: Any) -> None:
+    queued: list[int] = []
+    monkeypatch.setattr(services, "enqueue_reply", queued.append)  # hold the job until the socket is gone
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "are you there?", "c1")
+    assert 'data-status="pending"' in out and 'class="typing"' in out
+    await comm.disconnect()
+    await database_sync_to_async(services.generate_reply)(queued[0])
+    comm = await connect(cookie, sid)
+    await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
+    out = await frames(comm)
+    assert "You said: are you there?" in out and 'data-status="complete"' in out
+    await comm.disconnect()
+
+
+async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_kept(study: Study, script: Any, settings: Any, monkeypatch: Any) -> None:
+    settings.CHAT_RETRY_DELAYS = [0.01, 0.02, 0.04]
+    slept: list[float] = []
+    monkeypatch.setattr(services.time, "sleep", slept.append)
+    await database_sync_to_async(script)([LLMTransientError("timeout"), LLMTransientError("HTTP 429"), "   ", "Hello again!"])
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "hi", "c1")
+    assert "Retrying (attempt 2 of 4)" in out and "Retrying (attempt 4 of 4)" in out
+    assert slept == [0.01, 0.02, 0.04]  # bounded, growing backoff
+    assert (await messages_of(sid))[0] == (1, "user", "complete", "hi")
+    assert (await messages_of(sid))[1][2:] == ("complete", "Hello again!")
+    await comm.disconnect()
+
+
+async def test_when_retries_are_spent_the_worker_gets_a_retry_button_that_works(study: Study, script: Any) -> None:
+    await database_sync_to_async(script)([LLMTransientError("HTTP 503")] * 4 + ["Sorry, I am back."])
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "hi", "c1")
+    assert 'data-retry="2"' in out and "could not answer" in out
+    assert (await messages_of(sid))[1][2] == "failed"
+    # the session is not stuck: the minimum (1 turn) is met, so "End session" is enabled
+    assert re.search(r'id="end-session" hx-swap-oob="true">', out)
+    await comm.send_to(text_data=json.dumps({"type": "retry", "seq": 2}))
+    out = await frames(comm)
+    assert "Sorry, I am back." in out
+    assert (await messages_of(sid))[1][2:] == ("complete", "Sorry, I am back.")
+    await comm.disconnect()
+
+
+async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_still_be_sent(study: Study, script: Any) -> None:
+    await database_sync_to_async(script)([LLMError("401 bad key"), "Fine, thanks."])
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    assert 'data-retry="2"' in await send(comm, "hi", "c1")
+    assert "Fine, thanks." in await send(comm, "how are you?", "c2")
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("text, error", [("   ", "empty"), ("x" * 2001, "too long")])
+async def test_empty_and_over_long_messages_are_refused_and_nothing_is_stored(study: Study, text: str, error: str) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, text, "c1")
+    assert 'id="chat-error"' in out and error in out
+    assert await messages_of(sid) == []
+    await comm.disconnect()
+
+
+async def test_html_in_messages_is_escaped_on_the_socket(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "<script>alert(1)</script>", "c1")
+    assert "<script>" not in out and "&lt;script&gt;" in out
+    await comm.disconnect()
+
+
+async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    assert not connected
+
+
+async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> None:
+    _, sid = await database_sync_to_async(_worker)(study, "alice")
+    cookie_bob, _ = await database_sync_to_async(_worker)(study, "bob")
+    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN, (b"cookie", cookie_bob)])
+    connected, code = await comm.connect()
+    assert not connected and code == 4403
+    anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN])
+    assert (await anonymous.connect())[0] is False
+
+
+async def test_a_second_message_while_the_reply_is_pending_is_refused(study: Study, monkeypatch: Any) -> None:
+    monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await send(comm, "one", "c1")
+    out = await send(comm, "two", "c2")
+    assert "wait for the reply" in out
+    assert len(await messages_of(sid)) == 2
+    await comm.disconnect()
+
+
+async def test_no_arm_or_memory_system_name_reaches_the_socket(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "what are you?", "c1")
+    await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 0}))
+    out += await frames(comm)
+    for word in ("No memory", "Full history", "full_history", "History accumulate", "Without memory"):
+        assert word not in out
+    await comm.disconnect()
+
+
+async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await send(comm, "hello", "c1")
+    await database_sync_to_async(lambda: services.end_session(ChatSession.objects.get(pk=sid)))()
+    out = await send(comm, "still there?", "c2")
+    assert "session has ended" in out
+    await comm.disconnect()

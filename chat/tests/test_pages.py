@@ -1,0 +1,255 @@
+"""Entry links, the rating page, between sessions, and everything a worker must not be able to do."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.test import Client
+
+from chat import services, tasks
+from chat.models import ChatSession, Episode, MemorySnapshot, Rating
+from chat.tests.conftest import enter, start
+from studies.entry import invite_url, resume_url
+from studies.models import Participant, Study
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
+    session = start(client, study, pid)
+    services.post_user_message(session, "c1", "Hello <b>bot</b>")
+    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
+    session.refresh_from_db()
+    return session
+
+
+def ratings(study: Study, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+    data = {}
+    for m in study.metrics.all():
+        data[m.key] = value
+        data[f"touched_{m.key}"] = touched
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+# ------------------------------------------------------------------------------------ links
+
+
+def test_a_valid_invite_link_creates_the_participant_and_leads_to_consent(client: Client, study: Study) -> None:
+    url = invite_url(study, "pool-17")
+    response = client.get(url.replace("http://localhost:8000", ""), follow=True)
+    assert response.status_code == 200 and "I have read the above and agree" in response.content.decode()
+    assert Participant.objects.get(study=study).external_id == "invite:pool-17"
+
+
+def test_a_forged_invite_link_gets_a_clear_403_page(client: Client, study: Study) -> None:
+    path = invite_url(study, "pool-17").replace("http://localhost:8000", "")
+    response = client.get(path.replace("/join/", "/join/x"))
+    assert response.status_code == 403 and "This link is not valid" in response.content.decode()
+    assert not Participant.objects.exists()
+
+
+def test_an_expired_invite_link_gets_a_clear_410_page(client: Client, study: Study) -> None:
+    with mock.patch("django.core.signing.time.time", return_value=time.time() - 31 * 86400):
+        path = invite_url(study, "old").replace("http://localhost:8000", "")
+    response = client.get(path)
+    assert response.status_code == 410 and "This link has expired" in response.content.decode()
+
+
+def test_an_invite_link_of_another_study_is_refused(client: Client, study: Study) -> None:
+    other = Study.objects.create(name="Other", status=Study.Status.OPEN)
+    path = invite_url(other, "x").replace("http://localhost:8000", "").replace(f"/s/{other.slug}/", f"/s/{study.slug}/")
+    assert client.get(path).status_code == 403
+
+
+def test_a_resume_link_brings_the_worker_back_in_another_browser(client: Client, study: Study) -> None:
+    session = start(client, study)
+    other_browser = Client()
+    path = resume_url(session.episode.participant).replace("http://localhost:8000", "")
+    response = other_browser.get(path, follow=True)
+    assert response.redirect_chain[-1][0] == f"/chat/{session.pk}/"
+    assert other_browser.get(path.replace("/resume/", "/resume/forged")).status_code == 403
+
+
+def test_coming_back_with_the_same_prolific_id_resumes_where_the_worker_was(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    again = Client()
+    enter(again, study)
+    response = again.get(f"/s/{study.slug}/next/")
+    assert response.url == f"/chat/{session.pk}/rate/"
+    assert Participant.objects.count() == 1
+
+
+def test_a_closed_study_shows_a_clear_page_to_new_workers(client: Client, study: Study) -> None:
+    study.status = Study.Status.CLOSED
+    study.save()
+    response = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "new"})
+    assert response.status_code == 200 and "This study is closed" in response.content.decode()
+    assert not Participant.objects.exists()
+
+
+def test_a_full_quota_shows_a_clear_page(client: Client, study: Study) -> None:
+    study.quota = 1
+    study.save()
+    enter(Client(), study, "first")
+    response = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"})
+    assert "This study is full" in response.content.decode()
+    assert Participant.objects.count() == 1
+
+
+def test_a_study_link_without_an_identity_asks_for_the_proper_link(client: Client, study: Study) -> None:
+    response = client.get(f"/s/{study.slug}/")
+    assert response.status_code == 403 and "Please use your study link" in response.content.decode()
+    assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "<bad id>"}).status_code == 400
+
+
+def test_consent_must_be_given_before_the_chat(client: Client, study: Study) -> None:
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "w"})
+    assert client.get(f"/s/{study.slug}/next/").url == f"/s/{study.slug}/consent/"
+    response = client.post(f"/s/{study.slug}/consent/", {})
+    assert response.status_code == 400 and "tick the box" in response.content.decode()
+    assert not Episode.objects.exists()
+
+
+def test_another_workers_session_is_a_404(client: Client, study: Study) -> None:
+    session = start(client, study, "alice")
+    bob = Client()
+    start(bob, study, "bob")
+    for url in (f"/chat/{session.pk}/", f"/chat/{session.pk}/rate/", f"/chat/{session.pk}/wait/"):
+        assert bob.get(url).status_code == 404
+    assert bob.post(f"/chat/{session.pk}/end/").status_code == 404
+    assert Client().get(f"/chat/{session.pk}/").status_code == 404
+
+
+# ---------------------------------------------------------------------------------- ratings
+
+
+def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    page = client.get(f"/chat/{session.pk}/rate/").content.decode()
+    for m in study.metrics.all():
+        assert m.statement in page
+        assert f'name="{m.key}" id="r-{m.key}" value="50"' in page
+    assert page.count('type="range" min="0" max="100"') == 5
+    assert "Strongly disagree" in page and "Strongly agree" in page
+    assert 'id="submit-ratings" class="primary-wide" disabled' in page
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("101", "between 0 and 100"), ("-1", "between 0 and 100"), ("abc", "whole number"), ("50.5", "whole number"), ("", "Please rate")],
+)
+def test_invalid_slider_values_are_rejected_with_a_clear_message(client: Client, study: Study, value: str, message: str) -> None:
+    session = ended(client, study)
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, value))
+    assert response.status_code == 400 and message in response.content.decode()
+    assert not Rating.objects.exists()
+
+
+def test_a_missing_slider_is_rejected(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, memorability=None))
+    assert response.status_code == 400 and "Please rate this statement" in response.content.decode()
+
+
+def test_a_slider_that_was_never_moved_is_rejected(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, "50", touched=""))
+    assert response.status_code == 400 and "Please move this slider" in response.content.decode()
+    assert not Rating.objects.exists()
+
+
+def test_ratings_for_a_session_not_yet_ended_are_rejected(client: Client, study: Study) -> None:
+    session = start(client, study)
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    assert response.status_code == 400 and "has not ended yet" in response.content.decode()
+    assert not Rating.objects.exists()
+
+
+def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "60")).status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "90")).status_code == 302
+    assert sorted(Rating.objects.values_list("value", flat=True)) == [60] * 5
+
+
+# -------------------------------------------------------------------------- between sessions
+
+
+def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(client: Client, study: Study, monkeypatch: Any) -> None:
+    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    session = ended(client, study)
+    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    response = client.get(f"/s/{study.slug}/next/", follow=True)
+    page = response.content.decode()
+    second = ChatSession.objects.get(episode=session.episode, index=2)
+    assert response.redirect_chain[-1][0] == f"/chat/{second.pk}/wait/"
+    assert "One week later…" in page and 'hx-trigger="every 1s"' in page and "start-session" not in page
+    assert client.get(f"/chat/{second.pk}/").url == f"/chat/{second.pk}/wait/"  # no chatting before it is ready
+    services.update_memory(session.pk)
+    poll = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in poll and 'id="start-session"' in poll and "every 1s" not in poll
+
+
+def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
+    study.arms.filter(memory_system="none").update(active=False)
+    session = ended(client, study)
+    tasks.update_memory.apply(args=[session.pk])
+    tasks.update_memory.apply(args=[session.pk])
+    services.update_memory(session.pk)
+    episode = Episode.objects.get(pk=session.episode_id)
+    assert len(episode.memory_state["sessions"]) == 1  # appended once, not three times
+    assert MemorySnapshot.objects.filter(session=session).count() == 1
+    assert MemorySnapshot.objects.get(session=session).status == MemorySnapshot.Status.DONE
+
+
+def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continues(client: Client, study: Study, monkeypatch: Any) -> None:
+    real_build = services.build_arm
+
+    def broken(arm: Any) -> Any:
+        system, llm = real_build(arm)
+
+        def fail(*args: Any) -> Any:
+            raise ValueError("the model returned nonsense")
+
+        system.end_session = fail  # type: ignore[method-assign]
+        return system, llm
+
+    monkeypatch.setattr(services, "build_arm", broken)
+    session = ended(client, study)
+    before = Episode.objects.get(pk=session.episode_id).memory_state
+    snapshot = MemorySnapshot.objects.get(session=session)
+    assert snapshot.status == MemorySnapshot.Status.FAILED and "nonsense" in snapshot.error
+    assert Episode.objects.get(pk=session.episode_id).memory_state == before
+    assert ChatSession.objects.get(episode=session.episode, index=2).status == ChatSession.Status.READY
+
+
+# ------------------------------------------------------------------------- what workers see
+
+
+def test_html_in_messages_is_escaped_on_the_chat_page(client: Client, study: Study) -> None:
+    session = start(client, study)
+    services.post_user_message(session, "c1", "<img src=x onerror=alert(1)>")
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study: Study) -> None:
+    participant = enter(client, study)
+    pages = [client.get(f"/s/{study.slug}/consent/").content.decode()]
+    for _ in range(2):
+        for _k in (1, 2):
+            session = services.current_session(participant) or services.assign_episode(participant) and services.current_session(participant)
+            pages.append(client.get(f"/chat/{session.pk}/wait/", follow=True).content.decode())
+            pages.append(client.get(f"/chat/{session.pk}/", follow=True).content.decode())
+            services.post_user_message(session, f"c{session.pk}", "hi")
+            pages.append(client.post(f"/chat/{session.pk}/end/", follow=True).content.decode())
+            pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(study), follow=True).content.decode())
+    pages.append(client.get(f"/s/{study.slug}/done/").content.decode())
+    assert study.completion_code in pages[-1]
+    for page in pages:
+        for word in ("No memory", "Full history", "full_history", "History accumulate", "Without memory"):
+            assert word not in page
