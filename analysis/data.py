@@ -88,7 +88,7 @@ def canonical_frame(
         _require_columns(df, [*key_cols.values(), *metrics])
         wide = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
         for m in metrics:
-            wide[m] = _numeric(df[m], m, df.index)
+            wide[m] = _numeric(df[m], m).to_numpy()
 
     for key, col in key_cols.items():
         # strip the distinct values only: there are far fewer workers/units/arms than rows
@@ -106,7 +106,7 @@ def canonical_frame(
     out_of_range = (scores < SCORE_MIN) | (scores > SCORE_MAX)
     if out_of_range.any():
         r, c = np.nonzero(out_of_range)
-        examples = ", ".join(f"row {wide.index[i] + 2} {metrics[j]}={scores[i, j]:g}" for i, j in zip(r[:5], c[:5]))
+        examples = ", ".join(f"row {i + 2} {metrics[j]}={scores[i, j]:g}" for i, j in zip(r[:5], c[:5], strict=True))
         raise RatingsError(f"{len(r)} score(s) outside [0, 100]: {examples}")
     if np.isnan(scores).all(axis=1).all():
         raise RatingsError("no scores at all")
@@ -121,14 +121,14 @@ def _require_columns(df: pd.DataFrame, needed: Sequence[str]) -> None:
         raise RatingsError(f"unknown column(s) {missing}; the table has {list(df.columns)}")
 
 
-def _numeric(series: pd.Series, name: str, index: pd.Index) -> pd.Series:
+def _numeric(series: pd.Series, name: str) -> pd.Series:
     if pd.api.types.is_numeric_dtype(series):
         return series.astype(float)
     text = series.astype("string").str.strip()
     values = pd.to_numeric(text, errors="coerce")
     bad = values.isna() & text.notna() & (text != "")
     if bad.any():
-        rows = _row_numbers(index[bad.to_numpy()])
+        rows = _row_numbers(np.flatnonzero(bad.to_numpy()))
         examples = ", ".join(repr(v) for v in text[bad].head(3))
         raise RatingsError(f"non-numeric score(s) in {name!r}: {examples} (rows {rows})")
     return values.astype(float)
@@ -139,20 +139,25 @@ def _long_to_wide(
 ) -> pd.DataFrame:
     long = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
     long["_metric"] = df[metric_col].astype(str).str.strip().to_numpy()
-    long["_value"] = _numeric(df[value_col], value_col, df.index).to_numpy()
+    long["_value"] = _numeric(df[value_col], value_col).to_numpy()
+    bad = (long["_value"] < SCORE_MIN) | (long["_value"] > SCORE_MAX)
+    if bad.any():
+        pos = np.flatnonzero(bad.to_numpy())
+        examples = ", ".join(f"row {i + 2} {long['_metric'].iat[i]}={long['_value'].iat[i]:g}" for i in pos[:5])
+        raise RatingsError(f"{len(pos)} score(s) outside [0, 100]: {examples}")
     unknown = sorted(set(long["_metric"]) - set(metrics))
     if unknown:
         raise RatingsError(f"unknown metric(s) {unknown} in column {metric_col!r}; expected {metrics}")
     for key, col in key_cols.items():
         missing = long[key].isna()
         if missing.any():
-            raise RatingsError(f"column {col!r} is empty in rows {_row_numbers(df.index[missing.to_numpy()])}")
+            raise RatingsError(f"column {col!r} is empty in rows {_row_numbers(np.flatnonzero(missing.to_numpy()))}")
     keys = list(key_cols)
     dup = long.duplicated([*keys, "_metric"], keep=False)
     if dup.any():
         raise RatingsError(
             f"{int(dup.sum())} rows rate the same metric twice for one worker/unit/arm/session "
-            f"(rows {_row_numbers(df.index[dup.to_numpy()])})"
+            f"(rows {_row_numbers(np.flatnonzero(dup.to_numpy()))})"
         )
     for key in keys:
         codes, uniques = pd.factorize(long[key])
@@ -172,7 +177,7 @@ def _session_values(values: pd.Series, name: str) -> pd.Series:
 
 
 def _row_numbers(index: Any, limit: int = 5) -> str:
-    """CSV line numbers (header is line 1) of the first few offending rows."""
+    """CSV line numbers (header is line 1) of the first few offending rows, given their 0-based positions."""
     idx = list(index)
     shown = ", ".join(str(int(i) + 2) if isinstance(i, (int, np.integer)) else str(i) for i in idx[:limit])
     return shown + (f", ... ({len(idx)} in all)" if len(idx) > limit else "")

@@ -213,8 +213,9 @@ def run(
     if fit_mixed and len(arms) > 1:
         ref = reference_arm or arms[0]
         mixed = {"data": "per-unit mean raw scores", "reference": ref, "models": {}}
+        named = units.rename(columns={WORKER: "worker", ARM: "arm"})
         for m in [OVERALL, *metrics]:
-            fit = mixedlm_arm_effects(units, score=f"raw_{m}", arm=ARM, group=WORKER, reference=ref)
+            fit = mixedlm_arm_effects(named, score=f"raw_{m}", arm="arm", group="worker", reference=ref)
             mixed["models"][m] = fit
             warnings_ += [f"mixed model ({m}): {w}" for w in fit["warnings"]]
 

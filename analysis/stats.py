@@ -157,6 +157,11 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
     if d["arm"].nunique() < 2 or len(d) < 3:
         result["warnings"].append("mixed model not fitted: fewer than 2 arms or 3 observations")
         return result
+    if d.groupby("group").size().max() == 1:
+        result["warnings"].append(
+            f"every {group} contributes a single observation, so the {group} variance cannot be told apart from the "
+            "residual; the arm effects equal ordinary least squares"
+        )
     formula = f"score ~ C(arm, Treatment({reference!r}))"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
