@@ -38,6 +38,11 @@ DEFAULT_CONSENT = (
 )
 
 
+def memory_choices() -> list[tuple[str, str]]:
+    """The registered arms. A callable, so registering a new arm needs no migration."""
+    return list(MEMORY_CHOICES)
+
+
 def new_completion_code() -> str:
     return secrets.token_hex(4).upper()
 
@@ -131,7 +136,7 @@ class Arm(models.Model):
 
     study = models.ForeignKey(Study, related_name="arms", on_delete=models.CASCADE)
     name = models.CharField(max_length=100)
-    memory_system = models.CharField(max_length=50, choices=MEMORY_CHOICES)
+    memory_system = models.CharField(max_length=50, choices=memory_choices)
     params = models.JSONField(default=dict, blank=True, help_text="Overrides of the system's defaults.")
     llm_backend = models.CharField(
         max_length=20, blank=True, choices=[("local", "local"), ("openai", "openai"), ("scripted", "scripted")],
