@@ -227,11 +227,12 @@ class SessionView:
     summary: list[str] = field(default_factory=list)
     operations: list[dict[str, Any]] = field(default_factory=list)
     fallbacks: int = 0
+    fallback_notes: list[dict[str, Any]] = field(default_factory=list)
     memory_after: list[str] = field(default_factory=list)
     trace_extra_json: str = ""
 
 
-TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls"}
+TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls", "fallbacks"}
 
 
 def _session_view(session: ChatSession) -> SessionView:
@@ -248,7 +249,10 @@ def _session_view(session: ChatSession) -> SessionView:
         view.state_json = _pretty(snapshot.state)
         view.summary = list(trace.get("summary") or [])
         view.operations = list(trace.get("operations") or [])
-        view.fallbacks = sum(1 for op in view.operations if op.get("fallback"))
+        # Two kinds of fallback: an operation whose reply did not parse, and a step that fell back
+        # to its defined behaviour (trace["fallbacks"], written by memory.systems.common.fallback).
+        view.fallback_notes = [f for f in trace.get("fallbacks") or [] if isinstance(f, dict)]
+        view.fallbacks = sum(1 for op in view.operations if op.get("fallback")) + len(view.fallback_notes)
         view.memory_after = list(trace.get("memory_after") or [])
         # The update's calls are normally LLMCallRecord rows too; a trace copy is shown only when it is not.
         recorded = {(c.purpose, c.reply) for c in view.calls if isinstance(c, LLMCallRecord)}

@@ -55,6 +55,7 @@ def finished_episode(study: Study) -> Episode:
                 "fallback": True,
             },
         ],
+        "fallbacks": [{"where": "memory_operation", "reason": "unparsable reply", "raw": "no idea"}],
         "llm_calls": [
             {
                 "purpose": "summarize_session",

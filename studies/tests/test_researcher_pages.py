@@ -107,7 +107,8 @@ def test_the_episode_page_shows_ratings_snapshot_trace_and_llm_calls(
     assert "This chatbot remembered what I said before." in body
     assert json.loads(first.state_json) == {"history": [["user", "I adopted a cat"]]}
     assert first.summary == ["The user adopted a cat named Miso."]
-    assert first.fallbacks == 1
+    assert first.fallbacks == 2  # one operation and one step-level fallback
+    assert "unparsable reply" in body
     assert "APPEND" in body and "fallback" in body
     assert "You are a friendly chatbot." in body  # the reply's prompt
     assert "scripted-model" in body and "13 ms" in body

@@ -1,0 +1,166 @@
+"""The production runtime for real: a Celery worker process on Redis consuming the memory-update task
+against PostgreSQL, and the Redis channel layer carrying a group message between processes.
+
+Run inside scripts/with-services.sh (it exports DATABASE_URL and REDIS_URL):
+    bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres tests/test_postgres_celery.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message
+from studies.models import Arm, Participant, Study
+
+pytestmark = pytest.mark.postgres
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _require_services() -> str:
+    redis_url = os.environ.get("REDIS_URL", "")
+    assert connection.vendor == "postgresql", "run with scripts/with-services.sh (DATABASE_URL=postgres://...)"
+    assert redis_url, "run with scripts/with-services.sh (REDIS_URL=redis://...)"
+    return redis_url
+
+
+def _test_database_url() -> str:
+    """The URL of the database pytest-django made (``test_<name>``), for the worker process."""
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgres://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+@pytest.fixture
+def celery_worker(tmp_path: Path) -> Iterator[Path]:
+    """A real `celery -A evalsite worker` process on the test database; yields its log file."""
+    redis_url = _require_services()
+    log = tmp_path / "worker.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": _test_database_url(),
+        "REDIS_URL": redis_url,
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+        "LLM_BACKEND": "scripted",
+        "EMBEDDER": "hashing",
+        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1",
+             "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        _wait_for(lambda: "ready." in log.read_text(), 90, "the Celery worker to start", log)
+        yield log
+    finally:
+        proc.send_signal(signal.SIGTERM)  # warm shutdown: finishes the current task, closes DB connections
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_for(condition: Any, timeout: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    detail = log.read_text()[-3000:] if log and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{detail}")
+
+
+def _ended_session(study: Study) -> ChatSession:
+    """Session 1 of an episode on the Algorithm 1 arm, ended and waiting for its memory update."""
+    arm = Arm.objects.create(study=study, name="Memory update", memory_system="memory_update", llm_backend="scripted")
+    participant = Participant.objects.create(study=study, external_id="w-celery", source=Participant.Source.INVITE)
+    episode = Episode.objects.create(participant=participant, arm=arm, index=1)
+    now = dt.datetime.now(dt.UTC)
+    session = ChatSession.objects.create(
+        episode=episode, index=1, status=ChatSession.Status.RATING, simulated_start=study.session_start(1, 1),
+        started_at=now - dt.timedelta(minutes=5), ended_at=now,
+    )  # fmt: skip
+    ChatSession.objects.create(
+        episode=episode, index=2, status=ChatSession.Status.PREPARING, simulated_start=study.session_start(1, 2)
+    )
+    Message.objects.create(session=session, seq=1, client_id="c1", speaker="user", text="I adopted a cat named Miso.")
+    Message.objects.create(session=session, seq=2, speaker="bot", text="How lovely!")
+    return session
+
+
+@pytest.mark.django_db(transaction=True)  # committed rows, so the worker process sees them
+def test_a_real_celery_worker_process_runs_the_memory_update_task_once(study: Study, celery_worker: Path) -> None:
+    from chat.tasks import update_memory
+    from evalsite.celery import app
+
+    assert not app.conf.task_always_eager, "the task must go through Redis to the worker process"
+    session = _ended_session(study)
+
+    update_memory.delay(session.pk)
+    _wait_for(
+        lambda: MemorySnapshot.objects.filter(session=session, status=MemorySnapshot.Status.DONE).exists(),
+        60, "the worker to store the memory snapshot", celery_worker,
+    )  # fmt: skip
+
+    snapshot = MemorySnapshot.objects.get(session=session)
+    assert snapshot.state["memory"] and snapshot.attempts == 1
+    assert snapshot.trace["summary"] and snapshot.trace["memory_before"] == []
+    assert [c["purpose"] for c in snapshot.trace["llm_calls"]] == ["summarize_session"]
+    assert LLMCallRecord.objects.filter(session=session, purpose="summarize_session").count() == 1
+    episode = Episode.objects.get(pk=session.episode_id)
+    assert episode.memory_state == snapshot.state
+    assert episode.sessions.get(index=2).status == ChatSession.Status.READY
+    assert "chat.tasks.update_memory" in celery_worker.read_text()
+    finished = snapshot.finished_at
+
+    # Redelivery (acks_late) may run the task twice: the second run changes nothing.
+    update_memory.delay(session.pk)
+    _wait_for(lambda: celery_worker.read_text().count("succeeded") >= 2, 60, "the second run", celery_worker)
+    snapshot.refresh_from_db()
+    assert (snapshot.attempts, snapshot.finished_at) == (1, finished)
+    assert LLMCallRecord.objects.filter(session=session).count() == 1
+
+
+def test_the_redis_channel_layer_carries_a_group_message_from_another_process(settings: Any) -> None:
+    """What the in-memory layer cannot do: a worker process's broadcast reaches a web process's socket."""
+    redis_url = _require_services()
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    assert type(layer).__name__ == "RedisChannelLayer"
+    group = f"chat-session-test-{os.getpid()}"
+
+    async def roundtrip() -> tuple[dict[str, Any], dict[str, Any]]:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        await layer.group_send(group, {"type": "chat.message", "html": "<p>same process</p>", "seq": 1})
+        local = await asyncio.wait_for(layer.receive(channel), 10)
+        sender = await asyncio.create_subprocess_exec(
+            sys.executable, "manage.py", "shell", "-v", "0", "-c",
+            "from asgiref.sync import async_to_sync; from channels.layers import get_channel_layer; "
+            f"async_to_sync(get_channel_layer().group_send)({group!r}, "
+            "{'type': 'chat.message', 'html': '<p>from the worker</p>', 'seq': 2})",
+            cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url},
+        )  # fmt: skip
+        assert await sender.wait() == 0
+        remote = await asyncio.wait_for(layer.receive(channel), 10)
+        await layer.group_discard(group, channel)
+        return local, remote
+
+    local, remote = asyncio.run(roundtrip())
+    assert local == {"type": "chat.message", "html": "<p>same process</p>", "seq": 1}
+    assert remote == {"type": "chat.message", "html": "<p>from the worker</p>", "seq": 2}
