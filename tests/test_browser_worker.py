@@ -1,0 +1,158 @@
+"""A crowdworker's 2-session episode in headless Chromium against a real daphne server and the real
+local model: consent, a streamed reply, ratings, "one week later", the second session, the code.
+
+Screenshots (desktop and phone width) go to artifacts/ (gitignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.llm]
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
+SETUP = """
+from studies.models import Arm, Study
+s = Study.objects.create(name="Browser study", slug="browser", status="open", sessions_per_episode=2,
+    episodes_per_worker=1, min_user_turns=1, completion_code="BRWS2026")
+s.add_default_metrics()
+Arm.objects.create(study=s, name="Full history", memory_system="full_history", llm_backend="local")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    db = tmp_path_factory.mktemp("browser") / "db.sqlite3"
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "LLM_BACKEND": "local",
+        "LLM_MAX_TOKENS": "40",
+        "EMBEDDER": "hashing",
+        "DEBUG": "1",
+        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+    }
+    env.pop("REDIS_URL", None)
+    py = sys.executable
+    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    subprocess.run([py, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"], cwd=ROOT, env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def shoot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"worker-{name}-desktop.png"), full_page=True)
+    size = page.viewport_size
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.screenshot(path=str(ARTIFACTS / f"worker-{name}-phone.png"), full_page=True)
+    page.set_viewport_size(size)
+
+
+def chat_once(page: Any, text: str, seq: int) -> str:
+    """Send a message and check that the reply streams in (partial text while still pending)."""
+    page.wait_for_selector("#conn.ok", timeout=15_000)
+    page.fill("#text", text)
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f'#msg-{seq}[data-status="complete"]', timeout=15_000)
+    streamed = page.wait_for_function(
+        f"""() => {{ const m = document.getElementById('msg-{seq + 1}');
+                 if (!m) return false;
+                 if (m.dataset.status === 'pending' && m.querySelector('.text').textContent.length) window.__streamed = true;
+                 return m.dataset.status !== 'pending' && (window.__streamed ? 'streamed' : 'whole'); }}""",
+        polling="raf",
+        timeout=90_000,
+    ).json_value()
+    return streamed
+
+
+def rate(page: Any) -> None:
+    sliders = page.locator('input[type="range"]')
+    assert page.locator("#submit-ratings").is_disabled()
+    for i in range(sliders.count()):
+        sliders.nth(i).focus()
+        for _ in range(i + 1):
+            page.keyboard.press("ArrowRight")
+    assert page.locator("#submit-ratings").is_enabled()
+
+
+def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        page.goto(f"{server}/s/browser/?PROLIFIC_PID=browser-worker&STUDY_ID=st&SESSION_ID=se")
+        assert "Consent" in page.content()
+        shoot(page, "1-consent")
+        page.check('input[name="agree"]')
+        page.click("text=Start")
+
+        page.wait_for_url("**/chat/*/")
+        assert chat_once(page, "Hi! My name is Sam and I love gardening, especially tomatoes.", 1) == "streamed"
+        assert page.locator("#msg-2 .text").inner_text().strip()
+        assert page.locator("#end-session").is_enabled()
+        shoot(page, "2-chat")
+        page.click("#end-session")
+
+        page.wait_for_url("**/rate/")
+        shoot(page, "3-rating")
+        rate(page)
+        page.click("#submit-ratings")
+
+        page.wait_for_url("**/wait/")
+        assert "One week later" in page.content()
+        shoot(page, "4-one-week-later")
+        page.click("#start-session", timeout=60_000)
+
+        page.wait_for_url("**/chat/*/")
+        assert "Session 2" in page.content()
+        chat_once(page, "Do you remember what I grow in my garden?", 1)
+        shoot(page, "5-chat-session-2")
+        page.click("#end-session")
+        page.wait_for_url("**/rate/")
+        rate(page)
+        page.click("#submit-ratings")
+
+        page.wait_for_url("**/done/")
+        assert page.locator("#completion-code").inner_text() == "BRWS2026"
+        assert "cc=BRWS2026" in page.locator("#prolific-return").get_attribute("href")
+        shoot(page, "6-done")
+        assert errors == []
+        browser.close()
