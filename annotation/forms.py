@@ -11,7 +11,10 @@ MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 
 
 class PairLabelForm(forms.Form):
-    op = forms.ChoiceField(choices=[(x, x) for x in PAIR_LABELS], error_messages={"required": "Choose an operation (keys 1-4) or FUSION."})
+    op = forms.ChoiceField(choices=[(x, x) for x in PAIR_LABELS], error_messages={
+        "required": "Choose an operation (keys 1-4) or FUSION.",
+        "invalid_choice": "Unknown operation %(value)s: choose PASS, REPLACE, APPEND, DELETE or FUSION.",
+    })
     fused_text = forms.CharField(required=False, strip=True)
 
 

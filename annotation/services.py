@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Q
@@ -127,7 +128,7 @@ def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assig
     with transaction.atomic():
         # Serialise one annotator's own claims (two tabs, a double click): the second waits here and
         # then finds the first one's assignment. Different annotators never wait on each other.
-        list(type(user).objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
+        list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True))
         mine = (
             Assignment.objects.select_related("item", "queue")
             .filter(queue=queue, annotator=user, status=Assignment.Status.OPEN, expires_at__gt=now)
