@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame
 
-LONG_COLUMNS = ["worker", "unit", "arm", "session", "metric", "score"]
+LONG_COLUMNS = ["row", "worker", "unit", "arm", "session", "metric", "score"]
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Mapping:
 
 @dataclass
 class ParsedImport:
-    long: pd.DataFrame  # LONG_COLUMNS, raw scores (not reversed), missing scores dropped
+    long: pd.DataFrame  # LONG_COLUMNS, raw scores (not reversed), missing scores dropped; row = rated conversation
     metrics: list[str]
     n_source_rows: int
     arms: list[str]
@@ -106,7 +106,8 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
     elif mapping.qc_metrics:
         raise RatingsError("QC metrics given without a QC arm")
 
-    long = frame.melt(id_vars=[k for k in (WORKER, UNIT, ARM, SESSION) if k in frame], value_vars=metrics,
+    frame["row"] = range(len(frame))  # canonical_frame keeps the table's row order (long tables: sorted keys)
+    long = frame.melt(id_vars=["row", *[k for k in (WORKER, UNIT, ARM, SESSION) if k in frame]], value_vars=metrics,
                       var_name="metric", value_name="score")
     long = long.dropna(subset=["score"])
     long = long.rename(columns={WORKER: "worker", UNIT: "unit", ARM: "arm", SESSION: "session"})

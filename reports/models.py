@@ -42,6 +42,9 @@ class ImportedRating(models.Model):
     """One score of one metric, in the long layout (raw, not reversed: reversal happens in the analysis)."""
 
     dataset = models.ForeignKey(ImportedDataset, related_name="ratings", on_delete=models.CASCADE)
+    # The rated conversation's position in the uploaded table: the analysis sees the rows in the file's order,
+    # so its floating-point sums (and hence exact ties in the rank tests) match an analysis of the file itself.
+    row = models.PositiveIntegerField(default=0)
     worker = models.CharField(max_length=200)
     unit = models.CharField(max_length=200)
     arm = models.CharField(max_length=200)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 from django.db import transaction
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Sum
 
 from chat.models import ChatSession, Episode, Rating
 from reports.models import ImportedDataset, ImportedRating
@@ -84,20 +84,22 @@ def study_progress(study: Study) -> list[dict[str, Any]]:
 def study_data_version(study: Study) -> str:
     """A short key that changes whenever the study's ratings or analysis settings change (for caching)."""
     agg = Rating.objects.filter(session__episode__participant__study=study).aggregate(
-        n=Count("id"), last=Max("id"), latest=Max("created_at")
+        n=Count("id"), last=Max("id"), latest=Max("created_at"), total=Sum("value")
     )
     settings_part = (
         list(study.metrics.order_by("id").values_list("key", "reversed")),
         list(study.arms.order_by("id").values_list("name", "is_qc")),
     )
-    raw = repr((agg["n"], agg["last"], str(agg["latest"]), settings_part))
+    raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
 
 
 def dataset_ratings_frame(dataset: ImportedDataset) -> pd.DataFrame:
-    """An imported dataset's ratings as the same long frame as :func:`study_ratings_frame`."""
-    rows = dataset.ratings.order_by("id").values_list(*LONG_COLUMNS)
-    df = pd.DataFrame.from_records(list(rows), columns=LONG_COLUMNS)
+    """An imported dataset's ratings as the same long frame as :func:`study_ratings_frame`, plus ``row`` (the
+    rated conversation's position in the uploaded file)."""
+    columns = ["row", *LONG_COLUMNS]
+    rows = dataset.ratings.order_by("row", "id").values_list(*columns)
+    df = pd.DataFrame.from_records(list(rows), columns=columns)
     df["score"] = df["score"].astype(float)
     return df
 
@@ -121,7 +123,7 @@ def create_imported_dataset(
     source_filename: str,
     uploaded_by: Any,
 ) -> ImportedDataset:
-    """Store an already validated long frame (columns :data:`LONG_COLUMNS`, no missing scores) as a dataset."""
+    """Store an already validated long frame (``row`` + :data:`LONG_COLUMNS`, no missing scores) as a dataset."""
     dataset = ImportedDataset.objects.create(
         study=study,
         name=name,
@@ -137,10 +139,8 @@ def create_imported_dataset(
     )
     ImportedRating.objects.bulk_create(
         (
-            ImportedRating(
-                dataset=dataset, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v)
-            )
-            for w, u, a, s, m, v in long[LONG_COLUMNS].itertuples(index=False, name=None)
+            ImportedRating(dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v))
+            for r, w, u, a, s, m, v in long[["row", *LONG_COLUMNS]].itertuples(index=False, name=None)
         ),
         batch_size=2000,
     )

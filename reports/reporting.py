@@ -62,9 +62,10 @@ def build_report(source: Source, *, test: str = "mwu-greater") -> Report:
         return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.")
     if not source.metrics:
         return Report(source, test, message="The study has no metrics to analyse.")
+    frame, layout = _layout(source)
     try:
         analysis = run_analysis(
-            source.frame,
+            frame,
             worker="worker",
             unit="unit",
             arm="arm",
@@ -74,12 +75,26 @@ def build_report(source: Source, *, test: str = "mwu-greater") -> Report:
             qc_arm=source.qc_arm or None,
             qc_metrics=source.qc_metrics if source.qc_arm else (),
             test=test,  # type: ignore[arg-type]
-            metric_col="metric",
-            value_col="score",
+            **layout,
         )
     except RatingsError as exc:
         return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
     return Report(source, test, result=analysis.result, ratings=analysis.ratings)
+
+
+def _layout(source: Source) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The frame to analyse and how. An imported dataset (it has a ``row`` column) goes back to one row per rated
+    conversation in the uploaded file's order, so the analysis sees exactly what it would see reading the file."""
+    frame = source.frame
+    if "row" not in frame:
+        return frame, {"metric_col": "metric", "value_col": "score"}
+    keys = ["row", "worker", "unit", "arm", "session"]
+    wide = frame.pivot(index=keys, columns="metric", values="score").reset_index().sort_values("row")
+    wide.columns.name = None
+    for m in source.metrics:
+        if m not in wide:
+            wide[m] = float("nan")
+    return wide[[*keys[1:], *source.metrics]].reset_index(drop=True), {}
 
 
 def filename(report: Report, fmt: str) -> str:

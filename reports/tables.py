@@ -145,4 +145,5 @@ def dashboard(result: dict[str, Any]) -> dict[str, Any]:
         "warnings": result["warnings"],
         "methods": result.get("methods", ""),
         "test": result["params"]["test"],
+        "n_arms": len(result["arm_order"]),
     }

@@ -42,6 +42,14 @@ def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, sc
                 )
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Reports are cached by study id and rating count; ids repeat across rolled-back tests."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def rated_study(study: Study) -> Study:
     """The root study with 8 workers who each rated both arms over both sessions; Full history scores higher."""
