@@ -110,6 +110,8 @@ CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; tasks a
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
+CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
 
 # --- LLM and embeddings (memory/llm.py, memory/embed.py). The arm's own backend/model win when set.
 LLM_BACKEND = os.environ.get("LLM_BACKEND", "local")  # local | openai | scripted

@@ -58,7 +58,7 @@ def celery_worker(tmp_path: Path) -> Iterator[Path]:
     }
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1",
+            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--queues=celery,memory",
              "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip

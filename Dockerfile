@@ -1,0 +1,40 @@
+# memeval production image: one image for the web process (daphne) and the Celery worker.
+#   docker build -t memeval .      (first build ~10 min: llama-cpp-python compiles llama.cpp)
+# Configuration is by environment only (see README.md and docker-compose.yml).
+
+# --- build stage: compile the wheels (llama-cpp-python has no binary wheel on PyPI)
+FROM python:3.11-slim AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential cmake git \
+ && rm -rf /var/lib/apt/lists/*
+# A portable build: the native one uses the build machine's CPU instructions (AMX, AVX-512), which
+# crash on hosts that lack them.
+ENV CMAKE_ARGS="-DGGML_NATIVE=OFF" \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY requirements.txt /tmp/requirements.txt
+RUN pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+
+# --- runtime stage: no compiler
+FROM python:3.11-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 1000 memeval
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DJANGO_SETTINGS_MODULE=evalsite.settings
+COPY --from=build /wheels /wheels
+COPY requirements.txt /tmp/requirements.txt
+RUN pip install --no-index --find-links /wheels -r /tmp/requirements.txt && rm -rf /wheels
+
+WORKDIR /app
+COPY --chown=memeval:memeval . /app
+# Static files are collected at build time and served by WhiteNoise (hashed names, compressed).
+RUN DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
+ && chown -R memeval:memeval /app/staticfiles
+USER memeval
+EXPOSE 8000
+CMD ["daphne", "--bind", "0.0.0.0", "--port", "8000", "--proxy-headers", "evalsite.asgi:application"]

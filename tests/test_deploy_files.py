@@ -1,0 +1,122 @@
+"""docker-compose.yml and the Dockerfile, checked by reading them (Docker does not run in CI).
+
+The compose file's own environment must give a clean `manage.py check --deploy`, every variable it
+sets must be one the settings read, and the image's build steps must work on this code.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+SERVICES = COMPOSE["services"]
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} substitution."""
+
+    def sub(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise KeyError(f"{name} is required: {arg}")
+        return arg if op == ":-" else ""
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(?:(:-|:\?)([^}]*))?\}", sub, value)
+
+
+def service_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    return {k: interpolate(str(v), env) for k, v in SERVICES[name]["environment"].items()}
+
+
+def settings_env_names() -> set[str]:
+    text = (ROOT / "evalsite" / "settings.py").read_text()
+    return set(re.findall(r"""(?:os\.environ\.get|env_bool|env_list)\(\s*["']([A-Z0-9_]+)["']""", text))
+
+
+def test_compose_has_the_production_shape() -> None:
+    assert {"postgres", "redis", "web", "worker"} <= set(SERVICES)
+    assert "daphne" in SERVICES["web"]["command"] and "evalsite.asgi:application" in SERVICES["web"]["command"]
+    for name in ("web", "worker", "memory-worker"):
+        deps = SERVICES[name]["depends_on"]
+        assert deps["postgres"]["condition"] == "service_healthy"
+        assert deps["redis"]["condition"] == "service_healthy"
+        assert deps["migrate"]["condition"] == "service_completed_successfully"
+    assert SERVICES["migrate"]["command"] == ["python", "manage.py", "migrate", "--noinput"]
+
+
+def test_compose_workers_consume_every_celery_queue() -> None:
+    from django.conf import settings
+
+    queues = {"celery"} | {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    consumed: set[str] = set()
+    for service in SERVICES.values():
+        command = service.get("command") or []
+        if command[:4] == ["celery", "-A", "evalsite", "worker"]:
+            for arg in command:
+                if arg.startswith("--queues="):
+                    consumed |= set(arg.split("=", 1)[1].split(","))
+    assert consumed == queues
+
+
+def test_every_variable_compose_sets_is_read_by_the_settings() -> None:
+    unknown = set(SERVICES["web"]["environment"]) - settings_env_names()
+    assert not unknown, f"compose sets variables the settings never read: {sorted(unknown)}"
+
+
+def test_compose_refuses_to_start_without_a_secret_key() -> None:
+    try:
+        service_env("web", {})
+    except KeyError as exc:
+        assert "SECRET_KEY" in str(exc)
+    else:
+        raise AssertionError("SECRET_KEY should be required")
+
+
+def test_check_deploy_is_clean_with_the_compose_environment() -> None:
+    env = service_env("web", {"SECRET_KEY": "k" * 60 + "-compose", "ALLOWED_HOSTS": "memeval.example.org"})
+    assert env["DEBUG"] == "false" and env["DATABASE_URL"].startswith("postgres://memeval:")
+    base = {k: v for k, v in os.environ.items() if k not in env}
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no issues" in out.stdout
+
+
+def test_the_dockerfile_builds_llama_cpp_portably_on_python_311_slim() -> None:
+    assert re.search(r"^FROM python:3\.11-slim", DOCKERFILE, re.M)
+    assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in DOCKERFILE
+    # requirements are installed before the code is copied, so code edits do not rebuild llama.cpp
+    assert DOCKERFILE.index("pip wheel --wheel-dir /wheels -r /tmp/requirements.txt") < DOCKERFILE.index("COPY --chown")
+    assert "USER memeval" in DOCKERFILE
+    cmd = re.search(r"^CMD (.+)$", DOCKERFILE, re.M)
+    assert cmd and "evalsite.asgi:application" in cmd.group(1)
+
+
+def test_the_images_collectstatic_step_works_with_debug_off(tmp_path: Path) -> None:
+    """The Dockerfile runs collectstatic with DEBUG=false (WhiteNoise's manifest storage), which fails
+    on any stylesheet reference to a missing file."""
+    script = (
+        "import django; from django.conf import settings; "
+        f"settings.STATIC_ROOT = {str(tmp_path)!r}; django.setup(); "
+        "from django.core.management import call_command; call_command('collectstatic', '--noinput', verbosity=0)"
+    )
+    env: dict[str, Any] = {**os.environ, "DEBUG": "false", "SECRET_KEY": "collectstatic-only"}
+    env.pop("DATABASE_URL", None)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "evalsite.settings"},
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "staticfiles.json").exists()
+    assert any(tmp_path.glob("css/researcher.*.css"))
