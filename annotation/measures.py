@@ -7,11 +7,13 @@ turns queue rows into their inputs.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import Counter, defaultdict
 from typing import Any
 
 from django.db.models import Count, Max, Min
+from django.utils import timezone
 
 from analysis.agreement import counts_from_labels, fleiss_kappa, krippendorff_alpha
 from annotation.models import (
@@ -147,7 +149,9 @@ def queue_progress(queue: Queue) -> dict[str, Any]:
         "labels_required": required,
         "percent": round(100 * n_labels / required) if required else 100,
         "in_flight": Assignment.objects.filter(queue=queue, status=Assignment.Status.OPEN).count(),
-        "labels_per_hour": round(n_labels / hours, 1) if hours > 0 else None,
+        # a rate over a few seconds is noise: report it once labelling has gone on for 10 minutes
+        "labels_per_hour": round(n_labels / hours, 1) if hours >= 1 / 6 else None,
+        "labels_last_hour": labels.filter(created_at__gte=timezone.now() - dt.timedelta(hours=1)).count(),
         "first_label": span["first"],
         "last_label": span["last"],
     }
