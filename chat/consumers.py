@@ -88,8 +88,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
+        services.fail_stale_replies(session)
         html = fragments.messages(services.messages_after(session, last_seq))
         return html + fragments.controls(services.user_turns(session), study.min_user_turns)
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])
+
+
+class BenchEchoConsumer(AsyncWebsocketConsumer):
+    """A bare echo that streams its reply word by word, like a chat reply: the benchmark's floor.
+    Only routed when MEMEVAL_BENCH_ECHO=1 (bench/bench_chat_overhead.py sets it)."""
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        text = json.loads(text_data or "{}").get("text", "")
+        for i, word in enumerate(f"You said: {text}".split(" ")):
+            await self.send(text_data=word if i == 0 else " " + word)
+        await self.send(text_data="\x00done")

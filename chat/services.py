@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -187,6 +187,21 @@ def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]
     return [Turn(m.speaker, m.text, at) for m in qs.order_by("seq")]
 
 
+def stale_reply_seconds() -> float:
+    """How long a reply may stay pending before we assume its job died (a restart, a lost task):
+    every attempt timing out, plus the backoff, plus a margin."""
+    delays = _retry_delays()
+    return (len(delays) + 1) * float(settings.LLM_TIMEOUT_SECONDS) + sum(delays) + 30
+
+
+def fail_stale_replies(session: ChatSession) -> int:
+    """Turn replies whose job died into failed ones, so the worker gets a Retry button, not a wait forever."""
+    cutoff = timezone.now() - timedelta(seconds=stale_reply_seconds())
+    return session.messages.filter(status=Message.Status.PENDING, created_at__lt=cutoff).update(
+        status=Message.Status.FAILED, error="The reply was interrupted."
+    )
+
+
 def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     """Every message of the session after ``last_seq`` (what a reconnecting browser missed)."""
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
@@ -220,6 +235,7 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
+        fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
         seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
@@ -593,6 +609,24 @@ def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
             episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
         ).update(status=ChatSession.Status.READY)
     return snap
+
+
+def recover_stale_update(next_session: ChatSession) -> bool:
+    """Re-enqueue the memory update a waiting session depends on if it looks lost (its job died).
+    Safe because the update is idempotent."""
+    if next_session.status != ChatSession.Status.PREPARING:
+        return False
+    cutoff = timezone.now() - timedelta(seconds=float(getattr(settings, "CHAT_STALE_UPDATE_SECONDS", 300)))
+    stale = MemorySnapshot.objects.filter(
+        session__episode=next_session.episode_id, session__index=next_session.index - 1,
+        status=MemorySnapshot.Status.PENDING, created_at__lt=cutoff,
+    )  # fmt: skip
+    snapshot = stale.first()
+    if snapshot is None:
+        return False
+    MemorySnapshot.objects.filter(pk=snapshot.pk).update(created_at=timezone.now())  # one re-enqueue per period
+    enqueue_memory_update(snapshot.session_id)
+    return True
 
 
 def update_memory_with_retries(session_id: int) -> MemorySnapshot:

@@ -110,6 +110,7 @@ def wait(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if session.status in (ChatSession.Status.CHATTING, ChatSession.Status.RATING, ChatSession.Status.DONE):
         return redirect("chat:session", session.pk)
+    services.recover_stale_update(session)
     template = "chat/wait.html#status" if request.htmx else "chat/wait.html"
     return render(
         request,

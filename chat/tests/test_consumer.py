@@ -212,3 +212,25 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
     out = await send(comm, "still there?", "c2")
     assert "session has ended" in out
     await comm.disconnect()
+
+
+async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forever(study: Study, monkeypatch: Any) -> None:
+    monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)  # the job is lost
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await send(comm, "hello?", "c1")
+    await comm.disconnect()
+
+    def age() -> None:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        Message.objects.filter(session_id=sid, seq=2).update(created_at=timezone.now() - timedelta(hours=1))
+
+    await database_sync_to_async(age)()
+    comm = await connect(cookie, sid)
+    await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
+    out = await frames(comm)
+    assert 'data-retry="2"' in out
+    await comm.disconnect()

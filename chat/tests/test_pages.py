@@ -253,3 +253,20 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
     for page in pages:
         for word in ("No memory", "Full history", "full_history", "History accumulate", "Without memory"):
             assert word not in page
+
+
+def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(client: Client, study: Study, monkeypatch: Any, settings: Any) -> None:
+    lost: list[int] = []
+    monkeypatch.setattr(services, "enqueue_memory_update", lost.append)
+    session = ended(client, study)
+    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    second = ChatSession.objects.get(episode=session.episode, index=2)
+    client.get(f"/chat/{second.pk}/wait/")
+    assert lost == [session.pk]  # only the original enqueue: not stale yet
+    settings.CHAT_STALE_UPDATE_SECONDS = 0
+    monkeypatch.setattr(services, "enqueue_memory_update", services.update_memory)
+    page = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
+    second.refresh_from_db()
+    assert second.status == ChatSession.Status.READY
+    assert client.get(f"/chat/{second.pk}/wait/").status_code == 200 and "start-session" in client.get(f"/chat/{second.pk}/wait/").content.decode()
+    assert page  # the poll itself still answered

@@ -1,0 +1,156 @@
+"""Platform overhead per chat turn, with a zero-latency scripted LLM.
+
+Starts daphne on loopback (embedded default: SQLite in WAL mode, in-memory channel layer, replies in
+the in-process job threads; or whatever DATABASE_URL / REDIS_URL say), creates N workers with a
+chat session each, and lets N websocket clients chat concurrently. A turn is timed from the send to
+the arrival of the final reply (after its last streamed token). In the same run, the same clients
+talk to a bare Channels consumer that streams the same words back: the floor of daphne + channels.
+
+    .venv/bin/python bench/bench_chat_overhead.py [--clients 1 50 200] [--turns 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
+    """Create a study with one 'none' arm and n consented workers; return (session cookie, session id)."""
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.utils import timezone
+
+    from chat import services
+    from studies.entry import SESSION_KEY
+    from studies.models import Arm, Participant, Study
+
+    study = Study.objects.create(
+        name=f"bench {tag}", status=Study.Status.OPEN, sessions_per_episode=1, episodes_per_worker=1, min_user_turns=1
+    )
+    study.add_default_metrics()
+    Arm.objects.create(study=study, name="bench", memory_system="none", llm_backend="scripted")
+    out = []
+    for i in range(n):
+        p = Participant.objects.create(study=study, external_id=f"{tag}-{i}", source="invite", consented_at=timezone.now())
+        services.assign_episode(p)
+        session = services.current_session(p)
+        store = SessionStore()
+        store[SESSION_KEY] = {str(study.pk): p.pk}
+        store.create()
+        out.append((f"sessionid={store.session_key}", session.pk))
+    return out
+
+
+async def chat_client(url: str, origin: str, cookie: str, turns: int, lat: list[float]) -> None:
+    import websockets
+
+    async with websockets.connect(url, origin=origin, additional_headers={"Cookie": cookie}, max_size=2**20) as ws:
+        await ws.send(json.dumps({"type": "resume", "last_seq": 0}))
+        await ws.recv()  # the (empty) state
+        for t in range(turns):
+            bot_seq = 2 * t + 2
+            done_marker = f'id="msg-{bot_seq}" data-seq="{bot_seq}" data-status="complete"'
+            t0 = time.perf_counter()
+            await ws.send(json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": f"turn {t} of a benchmark"}))
+            while True:
+                frame = await ws.recv()
+                if done_marker in frame:
+                    break
+            lat.append(time.perf_counter() - t0)
+
+
+async def echo_client(url: str, origin: str, turns: int, lat: list[float]) -> None:
+    import websockets
+
+    async with websockets.connect(url, origin=origin) as ws:
+        for t in range(turns):
+            t0 = time.perf_counter()
+            await ws.send(json.dumps({"text": f"turn {t} of a benchmark"}))
+            while (await ws.recv()) != "\x00done":
+                pass
+            lat.append(time.perf_counter() - t0)
+
+
+async def run(kind: str, base: str, n: int, turns: int, workers: list[tuple[str, int]]) -> tuple[list[float], float]:
+    origin = base.replace("ws://", "http://")
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    if kind == "chat":
+        jobs = [chat_client(f"{base}/ws/chat/{sid}/", origin, cookie, turns, lat) for cookie, sid in workers]
+    else:
+        jobs = [echo_client(f"{base}/ws/bench/echo/", origin, turns, lat) for _ in range(n)]
+    await asyncio.gather(*jobs)
+    return lat, time.perf_counter() - t0
+
+
+def pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else xs[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 50, 200])
+    parser.add_argument("--turns", type=int, default=5, help="turns per client")
+    args = parser.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="memeval-bench-")
+    env = os.environ.copy()
+    env.setdefault("DATABASE_URL", f"sqlite:///{tmp}/bench.sqlite3")
+    env.update({"LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "MEMEVAL_BENCH_ECHO": "1", "DEBUG": "1",
+                "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings"})  # fmt: skip
+    os.environ.update({k: env[k] for k in ("DATABASE_URL", "LLM_BACKEND", "EMBEDDER", "DJANGO_SETTINGS_MODULE")})
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+
+    import django
+
+    django.setup()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        base = f"ws://127.0.0.1:{port}"
+        db = env["DATABASE_URL"].split(":")[0]
+        layer = "redis" if env.get("REDIS_URL") else "in-memory"
+        print(f"daphne (1 process) on loopback, database {db}, channel layer {layer}, scripted LLM (zero latency)")
+        print(f"{args.turns} turns per client; latency = send -> final reply (after the last streamed token)\n")
+        print(f"{'clients':>7} {'consumer':<9} {'turns':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'turns/s':>8}")
+        for n in args.clients:
+            workers = setup_workers(n, f"n{n}-{uuid.uuid4().hex[:6]}")
+            for kind in ("echo", "chat"):
+                lat, wall = asyncio.run(run(kind, base, n, args.turns, workers))
+                ms = [x * 1000 for x in lat]
+                print(f"{n:>7} {kind:<9} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} {max(ms):>8.1f} {len(ms) / wall:>8.1f}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
