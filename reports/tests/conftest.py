@@ -16,7 +16,8 @@ Scorer = Callable[[int, str, int, str], float]  # (worker number, arm name, sess
 
 
 def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, scorer: Scorer | None = None,
-                sessions: int | None = None, one_arm_per_worker: bool = False, seed: int = 0) -> None:
+                sessions: int | None = None, one_arm_per_worker: bool = False, seed: int = 0,
+                first_worker: int = 0) -> None:
     """Every worker does one episode per arm (or one arm only, round robin), every session rated on every metric."""
     rng = np.random.default_rng(seed)
     arms = arms if arms is not None else list(study.arms.order_by("id"))
@@ -28,7 +29,7 @@ def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, sc
         return 40 + quality.get(arm, 0) + 3 * s + rng.normal(0, 8)
 
     scorer = scorer or default
-    for w in range(workers):
+    for w in range(first_worker, first_worker + workers):
         p = Participant.objects.create(study=study, external_id=f"W{w:03d}", source=Participant.Source.INVITE)
         mine = [arms[w % len(arms)]] if one_arm_per_worker else arms
         for i, arm in enumerate(mine, start=1):

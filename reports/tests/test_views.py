@@ -186,3 +186,8 @@ def test_plots_are_served_as_svg_and_downloadable(researcher_client: Client, rat
 
 def test_an_unknown_study_is_404(researcher_client: Client) -> None:
     assert researcher_client.get(reverse("reports:study_analysis", args=["nope"])).status_code == 404
+
+
+def test_the_researcher_study_page_links_to_the_analysis(researcher_client: Client, study: Study) -> None:
+    page = researcher_client.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert f'href="{url(study)}"' in page

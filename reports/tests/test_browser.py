@@ -1,0 +1,71 @@
+"""A researcher watches a study's analysis page in headless Chromium while ratings arrive.
+
+Screenshots go to artifacts/ for a human to look at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from reports.tests.conftest import add_ratings
+from studies.models import Arm, Study
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test are still sync.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        page.set_default_timeout(20_000)
+        yield page
+        browser.close()
+
+
+def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
+    live_server: Any, researcher: Any, study: Study, browser_page: Any
+) -> None:
+    Arm.objects.create(study=study, name="Memory update", memory_system="none")
+    qc = Arm.objects.create(study=study, name="QC bot", memory_system="none", is_qc=True)
+    quality = {"No memory": 45, "Full history": 55, "Memory update": 62}
+
+    def scorer(w: int, arm: str, s: int, m: str) -> float:
+        if arm == qc.name:
+            return 10 + 3 * s + (w % 4)
+        return quality[arm] + (4 * s if arm == "Memory update" else 0) + (w * 7 + s * 3 + len(m)) % 11
+
+    add_ratings(study, workers=6, scorer=scorer)
+    client = Client()
+    client.force_login(researcher)
+    page = browser_page
+    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
+                               "url": live_server.url}])
+
+    page.goto(f"{live_server.url}/studies/{study.slug}/analysis/")
+    page.locator("#table-z").wait_for()
+    assert page.locator("#qc").inner_text().count("6 of 6") == 1
+    assert page.locator("#plots svg").count() == 4
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "reports-dashboard.png"))
+    page.screenshot(path=str(ARTIFACTS / "reports-dashboard-full.png"), full_page=True)
+
+    # more workers finish while the page is open: the next poll (every 10 s) shows them
+    add_ratings(study, workers=2, scorer=scorer, first_worker=6)
+    page.locator("#qc").get_by_text("8 of 8").wait_for(timeout=25_000)
+
+    with page.expect_download() as download:
+        page.locator("a.reports-export[data-format='html']").click()
+    assert download.value.suggested_filename == "test-study-analysis.html"
