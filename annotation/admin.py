@@ -5,7 +5,16 @@ from annotation.models import Assignment, Draft, Item, Label, Queue
 
 @admin.register(Queue)
 class QueueAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "study", "labels_per_item", "gold_min_votes", "summary_mode", "active", "created_at"]
+    list_display = [
+        "name",
+        "kind",
+        "study",
+        "labels_per_item",
+        "gold_min_votes",
+        "summary_mode",
+        "active",
+        "created_at",
+    ]
     list_filter = ["kind", "active"]
 
 

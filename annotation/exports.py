@@ -24,7 +24,9 @@ def gold_pairs(queue: Queue, *, include_fusion: bool = False) -> Iterator[dict[s
     FUSION pairs are left out by default, as the seed left them out of Table 2 (its T5 has no FUSION
     class); ``include_fusion`` adds them with ``target`` null and the fused sentence.
     """
-    items = Item.objects.filter(queue=queue, status=Item.Status.COMPLETE).exclude(gold_label="").order_by("position", "id")
+    items = (
+        Item.objects.filter(queue=queue, status=Item.Status.COMPLETE).exclude(gold_label="").order_by("position", "id")
+    )
     for item in items.iterator():
         p = item.payload
         if item.gold_label == FUSION and not include_fusion:

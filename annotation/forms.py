@@ -11,10 +11,13 @@ MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 
 
 class PairLabelForm(forms.Form):
-    op = forms.ChoiceField(choices=[(x, x) for x in PAIR_LABELS], error_messages={
-        "required": "Choose an operation (keys 1-4) or FUSION.",
-        "invalid_choice": "Unknown operation %(value)s: choose PASS, REPLACE, APPEND, DELETE or FUSION.",
-    })
+    op = forms.ChoiceField(
+        choices=[(x, x) for x in PAIR_LABELS],
+        error_messages={
+            "required": "Choose an operation (keys 1-4) or FUSION.",
+            "invalid_choice": "Unknown operation %(value)s: choose PASS, REPLACE, APPEND, DELETE or FUSION.",
+        },
+    )
     fused_text = forms.CharField(required=False, strip=True)
 
 
@@ -29,13 +32,25 @@ class AdjudicationForm(forms.Form):
 
 class QueueForm(forms.ModelForm):
     source_file = forms.FileField(
-        required=False, help_text="CSV or JSONL (see the columns in docs/annotation.md). Leave empty to use the study's data."
+        required=False,
+        help_text="CSV or JSONL (see the columns in docs/annotation.md). Leave empty to use the study's data.",
     )
-    lease_minutes = forms.IntegerField(min_value=1, max_value=24 * 60, initial=20, help_text="An untouched item returns to the pool after this.")
+    lease_minutes = forms.IntegerField(
+        min_value=1, max_value=24 * 60, initial=20, help_text="An untouched item returns to the pool after this."
+    )
 
     class Meta:
         model = Queue
-        fields = ["name", "kind", "study", "instructions", "labels_per_item", "gold_min_votes", "summary_mode", "max_edit_chars"]
+        fields = [
+            "name",
+            "kind",
+            "study",
+            "instructions",
+            "labels_per_item",
+            "gold_min_votes",
+            "summary_mode",
+            "max_edit_chars",
+        ]
         widgets = {"instructions": forms.Textarea(attrs={"rows": 3})}
 
     def clean(self) -> dict[str, Any]:

@@ -42,7 +42,12 @@ def agreement(queue: Queue) -> dict[str, Any]:
         per_item[item_id].append(op)
     n = queue.labels_per_item
     full = [ops for ops in per_item.values() if len(ops) == n]
-    out: dict[str, Any] = {"items_with_n_labels": len(full), "labels": len(labels), "fleiss_kappa": None, "krippendorff_alpha": None}
+    out: dict[str, Any] = {
+        "items_with_n_labels": len(full),
+        "labels": len(labels),
+        "fleiss_kappa": None,
+        "krippendorff_alpha": None,
+    }
     if len(full) >= 2 and n >= 2:
         out["fleiss_kappa"] = _num(fleiss_kappa(counts_from_labels(full, PAIR_LABELS)))
     annotators = sorted({who for _, who, _ in labels})
@@ -164,7 +169,7 @@ def operator_accuracy(queue: Queue) -> dict[str, Any]:
         for item in Item.objects.filter(queue=queue, status=Item.Status.COMPLETE, gold_label__in=OPERATIONS)
         if item.payload.get("operator_op") in OPERATIONS
     ]
-    confusion = {g: {p: 0 for p in OPERATIONS} for g in OPERATIONS}
+    confusion = {g: dict.fromkeys(OPERATIONS, 0) for g in OPERATIONS}
     for pred, gold in pairs:
         confusion[gold][pred] += 1
     correct = sum(1 for p, g in pairs if p == g)
@@ -215,8 +220,11 @@ def set_level_f1(queue: Queue) -> dict[str, Any]:
             if j is None and p.get("s") in S:
                 j = S.index(p["s"])
             if (
-                i is None or j is None or item.status != Item.Status.COMPLETE
-                or item.gold_label not in OPERATIONS or p.get("operator_op") not in OPERATIONS
+                i is None
+                or j is None
+                or item.status != Item.Status.COMPLETE
+                or item.gold_label not in OPERATIONS
+                or p.get("operator_op") not in OPERATIONS
             ):
                 ok = False
                 break
@@ -248,7 +256,12 @@ def summary_edits(queue: Queue) -> list[dict[str, Any]]:
         rows[revision] += 1
         changed[revision] += int(was_changed)
     return [
-        {"step": k, "revisions": rows[k], "changed": changed[k], "percent_changed": round(100 * changed[k] / rows[k], 1)}
+        {
+            "step": k,
+            "revisions": rows[k],
+            "changed": changed[k],
+            "percent_changed": round(100 * changed[k] / rows[k], 1),
+        }
         for k in sorted(rows)
     ]
 
@@ -257,8 +270,10 @@ def queue_report(queue: Queue) -> dict[str, Any]:
     report: dict[str, Any] = {"progress": queue_progress(queue), "annotators": per_annotator(queue)}
     if queue.is_pairs:
         report.update(
-            agreement=agreement(queue), gold=gold_summary(queue),
-            operator=operator_accuracy(queue), set_f1=set_level_f1(queue),
+            agreement=agreement(queue),
+            gold=gold_summary(queue),
+            operator=operator_accuracy(queue),
+            set_f1=set_level_f1(queue),
         )
     else:
         report["edits"] = summary_edits(queue)

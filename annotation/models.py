@@ -60,7 +60,8 @@ class Queue(models.Model):
     )
     summary_mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.CHAIN)
     stage_groups = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Chained summaries: the group name allowed at each stage (empty = any annotator).",
     )
     lease_seconds = models.PositiveIntegerField(default=20 * 60, validators=[MinValueValidator(10)])
@@ -227,6 +228,9 @@ class Draft(models.Model):
     assignment = models.OneToOneField(Assignment, related_name="draft", on_delete=models.CASCADE)
     data = models.JSONField(default=dict)
     updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"draft of assignment {self.assignment_id}"
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.data or {})

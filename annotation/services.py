@@ -137,7 +137,8 @@ def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assig
         if mine is not None:
             return mine
         item = (
-            _candidates(queue, user).order_by("-done_count", "position", "id")
+            _candidates(queue, user)
+            .order_by("-done_count", "position", "id")
             .select_for_update(skip_locked=True, of=("self",))
             .first()
         )
@@ -184,9 +185,7 @@ def save_draft(assignment_id: int, *, annotator: AbstractBaseUser, data: dict[st
 # --------------------------------------------------------------------------- submitting
 
 
-def submit_label(
-    assignment_id: int, *, annotator: AbstractBaseUser, op: str, fused_text: str = ""
-) -> SubmitResult:
+def submit_label(assignment_id: int, *, annotator: AbstractBaseUser, op: str, fused_text: str = "") -> SubmitResult:
     """Store an operation label (PASS/REPLACE/APPEND/DELETE, or FUSION with the fused sentence).
 
     A repeated submit of the same assignment returns the label stored the first time.
@@ -261,7 +260,11 @@ def _submit(assignment_id: int, annotator: AbstractBaseUser, build: Any) -> Subm
             fields = build(assignment)
             item = Item.objects.select_for_update().get(pk=assignment.item_id)
             label = Label.objects.create(
-                item=item, annotator=annotator, assignment=assignment, revision=item.done_count + 1, created_at=now,
+                item=item,
+                annotator=annotator,
+                assignment=assignment,
+                revision=item.done_count + 1,
+                created_at=now,
                 **fields,
             )
             Assignment.objects.filter(pk=assignment.pk).update(status=Assignment.Status.SUBMITTED, submitted_at=now)
@@ -277,7 +280,10 @@ def _submit(assignment_id: int, annotator: AbstractBaseUser, build: Any) -> Subm
 
 def _locked_own_assignment(assignment_id: int, annotator: AbstractBaseUser) -> Assignment:
     assignment = (
-        Assignment.objects.select_for_update(of=("self",)).select_related("queue", "item").filter(pk=assignment_id).first()
+        Assignment.objects.select_for_update(of=("self",))
+        .select_related("queue", "item")
+        .filter(pk=assignment_id)
+        .first()
     )
     if assignment is None:
         raise AnnotationError("unknown_assignment", "There is no such assignment.")
@@ -363,7 +369,12 @@ def annotator_progress(queue: Queue, user: AbstractBaseUser) -> dict[str, int]:
     if current_assignment(queue, user) is not None:
         remaining += 1
     total = done + remaining
-    return {"done": done, "remaining": remaining, "total": total, "percent": round(100 * done / total) if total else 100}
+    return {
+        "done": done,
+        "remaining": remaining,
+        "total": total,
+        "percent": round(100 * done / total) if total else 100,
+    }
 
 
 def queues_for(user: AbstractBaseUser) -> Any:

@@ -60,7 +60,13 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
         summary = [str(s) for s in trace.get("summary") or []]
         if kind == Queue.Kind.SUMMARIES:
             if summary:
-                specs.append({"unit": f"snapshot:{snap.pk}", "payload": {"summary": summary, "transcript": transcript_of(session)}, "meta": meta})
+                specs.append(
+                    {
+                        "unit": f"snapshot:{snap.pk}",
+                        "payload": {"summary": summary, "transcript": transcript_of(session)},
+                        "meta": meta,
+                    }
+                )
             continue
         operations = trace.get("operations") or []
         if not operations:
@@ -135,48 +141,50 @@ def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
             raise ImportError_(f"line {n}: {name!r} is longer than {MAX_FIELD_CHARS} characters")
         return value
 
-    def list_field(name: str) -> list[str]:
+    def json_or_text(name: str) -> Any:
+        """A CSV cell may hold a JSON list; JSONL already holds lists. Plain text comes back stripped."""
         value = row.get(name)
+        if isinstance(value, str):
+            value = value.strip()
+            if value.startswith("["):
+                try:
+                    return json.loads(value)
+                except json.JSONDecodeError:
+                    raise ImportError_(f"line {n}: {name!r} looks like JSON but does not parse") from None
+        return value
+
+    def list_field(name: str) -> list[str]:
+        value = json_or_text(name)
         if value in (None, ""):
             return []
         if isinstance(value, str):
-            stripped = value.strip()
-            if stripped.startswith("["):
-                try:
-                    value = json.loads(stripped)
-                except json.JSONDecodeError:
-                    raise ImportError_(f"line {n}: {name!r} looks like JSON but does not parse") from None
-            else:
-                value = [p for p in (x.strip() for x in stripped.replace("\n", "|").split("|")) if p]
+            value = [p for p in (x.strip() for x in value.replace("\n", "|").split("|")) if p]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ImportError_(f"line {n}: {name!r} must be a list of sentences")
         return [v.strip() for v in value if v.strip()]
 
     def transcript_field() -> list[dict[str, str]]:
-        value = row.get("transcript")
+        value = json_or_text("transcript")
         if value in (None, ""):
             return []
         if isinstance(value, str):
-            stripped = value.strip()
-            if stripped.startswith("["):
-                try:
-                    value = json.loads(stripped)
-                except json.JSONDecodeError:
-                    raise ImportError_(f"line {n}: 'transcript' looks like JSON but does not parse") from None
-            else:
-                turns = []
-                for line in stripped.splitlines():
-                    speaker, sep, said = line.partition(":")
-                    if sep and speaker.strip().lower() in ("user", "bot"):
-                        turns.append({"speaker": speaker.strip().lower(), "text": said.strip()})
-                    elif line.strip():
-                        raise ImportError_(f"line {n}: transcript lines must start with 'user:' or 'bot:'")
-                return turns
+            turns = []
+            for line in value.splitlines():
+                speaker, sep, said = line.partition(":")
+                if sep and speaker.strip().lower() in ("user", "bot"):
+                    turns.append({"speaker": speaker.strip().lower(), "text": said.strip()})
+                elif line.strip():
+                    raise ImportError_(f"line {n}: transcript lines must start with 'user:' or 'bot:'")
+            return turns
         if not isinstance(value, list):
             raise ImportError_(f"line {n}: 'transcript' must be a list of {{speaker, text}}")
         turns = []
         for turn in value:
-            if not isinstance(turn, dict) or turn.get("speaker") not in ("user", "bot") or not isinstance(turn.get("text"), str):
+            if (
+                not isinstance(turn, dict)
+                or turn.get("speaker") not in ("user", "bot")
+                or not isinstance(turn.get("text"), str)
+            ):
                 raise ImportError_(f"line {n}: each transcript turn needs speaker 'user'/'bot' and a text")
             turns.append({"speaker": turn["speaker"], "text": turn["text"]})
         return turns

@@ -26,25 +26,45 @@ ANNOTATOR_GROUP = "annotators"
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
 DEFINITIONS: list[dict[str, str]] = [
-    {"op": "PASS", "key": "1", "short": "keep only m (m already says s)",
-     "text": "Store only m. m already contains the information of s, so s would be redundant. "
-             "If m and s say exactly the same thing, choose PASS.",
-     "example": "m: Lost appetite and doesn't eat much · s: Lost appetite"},
-    {"op": "REPLACE", "key": "2", "short": "keep only s (s is newer or fuller)",
-     "text": "Store only s. s contradicts m and is the more recent information, or s says more than m.",
-     "example": "m: Couldn't sleep well · s: Sleeping well after taking sleeping tablets"},
-    {"op": "APPEND", "key": "3", "short": "keep both (unrelated)",
-     "text": "Store both. m and s are about different things; dropping either would lose information.",
-     "example": "m: Has a dog · s: The dog likes carrots"},
-    {"op": "DELETE", "key": "4", "short": "drop both (finished state)",
-     "text": "Remove both. s says that the state in m is over and no longer worth remembering "
-             "(a cold that is better now): keeping either would confuse the bot.",
-     "example": "m: Had sore throat · s: Throat is fully recovered"},
-    {"op": "FUSION", "key": "F", "short": "neither alone is right: write one sentence",
-     "text": "Keeping only one sentence would lose information and keeping both would be inconsistent. "
-             "Write the single sentence that combines them.",
-     "example": "m: Back hurts but hasn't seen a doctor yet · s: Receiving physiotherapy at the hospital "
-                "→ Receiving physiotherapy at the hospital for back pain"},
+    {
+        "op": "PASS",
+        "key": "1",
+        "short": "keep only m (m already says s)",
+        "text": "Store only m. m already contains the information of s, so s would be redundant. "
+        "If m and s say exactly the same thing, choose PASS.",
+        "example": "m: Lost appetite and doesn't eat much · s: Lost appetite",
+    },
+    {
+        "op": "REPLACE",
+        "key": "2",
+        "short": "keep only s (s is newer or fuller)",
+        "text": "Store only s. s contradicts m and is the more recent information, or s says more than m.",
+        "example": "m: Couldn't sleep well · s: Sleeping well after taking sleeping tablets",
+    },
+    {
+        "op": "APPEND",
+        "key": "3",
+        "short": "keep both (unrelated)",
+        "text": "Store both. m and s are about different things; dropping either would lose information.",
+        "example": "m: Has a dog · s: The dog likes carrots",
+    },
+    {
+        "op": "DELETE",
+        "key": "4",
+        "short": "drop both (finished state)",
+        "text": "Remove both. s says that the state in m is over and no longer worth remembering "
+        "(a cold that is better now): keeping either would confuse the bot.",
+        "example": "m: Had sore throat · s: Throat is fully recovered",
+    },
+    {
+        "op": "FUSION",
+        "key": "F",
+        "short": "neither alone is right: write one sentence",
+        "text": "Keeping only one sentence would lose information and keeping both would be inconsistent. "
+        "Write the single sentence that combines them.",
+        "example": "m: Back hurts but hasn't seen a doctor yet · s: Receiving physiotherapy at the hospital "
+        "→ Receiving physiotherapy at the hospital for back pain",
+    },
 ]
 
 SUMMARY_GUIDELINES = [
@@ -100,13 +120,21 @@ def work(request: HttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk, active=True)
     assignment = services.claim_next_item(queue, request.user)
     if assignment is None:
-        return render(request, "annotation/done.html", {"queue": queue, "progress": services.annotator_progress(queue, request.user)})
+        return render(
+            request,
+            "annotation/done.html",
+            {"queue": queue, "progress": services.annotator_progress(queue, request.user)},
+        )
     return _render_workspace(request, assignment)
 
 
 def _render_workspace(
-    request: HttpRequest, assignment: Assignment, *, form_data: dict[str, Any] | None = None,
-    error: str = "", status: int = 200,
+    request: HttpRequest,
+    assignment: Assignment,
+    *,
+    form_data: dict[str, Any] | None = None,
+    error: str = "",
+    status: int = 200,
 ) -> HttpResponse:
     queue, item = assignment.queue, assignment.item
     draft = getattr(assignment, "draft", None) if form_data is None else None
@@ -176,7 +204,9 @@ def draft(request: HttpRequest, pk: int) -> JsonResponse:
     try:
         saved = services.save_draft(pk, annotator=request.user, data=data)
     except AnnotationError as exc:
-        return JsonResponse({"ok": False, "code": exc.code, "error": exc.message}, status=409 if exc.code == "expired" else 400)
+        return JsonResponse(
+            {"ok": False, "code": exc.code, "error": exc.message}, status=409 if exc.code == "expired" else 400
+        )
     return JsonResponse({"ok": True, "saved_at": saved.updated_at.isoformat()})
 
 
@@ -221,7 +251,8 @@ def queue_detail(request: HttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     report = measures.queue_report(queue)
     return render(
-        request, "annotation/queue_detail.html",
+        request,
+        "annotation/queue_detail.html",
         {"queue": queue, "r": report, "import_form": ImportForm(queue=queue), "operations": OPERATIONS},
     )
 

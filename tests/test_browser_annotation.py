@@ -22,7 +22,11 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 MEMORY = ["Couldn't sleep well", "Has a dog", "Back hurts but hasn't seen a doctor yet", "Lives alone"]
-SUMMARY = ["Sleeping well after taking sleeping tablets", "The dog likes carrots", "Receiving physiotherapy at the hospital"]
+SUMMARY = [
+    "Sleeping well after taking sleeping tablets",
+    "The dog likes carrots",
+    "Receiving physiotherapy at the hospital",
+]
 TRANSCRIPT = [
     {"speaker": "bot", "text": "Hello! How have you been sleeping lately?"},
     {"speaker": "user", "text": "Much better, the doctor gave me sleeping tablets."},
@@ -36,8 +40,16 @@ TRANSCRIPT = [
 def pair(i: int, j: int) -> dict[str, Any]:
     return {
         "unit": "episode-1-session-2",
-        "payload": {"m": MEMORY[i], "s": SUMMARY[j], "i": i, "j": j, "memory_before": MEMORY, "summary": SUMMARY,
-                    "transcript": TRANSCRIPT, "operator_op": "APPEND"},
+        "payload": {
+            "m": MEMORY[i],
+            "s": SUMMARY[j],
+            "i": i,
+            "j": j,
+            "memory_before": MEMORY,
+            "summary": SUMMARY,
+            "transcript": TRANSCRIPT,
+            "operator_op": "APPEND",
+        },
         "meta": {"arm": "memory_update (secret)"},
     }
 
@@ -62,17 +74,34 @@ def shoot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"annotation-{name}.png"), full_page=True)
 
 
-def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(live_server, annotator, researcher, browser_page):
-    pairs = Queue.objects.create(name="Memory operations, study 1", kind=Queue.Kind.PAIRS, labels_per_item=3,
-                                 instructions="Label each pair of a memory sentence m and a new summary sentence s.")
+def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
+    live_server, annotator, researcher, browser_page
+):
+    pairs = Queue.objects.create(
+        name="Memory operations, study 1",
+        kind=Queue.Kind.PAIRS,
+        labels_per_item=3,
+        instructions="Label each pair of a memory sentence m and a new summary sentence s.",
+    )
     add_items(pairs, [pair(0, 0), pair(1, 1), pair(2, 2)])
     summaries = Queue.objects.create(name="Session summaries", kind=Queue.Kind.SUMMARIES, summary_mode=Queue.Mode.CHAIN)
-    add_items(summaries, [{"payload": {"summary": ["Sleeps well with tablets.", "Had three eggs for breakfast.",
-                                                    "Dog likes carrots."], "transcript": TRANSCRIPT}}])
+    add_items(
+        summaries,
+        [
+            {
+                "payload": {
+                    "summary": ["Sleeps well with tablets.", "Had three eggs for breakfast.", "Dog likes carrots."],
+                    "transcript": TRANSCRIPT,
+                }
+            }
+        ],
+    )
     client = Client()
     client.force_login(annotator)
     page = browser_page
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}]
+    )
 
     page.goto(f"{live_server.url}/annotate/")
     page.get_by_text("Memory operations, study 1").wait_for()
@@ -121,7 +150,9 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(live_se
     text.wait_for()
     assert "Had three eggs for breakfast." in text.input_value()
     shoot(page, "summary")
-    text.fill("Sleeps well after taking sleeping tablets.\nHas a dog that likes carrots.\nReceiving physiotherapy for back pain.")
+    text.fill(
+        "Sleeps well after taking sleeping tablets.\nHas a dog that likes carrots.\nReceiving physiotherapy for back pain."
+    )
     text.press("Control+Enter")
     page.get_by_text("All done").wait_for()
 
@@ -129,14 +160,18 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(live_se
     assert ops == [("REPLACE", ""), ("APPEND", ""), ("FUSION", "Receiving physiotherapy at the hospital for back pain")]
     revision = Label.objects.get(item__queue=summaries)
     assert revision.sentences == [
-        "Sleeps well after taking sleeping tablets.", "Has a dog that likes carrots.", "Receiving physiotherapy for back pain."
+        "Sleeps well after taking sleeping tablets.",
+        "Has a dog that likes carrots.",
+        "Receiving physiotherapy for back pain.",
     ]
     assert revision.changed
 
     # the researcher's view of the same queue
     client.force_login(researcher)
     page.context.clear_cookies()
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}]
+    )
     page.goto(f"{live_server.url}/annotate/queues/{pairs.pk}/")
     page.get_by_text("Gold labels vs the seed").wait_for()
     shoot(page, "researcher-queue")

@@ -24,10 +24,22 @@ def make_annotators(db: Any) -> Callable[[int], list[User]]:
     return make
 
 
-def pair_spec(m: str, s: str, *, op: str | None = None, unit: str = "", i: int | None = None, j: int | None = None,
-              memory_before: list[str] | None = None, summary: list[str] | None = None) -> dict[str, Any]:
+def pair_spec(
+    m: str,
+    s: str,
+    *,
+    op: str | None = None,
+    unit: str = "",
+    i: int | None = None,
+    j: int | None = None,
+    memory_before: list[str] | None = None,
+    summary: list[str] | None = None,
+) -> dict[str, Any]:
     payload: dict[str, Any] = {
-        "m": m, "s": s, "memory_before": memory_before or [m], "summary": summary or [s],
+        "m": m,
+        "s": s,
+        "memory_before": memory_before or [m],
+        "summary": summary or [s],
         "transcript": [{"speaker": "user", "text": f"About {s}"}, {"speaker": "bot", "text": "I see."}],
     }
     if op:
@@ -51,7 +63,13 @@ def summary_queue(db: Any, researcher: User) -> Queue:
     )
     add_items(
         queue,
-        [{"payload": {"summary": ["Has a cold.", "Had three eggs for breakfast."],
-                      "transcript": [{"speaker": "user", "text": "I have a cold and had three eggs."}]}}],
+        [
+            {
+                "payload": {
+                    "summary": ["Has a cold.", "Had three eggs for breakfast."],
+                    "transcript": [{"speaker": "user", "text": "I have a cold and had three eggs."}],
+                }
+            }
+        ],
     )
     return queue

@@ -34,8 +34,14 @@ def put_labels(queue: Queue, table: list[list[Any]], users: list[Any]) -> list[I
                 queue=queue, item=items[k], annotator=users[r], status="submitted", expires_at=now, submitted_at=now
             )
             op = CATS[value]
-            Label.objects.create(item=items[k], annotator=users[r], assignment=a, op=op,
-                                 fused_text="x" if op == "FUSION" else "", revision=r + 1)
+            Label.objects.create(
+                item=items[k],
+                annotator=users[r],
+                assignment=a,
+                op=op,
+                fused_text="x" if op == "FUSION" else "",
+                revision=r + 1,
+            )
     for item in items:
         Item.objects.filter(pk=item.pk).update(done_count=item.labels.count())
     return list(queue.items.order_by("position"))
@@ -43,8 +49,18 @@ def put_labels(queue: Queue, table: list[list[Any]], users: list[Any]) -> list[I
 
 def test_fleiss_kappa_of_a_queue_matches_the_wikipedia_reference_value(make_annotators):
     # 10 subjects x 14 raters x 5 categories (statistics-and-reliability.md A6): kappa = 0.2099
-    counts = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-              [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
+    counts = [
+        [0, 0, 0, 0, 14],
+        [0, 2, 6, 4, 2],
+        [0, 0, 3, 5, 6],
+        [0, 3, 9, 2, 0],
+        [2, 2, 8, 1, 1],
+        [7, 7, 0, 0, 0],
+        [3, 2, 6, 3, 0],
+        [2, 5, 3, 2, 2],
+        [6, 5, 2, 1, 0],
+        [0, 2, 2, 3, 7],
+    ]
     table = [[None] * 10 for _ in range(14)]
     for k, row in enumerate(counts):
         raters = iter(range(14))
@@ -61,10 +77,12 @@ def test_fleiss_kappa_of_a_queue_matches_the_wikipedia_reference_value(make_anno
 def test_krippendorff_alpha_of_a_queue_matches_krippendorff_2011(make_annotators):
     # 4 coders x 12 units with gaps, Krippendorff (2011) p. 8: nominal alpha = 0.743
     n = None
-    data = [[0, 1, 2, 2, 1, 0, 3, 0, 1, n, n, n],
-            [0, 1, 2, 2, 1, 1, 3, 0, 1, 4, n, 2],
-            [n, 2, 2, 2, 1, 2, 3, 1, 1, 4, 0, n],
-            [0, 1, 2, 2, 1, 3, 3, 0, 1, 4, 0, n]]
+    data = [
+        [0, 1, 2, 2, 1, 0, 3, 0, 1, n, n, n],
+        [0, 1, 2, 2, 1, 1, 3, 0, 1, 4, n, 2],
+        [n, 2, 2, 2, 1, 2, 3, 1, 1, 4, 0, n],
+        [0, 1, 2, 2, 1, 3, 3, 0, 1, 4, 0, n],
+    ]
     queue = Queue.objects.create(name="K2011", kind=Queue.Kind.PAIRS, labels_per_item=4)
     put_labels(queue, data, make_annotators(4))
     assert measures.agreement(queue)["krippendorff_alpha"] == pytest.approx(0.743, abs=5e-4)
@@ -79,7 +97,9 @@ def test_gold_statistics_compare_with_table_2_and_score_annotators(make_annotato
         services._complete(item, timezone.now())
     gold = measures.gold_summary(queue)
     dist = {d["label"]: d for d in gold["distribution"]}
-    assert dist["PASS"]["count"] == 1 and dist["APPEND"]["count"] == 2 and dist["APPEND"]["percent"] == pytest.approx(66.7)
+    assert (
+        dist["PASS"]["count"] == 1 and dist["APPEND"]["count"] == 2 and dist["APPEND"]["percent"] == pytest.approx(66.7)
+    )
     assert dist["APPEND"]["table2_percent"] == 44.6
     assert gold["awaiting_adjudication"] == 1 and gold["no_gold_percent"] == 25.0
     assert gold["individual_equals_gold_percent"] == pytest.approx(100 * 7 / 9, abs=0.01)
@@ -88,13 +108,22 @@ def test_gold_statistics_compare_with_table_2_and_score_annotators(make_annotato
     assert by_name["ann2"]["agreement_with_gold"] == pytest.approx(1 / 3, abs=1e-4)
 
 
-def finished_unit_queue(users: list[Any], gold_ops: dict[tuple[int, int], str], operator: dict[tuple[int, int], str],
-                        M: list[str], S: list[str]) -> Queue:
+def finished_unit_queue(
+    users: list[Any],
+    gold_ops: dict[tuple[int, int], str],
+    operator: dict[tuple[int, int], str],
+    M: list[str],
+    S: list[str],
+) -> Queue:
     queue = Queue.objects.create(name="Set", kind=Queue.Kind.PAIRS)
-    add_items(queue, [
-        pair_spec(M[i], S[j], op=operator[(i, j)], unit="u1", i=i, j=j, memory_before=M, summary=S)
-        for i in range(len(M)) for j in range(len(S))
-    ])
+    add_items(
+        queue,
+        [
+            pair_spec(M[i], S[j], op=operator[(i, j)], unit="u1", i=i, j=j, memory_before=M, summary=S)
+            for i in range(len(M))
+            for j in range(len(S))
+        ],
+    )
     for user in users:
         while (asg := services.claim_next_item(queue, user)) is not None:
             p = asg.item.payload
@@ -161,7 +190,11 @@ def test_edited_summaries_export_keeps_every_revision(summary_queue, make_annota
         services.submit_summary(asg.pk, annotator=user, text=f"Has a cold (v{k}).")
     (row,) = exports.edited_summaries(summary_queue)
     assert row["generated"] == ["Has a cold.", "Had three eggs for breakfast."]
-    assert [r["sentences"] for r in row["revisions"]] == [["Has a cold (v0)."], ["Has a cold (v1)."], ["Has a cold (v2)."]]
+    assert [r["sentences"] for r in row["revisions"]] == [
+        ["Has a cold (v0)."],
+        ["Has a cold (v1)."],
+        ["Has a cold (v2)."],
+    ]
     assert [r["parent_revision"] for r in row["revisions"]] == [None, 1, 2]
     assert row["final"] == ["Has a cold (v2)."]
     edits = measures.summary_edits(summary_queue)

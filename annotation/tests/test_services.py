@@ -176,7 +176,9 @@ def test_a_three_way_split_goes_to_adjudication_where_a_researcher_decides(pair_
     assert pair_queue.items.needing_adjudication().count() == 4
     decided = services.adjudicate(item, researcher=researcher, label="DELETE")
     assert (decided.status, decided.gold_label, decided.gold_method) == ("complete", "DELETE", "adjudicated")
-    discarded = services.adjudicate(pair_queue.items.needing_adjudication().first(), researcher=researcher, label="DISCARD")
+    discarded = services.adjudicate(
+        pair_queue.items.needing_adjudication().first(), researcher=researcher, label="DISCARD"
+    )
     assert discarded.status == Item.Status.DISCARDED
 
 
@@ -209,7 +211,9 @@ def test_chained_summary_editors_work_one_after_another_and_revisions_are_kept(s
     services.submit_summary(third.pk, annotator=c, text="Has a cold and takes medicine.")
     revisions = list(Label.objects.filter(item__queue=summary_queue).order_by("revision"))
     assert [r.sentences for r in revisions] == [
-        ["Has a cold."], ["Has a cold and takes medicine."], ["Has a cold and takes medicine."]
+        ["Has a cold."],
+        ["Has a cold and takes medicine."],
+        ["Has a cold and takes medicine."],
     ]
     assert [r.changed for r in revisions] == [True, True, False]
     assert revisions[1].parent == revisions[0] and revisions[2].parent == revisions[1]

@@ -23,7 +23,8 @@ def login(client, user):
 
 def test_every_page_refuses_the_wrong_role(client, pair_queue, annotator, outsider):
     researcher_pages = [
-        reverse("annotation:queues"), reverse("annotation:queue_create"),
+        reverse("annotation:queues"),
+        reverse("annotation:queue_create"),
         reverse("annotation:queue_detail", args=[pair_queue.pk]),
         reverse("annotation:queue_report_json", args=[pair_queue.pk]),
         reverse("annotation:adjudication", args=[pair_queue.pk]),
@@ -102,7 +103,10 @@ def test_someone_elses_assignment_is_forbidden(client, pair_queue, make_annotato
     asg = services.claim_next_item(pair_queue, alice)
     login(client, bob)
     assert client.post(reverse("annotation:submit", args=[asg.pk]), {"op": "PASS"}).status_code == 403
-    assert client.post(reverse("annotation:draft", args=[asg.pk]), "{}", content_type="application/json").status_code == 403
+    assert (
+        client.post(reverse("annotation:draft", args=[asg.pk]), "{}", content_type="application/json").status_code
+        == 403
+    )
     assert not Label.objects.exists()
 
 
@@ -111,7 +115,8 @@ def test_a_draft_is_autosaved_and_restored_on_reload(client, pair_queue, annotat
     client.get(reverse("annotation:work", args=[pair_queue.pk]))
     asg = Assignment.objects.get(annotator=annotator)
     response = client.post(
-        reverse("annotation:draft", args=[asg.pk]), json.dumps({"op": "FUSION", "fused_text": "half written"}),
+        reverse("annotation:draft", args=[asg.pk]),
+        json.dumps({"op": "FUSION", "fused_text": "half written"}),
         content_type="application/json",
     )
     assert response.status_code == 200 and response.json()["ok"]
@@ -136,11 +141,19 @@ def test_the_summary_workspace_prefills_the_version_to_correct(client, summary_q
 def test_a_researcher_creates_a_queue_from_a_jsonl_import(client, researcher):
     login(client, researcher)
     lines = "\n".join(json.dumps({"m": f"m{k}", "s": f"s{k}", "operator_op": "APPEND", "unit": "u"}) for k in range(3))
-    response = client.post(reverse("annotation:queue_create"), {
-        "name": "Imported", "kind": "pairs", "labels_per_item": 3, "gold_min_votes": 2, "summary_mode": "chain",
-        "max_edit_chars": 2000, "lease_minutes": 20,
-        "source_file": SimpleUploadedFile("pairs.jsonl", lines.encode()),
-    })
+    response = client.post(
+        reverse("annotation:queue_create"),
+        {
+            "name": "Imported",
+            "kind": "pairs",
+            "labels_per_item": 3,
+            "gold_min_votes": 2,
+            "summary_mode": "chain",
+            "max_edit_chars": 2000,
+            "lease_minutes": 20,
+            "source_file": SimpleUploadedFile("pairs.jsonl", lines.encode()),
+        },
+    )
     queue = Queue.objects.get(name="Imported")
     assert response.status_code == 302 and queue.items.count() == 3 and queue.lease_seconds == 1200
     assert client.get(reverse("annotation:queue_detail", args=[queue.pk])).status_code == 200
@@ -149,8 +162,11 @@ def test_a_researcher_creates_a_queue_from_a_jsonl_import(client, researcher):
 def test_a_bad_import_is_refused_whole_with_the_line_number(client, researcher, pair_queue):
     login(client, researcher)
     bad = "m,s,operator_op\nmem,sum,APPEND\nmem2,,PASS\n"
-    response = client.post(reverse("annotation:queue_import", args=[pair_queue.pk]),
-                           {"source_file": SimpleUploadedFile("x.csv", bad.encode())}, follow=True)
+    response = client.post(
+        reverse("annotation:queue_import", args=[pair_queue.pk]),
+        {"source_file": SimpleUploadedFile("x.csv", bad.encode())},
+        follow=True,
+    )
     html = response.content.decode()
     assert "line 3" in html and "is missing or empty" in html and "Nothing was imported" in html
     assert pair_queue.items.count() == 4
@@ -159,7 +175,10 @@ def test_a_bad_import_is_refused_whole_with_the_line_number(client, researcher, 
 def test_a_csv_import_adds_items(client, researcher, pair_queue):
     login(client, researcher)
     good = 'm,s,memory_before,summary,transcript\nHas a dog,Dog likes carrots,Has a dog|Lives alone,Dog likes carrots,"user: my dog\nbot: nice"\n'
-    client.post(reverse("annotation:queue_import", args=[pair_queue.pk]), {"source_file": SimpleUploadedFile("x.csv", good.encode())})
+    client.post(
+        reverse("annotation:queue_import", args=[pair_queue.pk]),
+        {"source_file": SimpleUploadedFile("x.csv", good.encode())},
+    )
     item = pair_queue.items.order_by("-position").first()
     assert item.payload["memory_before"] == ["Has a dog", "Lives alone"]
     assert item.payload["transcript"] == [{"speaker": "user", "text": "my dog"}, {"speaker": "bot", "text": "nice"}]
@@ -187,8 +206,13 @@ def test_the_gold_export_downloads_jsonl(client, researcher, pair_queue, make_an
     response = client.get(reverse("annotation:export_gold", args=[pair_queue.pk]))
     rows = [json.loads(x) for x in b"".join(response.streaming_content).decode().splitlines()]
     assert len(rows) == 4 and rows[0] == {
-        "input": "sentence 1: memory 0 sentence 2: summary 0", "target": "2", "label": "REPLACE",
-        "gold_method": "majority", "item": rows[0]["item"], "id": None, "unit": None,
+        "input": "sentence 1: memory 0 sentence 2: summary 0",
+        "target": "2",
+        "label": "REPLACE",
+        "gold_method": "majority",
+        "item": rows[0]["item"],
+        "id": None,
+        "unit": None,
     }
     assert response["Content-Disposition"].endswith('.jsonl"')
 
@@ -203,29 +227,67 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     session = ChatSession.objects.create(episode=episode, index=2, simulated_start=timezone.now())
     Message.objects.create(session=session, seq=1, speaker="user", text="My cold is all better now")
     trace = {
-        "summary": ["Cold is all better now"], "memory_before": ["Has a cold", "Has a dog"],
+        "summary": ["Cold is all better now"],
+        "memory_before": ["Has a cold", "Has a dog"],
         "memory_after": ["Has a dog"],
         "operations": [
-            {"i": 0, "j": 0, "m": "Has a cold", "s": "Cold is all better now", "op": "DELETE", "raw": "DELETE", "fallback": False},
-            {"i": 1, "j": 0, "m": "Has a dog", "s": "Cold is all better now", "op": "APPEND", "raw": "APPEND", "fallback": False},
+            {
+                "i": 0,
+                "j": 0,
+                "m": "Has a cold",
+                "s": "Cold is all better now",
+                "op": "DELETE",
+                "raw": "DELETE",
+                "fallback": False,
+            },
+            {
+                "i": 1,
+                "j": 0,
+                "m": "Has a dog",
+                "s": "Cold is all better now",
+                "op": "APPEND",
+                "raw": "APPEND",
+                "fallback": False,
+            },
         ],
     }
     MemorySnapshot.objects.create(session=session, status="done", trace=trace)
     login(client, researcher)
-    response = client.post(reverse("annotation:queue_create"), {
-        "name": "From study", "kind": "pairs", "study": study.pk, "labels_per_item": 3, "gold_min_votes": 2,
-        "summary_mode": "chain", "max_edit_chars": 2000, "lease_minutes": 20,
-    })
+    response = client.post(
+        reverse("annotation:queue_create"),
+        {
+            "name": "From study",
+            "kind": "pairs",
+            "study": study.pk,
+            "labels_per_item": 3,
+            "gold_min_votes": 2,
+            "summary_mode": "chain",
+            "max_edit_chars": 2000,
+            "lease_minutes": 20,
+        },
+    )
     assert response.status_code == 302
     queue = Queue.objects.get(name="From study")
     items = list(queue.items.order_by("position"))
-    assert [(it.payload["m"], it.payload["operator_op"]) for it in items] == [("Has a cold", "DELETE"), ("Has a dog", "APPEND")]
+    assert [(it.payload["m"], it.payload["operator_op"]) for it in items] == [
+        ("Has a cold", "DELETE"),
+        ("Has a dog", "APPEND"),
+    ]
     assert items[0].payload["transcript"] == [{"speaker": "user", "text": "My cold is all better now"}]
     assert items[0].meta["arm"] == arm.name and items[0].unit == items[1].unit
-    summaries = client.post(reverse("annotation:queue_create"), {
-        "name": "Summaries of study", "kind": "summaries", "study": study.pk, "labels_per_item": 3, "gold_min_votes": 2,
-        "summary_mode": "parallel", "max_edit_chars": 2000, "lease_minutes": 20,
-    })
+    summaries = client.post(
+        reverse("annotation:queue_create"),
+        {
+            "name": "Summaries of study",
+            "kind": "summaries",
+            "study": study.pk,
+            "labels_per_item": 3,
+            "gold_min_votes": 2,
+            "summary_mode": "parallel",
+            "max_edit_chars": 2000,
+            "lease_minutes": 20,
+        },
+    )
     assert summaries.status_code == 302
     assert Queue.objects.get(name="Summaries of study").items.get().payload["summary"] == ["Cold is all better now"]
 
