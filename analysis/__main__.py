@@ -42,10 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
     rep.add_argument("--metric-col", help="long format: column with the metric name (default 'metric')")
     rep.add_argument("--value-col", help="long format: column with the score (default 'score')")
-    rep.add_argument("--csv-table", choices=(*writers.CSV_TABLES, "ratings"), default="summary",
-                     help="which table --format csv writes (ratings = every rating with its z-score)")
-    rep.add_argument("--mixedlm", action=argparse.BooleanOptionalAction, default=None,
-                     help="fit the mixed model (default: only when every worker rated one arm)")
+    rep.add_argument(
+        "--csv-table",
+        choices=(*writers.CSV_TABLES, "ratings"),
+        default="summary",
+        help="which table --format csv writes (ratings = every rating with its z-score)",
+    )
+    rep.add_argument(
+        "--mixedlm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fit the mixed model (default: only when every worker rated one arm)",
+    )
     rep.add_argument("--reference-arm", help="reference level of the mixed model (default: first arm)")
     return parser
 
@@ -58,9 +66,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.metric_col and not args.value_col:
             args.value_col = "score"
         analysis = run(
-            read_csv(args.ratings), worker=args.worker, unit=args.unit, arm=args.arm, metrics=args.metrics,
-            session=args.session, reverse=args.reverse, qc_arm=args.qc_arm, qc_metrics=args.qc_metrics,
-            test=args.test, metric_col=args.metric_col, value_col=args.value_col, mixedlm=args.mixedlm,
+            read_csv(args.ratings),
+            worker=args.worker,
+            unit=args.unit,
+            arm=args.arm,
+            metrics=args.metrics,
+            session=args.session,
+            reverse=args.reverse,
+            qc_arm=args.qc_arm,
+            qc_metrics=args.qc_metrics,
+            test=args.test,
+            metric_col=args.metric_col,
+            value_col=args.value_col,
+            mixedlm=args.mixedlm,
             reference_arm=args.reference_arm,
         )
     except RatingsError as exc:

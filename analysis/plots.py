@@ -19,8 +19,13 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 
 Scale = Literal["auto", "z", "raw"]
-_RC = {"svg.hashsalt": "memeval", "svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
-       "axes.spines.right": False}
+_RC = {
+    "svg.hashsalt": "memeval",
+    "svg.fonttype": "none",
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
 _P_CMAP = LinearSegmentedColormap.from_list("p", ["#1a9850", "#a6d96a", "#ffffbf", "#f0f0f0"])
 
 
@@ -41,7 +46,7 @@ def _svg(fig: Figure) -> str:
 
 def _figure(width: float, height: float) -> Figure:
     with matplotlib.rc_context(_RC):
-        return Figure(figsize=(width, height), layout="constrained")
+        return Figure(figsize=(width, height))
 
 
 def _num(v: Any) -> float:
@@ -124,14 +129,14 @@ def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
         return _svg(fig)
 
 
-def pvalue_heatmap(
-    result: dict[str, Any], metric: str = "overall", corrected: bool = True, session: Any = None
-) -> str:
+def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: bool = True, session: Any = None) -> str:
     """Arms x arms p-values of the pairwise tests (row arm vs column arm), green where significant."""
     arms = result["arm_order"]
-    source = result["pairwise"] if session is None else [
-        p for p in result["pairwise_by_session"] if p.get("session") == session
-    ]
+    source = (
+        result["pairwise"]
+        if session is None
+        else [p for p in result["pairwise_by_session"] if p.get("session") == session]
+    )
     key = "p_holm" if corrected else "p"
     matrix = np.full((len(arms), len(arms)), np.nan)
     idx = {a: i for i, a in enumerate(arms)}
@@ -151,13 +156,22 @@ def pvalue_heatmap(
         for i in range(len(arms)):
             for j in range(len(arms)):
                 if not np.isnan(matrix[i, j]):
-                    ax.text(j, i, f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001",
-                            ha="center", va="center", fontsize=7)
+                    ax.text(
+                        j,
+                        i,
+                        f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                    )
         ax.set_xticks(range(len(arms)), arms, rotation=45, ha="right")
         ax.set_yticks(range(len(arms)), arms)
         what = "row > column" if one_sided else "row vs column"
-        ax.set_title(f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})"
-                     + (f", session {session}" if session is not None else ""), fontsize=9)
+        ax.set_title(
+            f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})"
+            + (f", session {session}" if session is not None else ""),
+            fontsize=9,
+        )
         fig.colorbar(img, ax=ax, shrink=0.8, label="p")
         return _svg(fig)
 

@@ -75,8 +75,19 @@ def analyze(
     only when the design needs it (None). Raises :class:`analysis.data.RatingsError` for unusable input.
     """
     return run(
-        df, worker=worker, unit=unit, arm=arm, metrics=metrics, session=session, reverse=reverse, qc_arm=qc_arm,
-        qc_metrics=qc_metrics, test=test, metric_col=metric_col, value_col=value_col, mixedlm=mixedlm,
+        df,
+        worker=worker,
+        unit=unit,
+        arm=arm,
+        metrics=metrics,
+        session=session,
+        reverse=reverse,
+        qc_arm=qc_arm,
+        qc_metrics=qc_metrics,
+        test=test,
+        metric_col=metric_col,
+        value_col=value_col,
+        mixedlm=mixedlm,
         reference_arm=reference_arm,
     ).result
 
@@ -104,8 +115,17 @@ def run(
     metrics = list(metrics)
     reverse = list(reverse)
     qc_metrics = list(qc_metrics)
-    frame = canonical_frame(df, worker=worker, unit=unit, arm=arm, metrics=metrics, session=session,
-                            reverse=reverse, metric_col=metric_col, value_col=value_col)
+    frame = canonical_frame(
+        df,
+        worker=worker,
+        unit=unit,
+        arm=arm,
+        metrics=metrics,
+        session=session,
+        reverse=reverse,
+        metric_col=metric_col,
+        value_col=value_col,
+    )
     warnings_: list[str] = []
     all_arms = sorted(frame[ARM].unique(), key=_natural)
     if qc_arm is not None:
@@ -130,8 +150,12 @@ def run(
         )
 
     # 3. quality control
-    qc_section: dict[str, Any] = {"arm": qc_arm, "metrics": qc_metrics, "alpha": ALPHA,
-                                  "workers_total": int(frame[WORKER].nunique())}
+    qc_section: dict[str, Any] = {
+        "arm": qc_arm,
+        "metrics": qc_metrics,
+        "alpha": ALPHA,
+        "workers_total": int(frame[WORKER].nunique()),
+    }
     if qc_arm is not None:
         checks = quality_control(frame, qc_arm=qc_arm, qc_metrics=qc_metrics, all_metrics=metrics)
         passed = {c.worker for c in checks if c.passed}
@@ -141,13 +165,15 @@ def run(
             pass_rate=len(passed) / len(checks) if checks else math.nan,
             failed_workers=[c.worker for c in failed],
             failed_reasons={c.worker: c.reason for c in failed},
-            workers=[{"worker": c.worker, "passed": c.passed, "p": c.p, "n_qc": c.n_qc, "n_other": c.n_other}
-                     for c in checks],
+            workers=[
+                {"worker": c.worker, "passed": c.passed, "p": c.p, "n_qc": c.n_qc, "n_other": c.n_other} for c in checks
+            ],
         )
         scored["qc_passed"] = scored[WORKER].isin(passed)
     else:
-        qc_section.update(workers_passed=qc_section["workers_total"], pass_rate=1.0, failed_workers=[],
-                          failed_reasons={}, workers=[])
+        qc_section.update(
+            workers_passed=qc_section["workers_total"], pass_rate=1.0, failed_workers=[], failed_reasons={}, workers=[]
+        )
         scored["qc_passed"] = True
     keep = scored["qc_passed"] & (scored[ARM] != qc_arm if qc_arm is not None else True)
     data = scored[keep].copy()
@@ -219,8 +245,19 @@ def run(
             mixed["models"][m] = fit
             warnings_ += [f"mixed model ({m}): {w}" for w in fit["warnings"]]
 
-    params = {"worker": worker, "unit": unit, "arm": arm, "session": session, "metrics": metrics, "reverse": reverse,
-              "qc_arm": qc_arm, "qc_metrics": qc_metrics, "test": test, "confidence": 0.95, "correction": "holm"}
+    params = {
+        "worker": worker,
+        "unit": unit,
+        "arm": arm,
+        "session": session,
+        "metrics": metrics,
+        "reverse": reverse,
+        "qc_arm": qc_arm,
+        "qc_metrics": qc_metrics,
+        "test": test,
+        "confidence": 0.95,
+        "correction": "holm",
+    }
     result = {
         "params": params,
         "qc": qc_section,
@@ -302,12 +339,18 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
         for s in sorted(table.loc[a].index, key=_natural):
             row = table.loc[(a, s)]
             overall = _stats_entry(row, OVERALL, z_valid)
-            out.append({
-                "arm": a, "session": s, "n_units": overall["n"],
-                "overall_z": overall["mean_z"], "overall_z_ci95": overall["ci95_z"],
-                "overall_raw": overall["mean_raw"], "overall_raw_ci95": overall["ci95_raw"],
-                "metrics": {m: _stats_entry(row, m, z_valid) for m in metrics},
-            })
+            out.append(
+                {
+                    "arm": a,
+                    "session": s,
+                    "n_units": overall["n"],
+                    "overall_z": overall["mean_z"],
+                    "overall_z_ci95": overall["ci95_z"],
+                    "overall_raw": overall["mean_raw"],
+                    "overall_raw_ci95": overall["ci95_raw"],
+                    "metrics": {m: _stats_entry(row, m, z_valid) for m in metrics},
+                }
+            )
     return out
 
 
@@ -316,7 +359,7 @@ def _pairwise(
 ) -> list[dict[str, Any]]:
     """One Holm family per metric (and per session): every ordered pair for one-sided tests, else every pair."""
     pairs = list(permutations(arms, 2)) if test == "mwu-greater" else list(combinations(arms, 2))
-    by_arm = {a: g for a, g in units.groupby(ARM)}
+    by_arm = {a: g for a, g in units.groupby(ARM)}  # noqa: C416 (dict(groupby) misreads .keys)
     empty = units.iloc[:0]
     out: list[dict[str, Any]] = []
     for m in [OVERALL, *metrics]:
@@ -410,8 +453,10 @@ def methods_text(result: dict[str, Any]) -> str:
             "raw scores and a linear mixed model with a random intercept per worker."
         )
     elif result.get("mixedlm"):
-        parts.append("As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
-                     "was fitted on per-unit mean raw scores.")
+        parts.append(
+            "As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
+            "was fitted on per-unit mean raw scores."
+        )
     return " ".join(parts)
 
 

@@ -58,7 +58,9 @@ def grouped_mean_ci(
         sem = sd[c].to_numpy(dtype=float) / np.sqrt(nn)
         m = mean[c].to_numpy(dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
-            lo, hi = stats.t.interval(confidence, np.where(nn >= 2, nn - 1, np.nan), loc=m, scale=np.where(sem > 0, sem, np.nan))
+            lo, hi = stats.t.interval(
+                confidence, np.where(nn >= 2, nn - 1, np.nan), loc=m, scale=np.where(sem > 0, sem, np.nan)
+            )
         zero = (sem == 0) & (nn >= 2)
         lo = np.where(zero, m, lo)
         hi = np.where(zero, m, hi)
@@ -74,22 +76,38 @@ def compare(a: Any, b: Any, test: Test) -> dict[str, Any]:
     res: dict[str, Any] = {"n_a": int(x.size), "n_b": int(y.size), "mean_a": _mean(x), "mean_b": _mean(y)}
     res["mean_diff"] = res["mean_a"] - res["mean_b"]
     if x.size < 2 or y.size < 2:
-        res.update(statistic=math.nan, p=math.nan, effect_size=math.nan, effect_size_kind=None,
-                   note="fewer than 2 units in an arm")
+        res.update(
+            statistic=math.nan,
+            p=math.nan,
+            effect_size=math.nan,
+            effect_size_kind=None,
+            note="fewer than 2 units in an arm",
+        )
         return res
     if test in ("mwu-greater", "mwu-two-sided"):
         alternative = "greater" if test == "mwu-greater" else "two-sided"
         r = stats.mannwhitneyu(x, y, alternative=alternative)
         u = float(r.statistic)
-        res.update(statistic=u, p=float(r.pvalue), effect_size=2 * u / (x.size * y.size) - 1,
-                   effect_size_kind="rank_biserial", cles=u / (x.size * y.size))
+        res.update(
+            statistic=u,
+            p=float(r.pvalue),
+            effect_size=2 * u / (x.size * y.size) - 1,
+            effect_size_kind="rank_biserial",
+            cles=u / (x.size * y.size),
+        )
     elif test == "welch":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # constant samples: scipy returns NaN, we report it
             r = stats.ttest_ind(x, y, equal_var=False)
         ci = r.confidence_interval(CONFIDENCE)
-        res.update(statistic=float(r.statistic), p=float(r.pvalue), df=float(r.df), effect_size=_hedges_g(x, y),
-                   effect_size_kind="hedges_g", mean_diff_ci95=[float(ci.low), float(ci.high)])
+        res.update(
+            statistic=float(r.statistic),
+            p=float(r.pvalue),
+            df=float(r.df),
+            effect_size=_hedges_g(x, y),
+            effect_size_kind="hedges_g",
+            mean_diff_ci95=[float(ci.low), float(ci.high)],
+        )
     else:
         raise ValueError(f"unknown test {test!r}; choose one of {TESTS}")
     return res
@@ -128,15 +146,26 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
     b = np.asarray(y, dtype=float)
     ok = ~(np.isnan(a) | np.isnan(b))
     a, b = a[ok], b[ok]
-    out: dict[str, Any] = {"n": int(a.size), "pearson_r": math.nan, "pearson_p": math.nan,
-                           "pearson_ci95": [math.nan, math.nan], "spearman_rho": math.nan, "spearman_p": math.nan}
+    out: dict[str, Any] = {
+        "n": int(a.size),
+        "pearson_r": math.nan,
+        "pearson_p": math.nan,
+        "pearson_ci95": [math.nan, math.nan],
+        "spearman_rho": math.nan,
+        "spearman_p": math.nan,
+    }
     if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return out
     pr = stats.pearsonr(a, b)
     ci = pr.confidence_interval(CONFIDENCE)
     sr = stats.spearmanr(a, b)
-    out.update(pearson_r=float(pr.statistic), pearson_p=float(pr.pvalue), pearson_ci95=[float(ci.low), float(ci.high)],
-               spearman_rho=float(sr.statistic), spearman_p=float(sr.pvalue))
+    out.update(
+        pearson_r=float(pr.statistic),
+        pearson_p=float(pr.pvalue),
+        pearson_ci95=[float(ci.low), float(ci.high)],
+        spearman_rho=float(sr.statistic),
+        spearman_p=float(sr.pvalue),
+    )
     return out
 
 
@@ -151,9 +180,14 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
 
     d = data[[score, arm, group]].dropna().rename(columns={score: "score", arm: "arm", group: "group"})
     d["arm"] = d["arm"].astype(str)
-    result: dict[str, Any] = {"formula": f"score ~ C(arm, Treatment({reference!r})) + (1 | {group})",
-                              "reference": reference, "n_obs": int(len(d)), "n_groups": int(d["group"].nunique()),
-                              "effects": [], "warnings": []}
+    result: dict[str, Any] = {
+        "formula": f"score ~ C(arm, Treatment({reference!r})) + (1 | {group})",
+        "reference": reference,
+        "n_obs": int(len(d)),
+        "n_groups": int(d["group"].nunique()),
+        "effects": [],
+        "warnings": [],
+    }
     if d["arm"].nunique() < 2 or len(d) < 3:
         result["warnings"].append("mixed model not fitted: fewer than 2 arms or 3 observations")
         return result
@@ -181,8 +215,15 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
     prefix = f"C(arm, Treatment({reference!r}))[T."
     for name in fit.fe_params.index:
         term = "intercept" if name == "Intercept" else name.removeprefix(prefix).removesuffix("]")
-        result["effects"].append({"term": term, "coef": float(fit.fe_params[name]), "se": float(fit.bse_fe[name]),
-                                  "p": float(fit.pvalues[name]), "ci95": [float(ci.loc[name, 0]), float(ci.loc[name, 1])]})
+        result["effects"].append(
+            {
+                "term": term,
+                "coef": float(fit.fe_params[name]),
+                "se": float(fit.bse_fe[name]),
+                "p": float(fit.pvalues[name]),
+                "ci95": [float(ci.loc[name, 0]), float(ci.loc[name, 1])],
+            }
+        )
     result["group_var"] = float(fit.cov_re.iloc[0, 0])
     result["residual_var"] = float(fit.scale)
     result["converged"] = bool(fit.converged)

@@ -45,17 +45,17 @@ def _scale(result: dict[str, Any]) -> str:
 def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tuple[str, str], list[int]]:
     """(arm, metric) -> numbers (1-based, in ``arm_order``) of the arms it significantly outscores."""
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
-    source = result["pairwise"] if session is None else [
-        p for p in result["pairwise_by_session"] if p.get("session") == session
-    ]
+    source = (
+        result["pairwise"]
+        if session is None
+        else [p for p in result["pairwise_by_session"] if p.get("session") == session]
+    )
     one_sided = result["params"]["test"] == "mwu-greater"
     marks: dict[tuple[str, str], list[int]] = {}
     for p in source:
         if p["p_holm"] is None or p["p_holm"] >= ALPHA:
             continue
-        if one_sided:
-            winner, loser = p["a"], p["b"]
-        elif (p["mean_a"] or 0) >= (p["mean_b"] or 0):
+        if one_sided or (p["mean_a"] or 0) >= (p["mean_b"] or 0):
             winner, loser = p["a"], p["b"]
         else:
             winner, loser = p["b"], p["a"]
@@ -63,7 +63,9 @@ def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tupl
     return {k: sorted(v) for k, v in marks.items()}
 
 
-def _arm_rows(result: dict[str, Any], scale: str, digits: int, mark: Callable[[str], str]) -> tuple[list[str], list[list[str]]]:
+def _arm_rows(
+    result: dict[str, Any], scale: str, digits: int, mark: Callable[[str], str]
+) -> tuple[list[str], list[list[str]]]:
     metrics = result["params"]["metrics"]
     marks = significance_marks(result) if scale == _scale(result) else {}
     header = ["#", "Arm", "n", *metrics, "Overall"]
@@ -99,15 +101,40 @@ def _pairwise_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for p in result["pairwise"]:
         kind = {"rank_biserial": "r_rb", "hedges_g": "g"}.get(p.get("effect_size_kind") or "", "")
-        rows.append([p["metric"], p["a"], p["b"], p["test"], str(p["n_a"]), str(p["n_b"]), fmt(p.get("statistic"), 2),
-                     fmt_p(p["p"]), fmt_p(p["p_holm"]), f"{kind} {fmt(p['effect_size'])}".strip()])
+        rows.append(
+            [
+                p["metric"],
+                p["a"],
+                p["b"],
+                p["test"],
+                str(p["n_a"]),
+                str(p["n_b"]),
+                fmt(p.get("statistic"), 2),
+                fmt_p(p["p"]),
+                fmt_p(p["p_holm"]),
+                f"{kind} {fmt(p['effect_size'])}".strip(),
+            ]
+        )
     return header, rows
 
 
 def _correlation_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["Level", "Scale", "A", "B", "n", "Pearson r", "95% CI", "p", "Spearman rho", "p (Spearman)"]
-    rows = [[c["level"], c["scale"], c["a"], c["b"], str(c["n"]), fmt(c["pearson_r"]), fmt_ci(c["pearson_ci95"]),
-             fmt_p(c["pearson_p"]), fmt(c["spearman_rho"]), fmt_p(c["spearman_p"])] for c in result["correlations"]]
+    rows = [
+        [
+            c["level"],
+            c["scale"],
+            c["a"],
+            c["b"],
+            str(c["n"]),
+            fmt(c["pearson_r"]),
+            fmt_ci(c["pearson_ci95"]),
+            fmt_p(c["pearson_p"]),
+            fmt(c["spearman_rho"]),
+            fmt_p(c["spearman_p"]),
+        ]
+        for c in result["correlations"]
+    ]
     return header, rows
 
 
@@ -124,10 +151,14 @@ def _qc_lines(result: dict[str, Any]) -> list[str]:
     qc = result["qc"]
     if not qc["arm"]:
         return ["No quality-control arm: every worker is included."]
-    lines = [f"QC arm `{qc['arm']}` on {', '.join(qc['metrics'])}: {qc['workers_passed']} of {qc['workers_total']} "
-             f"workers passed ({100 * (qc['pass_rate'] or 0):.1f}%)."]
+    lines = [
+        f"QC arm `{qc['arm']}` on {', '.join(qc['metrics'])}: {qc['workers_passed']} of {qc['workers_total']} "
+        f"workers passed ({100 * (qc['pass_rate'] or 0):.1f}%)."
+    ]
     if qc["failed_workers"]:
-        lines.append("Excluded workers: " + ", ".join(f"{w} ({qc['failed_reasons'].get(w, '')})" for w in qc["failed_workers"]))
+        lines.append(
+            "Excluded workers: " + ", ".join(f"{w} ({qc['failed_reasons'].get(w, '')})" for w in qc["failed_workers"])
+        )
     return lines
 
 
@@ -152,20 +183,43 @@ def to_markdown(result: dict[str, Any]) -> str:
     if sc == "z":
         out += ["", "## Standardized scores (mean z per arm)", "", _md_table(*_arm_rows(result, "z", 3, sup))]
     out += ["", "## Absolute scores (mean 0-100 per arm)", "", _md_table(*_arm_rows(result, "raw", 2, sup))]
-    out += ["", f"Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p < {ALPHA})."]
+    out += [
+        "",
+        f"Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p < {ALPHA}).",
+    ]
     if result["by_session"]:
-        out += ["", f"## Per-session {'standardized' if sc == 'z' else 'absolute'} scores", "",
-                _md_table(*_session_rows(result, sc, 3 if sc == "z" else 2))]
+        out += [
+            "",
+            f"## Per-session {'standardized' if sc == 'z' else 'absolute'} scores",
+            "",
+            _md_table(*_session_rows(result, sc, 3 if sc == "z" else 2)),
+        ]
     out += ["", "## Pairwise tests", "", _md_table(*_pairwise_rows(result))]
     out += ["", "## Correlations between metrics", "", _md_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
-        out += ["", "## Mixed model (raw score ~ arm + random intercept per worker)", "", _md_table(*_mixed_rows(result))]
+        out += [
+            "",
+            "## Mixed model (raw score ~ arm + random intercept per worker)",
+            "",
+            _md_table(*_mixed_rows(result)),
+        ]
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- LaTeX
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "–": "--"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "–": "--",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -174,13 +228,25 @@ def latex_escape(text: str) -> str:
 
 def _latex_table(header: list[str], rows: list[list[str]], caption: str, label: str, raw_cells: bool = False) -> str:
     cols = "ll" + "r" * (len(header) - 2)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
-             " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\begin{{tabular}}{{{cols}}}",
+        r"\toprule",
+        " & ".join(latex_escape(h) for h in header) + r" \\",
+        r"\midrule",
+    ]
     for r in rows:
         cells = [c if raw_cells and k >= 3 else latex_escape(c) for k, c in enumerate(r)]
         lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}", rf"\label{{{label}}}",
-              r"\end{table}"]
+    lines += [
+        r"\bottomrule",
+        r"\end{tabular}",
+        rf"\caption{{{latex_escape(caption)}}}",
+        rf"\label{{{label}}}",
+        r"\end{table}",
+    ]
     return "\n".join(lines)
 
 
@@ -193,18 +259,31 @@ def to_latex(result: dict[str, Any]) -> str:
     if sc == "z":
         h, rows = _arm_rows(result, "z", 3, sup)
         rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
-        parts.append(_latex_table(h, rows, "Average standardized scores per arm." + note, "tab:z-scores", raw_cells=True))
+        parts.append(
+            _latex_table(h, rows, "Average standardized scores per arm." + note, "tab:z-scores", raw_cells=True)
+        )
     h, rows = _arm_rows(result, "raw", 2, sup)
     rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
-    parts.append(_latex_table(h, rows, "Average absolute scores (0-100) per arm." + note, "tab:raw-scores", raw_cells=True))
+    parts.append(
+        _latex_table(h, rows, "Average absolute scores (0-100) per arm." + note, "tab:raw-scores", raw_cells=True)
+    )
     if result["by_session"]:
-        parts.append(_latex_table(*_session_rows(result, sc, 3 if sc == "z" else 2),
-                                  caption=f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores.",
-                                  label="tab:sessions"))
+        parts.append(
+            _latex_table(
+                *_session_rows(result, sc, 3 if sc == "z" else 2),
+                caption=f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores.",
+                label="tab:sessions",
+            )
+        )
     overall = [r for r in _pairwise_rows(result)[1] if r[0] == "overall"]
-    parts.append(_latex_table(_pairwise_rows(result)[0], overall,
-                              f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted).",
-                              "tab:pairwise"))
+    parts.append(
+        _latex_table(
+            _pairwise_rows(result)[0],
+            overall,
+            f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted).",
+            "tab:pairwise",
+        )
+    )
     return "% generated by memeval analysis; needs \\usepackage{booktabs}\n" + "\n\n".join(parts) + "\n"
 
 
@@ -242,20 +321,28 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
         escaped = [[e(c) for c in r[:3]] + r[3:] for r in rows]
         return _html_table(header, escaped, raw_cells=True)
 
-    out = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
-           f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
-           "<h2>Methods</h2>", f"<p>{e(result['methods'])}</p>",
-           "<h2>Design diagnostics</h2>"]
+    out = [
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+        "<h2>Methods</h2>",
+        f"<p>{e(result['methods'])}</p>",
+        "<h2>Design diagnostics</h2>",
+    ]
     d = result["design"]
-    out.append(f"<p>{d['workers']} workers, {d['units']} units, {d['ratings']} ratings; arms per worker: "
-               f"{e(', '.join(f'{k}: {v}' for k, v in d['arms_per_worker'].items()))}; analysis scale: {e(d['scale'])}.</p>")
+    out.append(
+        f"<p>{d['workers']} workers, {d['units']} units, {d['ratings']} ratings; arms per worker: "
+        f"{e(', '.join(f'{k}: {v}' for k, v in d['arms_per_worker'].items()))}; analysis scale: {e(d['scale'])}.</p>"
+    )
     out += [f"<p class='warn'>{e(w)}</p>" for w in result["warnings"]]
     out.append("<h2>Quality control</h2>")
     out += [f"<p>{e(line)}</p>" for line in _qc_lines(result)]
     if sc == "z":
         out += ["<h2>Standardized scores</h2>", arm_table("z", 3)]
-    out += ["<h2>Absolute scores</h2>", arm_table("raw", 2),
-            f"<p>Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p &lt; {ALPHA}).</p>"]
+    out += [
+        "<h2>Absolute scores</h2>",
+        arm_table("raw", 2),
+        f"<p>Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p &lt; {ALPHA}).</p>",
+    ]
     if result["by_session"]:
         out += ["<h2>Per-session scores</h2>", _html_table(*_session_rows(result, sc, 3 if sc == "z" else 2))]
     if plots:
@@ -287,13 +374,29 @@ def summary_frame(result: dict[str, Any]) -> pd.DataFrame:
     def add(arm: str, session: Any, entry: dict[str, Any]) -> None:
         for m in metrics:
             if m == "overall":
-                s = {"n": entry.get("n_units"), "mean_raw": entry["overall_raw"], "ci95_raw": entry["overall_raw_ci95"],
-                     "mean_z": entry["overall_z"], "ci95_z": entry["overall_z_ci95"]}
+                s = {
+                    "n": entry.get("n_units"),
+                    "mean_raw": entry["overall_raw"],
+                    "ci95_raw": entry["overall_raw_ci95"],
+                    "mean_z": entry["overall_z"],
+                    "ci95_z": entry["overall_z_ci95"],
+                }
             else:
                 s = entry["metrics"][m]
-            rows.append({"arm": arm, "session": session, "metric": m, "n_units": s["n"], "mean_raw": s["mean_raw"],
-                         "ci95_raw_lo": s["ci95_raw"][0], "ci95_raw_hi": s["ci95_raw"][1], "mean_z": s["mean_z"],
-                         "ci95_z_lo": s["ci95_z"][0], "ci95_z_hi": s["ci95_z"][1]})
+            rows.append(
+                {
+                    "arm": arm,
+                    "session": session,
+                    "metric": m,
+                    "n_units": s["n"],
+                    "mean_raw": s["mean_raw"],
+                    "ci95_raw_lo": s["ci95_raw"][0],
+                    "ci95_raw_hi": s["ci95_raw"][1],
+                    "mean_z": s["mean_z"],
+                    "ci95_z_lo": s["ci95_z"][0],
+                    "ci95_z_hi": s["ci95_z"][1],
+                }
+            )
 
     for a in result["arm_order"]:
         add(a, "all", result["arms"][a])
@@ -316,7 +419,9 @@ def to_csv(obj: dict[str, Any] | pd.DataFrame, table: str = "summary") -> str:
                 frame[col] = frame[col].map(lambda v: v if not isinstance(v, list) else f"[{v[0]}, {v[1]}]")
     elif table == "correlations":
         frame = pd.DataFrame(obj["correlations"])
-        frame[["pearson_ci95_lo", "pearson_ci95_hi"]] = pd.DataFrame(frame.pop("pearson_ci95").tolist(), index=frame.index)
+        frame[["pearson_ci95_lo", "pearson_ci95_hi"]] = pd.DataFrame(
+            frame.pop("pearson_ci95").tolist(), index=frame.index
+        )
     elif table == "qc":
         frame = pd.DataFrame(obj["qc"]["workers"], columns=["worker", "passed", "p", "n_qc", "n_other"])
         frame["reason"] = frame["worker"].map(obj["qc"]["failed_reasons"]).fillna("")

@@ -61,7 +61,9 @@ def test_fleiss_kappa_reproduces_fleiss_1971_from_raw_labels() -> None:
 
 
 def test_fleiss_kappa_is_one_for_perfect_agreement_and_nan_when_only_one_category_is_used() -> None:
-    perfect = counts_from_labels([["PASS"] * 3, ["DELETE"] * 3, ["APPEND"] * 3], ["PASS", "REPLACE", "APPEND", "DELETE"])
+    perfect = counts_from_labels(
+        [["PASS"] * 3, ["DELETE"] * 3, ["APPEND"] * 3], ["PASS", "REPLACE", "APPEND", "DELETE"]
+    )
     assert fleiss_kappa(perfect) == pytest.approx(1.0)
     assert np.isnan(fleiss_kappa([[3, 0], [3, 0]]))
 

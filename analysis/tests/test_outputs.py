@@ -41,7 +41,9 @@ def nested_result() -> dict[str, Any]:
 # ---------------------------------------------------------------- plots
 def test_every_plot_is_a_well_formed_svg_naming_the_arms(result: dict[str, Any]) -> None:
     figures = plots.all_plots(result)
-    assert {"arm_scores", "pvalues_overall", "sessions_overall", "sessions_memorability", "correlations_unit"} <= set(figures)
+    assert {"arm_scores", "pvalues_overall", "sessions_overall", "sessions_memorability", "correlations_unit"} <= set(
+        figures
+    )
     for svg in figures.values():
         root = ElementTree.fromstring(svg.encode())
         assert root.tag.endswith("svg")
@@ -93,7 +95,7 @@ def test_html_is_one_self_contained_page_with_plots_methods_and_escaped_names() 
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;" in page
     assert page.count("<svg") >= 4
-    assert "src=\"http" not in page and "href=\"http" not in page
+    assert 'src="http' not in page and 'href="http' not in page
     assert "Methods" in page and "one-sided Mann-Whitney U" in page
 
 
@@ -155,7 +157,9 @@ def test_the_cli_reads_a_long_csv(study: pd.DataFrame, tmp_path: Path, capsys: p
     long.to_csv(path, index=False)
     assert main(cli_args(path, "--format", "json")) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["arms"]["update"]["overall_z"] == pytest.approx(analyze(study, qc_arm="qc", **SYN)["arms"]["update"]["overall_z"])
+    assert out["arms"]["update"]["overall_z"] == pytest.approx(
+        analyze(study, qc_arm="qc", **SYN)["arms"]["update"]["overall_z"]
+    )
 
 
 @pytest.mark.parametrize(("fmt", "marker"), [("md", "# Analysis report"), ("latex", r"\begin{tabular}"),
@@ -170,9 +174,25 @@ def test_the_cli_exits_2_with_a_message_for_an_unknown_column(tmp_path: Path) ->
     path = tmp_path / "r.csv"
     path.write_text("worker,episode,arm,score_a\nw1,e1,x,50\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "analysis", "report", str(path), "--worker", "worker", "--unit", "episode",
-         "--arm", "arm", "--metrics", "coherence"],  # fmt: skip
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "analysis",
+            "report",
+            str(path),
+            "--worker",
+            "worker",
+            "--unit",
+            "episode",
+            "--arm",
+            "arm",
+            "--metrics",
+            "coherence",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert "unknown column(s) ['coherence']" in proc.stderr

@@ -143,7 +143,11 @@ def test_the_rank_sum_test_and_effect_size_match_scipy_on_per_unit_scores(within
     a = unit.loc[unit["arm"] == "accumulate", "z_engagingness"]
     b = unit.loc[unit["arm"] == "none", "z_engagingness"]
     ref = stats.mannwhitneyu(a, b, alternative="two-sided")
-    (entry,) = [e for e in res.result["pairwise"] if e["metric"] == "engagingness" and {e["a"], e["b"]} == {"accumulate", "none"}]
+    (entry,) = [
+        e
+        for e in res.result["pairwise"]
+        if e["metric"] == "engagingness" and {e["a"], e["b"]} == {"accumulate", "none"}
+    ]
     assert entry["p"] == pytest.approx(ref.pvalue)
     sign = 1 if entry["a"] == "accumulate" else -1
     assert entry["effect_size"] == pytest.approx(sign * (2 * ref.statistic / (len(a) * len(b)) - 1))
@@ -166,7 +170,9 @@ def test_an_unknown_test_is_an_error() -> None:
 # ---------------------------------------------------------------- sessions
 def test_per_session_means_cover_every_arm_and_session_with_their_own_tests(within_result: dict[str, Any]) -> None:
     rows = within_result["by_session"]
-    assert {(r["arm"], r["session"]) for r in rows} == {(a, s) for a in ("accumulate", "none", "update") for s in range(1, 6)}
+    assert {(r["arm"], r["session"]) for r in rows} == {
+        (a, s) for a in ("accumulate", "none", "update") for s in range(1, 6)
+    }
     # "none" loses 2 points per session in the generator: its raw overall drops from session 1 to 5
     none = {r["session"]: r["overall_raw"] for r in rows if r["arm"] == "none"}
     assert none[5] < none[1] - 4
@@ -181,7 +187,11 @@ def test_correlations_state_their_level_and_match_scipy(within: pd.DataFrame) ->
     assert levels == {"rating", "unit", "arm"}
     kept = res.ratings[res.ratings["qc_passed"] & (res.ratings["arm"] != "qc")]
     ref = stats.pearsonr(kept["z_coherence"], kept["z_humanness"])
-    (c,) = [c for c in res.result["correlations"] if c["level"] == "rating" and {c["a"], c["b"]} == {"coherence", "humanness"}]
+    (c,) = [
+        c
+        for c in res.result["correlations"]
+        if c["level"] == "rating" and {c["a"], c["b"]} == {"coherence", "humanness"}
+    ]
     assert c["pearson_r"] == pytest.approx(ref.statistic)
     assert c["n"] == len(kept)
     arm_level = [c for c in res.result["correlations"] if c["level"] == "arm"]
