@@ -51,13 +51,19 @@ class QueueForm(forms.ModelForm):
             "summary_mode",
             "max_edit_chars",
         ]
-        widgets = {"instructions": forms.Textarea(attrs={"rows": 3})}
+        widgets = {"instructions": forms.Textarea(attrs={"rows": 3}), "stage_groups": forms.TextInput()}
+        help_texts = {"stage_groups": 'Chained summaries only: a JSON list of group names per stage, e.g. ["", "seniors"].'}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         n, votes = data.get("labels_per_item"), data.get("gold_min_votes")
         if n and votes and votes > n:
             self.add_error("gold_min_votes", "A label cannot need more votes than the labels per item.")
+        groups = data.get("stage_groups") or []
+        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            self.add_error("stage_groups", "Give a JSON list of group names (use \"\" for any annotator).")
+        else:
+            data["stage_groups"] = groups  # an empty box means "any annotator at every stage"
         upload = data.get("source_file")
         if not upload and not data.get("study"):
             raise forms.ValidationError("Choose a study to take items from, or upload a CSV / JSONL file.")

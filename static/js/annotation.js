@@ -126,6 +126,14 @@
     text.focus();
     text.setSelectionRange(text.value.length, text.value.length);
   }
-  // Renew the lease while the page stays open and the annotator is active (autosave renews it).
+  // Renew the lease while the annotator is active on the page (reading a long transcript counts),
+  // but not for a tab left open and forgotten: that item should go back to the pool.
+  let lastActivity = Date.now();
+  ["keydown", "mousemove", "scroll", "click"].forEach(function (ev) {
+    document.addEventListener(ev, function () { lastActivity = Date.now(); }, { passive: true });
+  });
+  setInterval(function () {
+    if (!submitting && document.visibilityState === "visible" && Date.now() - lastActivity < 5 * 60 * 1000) saveDraft();
+  }, 4 * 60 * 1000);
   window.addEventListener("beforeunload", function () { if (timer && !submitting) saveDraft(); });
 })();
