@@ -55,6 +55,33 @@ def parse_operation(reply: str | None) -> str | None:
     return match.group(1).upper() if match else None
 
 
+def batched_messages(M: Sequence[str], s: str) -> list[dict[str, str]]:
+    """One call for one new sentence against every memory sentence (our cheaper variant)."""
+    listing = "\n".join(f"{i}. {m}" for i, m in enumerate(M, 1))
+    return [
+        {"role": "system", "content": OPERATION_SYSTEM},
+        {
+            "role": "user",
+            "content": f"{OPERATION_DEFINITIONS}\nOld memory sentences:\n{listing}\nNew sentence: {s}\n\n"
+            "For each old memory sentence, answer with its number and one word (PASS, REPLACE, APPEND or DELETE), "
+            "one per line, like:\n1. APPEND\nOperations:",
+        },
+    ]
+
+
+_NUMBERED = re.compile(r"^\s*(\d{1,3})\s*[.):-]?\s*\W*\s*(PASS|REPLACE|APPEND|DELETE)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_batched(reply: str | None, n: int) -> dict[int, str]:
+    """{0-based index: operation} for the numbered lines of a batched reply (missing ones are absent)."""
+    out: dict[int, str] = {}
+    for number, op in _NUMBERED.findall(reply or ""):
+        i = int(number) - 1
+        if 0 <= i < n and i not in out:
+            out[i] = op.upper()
+    return out
+
+
 def apply_operations(M: Sequence[str], S: Sequence[str], ops: dict[tuple[int, int], str]) -> list[str]:
     """Algorithm 1 of Keep Me Updated, exactly. ``ops[(i, j)]`` is O(m_i, s_j) in P/R/A/D (full names).
 
@@ -97,6 +124,11 @@ class MemoryUpdate(MemoryAccumulate):
             "(cheaper; see bench/bench_memory_update.py). 0 = every pair asks the LLM, as in the paper.",
             "our variant; the paper classifies every pair",
         ),
+        "operation_mode": Param(
+            "pairwise",
+            "pairwise: one LLM call per (m_i, s_j), as the paper; batched: one call per s_j listing every m_i.",
+            "paper (pairwise); batched is our cheaper variant",
+        ),
     }
 
     def decide(self, m: str, s: str, trace: dict[str, Any]) -> tuple[str, str, bool]:
@@ -114,7 +146,27 @@ class MemoryUpdate(MemoryAccumulate):
             return FALLBACK_OP, raw or "", True
         return op, raw or "", False
 
+    def decide_batched(self, M: list[str], s: str, trace: dict[str, Any]) -> list[tuple[str, str, bool]]:
+        raw = ask(
+            self.llm,
+            batched_messages(M, s),
+            purpose="memory_operation_batch",
+            max_tokens=int(self.p["operation_max_tokens"]) * len(M) + 8,
+            trace=trace,
+        )
+        found = parse_batched(raw, len(M))
+        if len(found) < len(M):
+            fallback(trace, "memory_operation_batch", f"{len(M) - len(found)} of {len(M)} labels missing for {s!r}: {FALLBACK_OP}", raw or "")
+        return [(found[i], raw or "", False) if i in found else (FALLBACK_OP, raw or "", True) for i in range(len(M))]
+
     def operations(self, M: list[str], S: list[str], trace: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.p["operation_mode"] == "batched":
+            decided = {j: self.decide_batched(M, s, trace) for j, s in enumerate(S)} if M else {}
+            return [
+                {"i": i, "j": j, "m": m, "s": s, "op": decided[j][i][0], "raw": decided[j][i][1], "fallback": decided[j][i][2]}
+                for i, m in enumerate(M)
+                for j, s in enumerate(S)
+            ]
         threshold = float(self.p["prefilter_min_similarity"])
         sims = None
         if threshold > 0 and M and S:

@@ -31,7 +31,9 @@ def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(ensure_json(state)))
 
 
-def run_dialogue(system: MemorySystem, llm: Any, sessions: list[list[str]] = SESSIONS, *, gap_days: int = 7) -> Run:
+def run_dialogue(
+    system: MemorySystem, llm: Any, sessions: list[list[str]] = SESSIONS, *, gap_days: int = 7, max_tokens: int = 256
+) -> Run:
     """Drive ``system`` like the platform: compose → reply → after_turn per user message, then end_session,
     with the state through a JSON round trip between every step."""
     run = Run()
@@ -45,7 +47,7 @@ def run_dialogue(system: MemorySystem, llm: Any, sessions: list[list[str]] = SES
             session.append(Turn("user", text, at))
             prompt = system.compose(roundtrip(state), list(session), at)
             prompts.append(prompt)
-            reply = llm.complete(prompt.as_dicts(), purpose="reply").text
+            reply = llm.complete(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply").text
             session.append(Turn("bot", reply, at + timedelta(seconds=30)))
             update = system.after_turn(roundtrip(state), list(session), at + timedelta(seconds=30))
             json.dumps(update.trace)

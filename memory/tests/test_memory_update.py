@@ -133,3 +133,19 @@ def test_memory_beyond_the_cap_drops_the_oldest_sentences() -> None:
     system = MemoryUpdate(llm=ScriptedLLM(["New fact", "APPEND"]), embedder=HashingEmbedder(), max_memory=2)
     update = system.end_session({"memory": ["Old one", "Old two"], "sessions": 1}, session(), NOW)
     assert update.state["memory"] == ["Old two", "New fact"] and update.trace["trimmed"] == ["Old one"]
+
+
+def test_the_batched_variant_asks_once_per_summary_sentence_and_parses_numbered_labels() -> None:
+    replies = iter(["Cold is all better", "1. DELETE\n2) append"])
+    llm = ScriptedLLM(lambda messages: next(replies))
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched")
+    update = system.end_session({"memory": ["Has a cold", "Goes hiking"], "sessions": 1}, session(), NOW)
+    assert [(o["i"], o["j"], o["op"], o["fallback"]) for o in update.trace["operations"]] == [(0, 0, "DELETE", False), (1, 0, "APPEND", False)]
+    assert update.state["memory"] == ["Goes hiking"] and len(llm.calls) == 2
+
+
+def test_a_batched_reply_missing_a_label_falls_back_to_append_for_that_pair() -> None:
+    system = MemoryUpdate(llm=ScriptedLLM(["Got a cat", "2. PASS"]), embedder=HashingEmbedder(), operation_mode="batched")
+    update = system.end_session({"memory": ["Has a dog", "Got a cat"], "sessions": 1}, session(), NOW)
+    assert [(o["op"], o["fallback"]) for o in update.trace["operations"]] == [("APPEND", True), ("PASS", False)]
+    assert update.state["memory"] == ["Has a dog", "Got a cat"]
