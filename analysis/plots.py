@@ -209,7 +209,9 @@ def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
 
 def all_plots(result: dict[str, Any]) -> dict[str, str]:
     """Every figure of the report, keyed by a file-name-friendly name."""
-    plots = {"arm_scores": arm_scores(result), "pvalues_overall": pvalue_heatmap(result)}
+    plots = {"arm_scores": arm_scores(result)}
+    if len(result["arm_order"]) > 1:
+        plots["pvalues_overall"] = pvalue_heatmap(result)
     if result["by_session"]:
         plots["sessions_overall"] = session_means(result, "overall")
         for m in result["params"]["metrics"]:

@@ -413,15 +413,18 @@ def to_csv(obj: dict[str, Any] | pd.DataFrame, table: str = "summary") -> str:
     elif table == "summary":
         frame = summary_frame(obj)
     elif table == "pairwise":
-        frame = pd.DataFrame(obj["pairwise"] + obj["pairwise_by_session"])
+        rows = obj["pairwise"] + obj["pairwise_by_session"]
+        frame = pd.DataFrame(rows, columns=None if rows else ["metric", "a", "b", "test", "p", "p_holm", "effect_size"])
         for col in ("mean_diff_ci95",):
             if col in frame:
                 frame[col] = frame[col].map(lambda v: v if not isinstance(v, list) else f"[{v[0]}, {v[1]}]")
     elif table == "correlations":
-        frame = pd.DataFrame(obj["correlations"])
-        frame[["pearson_ci95_lo", "pearson_ci95_hi"]] = pd.DataFrame(
-            frame.pop("pearson_ci95").tolist(), index=frame.index
-        )
+        rows = [
+            {**{k: v for k, v in c.items() if k != "pearson_ci95"},
+             "pearson_ci95_lo": c["pearson_ci95"][0], "pearson_ci95_hi": c["pearson_ci95"][1]}
+            for c in obj["correlations"]
+        ]  # fmt: skip
+        frame = pd.DataFrame(rows, columns=None if rows else ["a", "b", "level", "scale", "n", "pearson_r"])
     elif table == "qc":
         frame = pd.DataFrame(obj["qc"]["workers"], columns=["worker", "passed", "p", "n_qc", "n_other"])
         frame["reason"] = frame["worker"].map(obj["qc"]["failed_reasons"]).fillna("")

@@ -205,3 +205,15 @@ def test_the_cli_rejects_a_non_numeric_score_with_its_line(tmp_path: Path, capsy
     assert main(["report", str(path), "--worker", "worker", "--unit", "episode", "--arm", "arm",
                  "--metrics", "coherence"]) == 2  # fmt: skip
     assert "non-numeric score(s) in 'coherence': 'lots' (rows 3)" in capsys.readouterr().err
+
+
+def test_a_single_arm_single_metric_study_still_gives_every_output() -> None:
+    df = pd.DataFrame({"w": ["a", "a", "b", "b"], "u": ["1", "2", "3", "4"], "arm": ["x"] * 4, "s": [1, 2, 1, 2],
+                       "m": [10, 20, 30, 45]})  # fmt: skip
+    res = analyze(df, worker="w", unit="u", arm="arm", metrics=["m"], session="s")
+    assert res["pairwise"] == [] and res["correlations"] == []
+    assert set(plots.all_plots(res)) == {"arm_scores", "sessions_overall", "sessions_m"}
+    assert "<svg" in writers.to_html(res)
+    assert writers.to_markdown(res) and writers.to_latex(res)
+    for table in writers.CSV_TABLES:
+        assert pd.read_csv(io.StringIO(writers.to_csv(res, table=table))).columns.size > 0
