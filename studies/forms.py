@@ -37,12 +37,21 @@ class StudyForm(forms.ModelForm):
     prolific_completion_url = forms.URLField(
         required=False,
         assume_scheme="https",
+        label="Prolific completion URL",
         help_text=Study._meta.get_field("prolific_completion_url").help_text,
     )
 
     class Meta:
         model = Study
         fields = STUDY_FIELDS
+        labels = {
+            "gap_days": "Gap between sessions (days)",
+            "min_user_turns": "Min. user turns per session",
+            "max_message_chars": "Max. message length (characters)",
+            "simulated_start": "Bot's clock at the first session",
+            "invite_max_age_days": "Invite links valid for (days)",
+            "quota": "Quota (participants)",
+        }
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
             "instructions": forms.Textarea(attrs={"rows": 4}),
@@ -88,6 +97,9 @@ class ParamsField(forms.JSONField):
             return {}
         return super().to_python(value)
 
+    def prepare_value(self, value: Any) -> Any:
+        return "{}" if value is None else super().prepare_value(value)
+
 
 class NewStudyForm(StudyForm):
     add_default_metrics = forms.BooleanField(
@@ -103,6 +115,7 @@ class ArmForm(forms.ModelForm):
     class Meta:
         model = Arm
         fields = ["name", "memory_system", "params", "llm_backend", "llm_model", "is_qc", "active"]
+        labels = {"llm_backend": "LLM backend", "llm_model": "LLM model", "is_qc": "Quality-control arm"}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -152,6 +165,7 @@ class MetricForm(forms.ModelForm):
     class Meta:
         model = Metric
         fields = ["key", "statement", "low_label", "high_label", "reversed", "order"]
+        labels = {"low_label": "Label at 0", "high_label": "Label at 100", "reversed": "Reversed"}
         widgets = {"order": forms.NumberInput(attrs={"min": 0, "style": "width:4.5rem"})}
 
 

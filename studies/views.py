@@ -280,5 +280,9 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "participant": episode.participant,
         "sessions": [_session_view(s) for s in sessions],
         "other_episodes": other_episodes,
+        "params": [
+            {"name": k, "value": json.dumps(v), "overridden": k in (episode.arm.params or {})}
+            for k, v in episode.arm.effective_params().items()
+        ],
     }
     return render(request, "studies/researcher/episode.html", context)
