@@ -1,0 +1,97 @@
+"""A researcher sets up a study in headless Chromium: log in, create it with two arms, open it, make an
+invite link (htmx), read an episode. Screenshots go to artifacts/ for a human to look at."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chat.models import Episode
+from studies.models import Study
+from studies.tests.conftest import finished_episode  # noqa: F401  (a fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs a loop in this thread
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _login(page: Any, url: str) -> None:
+    page.goto(f"{url}/studies/")
+    page.fill("input[name=username]", "rita")
+    page.fill("input[name=password]", "pw")
+    page.click("form button.button")
+    page.locator("h1", has_text="Studies").wait_for()
+
+
+def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
+    live_server: Any,
+    researcher: Any,
+    study: Study,
+    finished_episode: Episode,
+    browser: Any,  # noqa: F811
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    _login(page, live_server.url)
+
+    page.click("text=New study")
+    page.fill("#id_name", "Browser pilot")
+    page.fill("#id_sessions_per_episode", "3")
+    page.fill("#id_arms-0-name", "No memory")
+    page.select_option("#id_arms-0-memory_system", "none")
+    page.click("[data-add-form=arms]")  # the second arm row is cloned from the formset's empty form
+    page.fill("#id_arms-1-name", "Summaries")
+    page.select_option("#id_arms-1-memory_system", "memory_accumulate")
+    page.fill("#id_arms-1-params", '{"k": 3, "nope": 1}')
+    page.click("button:has-text('Create study')")
+    page.get_by_text("Unknown parameter(s) for memory_accumulate: nope").wait_for()
+    page.fill("#id_arms-1-params", '{"k": 3}')
+    page.click("button:has-text('Create study')")
+    page.locator("h1", has_text="Browser pilot").wait_for()
+
+    created = Study.objects.get(name="Browser pilot")
+    assert [(a.name, a.params) for a in created.arms.all()] == [("No memory", {}), ("Summaries", {"k": 3})]
+    assert created.metrics.count() == 5 and created.status == Study.Status.DRAFT
+
+    page.click("button:has-text('Open to workers')")
+    page.get_by_text("The study is now open.").wait_for()
+    created.refresh_from_db()
+    assert created.status == Study.Status.OPEN
+    assert "PROLIFIC_PID={{%PROLIFIC_PID%}}" in page.input_value("#prolific-link")
+
+    page.evaluate("window.stillTheSamePage = true")
+    page.fill("#id_invite_id", "lab-07")
+    page.click("button:has-text('Generate link')")
+    page.locator("#invite-link").wait_for()
+    assert f"/s/{created.slug}/join/" in page.input_value("#invite-link")
+    assert page.evaluate("window.stillTheSamePage === true")  # htmx swapped the fragment in place, no reload
+    page.screenshot(path=str(ARTIFACTS / "researcher-browser-study.png"), full_page=True)
+
+    page.goto(f"{live_server.url}/studies/{study.slug}/episodes/{finished_episode.pk}/")
+    page.locator("summary", has_text="reply").first.click()
+    page.get_by_text("You are a friendly chatbot.").wait_for()
+    assert page.get_by_text("Memory after session 1").is_visible()
+    page.screenshot(path=str(ARTIFACTS / "researcher-browser-episode.png"), full_page=True)
+
+    phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    _login(phone, live_server.url)
+    phone.goto(f"{live_server.url}{created.get_absolute_url()}")
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the study page scrolls sideways on a phone ({width}px)"
+    phone.screenshot(path=str(ARTIFACTS / "researcher-browser-study-phone.png"), full_page=True)
