@@ -7,6 +7,8 @@ from django import forms
 from analysis.stats import TESTS
 from reports.imports import Mapping, split_names
 
+MAX_UPLOAD_BYTES = 50 * 2**20  # ~1M ratings in the wide layout; the import is one request, not a background job
+
 TEST_CHOICES = [
     ("mwu-greater", "Mann-Whitney U, one-sided (Ji et al.)"),
     ("mwu-two-sided", "Mann-Whitney U, two-sided"),
@@ -36,6 +38,7 @@ class ImportRatingsForm(forms.Form):
         initial="wide",
         widget=forms.RadioSelect,
     )
+    # The column inputs offer the uploaded file's header as suggestions (a <datalist> filled in the browser).
     worker = forms.CharField(max_length=200, label="Worker column")
     unit = forms.CharField(max_length=200, label="Unit column", help_text="The rated conversation/episode/HIT.")
     arm = forms.CharField(max_length=200, label="Arm column", help_text="The system that was rated.")
@@ -54,6 +57,17 @@ class ImportRatingsForm(forms.Form):
                              help_text="The value of the arm column that marks the degraded quality-control bot.")
     qc_metrics = forms.CharField(required=False, label="QC metrics",
                                  help_text="The metrics the QC test uses (the positive ones). Empty = all metrics.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("worker", "unit", "arm", "session", "metric_column", "score_column"):
+            self.fields[name].widget.attrs.update({"list": "csv-columns", "autocomplete": "off"})
+
+    def clean_file(self) -> Any:
+        upload = self.cleaned_data["file"]
+        if upload.size > MAX_UPLOAD_BYTES:
+            raise forms.ValidationError(f"The file is larger than {MAX_UPLOAD_BYTES // 2**20} MB.")
+        return upload
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

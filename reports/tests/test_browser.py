@@ -69,3 +69,35 @@ def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
     with page.expect_download() as download:
         page.locator("a.reports-export[data-format='html']").click()
     assert download.value.suggested_filename == "test-study-analysis.html"
+
+
+def test_a_researcher_imports_the_ji_2022_csv_through_the_form(
+    live_server: Any, researcher: Any, study: Study, browser_page: Any
+) -> None:
+    ji = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")
+    client = Client()
+    client.force_login(researcher)
+    page = browser_page
+    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
+                               "url": live_server.url}])
+    page.goto(f"{live_server.url}/studies/{study.slug}/analysis/")
+    page.get_by_role("link", name="Import a ratings CSV…").click()
+    page.get_by_label("Name").fill("Ji et al. 2022, free run 1")
+    page.locator("#id_file").set_input_files(str(ji))
+    page.locator("#csv-header").get_by_text("worker_id").wait_for()  # the header is offered for the mapping
+    assert page.locator("#csv-columns option").count() == 17
+    page.get_by_label("Worker column").fill("worker_id")
+    page.get_by_label("Unit column").fill("hit_id")
+    page.get_by_label("Arm column").fill("model")
+    page.get_by_label("Metrics", exact=True).fill("interesting, fun, consistent, fluent, topic, robotic, repetitive")
+    page.get_by_label("QC arm (optional)").fill("QualityControl")
+    page.get_by_label("QC metrics").fill("interesting, fun, consistent, fluent, topic")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "reports-import-form.png"), full_page=True)
+    page.get_by_role("button", name="Import and analyse").click()
+
+    page.locator("#qc").get_by_text("173 of 248").wait_for()
+    assert "Imported 12768 ratings from 1824 rows (248 workers, 11 arms)" in page.locator(".flash").inner_text()
+    z_table = page.locator("#table-z").inner_text()
+    assert "+0.534" in z_table and "-0.243" in z_table
+    page.screenshot(path=str(ARTIFACTS / "reports-ji2022-import.png"))
