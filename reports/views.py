@@ -160,7 +160,12 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
     report = _report(request, study, dataset)
     if not report.ok:
         return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
-    response = HttpResponse(export(report, fmt), content_type=FORMATS[fmt][1])
+    key = f"{report.cache_key}:export:{fmt}"
+    text = cache.get(key)
+    if text is None:
+        text = export(report, fmt)
+        cache.set(key, text, CACHE_SECONDS)
+    response = HttpResponse(text, content_type=FORMATS[fmt][1])
     response["Content-Disposition"] = f'attachment; filename="{filename(report, fmt)}"'
     return response
 

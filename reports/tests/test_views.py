@@ -191,3 +191,17 @@ def test_an_unknown_study_is_404(researcher_client: Client) -> None:
 def test_the_researcher_study_page_links_to_the_analysis(researcher_client: Client, study: Study) -> None:
     page = researcher_client.get(reverse("studies:detail", args=[study.slug])).content.decode()
     assert f'href="{url(study)}"' in page
+
+
+def test_exports_follow_new_and_changed_ratings(researcher_client: Client, rated_study: Study) -> None:
+    from chat.models import Rating
+
+    def export() -> dict[str, Any]:
+        return json.loads(researcher_client.get(url(rated_study, "study_export", "json")).content)
+
+    assert export()["design"]["workers"] == 8
+    add_ratings(rated_study, workers=2, first_worker=8)
+    assert export()["design"]["workers"] == 10
+    before = export()["arms"]["No memory"]["metrics"]["coherence"]["mean_raw"]
+    Rating.objects.filter(metric__key="coherence", session__episode__arm__name="No memory").update(value=100)
+    assert before < 60 and export()["arms"]["No memory"]["metrics"]["coherence"]["mean_raw"] == 100
