@@ -56,7 +56,10 @@ def expire_leases(queue: Queue | None = None, *, now: dt.datetime | None = None)
         qs = Assignment.objects.filter(status=Assignment.Status.OPEN, expires_at__lte=now)
         if queue is not None:
             qs = qs.filter(queue=queue)
-        stale = list(qs.select_for_update(skip_locked=True).values_list("pk", "item_id"))
+        # Wait for (rather than skip) a sweep running in another transaction: a claim that skipped those
+        # rows would find their slots still counted as in flight and wrongly answer "nothing left".
+        # Locks are taken in pk order, so two sweeps cannot deadlock.
+        stale = list(qs.order_by("pk").select_for_update().values_list("pk", "item_id"))
         if not stale:
             return 0
         Assignment.objects.filter(pk__in=[pk for pk, _ in stale]).update(status=Assignment.Status.EXPIRED)
