@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -111,6 +112,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
+# A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
+CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
 CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
 
 # --- LLM and embeddings (memory/llm.py, memory/embed.py). The arm's own backend/model win when set.

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from chat.models import Episode
 from studies.models import Study
-from studies.tests.conftest import finished_episode  # noqa: F401  (a fixture)
+from studies.tests.conftest import make_finished_episode
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -42,10 +41,10 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     live_server: Any,
     researcher: Any,
     study: Study,
-    finished_episode: Episode,
-    browser: Any,  # noqa: F811
+    browser: Any,
 ) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    finished_episode = make_finished_episode(study)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(20_000)
     _login(page, live_server.url)

@@ -58,7 +58,8 @@ def test_compose_has_the_production_shape() -> None:
 def test_compose_workers_consume_every_celery_queue() -> None:
     from django.conf import settings
 
-    queues = {"celery"} | {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    queues = {q.name for q in settings.CELERY_TASK_QUEUES}
+    assert {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()} <= queues
     consumed: set[str] = set()
     for service in SERVICES.values():
         command = service.get("command") or []

@@ -58,7 +58,7 @@ def celery_worker(tmp_path: Path) -> Iterator[Path]:
     }
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--queues=celery,memory",
+            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1",
              "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -108,6 +108,8 @@ def test_a_real_celery_worker_process_runs_the_memory_update_task_once(study: St
     from evalsite.celery import app
 
     assert not app.conf.task_always_eager, "the task must go through Redis to the worker process"
+    assert app.amqp.router.route({}, "chat.tasks.update_memory")["queue"].name == "memory"
+    assert ".> memory" in celery_worker.read_text()  # a plain worker (no -Q) consumes the memory queue too
     session = _ended_session(study)
 
     update_memory.delay(session.pk)

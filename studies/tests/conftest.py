@@ -13,6 +13,10 @@ from studies.models import Participant, Study
 
 @pytest.fixture
 def finished_episode(study: Study) -> Episode:
+    return make_finished_episode(study)
+
+
+def make_finished_episode(study: Study) -> Episode:
     participant = Participant.objects.create(
         study=study,
         external_id="PID-SECRET-123",
