@@ -33,16 +33,73 @@ from memory.systems.ld_agent import score_paper  # noqa: E402
 from memory.systems.nouns import heuristic_nouns  # noqa: E402
 from memory.systems.tim import lsh, make_projection, recall  # noqa: E402
 
-VERBS = ["likes", "owns", "visited", "cooked", "is learning", "plays", "fixed", "bought", "lost", "painted", "reads about", "misses"]
+VERBS = [
+    "likes",
+    "owns",
+    "visited",
+    "cooked",
+    "is learning",
+    "plays",
+    "fixed",
+    "bought",
+    "lost",
+    "painted",
+    "reads about",
+    "misses",
+]
 OBJECTS = [
-    "a dog", "the piano", "a bicycle", "Lisbon", "sourdough bread", "a garden", "chess", "a novel", "a camera", "the guitar",
-    "a cat", "football", "a tent", "Japanese food", "a kayak", "the violin", "an old car", "tomatoes", "a laptop", "yoga",
-    "a telescope", "roses", "a sailboat", "pottery", "the drums", "a parrot", "marathons", "Paris", "a puzzle", "coffee",
+    "a dog",
+    "the piano",
+    "a bicycle",
+    "Lisbon",
+    "sourdough bread",
+    "a garden",
+    "chess",
+    "a novel",
+    "a camera",
+    "the guitar",
+    "a cat",
+    "football",
+    "a tent",
+    "Japanese food",
+    "a kayak",
+    "the violin",
+    "an old car",
+    "tomatoes",
+    "a laptop",
+    "yoga",
+    "a telescope",
+    "roses",
+    "a sailboat",
+    "pottery",
+    "the drums",
+    "a parrot",
+    "marathons",
+    "Paris",
+    "a puzzle",
+    "coffee",
 ]
 DETAILS = [
-    "every weekend", "with a sister", "after work", "since last year", "in the morning", "with friends", "at the park",
-    "on holidays", "for the first time", "with the kids", "near the lake", "in winter", "during lunch", "at night",
-    "with a neighbour", "in the city", "on Sundays", "before dinner", "with a colleague", "at the beach",
+    "every weekend",
+    "with a sister",
+    "after work",
+    "since last year",
+    "in the morning",
+    "with friends",
+    "at the park",
+    "on holidays",
+    "for the first time",
+    "with the kids",
+    "near the lake",
+    "in winter",
+    "during lunch",
+    "at night",
+    "with a neighbour",
+    "in the city",
+    "on Sundays",
+    "before dinner",
+    "with a colleague",
+    "at the beach",
 ]
 NAMES = [f"person{i}" for i in range(400)]
 
@@ -76,9 +133,11 @@ def main() -> None:
     qnouns = [heuristic_nouns(q) for q in queries]
     print(f"embedder={embedder.name} queries={args.queries} k={args.k}; milliseconds per query (median)")
     print()
-    header = "| memory size | ld_agent (paper) | tim exhaustive | " + " | ".join(
-        f"tim LSH b={b} | recall@{args.k} b={b} | group size b={b}" for b in args.groups.split(",")
-    ) + " |"
+    header = (
+        "| memory size | ld_agent (paper) | tim exhaustive | "
+        + " | ".join(f"tim LSH b={b} | recall@{args.k} b={b} | group size b={b}" for b in args.groups.split(","))
+        + " |"
+    )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for n in sizes:

@@ -22,7 +22,7 @@ import re
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,13 +31,50 @@ from memory.embed import make_embedder  # noqa: E402
 from memory.llm import RecordingLLM, ScriptedLLM, make_llm  # noqa: E402
 from memory.systems.memory_update import MemoryUpdate, apply_operations  # noqa: E402
 
-NOW = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
-TOPICS = ["dog", "garden", "back pain", "daughter", "piano", "bakery job", "cold", "sleep", "hiking", "grandson",
-          "migraine", "physiotherapy", "cat", "knee", "church choir", "neighbour", "tomatoes", "bus trips", "tea", "radio"]
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
+TOPICS = [
+    "dog",
+    "garden",
+    "back pain",
+    "daughter",
+    "piano",
+    "bakery job",
+    "cold",
+    "sleep",
+    "hiking",
+    "grandson",
+    "migraine",
+    "physiotherapy",
+    "cat",
+    "knee",
+    "church choir",
+    "neighbour",
+    "tomatoes",
+    "bus trips",
+    "tea",
+    "radio",
+]
 STATES = ["has a {t}", "worries about the {t}", "enjoys the {t}", "talks often about the {t}", "started with the {t}"]
 UPDATES = ["the {t} is all better now", "has a new {t}", "the {t} is gone", "still has a {t}", "went out with the {t}"]
 WORD = re.compile(r"[a-z]+")
-STOP = {"user", "the", "a", "has", "is", "now", "all", "with", "about", "out", "new", "still", "went", "often", "talks", "of"}
+STOP = {
+    "user",
+    "the",
+    "a",
+    "has",
+    "is",
+    "now",
+    "all",
+    "with",
+    "about",
+    "out",
+    "new",
+    "still",
+    "went",
+    "often",
+    "talks",
+    "of",
+}
 
 
 def words(text: str) -> set[str]:
@@ -69,11 +106,16 @@ def case(n_memory: int, n_summary: int, seed: int) -> tuple[list[str], list[str]
     rng = random.Random(seed)
     topics = rng.sample(TOPICS, n_memory)
     memory = [f"User {rng.choice(STATES).format(t=t)}" for t in topics]
-    summary = [f"User: {rng.choice(UPDATES).format(t=t)}" for t in rng.sample(topics[: n_summary // 2 + 1] + rng.sample(TOPICS, n_summary), n_summary)]
+    summary = [
+        f"User: {rng.choice(UPDATES).format(t=t)}"
+        for t in rng.sample(topics[: n_summary // 2 + 1] + rng.sample(TOPICS, n_summary), n_summary)
+    ]
     return memory, summary
 
 
-def run(variant: dict, memory: list[str], summary: list[str], llm, embedder) -> tuple[list[dict], list[str], int, float]:
+def run(
+    variant: dict, memory: list[str], summary: list[str], llm, embedder
+) -> tuple[list[dict], list[str], int, float]:
     recording = RecordingLLM(llm)
     system = MemoryUpdate(llm=recording, embedder=embedder, **variant)
     trace: dict = {"fallbacks": []}

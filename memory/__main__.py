@@ -26,7 +26,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -47,7 +47,7 @@ def _when(text: str) -> datetime:
     dt = datetime.fromisoformat(text)
     if len(text) <= 10:  # a bare date: the session starts in the evening
         dt = dt.replace(hour=18)
-    return dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def load_memorybank(path: Path, probes: Path | None) -> list[Dialogue]:
@@ -84,7 +84,10 @@ def load_jsonl(path: Path) -> list[Dialogue]:
         if "probe" in obj:
             d.probes.append((_when(obj["date"]) if obj.get("date") else None, str(obj["probe"])))
         elif "turns" in obj:
-            turns = [{"speaker": "bot" if t["speaker"] in ("bot", "assistant", "system") else "user", "text": t["text"]} for t in obj["turns"]]
+            turns = [
+                {"speaker": "bot" if t["speaker"] in ("bot", "assistant", "system") else "user", "text": t["text"]}
+                for t in obj["turns"]
+            ]
             d.sessions.append((_when(obj["date"]), turns))
         else:
             raise ValueError(f"{path}:{n}: a line needs 'turns' (a session) or 'probe' (a question)")
@@ -113,7 +116,9 @@ def replay_dialogue(
                 nxt = turns[i + 1] if i + 1 < len(turns) else None
                 if nxt is None or nxt["speaker"] != "bot":
                     prompt = system.compose(state, list(session), at)
-                    reply = llm.complete(prompt.as_dicts(), max_tokens=max_tokens, temperature=0.0, purpose="reply").text
+                    reply = llm.complete(
+                        prompt.as_dicts(), max_tokens=max_tokens, temperature=0.0, purpose="reply"
+                    ).text
                     session.append(Turn("bot", reply, at))
                     state = ensure_json(system.after_turn(state, list(session), at).state)
             else:
@@ -123,7 +128,7 @@ def replay_dialogue(
         state = ensure_json(update.state)
         last = at
         yield {"dialogue": d.name, "session": k, "date": start.isoformat(), "state": state, "trace": update.trace}
-    probe_day = (last or datetime.now(timezone.utc)) + timedelta(days=1)
+    probe_day = (last or datetime.now(UTC)) + timedelta(days=1)
     for date, question in d.probes:
         when = date or probe_day
         prompt = system.compose(state, [Turn("user", question, when)], when)
@@ -140,7 +145,14 @@ def _value(text: str) -> Any:
 
 def cmd_arms(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
-        json.dump({k: {"label": c.label, "params": {n: p.as_dict() for n, p in c.params.items()}} for k, c in MEMORY_SYSTEMS.items()}, out, indent=2)
+        json.dump(
+            {
+                k: {"label": c.label, "params": {n: p.as_dict() for n, p in c.params.items()}}
+                for k, c in MEMORY_SYSTEMS.items()
+            },
+            out,
+            indent=2,
+        )
         out.write("\n")
         return 0
     for name, cls in MEMORY_SYSTEMS.items():
@@ -180,12 +192,16 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
                 if sink:
                     sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 elif "session" in record:
-                    out.write(f"=== {d.name} session {record['session']} ({record['date'][:10]}): memory after the session\n")
+                    out.write(
+                        f"=== {d.name} session {record['session']} ({record['date'][:10]}): memory after the session\n"
+                    )
                     out.write(json.dumps(record["state"], ensure_ascii=False, indent=1)[: args.width] + "\n")
                     if record["trace"].get("fallbacks"):
                         out.write(f"    fallbacks: {len(record['trace']['fallbacks'])}\n")
                 else:
-                    out.write(f"--- {d.name} probe: {record['probe']}\n    memory used: {record['memory']}\n    reply: {record['reply']}\n")
+                    out.write(
+                        f"--- {d.name} probe: {record['probe']}\n    memory used: {record['memory']}\n    reply: {record['reply']}\n"
+                    )
     finally:
         if sink:
             sink.close()

@@ -23,7 +23,9 @@ INSTRUCTION = (
 )
 
 
-def bm25_rank(corpus: Sequence[str], query: str, k: int, *, k1: float = 1.5, b: float = 0.75) -> list[tuple[int, float]]:
+def bm25_rank(
+    corpus: Sequence[str], query: str, k: int, *, k1: float = 1.5, b: float = 0.75
+) -> list[tuple[int, float]]:
     """Indices and BM25 scores of the top ``k`` documents with a positive score (ties: older first)."""
     if not corpus or k <= 0:
         return []
@@ -32,7 +34,11 @@ def bm25_rank(corpus: Sequence[str], query: str, k: int, *, k1: float = 1.5, b: 
         return []
     retriever = bm25s.BM25(k1=k1, b=b)
     retriever.index(corpus_tokens, show_progress=False)
-    words = [w for w in bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)[0] if w in corpus_tokens.vocab]
+    words = [
+        w
+        for w in bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)[0]
+        if w in corpus_tokens.vocab
+    ]
     if not words:
         return []
     scores = np.asarray(retriever.get_scores(words))
@@ -47,8 +53,12 @@ class BM25(BaseSystem):
         "k": Param(5, "Past utterances retrieved per reply.", "Rsum §6.4 (top 5)"),
         "k1": Param(1.5, "BM25 term-frequency saturation.", "bm25s default"),
         "b": Param(0.75, "BM25 length normalization.", "bm25s default"),
-        "speakers": Param("both", "Which past utterances are indexed: both, user or bot.", "Rsum: past utterances (both)"),
-        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+        "speakers": Param(
+            "both", "Which past utterances are indexed: both, user or bot.", "Rsum: past utterances (both)"
+        ),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:
@@ -56,7 +66,9 @@ class BM25(BaseSystem):
 
     def retrieve(self, state: dict[str, Any], query: str) -> list[dict[str, Any]]:
         utterances = state.get("utterances", [])
-        ranked = bm25_rank([u["text"] for u in utterances], query, int(self.p["k"]), k1=float(self.p["k1"]), b=float(self.p["b"]))
+        ranked = bm25_rank(
+            [u["text"] for u in utterances], query, int(self.p["k"]), k1=float(self.p["k1"]), b=float(self.p["b"])
+        )
         return [utterances[i] for i, _ in ranked]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
@@ -72,5 +84,9 @@ class BM25(BaseSystem):
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         wanted = {"both": ("user", "bot"), "user": ("user",), "bot": ("bot",)}[str(self.p["speakers"])]
         day = f"{aware(now):%Y-%m-%d}"
-        new = [{"speaker": t.speaker, "text": t.text, "date": day} for t in session if t.speaker in wanted and t.text.strip()]
+        new = [
+            {"speaker": t.speaker, "text": t.text, "date": day}
+            for t in session
+            if t.speaker in wanted and t.text.strip()
+        ]
         return Update(state={"utterances": [*state.get("utterances", []), *new]}, trace={"indexed": len(new)})

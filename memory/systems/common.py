@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -118,7 +118,7 @@ def last_exchange(session: Sequence[Turn]) -> tuple[str, str] | None:
 
 def aware(dt: datetime) -> datetime:
     """Treat naive datetimes as UTC so that gaps can always be computed."""
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 
 def iso(dt: datetime) -> str:

@@ -21,7 +21,9 @@ class FullHistory(BaseSystem):
     label = "History accumulate"
     params = {
         "max_history_tokens": Param(
-            2500, "Token budget for past sessions; the oldest turns are dropped first.", "fits SmolLM2's 4k context window"
+            2500,
+            "Token budget for past sessions; the oldest turns are dropped first.",
+            "fits SmolLM2's 4k context window",
         ),
     }
 
@@ -46,5 +48,8 @@ class FullHistory(BaseSystem):
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=kept)
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
-        sessions = [*state.get("sessions", []), {"date": f"{now:%Y-%m-%d}", "turns": [{"speaker": t.speaker, "text": t.text} for t in session]}]
+        sessions = [
+            *state.get("sessions", []),
+            {"date": f"{now:%Y-%m-%d}", "turns": [{"speaker": t.speaker, "text": t.text} for t in session]},
+        ]
         return Update(state={"sessions": sessions}, trace={"appended_turns": len(session)})

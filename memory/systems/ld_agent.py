@@ -89,7 +89,14 @@ def time_decay(age_seconds: float, tau: float) -> float:
 
 
 def score_paper(
-    s_sem: np.ndarray, vq: Sequence[str], keys: Sequence[Sequence[str]], ages: Sequence[float], *, tau: float, gamma: float, top_n: int
+    s_sem: np.ndarray,
+    vq: Sequence[str],
+    keys: Sequence[Sequence[str]],
+    ages: Sequence[float],
+    *,
+    tau: float,
+    gamma: float,
+    top_n: int,
 ) -> list[tuple[int, float]]:
     """Eq. 2-3: candidates with s_sem > γ, ranked by λ_t (s_sem + s_top); top_n of them (ties: older first)."""
     scored = [
@@ -102,7 +109,13 @@ def score_paper(
 
 
 def score_code(
-    s_sem: np.ndarray, vq: Sequence[str], keys: Sequence[Sequence[str]], ages: Sequence[float], *, tau: float, top_n: int
+    s_sem: np.ndarray,
+    vq: Sequence[str],
+    keys: Sequence[Sequence[str]],
+    ages: Sequence[float],
+    *,
+    tau: float,
+    top_n: int,
 ) -> list[tuple[int, float]]:
     """The official code: the top_n nearest keys by embedding, scored λ_t · s_top, kept iff overlap > 0."""
     order = np.argsort(-np.asarray(s_sem), kind="stable")[:top_n]
@@ -137,23 +150,52 @@ class LDAgent(BaseSystem):
     name = "ld_agent"
     label = "LD-Agent"
     params = {
-        "retrieval": Param("paper", "paper: λ_t(s_sem + s_top) with threshold γ on s_sem; code: the official code's variant.", "LD-Agent Eq. 1-3 vs leolee99/LD-Agent@20c1a67"),
-        "tau": Param(1e7, "Time-decay temperature τ in seconds (λ_t = exp(−t/τ)).", "code: decay_temp = 1e-7 (the paper gives no value)"),
-        "gamma": Param(0.25, "Semantic threshold γ on the cosine s_sem.", "code: squared-L2 dist_thres 1.5 on unit vectors = cosine 0.25"),
-        "beta": Param(3600, "Short-term cache gap β in seconds that triggers summarization.", "code: one_hour_seconds = 3600"),
+        "retrieval": Param(
+            "paper",
+            "paper: λ_t(s_sem + s_top) with threshold γ on s_sem; code: the official code's variant.",
+            "LD-Agent Eq. 1-3 vs leolee99/LD-Agent@20c1a67",
+        ),
+        "tau": Param(
+            1e7,
+            "Time-decay temperature τ in seconds (λ_t = exp(−t/τ)).",
+            "code: decay_temp = 1e-7 (the paper gives no value)",
+        ),
+        "gamma": Param(
+            0.25,
+            "Semantic threshold γ on the cosine s_sem.",
+            "code: squared-L2 dist_thres 1.5 on unit vectors = cosine 0.25",
+        ),
+        "beta": Param(
+            3600, "Short-term cache gap β in seconds that triggers summarization.", "code: one_hour_seconds = 3600"
+        ),
         "top_n": Param(1, "Memories returned per utterance.", "code: relevance_memory_number = 1"),
         "context_turns": Param(30, "Short-term entries shown as context.", "code: context_memory_number = 30"),
-        "max_personas": Param(0, "Traits kept per persona bank, oldest dropped first (0 = all).", "code: max_*_personas = 0 (all)"),
-        "noun_extractor": Param("heuristic", "heuristic (no model) or spacy (en_core_web_sm, as the code).", "our choice; code uses spaCy"),
+        "max_personas": Param(
+            0, "Traits kept per persona bank, oldest dropped first (0 = all).", "code: max_*_personas = 0 (all)"
+        ),
+        "noun_extractor": Param(
+            "heuristic", "heuristic (no model) or spacy (en_core_web_sm, as the code).", "our choice; code uses spaCy"
+        ),
         "user_name": Param("User", "The user's name in the prompts.", "our choice"),
         "agent_name": Param("Assistant", "The agent's name in the prompts.", "our choice"),
         "summary_max_tokens": Param(60, "Token budget of an event summary (≤ 20 words).", "Prompt 1 (within 20 words)"),
-        "persona_max_tokens": Param(40, "Token budget of a persona extraction (≤ 20 words).", "Prompt 2 (no more than 20 words)"),
-        "short_replies": Param(False, "Add the one-or-two-sentences instruction (Prompt 4 already caps at 30 words).", "Prompt 4"),
+        "persona_max_tokens": Param(
+            40, "Token budget of a persona extraction (≤ 20 words).", "Prompt 2 (no more than 20 words)"
+        ),
+        "short_replies": Param(
+            False, "Add the one-or-two-sentences instruction (Prompt 4 already caps at 30 words).", "Prompt 4"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:
-        return {"long_term": [], "short_term": [], "pending": None, "cached_turns": 0, "user_personas": [], "agent_personas": []}
+        return {
+            "long_term": [],
+            "short_term": [],
+            "pending": None,
+            "cached_turns": 0,
+            "user_personas": [],
+            "agent_personas": [],
+        }
 
     # ------------------------------------------------------------------ helpers
 
@@ -189,7 +231,13 @@ class LDAgent(BaseSystem):
             ranked = score_code(s_sem, vq, keys, ages, tau=float(self.p["tau"]), top_n=int(self.p["top_n"]))
         else:
             ranked = score_paper(
-                s_sem, vq, keys, ages, tau=float(self.p["tau"]), gamma=float(self.p["gamma"]), top_n=int(self.p["top_n"])
+                s_sem,
+                vq,
+                keys,
+                ages,
+                tau=float(self.p["tau"]),
+                gamma=float(self.p["gamma"]),
+                top_n=int(self.p["top_n"]),
             )
         return [(long_term[i], s) for i, s in ranked]
 
@@ -207,10 +255,14 @@ class LDAgent(BaseSystem):
         entries = entries[-int(self.p["context_turns"]) :] if int(self.p["context_turns"]) else entries
         n = self.names()
         context = "\n".join(
-            f"[TURN {i}] : {n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}." for i, e in enumerate(entries, 1)
+            f"[TURN {i}] : {n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}."
+            for i, e in enumerate(entries, 1)
         )
         found = self.retrieve(lt, query_turn.text, t)
-        memories = [f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary'].rstrip('.')}." for e, _ in found]
+        memories = [
+            f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary'].rstrip('.')}."
+            for e, _ in found
+        ]
         user_traits = state.get("user_personas", [])
         agent_traits = state.get("agent_personas", [])
         system = RESPONSE_SYSTEM.format(agent=n["agent"], agent_traits=" ".join(agent_traits) or "none")
@@ -251,19 +303,28 @@ class LDAgent(BaseSystem):
         """Prompt 2; kept iff the reply has no NO_TRAIT and is longer than 3 characters (the code's rule)."""
         reply = ask(
             self.llm,
-            [{"role": "system", "content": PERSONA_SYSTEM}, {"role": "user", "content": PERSONA_USER.format(sentence=text)}],
+            [
+                {"role": "system", "content": PERSONA_SYSTEM},
+                {"role": "user", "content": PERSONA_USER.format(sentence=text)},
+            ],
             purpose="ld_agent_persona",
             max_tokens=int(self.p["persona_max_tokens"]),
             trace=trace,
         )
         if reply is None:
             return None
-        out = re.sub(r"^\s*(extracted traits?|traits?)\s*:\s*", "", reply.strip(), flags=re.IGNORECASE).replace("\n", " ").strip()
+        out = (
+            re.sub(r"^\s*(extracted traits?|traits?)\s*:\s*", "", reply.strip(), flags=re.IGNORECASE)
+            .replace("\n", " ")
+            .strip()
+        )
         if "NO_TRAIT" in out.upper().replace(" ", "_") or len(out) <= 3:
             return None
         return out
 
-    def ingest(self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]) -> dict[str, Any]:
+    def ingest(
+        self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]
+    ) -> dict[str, Any]:
         """Add utterances to M_S (flushing to M_L by the β rule) and update the persona banks."""
         state = {**state, "long_term": list(state["long_term"]), "short_term": list(state["short_term"])}
         cap = int(self.p["max_personas"])

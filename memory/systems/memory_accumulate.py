@@ -41,7 +41,10 @@ def summarize_session(
         llm,
         [
             {"role": "system", "content": SUMMARY_SYSTEM},
-            {"role": "user", "content": f"{SUMMARY_INSTRUCTION}\n\nConversation:\n{transcript(session)}\n\nMemory sentences:"},
+            {
+                "role": "user",
+                "content": f"{SUMMARY_INSTRUCTION}\n\nConversation:\n{transcript(session)}\n\nMemory sentences:",
+            },
         ],
         purpose="summarize_session",
         max_tokens=max_tokens,
@@ -75,12 +78,12 @@ class MemoryAccumulate(BaseSystem):
             "Turns of the current session used as the retrieval query (0 = the whole session).",
             "Keep Me Updated, Appendix B.3: the query is the dialogue context D_t",
         ),
-        "max_memory": Param(
-            0, "Memory cap in sentences, oldest dropped first (0 = no cap).", "the paper sets no cap"
-        ),
+        "max_memory": Param(0, "Memory cap in sentences, oldest dropped first (0 = no cap).", "the paper sets no cap"),
         "max_summary_sentences": Param(10, "At most this many summary sentences per session.", "our choice"),
         "summary_max_tokens": Param(160, "Token budget of the summarizer reply.", "our choice"),
-        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:

@@ -156,14 +156,27 @@ class MemoryUpdate(MemoryAccumulate):
         )
         found = parse_batched(raw, len(M))
         if len(found) < len(M):
-            fallback(trace, "memory_operation_batch", f"{len(M) - len(found)} of {len(M)} labels missing for {s!r}: {FALLBACK_OP}", raw or "")
+            fallback(
+                trace,
+                "memory_operation_batch",
+                f"{len(M) - len(found)} of {len(M)} labels missing for {s!r}: {FALLBACK_OP}",
+                raw or "",
+            )
         return [(found[i], raw or "", False) if i in found else (FALLBACK_OP, raw or "", True) for i in range(len(M))]
 
     def operations(self, M: list[str], S: list[str], trace: dict[str, Any]) -> list[dict[str, Any]]:
         if self.p["operation_mode"] == "batched":
             decided = {j: self.decide_batched(M, s, trace) for j, s in enumerate(S)} if M else {}
             return [
-                {"i": i, "j": j, "m": m, "s": s, "op": decided[j][i][0], "raw": decided[j][i][1], "fallback": decided[j][i][2]}
+                {
+                    "i": i,
+                    "j": j,
+                    "m": m,
+                    "s": s,
+                    "op": decided[j][i][0],
+                    "raw": decided[j][i][1],
+                    "fallback": decided[j][i][2],
+                }
                 for i, m in enumerate(M)
                 for j, s in enumerate(S)
             ]
@@ -176,7 +189,18 @@ class MemoryUpdate(MemoryAccumulate):
         for i, m in enumerate(M):
             for j, s in enumerate(S):
                 if sims is not None and sims[i, j] < threshold:
-                    out.append({"i": i, "j": j, "m": m, "s": s, "op": "APPEND", "raw": "", "fallback": False, "prefiltered": True})
+                    out.append(
+                        {
+                            "i": i,
+                            "j": j,
+                            "m": m,
+                            "s": s,
+                            "op": "APPEND",
+                            "raw": "",
+                            "fallback": False,
+                            "prefiltered": True,
+                        }
+                    )
                     continue
                 op, raw, fb = self.decide(m, s, trace)
                 out.append({"i": i, "j": j, "m": m, "s": s, "op": op, "raw": raw, "fallback": fb})
@@ -185,7 +209,7 @@ class MemoryUpdate(MemoryAccumulate):
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         before = list(state.get("memory", []))
-        summary = [s for s in self.summarize(session, trace)]
+        summary = self.summarize(session, trace)
         ops = self.operations(before, summary, trace)
         after = apply_operations(before, summary, {(o["i"], o["j"]): o["op"] for o in ops})
         after = trim_fifo(after, int(self.p["max_memory"]), trace)

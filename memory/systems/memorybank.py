@@ -84,7 +84,7 @@ META_PROMPT = (
     "The summary of your past memories with the user is: {overall}\n"
     "The personality of user {user} and the response strategy of the AI companion are: {personality}\n"
     "Based on the current user's question, you start recalling past conversations between the two of you, and the "
-    "[memory] most relevant to the question is: \"{related}\"\n"
+    '[memory] most relevant to the question is: "{related}"\n'
     "You should refer to the context of the conversation, past [memory], and provide detailed answers to user questions."
 )
 NEW_USER_PROMPT = (
@@ -144,7 +144,12 @@ def units(state: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for d, day_units in state.get("history", {}).items():
         for u in day_units:
-            out.append((u["memory_id"], f"Conversation content on {d}:[|User|]: {u['query'].strip()}; [|AI|]: {u['response'].strip()}"))
+            out.append(
+                (
+                    u["memory_id"],
+                    f"Conversation content on {d}:[|User|]: {u['query'].strip()}; [|AI|]: {u['response'].strip()}",
+                )
+            )
     for d, s in state.get("summary", {}).items():
         if s.get("content"):
             out.append((s["memory_id"], f"The summary of the conversation on {d} is: {s['content']}"))
@@ -156,11 +161,20 @@ def strengthen(state: dict[str, Any], ids: Sequence[str], day: str) -> dict[str,
     update_memory_when_searched)."""
     wanted = set(ids)
     history = {
-        d: [{**u, "memory_strength": u["memory_strength"] + 1, "last_recall_date": day} if u["memory_id"] in wanted else u for u in us]
+        d: [
+            {**u, "memory_strength": u["memory_strength"] + 1, "last_recall_date": day}
+            if u["memory_id"] in wanted
+            else u
+            for u in us
+        ]
         for d, us in state.get("history", {}).items()
     }
     summary = {
-        d: ({**s, "memory_strength": s["memory_strength"] + 1, "last_recall_date": day} if s["memory_id"] in wanted else s)
+        d: (
+            {**s, "memory_strength": s["memory_strength"] + 1, "last_recall_date": day}
+            if s["memory_id"] in wanted
+            else s
+        )
         for d, s in state.get("summary", {}).items()
     }
     return {**state, "history": history, "summary": summary}
@@ -192,13 +206,23 @@ class MemoryBank(BaseSystem):
     label = "MemoryBank"
     params = {
         "k": Param(2, "Memory units retrieved per reply.", "code: memory_search_top_k = 2"),
-        "forgetting": Param(True, "Apply Ebbinghaus forgetting when memory is loaded.", "paper §Memory Updating (code default: off)"),
-        "forgetting_curve": Param("paper", "paper: exp(-t/S); code_intended: exp(-t/(5S)); code: exp(-(t/5)S), the bug.", "paper; notes §1.5 for the code"),
+        "forgetting": Param(
+            True, "Apply Ebbinghaus forgetting when memory is loaded.", "paper §Memory Updating (code default: off)"
+        ),
+        "forgetting_curve": Param(
+            "paper",
+            "paper: exp(-t/S); code_intended: exp(-t/(5S)); code: exp(-(t/5)S), the bug.",
+            "paper; notes §1.5 for the code",
+        ),
         "seed": Param(0, "Seed of the forgetting draws.", "our choice"),
         "user_name": Param("User", "The user's name in the prompts.", "our choice"),
         "bot_name": Param("AI", "The bot's name in the prompts.", "code: boot_name = 'AI'"),
-        "summary_max_tokens": Param(200, "Token budget of each summary.", "code: max_tokens = 400 (halved for small models)"),
-        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+        "summary_max_tokens": Param(
+            200, "Token budget of each summary.", "code: max_tokens = 400 (halved for small models)"
+        ),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:
@@ -241,7 +265,12 @@ class MemoryBank(BaseSystem):
         """Persist what compose() did: the day's forgetting, and the recall of the retrieved units."""
         day = f"{aware(now):%Y-%m-%d}"
         state, gone = self.loaded(state, day)
-        recalled = [i for i, _ in self.search(state, last_user_text(session[:-1] if session and session[-1].speaker == "bot" else session))]
+        recalled = [
+            i
+            for i, _ in self.search(
+                state, last_user_text(session[:-1] if session and session[-1].speaker == "bot" else session)
+            )
+        ]
         return Update(state=strengthen(state, recalled, day), trace={"forgotten": gone, "recalled": recalled})
 
     def summarize(self, prompt: str, purpose: str, trace: dict[str, Any]) -> str:
@@ -274,7 +303,9 @@ class MemoryBank(BaseSystem):
         day_units = history.setdefault(day, [])
         start = len(day_units) and max(int(u["memory_id"].rsplit("_", 1)[1]) for u in day_units) + 1
         for n, (q, r) in enumerate(pairs, start):
-            day_units.append({"query": q, "response": r, "memory_strength": 1, "last_recall_date": day, "memory_id": f"{day}_{n}"})
+            day_units.append(
+                {"query": q, "response": r, "memory_strength": 1, "last_recall_date": day, "memory_id": f"{day}_{n}"}
+            )
         user, bot = str(self.p["user_name"]), str(self.p["bot_name"])
         all_pairs = [(u["query"], u["response"]) for u in day_units]
         summary = dict(state.get("summary", {}))
@@ -294,14 +325,22 @@ class MemoryBank(BaseSystem):
             personality[day] = text
         overall = state.get("overall_history", "")
         if summary:
-            overall = self.summarize(
-                summarize_overall_prompt([(d, s["content"]) for d, s in summary.items()]), "memorybank_overall_history", trace
-            ) or overall
+            overall = (
+                self.summarize(
+                    summarize_overall_prompt([(d, s["content"]) for d, s in summary.items()]),
+                    "memorybank_overall_history",
+                    trace,
+                )
+                or overall
+            )
         overall_personality = state.get("overall_personality", "")
         if personality:
-            overall_personality = self.summarize(
-                summarize_overall_personality(list(personality.items())), "memorybank_overall_personality", trace
-            ) or overall_personality
+            overall_personality = (
+                self.summarize(
+                    summarize_overall_personality(list(personality.items())), "memorybank_overall_personality", trace
+                )
+                or overall_personality
+            )
         new_state = {
             **state,
             "history": history,

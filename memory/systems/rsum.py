@@ -15,7 +15,9 @@ from typing import Any
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, transcript
 from memory.systems.common import SHORT_REPLIES, ask, fallback, split_sentences
 
-MEMORY_SYSTEM = "You are an advanced AI language model with the ability to keep track of dialog information between speakers."
+MEMORY_SYSTEM = (
+    "You are an advanced AI language model with the ability to keep track of dialog information between speakers."
+)
 RESPONSE_SYSTEM = "You are an advanced AI language model designed to engage in personality-based conversations."
 
 # Figure 12 (below): memory management prompt P_m, verbatim.
@@ -76,9 +78,13 @@ class Rsum(BaseSystem):
     label = "Recursive summarization (LLM-Rsum)"
     params = {
         "max_sentences": Param(20, "Memory cap in sentences (oldest dropped first).", "Rsum Figure 12 (20 sentences)"),
-        "initial_memory": Param("Empty", "How the empty memory M_0 is shown to the LLM.", "Rsum code (\"Empty\"); paper text \"EMPTY\""),
+        "initial_memory": Param(
+            "Empty", "How the empty memory M_0 is shown to the LLM.", 'Rsum code ("Empty"); paper text "EMPTY"'
+        ),
         "memory_max_tokens": Param(400, "Token budget of the memory update reply.", "our choice (20 sentences)"),
-        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:
@@ -125,7 +131,12 @@ class Rsum(BaseSystem):
         cap = int(self.p["max_sentences"])
         if cap and len(sentences) > cap:
             trace["trimmed"] = sentences[: len(sentences) - cap]
-            fallback(trace, "rsum_memory", f"{len(sentences)} sentences > {cap}: dropped the oldest (first) ones", reply or "")
+            fallback(
+                trace,
+                "rsum_memory",
+                f"{len(sentences)} sentences > {cap}: dropped the oldest (first) ones",
+                reply or "",
+            )
             after = " ".join(sentences[len(sentences) - cap :])
         trace.update({"memory_before": before, "memory_after": after, "raw": reply or ""})
         return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)

@@ -23,7 +23,16 @@ from typing import Any
 import numpy as np
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
-from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, last_exchange, last_user_text, parse_lines, render_lines
+from memory.systems.common import (
+    SHORT_REPLIES,
+    ask,
+    embed_texts,
+    fallback,
+    last_exchange,
+    last_user_text,
+    parse_lines,
+    render_lines,
+)
 from memory.systems.prompts import system_prompt
 
 THINK_PROMPT = (
@@ -74,7 +83,9 @@ def lsh(x: np.ndarray, R: np.ndarray) -> np.ndarray:
     return np.argmax(np.concatenate([xr, -xr], axis=1), axis=1)
 
 
-def recall(query: np.ndarray, vectors: np.ndarray, groups: np.ndarray, R: np.ndarray, k: int) -> list[tuple[int, float]]:
+def recall(
+    query: np.ndarray, vectors: np.ndarray, groups: np.ndarray, R: np.ndarray, k: int
+) -> list[tuple[int, float]]:
     """Two-stage retrieval: hash the query to a group, then top-k by cosine inside that group."""
     g = int(lsh(query, R)[0])
     idx = np.flatnonzero(groups == g)
@@ -114,11 +125,17 @@ class ThinkInMemory(BaseSystem):
         "groups": Param(8, "Number of LSH groups b (R has b/2 columns).", "our choice (the paper leaves b open)"),
         "k": Param(3, "Thoughts recalled from the query's group.", "our choice (the paper leaves k open)"),
         "seed": Param(0, "Seed of the random projection R.", "our choice"),
-        "organize": Param(True, "Run forget (Fig. 4) and merge (Fig. 5) in the touched groups after inserting.", "TiM §3.4"),
-        "max_group_size": Param(0, "Thoughts kept per group, oldest dropped first (0 = no cap).", "the paper sets no cap"),
+        "organize": Param(
+            True, "Run forget (Fig. 4) and merge (Fig. 5) in the touched groups after inserting.", "TiM §3.4"
+        ),
+        "max_group_size": Param(
+            0, "Thoughts kept per group, oldest dropped first (0 = no cap).", "the paper sets no cap"
+        ),
         "think_max_tokens": Param(80, "Token budget of post-thinking.", "our choice"),
         "organize_max_tokens": Param(200, "Token budget of forget / merge.", "our choice"),
-        "short_replies": Param(True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
     }
 
     def initial_state(self) -> dict[str, Any]:
@@ -139,7 +156,11 @@ class ThinkInMemory(BaseSystem):
             R = self.projection(state, vectors.shape[1])
             groups = np.array([t["group"] for t in thoughts])
             recalled = [thoughts[i]["text"] for i, _ in recall(vectors[0], vectors[1:], groups, R, int(self.p["k"]))]
-        block = ("Thoughts you recalled from earlier conversations with the user:\n" + render_lines(recalled)) if recalled else ""
+        block = (
+            ("Thoughts you recalled from earlier conversations with the user:\n" + render_lines(recalled))
+            if recalled
+            else ""
+        )
         if self.p["short_replies"]:
             block = f"{block}\n\n{SHORT_REPLIES}".strip()
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=recalled)
@@ -196,7 +217,7 @@ class ThinkInMemory(BaseSystem):
             thoughts.append({"text": text, "group": int(g)})
             existing.add(text)
             touched.append(int(g))
-        trace["inserted"] = [t for t in new]
+        trace["inserted"] = list(new)
         if self.p["organize"]:
             for g in sorted(set(touched)):
                 group = [t["text"] for t in thoughts if t["group"] == g]
@@ -213,5 +234,7 @@ class ThinkInMemory(BaseSystem):
                 if sum(1 for x in kept if x["group"] == t["group"]) < cap:
                     kept.append(t)
             thoughts = list(reversed(kept))
-        trace["groups"] = {str(g): sum(1 for t in thoughts if t["group"] == g) for g in sorted({t["group"] for t in thoughts})}
+        trace["groups"] = {
+            str(g): sum(1 for t in thoughts if t["group"] == g) for g in sorted({t["group"] for t in thoughts})
+        }
         return Update(state={"thoughts": thoughts, "R": R.tolist()}, trace=trace)

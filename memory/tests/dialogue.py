@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memory.base import MemorySystem, Prompt, Turn, ensure_json
 
-START = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+START = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 SESSIONS: list[list[str]] = [
     ["Hi! I have a dog named Rex.", "I go hiking every weekend.", "I have a cold and take medicine."],

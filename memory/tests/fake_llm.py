@@ -24,7 +24,10 @@ def fake_reply(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
     every = "\n".join(m["content"] for m in messages)
     if "Memory sentences:" in text:  # Keep Me Updated summarizer
-        return "\n".join(f"- {line}" for line in _user_lines(_between(text, "Conversation:\n", "\n\nMemory sentences:"))) or "NONE"
+        return (
+            "\n".join(f"- {line}" for line in _user_lines(_between(text, "Conversation:\n", "\n\nMemory sentences:")))
+            or "NONE"
+        )
     if text.endswith("Operation:"):  # Keep Me Updated operation
         m = _between(text, "Old memory sentence: ", "\n")
         s = _between(text, "New sentence: ", "\n")
@@ -50,7 +53,9 @@ def fake_reply(messages: list[dict[str, str]]) -> str:
     if "remove the counterfactual" in text or "merge the similar" in text:  # TiM forget / merge: keep the group
         return _between(text, "Input:\n", "\nOutput:")
     if "Summarization：" in text or "response strategy are:" in text or "summarized as:" in text:  # MemoryBank
-        lines = _user_lines(text.replace("：", ": ")) or re.findall(r"(?:the events are|the analysis shows) (.+?)(?=At \d|\n|$)", text)
+        lines = _user_lines(text.replace("：", ": ")) or re.findall(
+            r"(?:the events are|the analysis shows) (.+?)(?=At \d|\n|$)", text
+        )
         return "Summary: " + " ".join(line.removeprefix("Summary: ") for line in lines[:6]) if lines else ""
     last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
     return "Nice! " + ("I remember Rex." if "Rex" in every and "Rex" in last_user else "Tell me more.")

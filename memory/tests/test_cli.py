@@ -40,7 +40,11 @@ def test_the_module_runs_as_a_command() -> None:
 
 def write_jsonl(path: Path) -> Path:
     lines = [
-        {"dialogue": "d1", "date": "2026-03-01T18:00:00", "turns": [{"speaker": "user", "text": "I have a dog named Rex."}, {"speaker": "bot", "text": "Nice!"}]},
+        {
+            "dialogue": "d1",
+            "date": "2026-03-01T18:00:00",
+            "turns": [{"speaker": "user", "text": "I have a dog named Rex."}, {"speaker": "bot", "text": "Nice!"}],
+        },
         {"dialogue": "d1", "date": "2026-03-08", "turns": [{"speaker": "user", "text": "Rex likes carrots."}]},
         {"dialogue": "d1", "probe": "What is my dog's name?"},
         {"dialogue": "d2", "date": "2026-03-01", "turns": [{"speaker": "user", "text": "Hello"}]},
@@ -58,7 +62,18 @@ def test_the_jsonl_format_has_sessions_and_probes_per_dialogue(tmp_path: Path) -
 
 def test_replay_of_jsonl_writes_the_memory_after_each_session_and_the_probe_replies(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    run("replay", str(write_jsonl(tmp_path / "d.jsonl")), "--arm", "bm25", "--backend", "scripted", "--embedder", "hashing", "--out", str(out))
+    run(
+        "replay",
+        str(write_jsonl(tmp_path / "d.jsonl")),
+        "--arm",
+        "bm25",
+        "--backend",
+        "scripted",
+        "--embedder",
+        "hashing",
+        "--out",
+        str(out),
+    )
     records = [json.loads(x) for x in out.read_text().splitlines()]
     sessions = [r for r in records if "session" in r and r["dialogue"] == "d1"]
     assert [len(r["state"]["utterances"]) for r in sessions] == [2, 4]
@@ -70,8 +85,22 @@ def test_replay_of_jsonl_writes_the_memory_after_each_session_and_the_probe_repl
 
 @pytest.mark.skipif(not GVD.exists(), reason="needs shared/data/memorybank-gvd")
 def test_replay_of_the_memorybank_set_prints_memory_and_probe_replies() -> None:
-    text = run("replay", str(GVD), "--arm", "memory_accumulate", "--backend", "scripted", "--embedder", "hashing",
-               "--dialogue", "Emily", "--max-sessions", "2", "--param", "k=2")
+    text = run(
+        "replay",
+        str(GVD),
+        "--arm",
+        "memory_accumulate",
+        "--backend",
+        "scripted",
+        "--embedder",
+        "hashing",
+        "--dialogue",
+        "Emily",
+        "--max-sessions",
+        "2",
+        "--param",
+        "k=2",
+    )
     assert text.count("=== Emily session") == 2
     assert text.count("--- Emily probe:") == 7
     assert "what was it?" in text
@@ -79,5 +108,21 @@ def test_replay_of_the_memorybank_set_prints_memory_and_probe_replies() -> None:
 
 def test_replay_rejects_an_unknown_dialogue(tmp_path: Path) -> None:
     out = io.StringIO()
-    assert main(["replay", str(write_jsonl(tmp_path / "d.jsonl")), "--arm", "none", "--backend", "scripted",
-                 "--embedder", "hashing", "--dialogue", "nope"], out) == 2
+    assert (
+        main(
+            [
+                "replay",
+                str(write_jsonl(tmp_path / "d.jsonl")),
+                "--arm",
+                "none",
+                "--backend",
+                "scripted",
+                "--embedder",
+                "hashing",
+                "--dialogue",
+                "nope",
+            ],
+            out,
+        )
+        == 2
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ from memory.llm import ScriptedLLM
 from memory.systems.ld_agent import NO_MEMORY, LDAgent, humanize_age, score_code, score_paper, time_decay, topic_overlap
 from memory.systems.nouns import heuristic_nouns
 
-T0 = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 
 def test_topic_overlap_is_the_mean_of_the_two_overlap_ratios() -> None:
@@ -52,7 +52,12 @@ def test_ages_are_rendered_like_the_code() -> None:
 
 
 def test_heuristic_nouns_keep_content_words_and_drop_function_words() -> None:
-    assert heuristic_nouns("I have two dogs and I love painting with my family!") == ["two", "dog", "painting", "family"]
+    assert heuristic_nouns("I have two dogs and I love painting with my family!") == [
+        "two",
+        "dog",
+        "painting",
+        "family",
+    ]
 
 
 def script(messages: list[dict[str, str]]) -> str:
@@ -77,7 +82,9 @@ def test_the_cache_is_summarized_only_when_the_gap_exceeds_beta() -> None:
     state = say(agent, agent.initial_state(), session, "My dog Rex loves the park.", T0)
     state = say(agent, state, session, "We walk every morning.", T0 + timedelta(minutes=59))
     assert state["long_term"] == [] and len(state["short_term"]) == 4
-    state = say(agent, state, session, "Back again after lunch.", T0 + timedelta(minutes=59) + timedelta(seconds=3601 + 10))
+    state = say(
+        agent, state, session, "Back again after lunch.", T0 + timedelta(minutes=59) + timedelta(seconds=3601 + 10)
+    )
     assert len(state["long_term"]) == 1
     event = state["long_term"][0]
     assert event["summary"] == "The user has a dog named Rex who likes the park."
@@ -103,7 +110,10 @@ def test_the_next_session_sees_the_last_session_in_long_term_memory_before_any_l
 
 def test_nothing_above_gamma_gives_no_relevant_memory() -> None:
     agent = LDAgent(llm=ScriptedLLM(script), embedder=HashingEmbedder(), gamma=0.99)
-    state = {**agent.initial_state(), "long_term": [{"time": T0.isoformat(), "summary": "Has a dog named Rex.", "topics": ["dog"]}]}
+    state = {
+        **agent.initial_state(),
+        "long_term": [{"time": T0.isoformat(), "summary": "Has a dog named Rex.", "topics": ["dog"]}],
+    }
     later = T0 + timedelta(days=1)
     prompt = agent.compose(state, [Turn("user", "Tell me about my dog", later)], later)
     assert NO_MEMORY in prompt.messages[1].content
@@ -118,7 +128,10 @@ def test_no_trait_replies_add_no_persona_and_traits_go_to_the_speakers_bank() ->
 
 
 def test_an_empty_event_summary_falls_back_to_the_users_words() -> None:
-    agent = LDAgent(llm=ScriptedLLM(lambda m: "" if m[-1]["content"].endswith("SUMMARY:") else "NO_TRAIT"), embedder=HashingEmbedder())
+    agent = LDAgent(
+        llm=ScriptedLLM(lambda m: "" if m[-1]["content"].endswith("SUMMARY:") else "NO_TRAIT"),
+        embedder=HashingEmbedder(),
+    )
     session = [Turn("user", "I repaired my bicycle today.", T0), Turn("bot", "Nice.", T0)]
     update = agent.end_session(agent.initial_state(), session, T0)
     assert update.state["pending"]["summary"] == "I repaired my bicycle today."
@@ -127,7 +140,14 @@ def test_an_empty_event_summary_falls_back_to_the_users_words() -> None:
 
 def test_the_code_variant_retrieves_by_noun_keys() -> None:
     agent = LDAgent(llm=ScriptedLLM(script), embedder=HashingEmbedder(), retrieval="code")
-    state = {**agent.initial_state(), "long_term": [{"time": T0.isoformat(), "summary": "Talked about Rex.", "topics": ["dog", "park"]}]}
+    state = {
+        **agent.initial_state(),
+        "long_term": [{"time": T0.isoformat(), "summary": "Talked about Rex.", "topics": ["dog", "park"]}],
+    }
     later = T0 + timedelta(days=1)
-    assert agent.compose(state, [Turn("user", "Which park does my dog like?", later)], later).memory[0].endswith("Talked about Rex.")
+    assert (
+        agent.compose(state, [Turn("user", "Which park does my dog like?", later)], later)
+        .memory[0]
+        .endswith("Talked about Rex.")
+    )
     assert not [m for m in agent.compose(state, [Turn("user", "I bought shoes", later)], later).memory if "ago" in m]

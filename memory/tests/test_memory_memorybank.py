@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
 from memory.systems.memorybank import MemoryBank, draw, forget, retention, strengthen
 
-DAY0 = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+DAY0 = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 
 def test_paper_retention_is_exp_minus_t_over_s_and_grows_with_strength() -> None:
@@ -31,8 +31,22 @@ def test_the_code_formula_reproduces_the_precedence_bug_where_strength_speeds_fo
 
 
 def bank(n: int, strength: int = 1, day: str = "2026-03-02") -> dict:
-    units = [{"query": f"q{i}", "response": f"r{i}", "memory_strength": strength, "last_recall_date": day, "memory_id": f"{day}_{i}"} for i in range(n)]
-    return {"history": {day: units}, "summary": {day: {"content": "s", "memory_strength": 1, "last_recall_date": day, "memory_id": f"{day}_summary"}}}
+    units = [
+        {
+            "query": f"q{i}",
+            "response": f"r{i}",
+            "memory_strength": strength,
+            "last_recall_date": day,
+            "memory_id": f"{day}_{i}",
+        }
+        for i in range(n)
+    ]
+    return {
+        "history": {day: units},
+        "summary": {
+            day: {"content": "s", "memory_strength": 1, "last_recall_date": day, "memory_id": f"{day}_summary"}
+        },
+    }
 
 
 @pytest.mark.parametrize(("days", "strength"), [(1, 1), (2, 1), (1, 3), (4, 2)])
@@ -45,7 +59,9 @@ def test_the_share_of_units_kept_after_some_days_follows_the_retention(days: int
 
 
 def test_forgetting_is_reproducible_and_nothing_is_forgotten_on_the_same_day() -> None:
-    assert forget(bank(50), "2026-03-05", formula="paper", seed=0) == forget(bank(50), "2026-03-05", formula="paper", seed=0)
+    assert forget(bank(50), "2026-03-05", formula="paper", seed=0) == forget(
+        bank(50), "2026-03-05", formula="paper", seed=0
+    )
     assert forget(bank(50), "2026-03-02", formula="paper", seed=0)[1] == []
     assert 0 <= draw(0, "x", "2026-03-02") < 1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from memory.base import Turn
 from memory.embed import HashingEmbedder
@@ -11,12 +11,15 @@ from memory.systems.bm25 import BM25, bm25_rank
 from memory.systems.memory_accumulate import MemoryAccumulate
 from memory.systems.rsum import P_M, P_R, Rsum, parse_memory
 
-NOW = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 SESSION = [Turn("user", "I adopted a cat called Miso."), Turn("bot", "How lovely!")]
 
 
 def test_rsum_post_processing_keeps_the_text_after_updated_memory_without_newlines() -> None:
-    assert parse_memory("Sure.\nUpdated memory:\nThe user has a cat.\nThe user likes tea.") == "The user has a cat. The user likes tea."
+    assert (
+        parse_memory("Sure.\nUpdated memory:\nThe user has a cat.\nThe user likes tea.")
+        == "The user has a cat. The user likes tea."
+    )
     assert parse_memory("[Updated Memory] The user has a cat.") == "The user has a cat."
     assert parse_memory("The user has a cat.") == "The user has a cat."
 
@@ -27,7 +30,11 @@ def test_rsum_updates_the_memory_from_the_previous_memory_and_the_session_with_t
     update = system.end_session({"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW)
     assert update.state == {"memory": "The user has a cat named Miso. The user likes tea.", "sessions": 2}
     prompt = llm.calls[0][1]["content"]
-    assert prompt.startswith(P_M) and "Previous Memory: The user likes tea." in prompt and "User: I adopted a cat" in prompt
+    assert (
+        prompt.startswith(P_M)
+        and "Previous Memory: The user likes tea." in prompt
+        and "User: I adopted a cat" in prompt
+    )
 
 
 def test_rsum_shows_the_initial_memory_as_empty_and_replies_with_the_response_prompt() -> None:
@@ -44,7 +51,9 @@ def test_rsum_keeps_at_most_20_sentences_dropping_the_oldest() -> None:
 
 
 def test_rsum_keeps_the_previous_memory_when_the_reply_is_empty() -> None:
-    update = Rsum(llm=ScriptedLLM(["Updated memory:"])).end_session({"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW)
+    update = Rsum(llm=ScriptedLLM(["Updated memory:"])).end_session(
+        {"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW
+    )
     assert update.state["memory"] == "The user likes tea." and update.trace["fallbacks"][0]["where"] == "rsum_memory"
 
 

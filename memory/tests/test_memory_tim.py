@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
 from memory.systems.tim import ThinkInMemory, lsh, make_projection, parse_thoughts, recall
 
-NOW = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 
 def test_lsh_maps_each_vector_to_the_argmax_of_xr_and_minus_xr() -> None:
@@ -61,9 +61,11 @@ def organizing_script(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
     if "extract the relation" in text:
         question = text.rsplit("Question: ", 1)[1].split("\n", 1)[0]
-        return {"I like football.": "Michael likes to play football.",
-                "I hate football.": "Michael does not like to play football.",
-                "I also like basketball.": "Michael likes to play basketball."}[question]
+        return {
+            "I like football.": "Michael likes to play football.",
+            "I hate football.": "Michael does not like to play football.",
+            "I also like basketball.": "Michael likes to play basketball.",
+        }[question]
     group = text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0].splitlines()
     if "remove the counterfactual" in text:
         return "\n".join(t for t in group if "does not" not in t)

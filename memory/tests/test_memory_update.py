@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
 from memory.systems.memory_update import MemoryUpdate, apply_operations, parse_operation
 
-NOW = datetime(2026, 3, 2, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
 # Table 7 of the seed: (memory sentence m, summary sentence s, gold label).
 TABLE_7 = [
@@ -45,7 +45,10 @@ def test_algorithm_1_on_the_seed_table_7_pairs(m: str, s: str, label: str) -> No
 
 
 def test_append_keeps_both_sentences_without_concatenating_them() -> None:
-    assert apply_operations(["Has a dog"], ["The dog likes carrots"], {(0, 0): "APPEND"}) == ["Has a dog", "The dog likes carrots"]
+    assert apply_operations(["Has a dog"], ["The dog likes carrots"], {(0, 0): "APPEND"}) == [
+        "Has a dog",
+        "The dog likes carrots",
+    ]
 
 
 def test_pass_drops_the_new_sentence_only_against_a_surviving_memory_sentence() -> None:
@@ -74,8 +77,16 @@ def test_with_an_empty_memory_the_summary_becomes_the_memory() -> None:
 
 @pytest.mark.parametrize(
     ("reply", "op"),
-    [("REPLACE", "REPLACE"), ("Operation: pass.", "PASS"), ("I would say Append here", "APPEND"), ("delete", "DELETE"),
-     ("", None), ("2", None), ("PASSED", None), ("The answer is unclear", None)],
+    [
+        ("REPLACE", "REPLACE"),
+        ("Operation: pass.", "PASS"),
+        ("I would say Append here", "APPEND"),
+        ("delete", "DELETE"),
+        ("", None),
+        ("2", None),
+        ("PASSED", None),
+        ("The answer is unclear", None),
+    ],
 )
 def test_operation_labels_are_parsed_from_free_text(reply: str, op: str | None) -> None:
     assert parse_operation(reply) == op
@@ -94,10 +105,19 @@ def test_the_update_trace_lists_every_pair_with_its_decision_in_the_contract_sha
     trace = update.trace
     assert trace["summary"] == ["Cold is all better", "Got a cat"]
     assert trace["memory_before"] == state["memory"]
-    assert [(o["i"], o["j"], o["op"]) for o in trace["operations"]] == [(0, 0, "DELETE"), (0, 1, "APPEND"), (1, 0, "APPEND"), (1, 1, "APPEND")]
+    assert [(o["i"], o["j"], o["op"]) for o in trace["operations"]] == [
+        (0, 0, "DELETE"),
+        (0, 1, "APPEND"),
+        (1, 0, "APPEND"),
+        (1, 1, "APPEND"),
+    ]
     first = trace["operations"][0]
     assert set(first) == {"i", "j", "m", "s", "op", "raw", "fallback"}
-    assert first["m"] == "Has a cold and takes medicine" and first["s"] == "Cold is all better" and first["raw"] == "DELETE"
+    assert (
+        first["m"] == "Has a cold and takes medicine"
+        and first["s"] == "Cold is all better"
+        and first["raw"] == "DELETE"
+    )
     assert trace["memory_after"] == update.state["memory"] == ["Goes hiking", "Got a cat"]
     assert trace["fallbacks"] == []
 
@@ -123,7 +143,9 @@ def test_the_prefilter_variant_asks_the_llm_only_for_similar_pairs() -> None:
     replies = iter(["Goes hiking with Rex", "PASS"])
     llm = ScriptedLLM(lambda messages: next(replies))
     system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), prefilter_min_similarity=0.3)
-    update = system.end_session({"memory": ["Goes hiking with Rex often", "Works at a bakery"], "sessions": 1}, session(), NOW)
+    update = system.end_session(
+        {"memory": ["Goes hiking with Rex often", "Works at a bakery"], "sessions": 1}, session(), NOW
+    )
     ops = update.trace["operations"]
     assert [o.get("prefiltered", False) for o in ops] == [False, True]
     assert len(llm.calls) == 2  # the summary and one operation
@@ -140,12 +162,17 @@ def test_the_batched_variant_asks_once_per_summary_sentence_and_parses_numbered_
     llm = ScriptedLLM(lambda messages: next(replies))
     system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched")
     update = system.end_session({"memory": ["Has a cold", "Goes hiking"], "sessions": 1}, session(), NOW)
-    assert [(o["i"], o["j"], o["op"], o["fallback"]) for o in update.trace["operations"]] == [(0, 0, "DELETE", False), (1, 0, "APPEND", False)]
+    assert [(o["i"], o["j"], o["op"], o["fallback"]) for o in update.trace["operations"]] == [
+        (0, 0, "DELETE", False),
+        (1, 0, "APPEND", False),
+    ]
     assert update.state["memory"] == ["Goes hiking"] and len(llm.calls) == 2
 
 
 def test_a_batched_reply_missing_a_label_falls_back_to_append_for_that_pair() -> None:
-    system = MemoryUpdate(llm=ScriptedLLM(["Got a cat", "2. PASS"]), embedder=HashingEmbedder(), operation_mode="batched")
+    system = MemoryUpdate(
+        llm=ScriptedLLM(["Got a cat", "2. PASS"]), embedder=HashingEmbedder(), operation_mode="batched"
+    )
     update = system.end_session({"memory": ["Has a dog", "Got a cat"], "sessions": 1}, session(), NOW)
     assert [(o["op"], o["fallback"]) for o in update.trace["operations"]] == [("APPEND", True), ("PASS", False)]
     assert update.state["memory"] == ["Has a dog", "Got a cat"]
