@@ -67,3 +67,24 @@ def test_the_worker_facing_home_page_never_shows_arm_names(client: Client, study
     for arm in study.arms.all():
         assert arm.name not in body
         assert arm.memory_system not in body
+
+
+def test_a_crowdworker_bound_by_a_prolific_link_is_no_researcher_and_never_sees_arm_names(
+    client: Client, study: Study, finished_episode: Episode
+) -> None:
+    # the arms get names a worker must never read anywhere
+    for arm in study.arms.all():
+        arm.name = f"SECRET-ARM-{arm.pk}"
+        arm.save()
+    pages = [client.get(f"/s/{study.slug}/?PROLIFIC_PID=w-123&STUDY_ID=s&SESSION_ID=x", follow=True)]
+    pages.append(client.post(reverse("studies:consent", args=[study.slug]), {"agree": "yes"}, follow=True))
+    assert pages[-1].status_code == 200
+    assert pages[-1].redirect_chain[-1][0].startswith("/chat/")  # the worker is in their first chat session
+    for method, url in researcher_urls(study, finished_episode):
+        response = getattr(client, method)(url)
+        assert response.status_code == 302 and response["Location"].startswith(reverse("login")), url
+    for page in pages:
+        body = page.content.decode()
+        assert "SECRET-ARM-" not in body
+        for arm in study.arms.all():
+            assert f'"{arm.memory_system}"' not in body and f">{arm.memory_system}<" not in body
