@@ -52,7 +52,9 @@ class QueueForm(forms.ModelForm):
             "max_edit_chars",
         ]
         widgets = {"instructions": forms.Textarea(attrs={"rows": 3}), "stage_groups": forms.TextInput()}
-        help_texts = {"stage_groups": 'Chained summaries only: a JSON list of group names per stage, e.g. ["", "seniors"].'}
+        help_texts = {
+            "stage_groups": 'Chained summaries only: a JSON list of group names per stage, e.g. ["", "seniors"].'
+        }
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -61,7 +63,7 @@ class QueueForm(forms.ModelForm):
             self.add_error("gold_min_votes", "A label cannot need more votes than the labels per item.")
         groups = data.get("stage_groups") or []
         if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-            self.add_error("stage_groups", "Give a JSON list of group names (use \"\" for any annotator).")
+            self.add_error("stage_groups", 'Give a JSON list of group names (use "" for any annotator).')
         else:
             data["stage_groups"] = groups  # an empty box means "any annotator at every stage"
         upload = data.get("source_file")

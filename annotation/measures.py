@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from analysis.agreement import counts_from_labels, fleiss_kappa, krippendorff_alpha
+from analysis.agreement import counts_from_labels, fleiss_kappa, krippendorff_alpha, per_category_kappa
 from annotation.models import (
     FUSION,
     OPERATIONS,
@@ -46,10 +46,14 @@ def agreement(queue: Queue) -> dict[str, Any]:
         "items_with_n_labels": len(full),
         "labels": len(labels),
         "fleiss_kappa": None,
+        "per_label_kappa": {},
         "krippendorff_alpha": None,
     }
     if len(full) >= 2 and n >= 2:
-        out["fleiss_kappa"] = _num(fleiss_kappa(counts_from_labels(full, PAIR_LABELS)))
+        counts = counts_from_labels(full, PAIR_LABELS)
+        out["fleiss_kappa"] = _num(fleiss_kappa(counts))
+        # one-vs-rest: operation classes are imbalanced, and a rare class (DELETE) can be the unreliable one
+        out["per_label_kappa"] = {k: _num(v) for k, v in per_category_kappa(counts, PAIR_LABELS).items()}
     annotators = sorted({who for _, who, _ in labels})
     items = sorted(k for k, ops in per_item.items() if len(ops) >= 2)
     if len(annotators) >= 2 and items:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from statsmodels.stats import inter_rater
 
 from annotation import exports, measures, services
 from annotation.models import Assignment, Item, Label, Queue
@@ -72,6 +73,9 @@ def test_fleiss_kappa_of_a_queue_matches_the_wikipedia_reference_value(make_anno
     result = measures.agreement(queue)
     assert result["items_with_n_labels"] == 10
     assert result["fleiss_kappa"] == pytest.approx(0.2099, abs=5e-4)
+    # one-vs-rest kappa of the first category, straight from statsmodels on the 2-column table
+    first = [[row[0], 14 - row[0]] for row in counts]
+    assert result["per_label_kappa"]["PASS"] == pytest.approx(inter_rater.fleiss_kappa(first), abs=1e-4)
 
 
 def test_krippendorff_alpha_of_a_queue_matches_krippendorff_2011(make_annotators):

@@ -35,7 +35,10 @@ def test_a_bad_jsonl_line_is_named(line, message):
 
 def test_summary_imports_need_a_summary():
     ok = parse_import(json.dumps({"summary": ["Has a cold."], "transcript": "user: I have a cold"}), kind="summaries")
-    assert ok[0]["payload"] == {"summary": ["Has a cold."], "transcript": [{"speaker": "user", "text": "I have a cold"}]}
+    assert ok[0]["payload"] == {
+        "summary": ["Has a cold."],
+        "transcript": [{"speaker": "user", "text": "I have a cold"}],
+    }
     with pytest.raises(ImportError_, match="'summary' is missing"):
         parse_import(json.dumps({"transcript": []}), kind="summaries")
 
