@@ -260,3 +260,12 @@ def test_an_inactive_queue_hands_out_nothing(pair_queue, annotator):
     pair_queue.active = False
     pair_queue.save()
     assert services.claim_next_item(pair_queue, annotator) is None
+
+
+def test_the_demo_seed_is_idempotent():
+    from django.core.management import call_command
+
+    call_command("seed_annotation_demo")
+    call_command("seed_annotation_demo")
+    assert Queue.objects.count() == 2
+    assert Queue.objects.get(kind="pairs").items.count() == 12
