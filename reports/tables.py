@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.writers import fmt_p
+
 OVERALL = "overall"
 
 
@@ -19,10 +21,7 @@ def ci(pair: Any, digits: int = 3) -> str:
     return f"[{pair[0]:.{digits}f}, {pair[1]:.{digits}f}]"
 
 
-def pval(p: Any) -> str:
-    if p is None:
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+pval = fmt_p  # the same p-value format as the exported tables
 
 
 def _cell(mean: Any, interval: Any, digits: int, signed: bool) -> dict[str, str]:

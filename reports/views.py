@@ -129,12 +129,16 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
 def _plot_svg(report: Report, name: str) -> str | None:
     if not report.ok:
         return None
-    key = f"{report.cache_key}:plot:{name}"
-    svg = cache.get(key)
-    if svg is None:
-        svg = render_plot(report, name) or ""
-        cache.set(key, svg, CACHE_SECONDS)
-    return svg or None
+    return _cached(f"{report.cache_key}:plot:{name}", lambda: render_plot(report, name) or "") or None
+
+
+def _cached(key: str, make: Callable[[], str]) -> str:
+    """Plots and export files, cached under the key of the report they are drawn from."""
+    text = cache.get(key)
+    if text is None:
+        text = make()
+        cache.set(key, text, CACHE_SECONDS)
+    return text
 
 
 @require_GET
@@ -160,11 +164,7 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
     report = _report(request, study, dataset)
     if not report.ok:
         return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
-    key = f"{report.cache_key}:export:{fmt}"
-    text = cache.get(key)
-    if text is None:
-        text = export(report, fmt)
-        cache.set(key, text, CACHE_SECONDS)
+    text = _cached(f"{report.cache_key}:export:{fmt}", lambda: export(report, fmt))
     response = HttpResponse(text, content_type=FORMATS[fmt][1])
     response["Content-Disposition"] = f'attachment; filename="{filename(report, fmt)}"'
     return response

@@ -35,6 +35,14 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         browser.close()
 
 
+def login(page: Any, live_server: Any, user: Any) -> Any:
+    client = Client()
+    client.force_login(user)
+    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
+                               "url": live_server.url}])
+    return page
+
+
 def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
     live_server: Any, researcher: Any, study: Study, browser_page: Any
 ) -> None:
@@ -48,11 +56,7 @@ def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
         return quality[arm] + (4 * s if arm == "Memory update" else 0) + (w * 7 + s * 3 + len(m)) % 11
 
     add_ratings(study, workers=6, scorer=scorer)
-    client = Client()
-    client.force_login(researcher)
-    page = browser_page
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
-                               "url": live_server.url}])
+    page = login(browser_page, live_server, researcher)
 
     page.goto(f"{live_server.url}/studies/{study.slug}/analysis/")
     page.locator("#table-z").wait_for()
@@ -75,11 +79,7 @@ def test_a_researcher_imports_the_ji_2022_csv_through_the_form(
     live_server: Any, researcher: Any, study: Study, browser_page: Any
 ) -> None:
     ji = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")
-    client = Client()
-    client.force_login(researcher)
-    page = browser_page
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
-                               "url": live_server.url}])
+    page = login(browser_page, live_server, researcher)
     page.goto(f"{live_server.url}/studies/{study.slug}/analysis/")
     page.get_by_role("link", name="Import a ratings CSV…").click()
     page.get_by_label("Name").fill("Ji et al. 2022, free run 1")
