@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Min
 from django.utils import timezone
+from scipy.stats import chisquare
 
 from analysis.agreement import counts_from_labels, fleiss_kappa, krippendorff_alpha, per_category_kappa
 from annotation.models import (
@@ -91,7 +92,16 @@ def gold_summary(queue: Queue) -> dict[str, Any]:
         Label.objects.filter(item__queue=queue, item__status=Item.Status.COMPLETE).values_list("op", "item__gold_label")
     )
     match = sum(1 for op, g in gold_pairs if op == g)
+    fit = None
+    if four:
+        # goodness of fit of our gold distribution to Table 2's (scipy); only trustworthy when every
+        # expected count is at least 5, i.e. from about 100 gold pairs (DELETE is 5.1%)
+        expected = [TABLE2_DISTRIBUTION[op] / 100 * four for op in OPERATIONS]
+        expected = [e * four / sum(expected) for e in expected]
+        test = chisquare([gold[op] for op in OPERATIONS], f_exp=expected)
+        fit = {"chi2": _num(test.statistic), "p": _num(test.pvalue), "reliable": min(expected) >= 5}
     return {
+        "table2_fit": fit,
         "finished_items": total_finished,
         "gold_items": sum(gold.values()),
         "fusion_gold": gold[FUSION],

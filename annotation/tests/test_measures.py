@@ -106,6 +106,7 @@ def test_gold_statistics_compare_with_table_2_and_score_annotators(make_annotato
     )
     assert dist["APPEND"]["table2_percent"] == 44.6
     assert gold["awaiting_adjudication"] == 1 and gold["no_gold_percent"] == 25.0
+    assert gold["table2_fit"]["reliable"] is False and 0 <= gold["table2_fit"]["p"] <= 1
     assert gold["individual_equals_gold_percent"] == pytest.approx(100 * 7 / 9, abs=0.01)
     by_name = {r["annotator"]: r for r in measures.per_annotator(queue)}
     assert by_name["ann0"]["agreement_with_gold"] == 1.0
