@@ -378,7 +378,3 @@ def annotator_progress(queue: Queue, user: AbstractBaseUser) -> dict[str, int]:
         "total": total,
         "percent": round(100 * done / total) if total else 100,
     }
-
-
-def queues_for(user: AbstractBaseUser) -> Any:
-    return Queue.objects.filter(active=True).filter(Q(items__isnull=False)).distinct()
