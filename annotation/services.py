@@ -22,7 +22,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, Label, Queue
