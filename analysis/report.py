@@ -71,8 +71,8 @@ def analyze(
     ``metric`` and ``score``); ``worker``, ``unit``, ``arm`` and ``session`` name its columns. ``reverse``
     lists metrics to turn into 100 - x first. ``qc_arm``/``qc_metrics`` enable quality control (QC metrics
     default to all metrics). ``test`` is ``"mwu-greater"`` (one-sided, every ordered pair of arms, as Ji et
-    al.), ``"mwu-two-sided"`` or ``"welch"``. ``mixedlm``: fit the mixed model (True), never (False), or
-    only when the design needs it (None). Raises :class:`analysis.data.RatingsError` for unusable input.
+    al.), ``"mwu-two-sided"`` or ``"welch"``. ``mixedlm``: fit the mixed model for the overall score and every
+    metric (True), never (False), or for the overall score only when the design needs it (None). Raises :class:`analysis.data.RatingsError` for unusable input.
     """
     return run(
         df,
@@ -240,7 +240,9 @@ def run(
         ref = reference_arm or arms[0]
         mixed = {"data": "per-unit mean raw scores", "reference": ref, "models": {}}
         named = units.rename(columns={WORKER: "worker", ARM: "arm"})
-        for m in [OVERALL, *metrics]:
+        # statsmodels' MixedLM loops over groups in Python (seconds per fit with thousands of workers): the
+        # automatic fit for a nested design covers the overall score; an explicit request covers every metric.
+        for m in [OVERALL, *metrics] if mixedlm else [OVERALL]:
             fit = mixedlm_arm_effects(named, score=f"raw_{m}", arm="arm", group="worker", reference=ref)
             mixed["models"][m] = fit
             warnings_ += [f"mixed model ({m}): {w}" for w in fit["warnings"]]

@@ -202,7 +202,7 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
         warnings.simplefilter("always", RuntimeWarning)
         warnings.simplefilter("always", UserWarning)
         try:
-            fit = smf.mixedlm(formula, d, groups=d["group"]).fit(reml=True)
+            fit = smf.mixedlm(formula, d, groups=d["group"]).fit(reml=True, method=["lbfgs", "bfgs", "cg"])
         except (np.linalg.LinAlgError, ValueError) as exc:
             result["warnings"].append(f"mixed model failed: {exc}")
             return result

@@ -205,6 +205,7 @@ def test_one_arm_per_worker_withholds_arm_level_z_and_fits_the_mixed_model() -> 
     assert res["design"]["z_valid"] is False
     assert any("single arm" in w for w in res["warnings"])
     assert all(a["overall_z"] is None and a["metrics"]["coherence"]["mean_z"] is None for a in res["arms"].values())
+    assert set(res["mixedlm"]["models"]) == {"overall"}  # the automatic fit covers the overall score
     effects = {e["term"]: e for e in res["mixedlm"]["models"]["overall"]["effects"]}
     # true effects (averaged over sessions, "none" loses 2 points per session): accumulate +9, update +14
     assert effects["update"]["coef"] > effects["accumulate"]["coef"] > 0
