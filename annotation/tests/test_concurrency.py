@@ -121,3 +121,25 @@ def test_one_annotator_in_two_tabs_holds_one_assignment(make_annotators):
     assert run_threads(claim, 10) == []
     assert len(set(got)) == 1
     assert Assignment.objects.filter(queue=queue, status=Assignment.Status.OPEN).count() == 1
+
+
+def test_a_chained_summary_queue_has_one_editor_per_item_at_a_time_under_load(make_annotators):
+    queue = Queue.objects.create(name="Chain", kind=Queue.Kind.SUMMARIES, summary_mode=Queue.Mode.CHAIN)
+    add_items(queue, [{"payload": {"summary": [f"Generated {k}."], "transcript": []}} for k in range(8)])
+    users = make_annotators(THREADS)
+    overlaps: list[int] = []
+
+    def work(k: int) -> None:
+        user = users[k]
+        while (a := services.claim_next_item(queue, user)) is not None:
+            live = Assignment.objects.filter(item_id=a.item_id, status=Assignment.Status.OPEN).count()
+            if live != 1:
+                overlaps.append(a.item_id)
+            services.submit_summary(a.pk, annotator=user, text=f"Edited by {user.username}.")
+
+    assert run_threads(work, THREADS) == []
+    assert overlaps == []
+    for item in Item.objects.filter(queue=queue):
+        revisions = list(item.labels.order_by("revision"))
+        assert [r.revision for r in revisions] == [1, 2, 3]
+        assert [r.parent_id for r in revisions] == [None, revisions[0].pk, revisions[1].pk]

@@ -303,3 +303,29 @@ def test_progress_pages_show_per_annotator_figures(client, researcher, pair_queu
     report = client.get(reverse("annotation:queue_report_json", args=[pair_queue.pk])).json()
     assert report["progress"]["complete"] == 4 and report["annotators"][0]["agreement_with_gold"] == 1.0
     assert Item.objects.filter(queue=pair_queue, gold_label="PASS").count() == 4
+
+
+def test_skipping_gives_the_item_back_and_shows_the_next_one(client, pair_queue, annotator):
+    login(client, annotator)
+    client.get(reverse("annotation:work", args=[pair_queue.pk]))
+    first = Assignment.objects.get(annotator=annotator)
+    response = client.post(reverse("annotation:skip", args=[first.pk]), follow=True)
+    assert response.status_code == 200
+    assert Assignment.objects.get(pk=first.pk).status == Assignment.Status.SKIPPED
+    current = Assignment.objects.get(annotator=annotator, status=Assignment.Status.OPEN)
+    assert current.item_id != first.item_id
+    assert Item.objects.get(pk=first.item_id).in_flight == 0
+
+
+def test_an_autosave_after_the_lease_expired_answers_409_with_the_reason(client, pair_queue, annotator):
+    login(client, annotator)
+    client.get(reverse("annotation:work", args=[pair_queue.pk]))
+    asg = Assignment.objects.get(annotator=annotator)
+    Assignment.objects.filter(pk=asg.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    response = client.post(
+        reverse("annotation:draft", args=[asg.pk]), json.dumps({"op": "PASS"}), content_type="application/json"
+    )
+    assert response.status_code == 409 and "lease expired" in response.json()["error"]
+    bad = client.post(reverse("annotation:draft", args=[asg.pk]), "not json", content_type="application/json")
+    assert bad.status_code == 400
+    assert not Draft.objects.exists()
