@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-from studies.forms import ArmForm
+from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, Metric, Participant, Study
 
 
@@ -23,8 +23,17 @@ class MetricInline(admin.TabularInline):
     extra = 0
 
 
+class StudyAdminForm(StudyForm):
+    """The researcher page's rules (design frozen once workers started) with every field."""
+
+    class Meta(StudyForm.Meta):
+        fields = "__all__"
+        widgets: dict[str, Any] = {}  # the admin's own (split date/time) widgets
+
+
 @admin.register(Study)
 class StudyAdmin(admin.ModelAdmin):
+    form = StudyAdminForm
     list_display = ["name", "slug", "status", "sessions_per_episode", "episodes_per_worker", "quota", "created_at"]
     list_filter = ["status"]
     search_fields = ["name", "slug"]

@@ -9,6 +9,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
+from chat.models import Episode
 from memory.registry import MEMORY_SYSTEMS
 from studies.models import Arm, Metric, Study
 
@@ -31,6 +32,10 @@ STUDY_FIELDS = [
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
 ARM_FROZEN_FIELDS = ("memory_system", "params", "llm_backend", "llm_model")
+
+
+# Changing these once workers have started would mix two designs in one data set.
+STUDY_FROZEN_FIELDS = ("sessions_per_episode", "episodes_per_worker", "gap_days", "simulated_start")
 
 
 class StudyForm(forms.ModelForm):
@@ -58,6 +63,14 @@ class StudyForm(forms.ModelForm):
             "consent_text": forms.Textarea(attrs={"rows": 4}),
             "simulated_start": forms.DateTimeInput(attrs={"placeholder": "2026-01-05 10:00"}),
         }
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.instance.pk and Episode.objects.filter(participant__study=self.instance).exists():
+            for name in STUDY_FROZEN_FIELDS:
+                if name in self.changed_data:
+                    self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        return data
 
 
 def check_params(memory_system: str, params: Any) -> dict[str, Any]:

@@ -87,3 +87,27 @@ def test_annotators_cannot_open_the_admin(client: Client, annotator: Any) -> Non
     client.force_login(annotator)
     response = client.get(reverse("admin:chat_message_changelist"))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_admin_also_freezes_the_design_once_workers_started(
+    client: Client, researcher: Any, study: Study, finished_episode: Episode
+) -> None:
+    client.force_login(researcher)
+    response = client.get(reverse("admin:studies_study_change", args=[study.pk]))
+    form = response.context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k not in {"simulated_start", "created_by"}}
+    data.update(
+        {
+            "simulated_start_0": study.simulated_start.strftime("%Y-%m-%d"),
+            "simulated_start_1": study.simulated_start.strftime("%H:%M:%S"),
+            "sessions_per_episode": 4,
+            "created_by": researcher.pk,
+        }
+    )
+    for prefix in ("arms", "metrics"):
+        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    response = client.post(reverse("admin:studies_study_change", args=[study.pk]), data)
+    assert response.status_code == 200
+    assert "Workers have already started episodes" in response.content.decode()
+    study.refresh_from_db()
+    assert study.sessions_per_episode == 2

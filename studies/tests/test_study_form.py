@@ -234,9 +234,15 @@ def _edit_data(study: Study, arm_overrides: dict[str, Any]) -> dict[str, Any]:
         }
         for m in study.metrics.all()
     ]
+    design = {
+        "sessions_per_episode": study.sessions_per_episode,
+        "episodes_per_worker": study.episodes_per_worker,
+        "gap_days": study.gap_days,
+        "simulated_start": study.simulated_start.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     data = {
         **STUDY,
-        "episodes_per_worker": 1,
+        **design,
         "add_default_metrics": None,
         **formset("arms", arms, initial=len(arms)),
         **formset("metrics", metrics, initial=len(metrics)),
@@ -254,6 +260,7 @@ def test_an_arm_with_episodes_cannot_change_its_memory_system(rclient: Client, s
 
 def test_an_arm_with_episodes_cannot_be_deleted_but_can_be_deactivated(rclient: Client, study: Study) -> None:
     _episode(study)
+    study.arms.create(name="Third", memory_system="none")  # two arms stay active for 2 episodes per worker
     url = reverse("studies:edit", args=[study.slug])
     response = rclient.post(url, _edit_data(study, {"DELETE": True}))
     assert response.status_code == 400
@@ -271,3 +278,31 @@ def test_the_new_study_page_lists_every_memory_system_and_its_parameters(rclient
         assert f'value="{name}"' in body
         for param in cls.params:
             assert param in body
+
+
+def test_the_design_is_frozen_once_workers_have_started(rclient: Client, study: Study) -> None:
+    _episode(study)
+    data = _edit_data(study, {})
+    data["gap_days"] = 3
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
+    assert response.status_code == 400
+    assert list(response.context["form"].errors) == ["gap_days"]
+    assert "Workers have already started episodes" in response.content.decode()
+    data["gap_days"] = study.gap_days
+    data["min_user_turns"] = 8  # not part of the design the data depend on
+    assert rclient.post(reverse("studies:edit", args=[study.slug]), data).status_code == 302
+    study.refresh_from_db()
+    assert study.min_user_turns == 8
+
+
+def test_two_arms_of_a_study_cannot_share_a_name(rclient: Client) -> None:
+    response = post_new(rclient, arms=[ARMS[0], {**ARMS[1], "name": "No memory"}])
+    assert response.status_code == 400
+    assert "Please correct the duplicate data for name" in response.content.decode()
+
+
+def test_deactivating_an_arm_is_refused_when_too_few_would_remain(rclient: Client, study: Study) -> None:
+    _episode(study)
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"active": False}))
+    assert response.status_code == 400
+    assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
