@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -50,7 +51,9 @@ def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
     Arm.objects.create(study=study, name="bench", memory_system="none", llm_backend="scripted")
     out = []
     for i in range(n):
-        p = Participant.objects.create(study=study, external_id=f"{tag}-{i}", source="invite", consented_at=timezone.now())
+        p = Participant.objects.create(
+            study=study, external_id=f"{tag}-{i}", source="invite", consented_at=timezone.now()
+        )
         services.assign_episode(p)
         session = services.current_session(p)
         store = SessionStore()
@@ -70,7 +73,9 @@ async def chat_client(url: str, origin: str, cookie: str, turns: int, lat: list[
             bot_seq = 2 * t + 2
             done_marker = f'id="msg-{bot_seq}" data-seq="{bot_seq}" data-status="complete"'
             t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": f"turn {t} of a benchmark"}))
+            await ws.send(
+                json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": f"turn {t} of a benchmark"})
+            )
             while True:
                 frame = await ws.recv()
                 if done_marker in frame:
@@ -112,6 +117,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5, help="turns per client")
     args = parser.parse_args()
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops daphne
     tmp = tempfile.mkdtemp(prefix="memeval-bench-")
     env = os.environ.copy()
     env.setdefault("DATABASE_URL", f"sqlite:///{tmp}/bench.sqlite3")
@@ -146,7 +152,9 @@ def main() -> None:
             for kind in ("echo", "chat"):
                 lat, wall = asyncio.run(run(kind, base, n, args.turns, workers))
                 ms = [x * 1000 for x in lat]
-                print(f"{n:>7} {kind:<9} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} {max(ms):>8.1f} {len(ms) / wall:>8.1f}")
+                print(
+                    f"{n:>7} {kind:<9} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} {max(ms):>8.1f} {len(ms) / wall:>8.1f}"
+                )
     finally:
         server.terminate()
         server.wait(timeout=10)

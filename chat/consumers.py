@@ -74,7 +74,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 msg = services.retry_reply(session, int(data.get("seq") or 0))
                 return fragments.clear_error() + fragments.message(msg)
             if kind == "message":
-                msg, created = services.post_user_message(session, str(data.get("client_id") or ""), str(data.get("text") or ""))
+                msg, created = services.post_user_message(
+                    session, str(data.get("client_id") or ""), str(data.get("text") or "")
+                )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
                 html += fragments.controls(services.user_turns(session), study.min_user_turns)
                 if created:

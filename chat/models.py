@@ -111,6 +111,9 @@ class Rating(models.Model):
             models.CheckConstraint(condition=models.Q(value__gte=0) & models.Q(value__lte=100), name="rating_0_100"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.metric_id}={self.value} (session {self.session_id})"
+
 
 class MemorySnapshot(models.Model):
     """The arm's JSON state after a session, with the trace of the update that produced it."""
@@ -128,6 +131,9 @@ class MemorySnapshot(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"memory after session {self.session_id} ({self.status})"
 
 
 class LLMCallRecord(models.Model):
@@ -147,3 +153,6 @@ class LLMCallRecord(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.purpose} call {self.pk} ({self.model})"

@@ -175,7 +175,10 @@ def user_turns(session: ChatSession) -> int:
 
 
 def can_end(session: ChatSession) -> bool:
-    return session.status == ChatSession.Status.CHATTING and user_turns(session) >= session.episode.participant.study.min_user_turns
+    return (
+        session.status == ChatSession.Status.CHATTING
+        and user_turns(session) >= session.episode.participant.study.min_user_turns
+    )
 
 
 def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]:
@@ -219,7 +222,9 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
     with transaction.atomic():
-        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        locked = (
+            ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        )
         existing = locked.messages.filter(client_id=client_id).first()
         if existing:
             return existing, False
@@ -239,7 +244,9 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
         seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
-        user = Message.objects.create(session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text)
+        user = Message.objects.create(
+            session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text
+        )
         bot = Message.objects.create(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user
         )
@@ -270,7 +277,9 @@ def end_session(session: ChatSession) -> ChatSession:
     Creates the next session (``preparing``) and enqueues the memory update after commit.
     """
     with transaction.atomic():
-        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        locked = (
+            ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        )
         if locked.status in (ChatSession.Status.RATING, ChatSession.Status.DONE):
             return locked
         study = locked.episode.participant.study
@@ -329,7 +338,9 @@ def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
 
     Completes the episode after its last session, and the participant after their last episode."""
     with transaction.atomic():
-        locked = ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        locked = (
+            ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        )
         if locked.status == ChatSession.Status.DONE:
             return False
         if locked.status != ChatSession.Status.RATING:
@@ -475,7 +486,9 @@ def generate_reply(message_id: int) -> None:
     browser shows a Retry button. Idempotent: a reply that is not pending is left alone. Every LLM
     call is stored as an :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs.
     """
-    msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(pk=message_id)
+    msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
+        pk=message_id
+    )
     session = msg.session
     if msg.status != Message.Status.PENDING:
         return
@@ -534,7 +547,9 @@ def generate_reply(message_id: int) -> None:
         return
 
 
-def _after_turn(session: ChatSession, episode: Episode, system: MemorySystem, llm: RecordingLLM, msg: Message, now: datetime) -> None:
+def _after_turn(
+    session: ChatSession, episode: Episode, system: MemorySystem, llm: RecordingLLM, msg: Message, now: datetime
+) -> None:
     """The arm's per-turn update; a failure is recorded and the previous state kept."""
     try:
         update = system.after_turn(episode.memory_state, turns_of(session, upto_seq=msg.seq), now)
@@ -585,7 +600,9 @@ def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
     except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
         calls = llm.drain() if llm else []
         _store_calls(session.pk, None, calls)
-        MemorySnapshot.objects.filter(pk=snapshot.pk).update(attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000])
+        MemorySnapshot.objects.filter(pk=snapshot.pk).update(
+            attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
         if not final:
             raise MemoryUpdateFailed(str(exc)) from exc
         state, trace, error = before, {"llm_calls": calls}, f"{type(exc).__name__}: {exc}"

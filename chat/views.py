@@ -115,5 +115,9 @@ def wait(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(
         request,
         template,
-        _ctx(session, ready=session.status == ChatSession.Status.READY, resume_link=resume_url(session.episode.participant)),
+        _ctx(
+            session,
+            ready=session.status == ChatSession.Status.READY,
+            resume_link=resume_url(session.episode.participant),
+        ),
     )

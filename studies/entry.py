@@ -104,14 +104,26 @@ def _join(request: HttpRequest, study: Study, external_id: str, source: str, **e
     participant = Participant.objects.filter(study=study, external_id=external_id).first()
     if participant is None:
         if not study.is_open:
-            return _page(request, study, "This study is closed", "Thank you for your interest. This study is not taking participants at the moment.")
+            return _page(
+                request,
+                study,
+                "This study is closed",
+                "Thank you for your interest. This study is not taking participants at the moment.",
+            )
         with transaction.atomic():
             locked = Study.objects.select_for_update().get(pk=study.pk)
             if locked.quota is not None and locked.participants.count() >= locked.quota:
-                return _page(request, study, "This study is full", "All places in this study have been taken. Thank you for your interest; please return the study on Prolific.")
+                return _page(
+                    request,
+                    study,
+                    "This study is full",
+                    "All places in this study have been taken. Thank you for your interest; please return the study on Prolific.",
+                )
             try:
                 with transaction.atomic():
-                    participant = Participant.objects.create(study=study, external_id=external_id, source=source, **extra)
+                    participant = Participant.objects.create(
+                        study=study, external_id=external_id, source=source, **extra
+                    )
             except IntegrityError:  # the same worker's second tab won the race
                 participant = Participant.objects.get(study=study, external_id=external_id)
     elif study.status == Study.Status.DRAFT:
@@ -138,7 +150,13 @@ def entry(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("studies:next", study.slug)
     if not study.is_open:
         return _page(request, study, "This study is closed", "This study is not taking participants at the moment.")
-    return _page(request, study, "Please use your study link", "Open this study through the link you were given (for example on Prolific).", 403)
+    return _page(
+        request,
+        study,
+        "Please use your study link",
+        "Open this study through the link you were given (for example on Prolific).",
+        403,
+    )
 
 
 def invite(request: HttpRequest, slug: str, token: str) -> HttpResponse:

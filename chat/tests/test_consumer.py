@@ -51,7 +51,9 @@ async def send(comm: WebsocketCommunicator, text: str, client_id: str) -> str:
 
 
 def _messages(session_id: int) -> list[tuple[int, str, str, str]]:
-    return list(Message.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "speaker", "status", "text"))
+    return list(
+        Message.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "speaker", "status", "text")
+    )
 
 
 messages_of = database_sync_to_async(_messages)
@@ -63,7 +65,10 @@ async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_
     out = await send(comm, "I like tea", "c1")
     assert 'data-seq="1"' in out and 'data-client-id="c1"' in out  # the ack carries the committed seq
     assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out  # tokens, streamed one by one
-    assert (await messages_of(sid)) == [(1, "user", "complete", "I like tea"), (2, "bot", "complete", "You said: I like tea")]
+    assert (await messages_of(sid)) == [
+        (1, "user", "complete", "I like tea"),
+        (2, "bot", "complete", "You said: I like tea"),
+    ]
     await comm.disconnect()
 
 
@@ -91,7 +96,9 @@ async def test_a_reconnecting_browser_gets_everything_after_its_last_seen_seq(st
     await comm.disconnect()
 
 
-async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect(study: Study, monkeypatch: Any) -> None:
+async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect(
+    study: Study, monkeypatch: Any
+) -> None:
     queued: list[int] = []
     monkeypatch.setattr(services, "enqueue_reply", queued.append)  # hold the job until the socket is gone
     cookie, sid = await database_sync_to_async(_worker)(study)
@@ -107,11 +114,15 @@ async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect
     await comm.disconnect()
 
 
-async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_kept(study: Study, script: Any, settings: Any, monkeypatch: Any) -> None:
+async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_kept(
+    study: Study, script: Any, settings: Any, monkeypatch: Any
+) -> None:
     settings.CHAT_RETRY_DELAYS = [0.01, 0.02, 0.04]
     slept: list[float] = []
     monkeypatch.setattr(services.time, "sleep", slept.append)
-    await database_sync_to_async(script)([LLMTransientError("timeout"), LLMTransientError("HTTP 429"), "   ", "Hello again!"])
+    await database_sync_to_async(script)(
+        [LLMTransientError("timeout"), LLMTransientError("HTTP 429"), "   ", "Hello again!"]
+    )
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "hi", "c1")
@@ -138,7 +149,9 @@ async def test_when_retries_are_spent_the_worker_gets_a_retry_button_that_works(
     await comm.disconnect()
 
 
-async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_still_be_sent(study: Study, script: Any) -> None:
+async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_still_be_sent(
+    study: Study, script: Any
+) -> None:
     await database_sync_to_async(script)([LLMError("401 bad key"), "Fine, thanks."])
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
@@ -148,7 +161,9 @@ async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_sti
 
 
 @pytest.mark.parametrize("text, error", [("   ", "empty"), ("x" * 2001, "too long")])
-async def test_empty_and_over_long_messages_are_refused_and_nothing_is_stored(study: Study, text: str, error: str) -> None:
+async def test_empty_and_over_long_messages_are_refused_and_nothing_is_stored(
+    study: Study, text: str, error: str
+) -> None:
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, text, "c1")
@@ -167,7 +182,9 @@ async def test_html_in_messages_is_escaped_on_the_socket(study: Study) -> None:
 
 async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
     cookie, sid = await database_sync_to_async(_worker)(study)
-    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", cookie)])
+    comm = WebsocketCommunicator(
+        application, f"/ws/chat/{sid}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", cookie)]
+    )
     connected, _ = await comm.connect()
     assert not connected
 
@@ -214,7 +231,9 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
     await comm.disconnect()
 
 
-async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forever(study: Study, monkeypatch: Any) -> None:
+async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forever(
+    study: Study, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)  # the job is lost
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)

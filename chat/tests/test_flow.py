@@ -29,7 +29,9 @@ def rate_all(client: Client, session: ChatSession, value: int = 70) -> Any:
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 
-def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_completion_code(client: Client, study: Study) -> None:
+def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_completion_code(
+    client: Client, study: Study
+) -> None:
     participant = enter(client, study, "w-full")
     arms_seen = []
     for _episode in range(2):

@@ -140,9 +140,17 @@ def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(clien
 
 @pytest.mark.parametrize(
     "value, message",
-    [("101", "between 0 and 100"), ("-1", "between 0 and 100"), ("abc", "whole number"), ("50.5", "whole number"), ("", "Please rate")],
+    [
+        ("101", "between 0 and 100"),
+        ("-1", "between 0 and 100"),
+        ("abc", "whole number"),
+        ("50.5", "whole number"),
+        ("", "Please rate"),
+    ],
 )
-def test_invalid_slider_values_are_rejected_with_a_clear_message(client: Client, study: Study, value: str, message: str) -> None:
+def test_invalid_slider_values_are_rejected_with_a_clear_message(
+    client: Client, study: Study, value: str, message: str
+) -> None:
     session = ended(client, study)
     response = client.post(f"/chat/{session.pk}/rate/", ratings(study, value))
     assert response.status_code == 400 and message in response.content.decode()
@@ -179,7 +187,9 @@ def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study
 # -------------------------------------------------------------------------- between sessions
 
 
-def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(client: Client, study: Study, monkeypatch: Any) -> None:
+def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(
+    client: Client, study: Study, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(study))
@@ -206,7 +216,9 @@ def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
     assert MemorySnapshot.objects.get(session=session).status == MemorySnapshot.Status.DONE
 
 
-def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continues(client: Client, study: Study, monkeypatch: Any) -> None:
+def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continues(
+    client: Client, study: Study, monkeypatch: Any
+) -> None:
     real_build = services.build_arm
 
     def broken(arm: Any) -> Any:
@@ -242,7 +254,9 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
     pages = [client.get(f"/s/{study.slug}/consent/").content.decode()]
     for _ in range(2):
         for _k in (1, 2):
-            session = services.current_session(participant) or services.assign_episode(participant) and services.current_session(participant)
+            if services.current_session(participant) is None:
+                services.assign_episode(participant)
+            session = services.current_session(participant)
             pages.append(client.get(f"/chat/{session.pk}/wait/", follow=True).content.decode())
             pages.append(client.get(f"/chat/{session.pk}/", follow=True).content.decode())
             services.post_user_message(session, f"c{session.pk}", "hi")
@@ -255,7 +269,9 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
             assert word not in page
 
 
-def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(client: Client, study: Study, monkeypatch: Any, settings: Any) -> None:
+def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
+    client: Client, study: Study, monkeypatch: Any, settings: Any
+) -> None:
     lost: list[int] = []
     monkeypatch.setattr(services, "enqueue_memory_update", lost.append)
     session = ended(client, study)
@@ -268,5 +284,8 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(client: C
     page = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     second.refresh_from_db()
     assert second.status == ChatSession.Status.READY
-    assert client.get(f"/chat/{second.pk}/wait/").status_code == 200 and "start-session" in client.get(f"/chat/{second.pk}/wait/").content.decode()
+    assert (
+        client.get(f"/chat/{second.pk}/wait/").status_code == 200
+        and "start-session" in client.get(f"/chat/{second.pk}/wait/").content.decode()
+    )
     assert page  # the poll itself still answered
