@@ -205,3 +205,12 @@ def test_exports_follow_new_and_changed_ratings(researcher_client: Client, rated
     before = export()["arms"]["No memory"]["metrics"]["coherence"]["mean_raw"]
     Rating.objects.filter(metric__key="coherence", session__episode__arm__name="No memory").update(value=100)
     assert before < 60 and export()["arms"]["No memory"]["metrics"]["coherence"]["mean_raw"] == 100
+
+
+def test_when_every_worker_fails_qc_the_page_says_so(researcher_client: Client, study: Study) -> None:
+    Arm.objects.create(study=study, name="Broken bot", memory_system="none", is_qc=True)
+    add_ratings(study, workers=3, scorer=lambda w, arm, s, m: 90 if arm == "Broken bot" else 40 + s + w)
+    page = researcher_client.get(url(study))
+    assert page.status_code == 200
+    assert "no ratings left after quality control" in page.content.decode()
+    assert researcher_client.get(url(study, "study_export", "csv")).status_code == 409
