@@ -63,6 +63,7 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
                 specs.append(
                     {
                         "unit": f"snapshot:{snap.pk}",
+                        "external_id": f"snapshot:{snap.pk}",
                         "payload": {"summary": summary, "transcript": transcript_of(session)},
                         "meta": meta,
                     }
@@ -233,6 +234,15 @@ def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
         payload["summary"] = [payload["s"]]
     spec["payload"] = payload
     return spec
+
+
+def pull_from_study(queue: Queue) -> int:
+    """Add the study's memory updates that finished since the queue was made (by their source id)."""
+    if queue.study is None:
+        return 0
+    known = set(queue.items.exclude(external_id="").values_list("external_id", flat=True))
+    fresh = [spec for spec in items_from_study(queue.study, kind=queue.kind) if spec["external_id"] not in known]
+    return add_items(queue, fresh) if fresh else 0
 
 
 def add_items(queue: Queue, specs: list[dict[str, Any]]) -> int:

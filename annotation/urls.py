@@ -15,6 +15,7 @@ urlpatterns = [
     path("queues/<int:pk>/report.json", views.queue_report_json, name="queue_report_json"),
     path("queues/<int:pk>/import/", views.queue_import, name="queue_import"),
     path("queues/<int:pk>/toggle/", views.queue_toggle, name="queue_toggle"),
+    path("queues/<int:pk>/pull/", views.queue_pull, name="queue_pull"),
     path("queues/<int:pk>/adjudication/", views.adjudication, name="adjudication"),
     path("items/<int:pk>/adjudicate/", views.adjudicate, name="adjudicate"),
     path("queues/<int:pk>/export/gold.jsonl", views.export_gold, name="export_gold"),

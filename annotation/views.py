@@ -20,7 +20,7 @@ from annotation import exports, measures, services
 from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueForm, SummaryEditForm
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
-from annotation.sources import add_items, items_from_study
+from annotation.sources import add_items, items_from_study, pull_from_study
 
 ANNOTATOR_GROUP = "annotators"
 
@@ -272,6 +272,15 @@ def queue_import(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Added {add_items(queue, form.cleaned_data['specs'])} items.")
     else:
         messages.error(request, " ".join(e for errs in form.errors.values() for e in errs) or "Nothing imported.")
+    return redirect("annotation:queue_detail", pk=queue.pk)
+
+
+@require_POST
+@researcher_required
+def queue_pull(request: HttpRequest, pk: int) -> HttpResponse:
+    queue = get_object_or_404(Queue, pk=pk)
+    n = pull_from_study(queue)
+    messages.success(request, f"Added {n} new item{'s' if n != 1 else ''} from the study.")
     return redirect("annotation:queue_detail", pk=queue.pk)
 
 

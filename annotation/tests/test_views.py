@@ -291,6 +291,13 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     )
     assert summaries.status_code == 302
     assert Queue.objects.get(name="Summaries of study").items.get().payload["summary"] == ["Cold is all better now"]
+    # later sessions end: pulling adds only the new updates
+    assert client.post(reverse("annotation:queue_pull", args=[queue.pk])).status_code == 302
+    assert queue.items.count() == 2
+    later = ChatSession.objects.create(episode=episode, index=3, simulated_start=timezone.now())
+    MemorySnapshot.objects.create(session=later, status="done", trace={**trace, "operations": trace["operations"][:1]})
+    client.post(reverse("annotation:queue_pull", args=[queue.pk]))
+    assert queue.items.count() == 3
 
 
 def test_progress_pages_show_per_annotator_figures(client, researcher, pair_queue, make_annotators):
