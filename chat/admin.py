@@ -23,6 +23,16 @@ class ReadOnlyMixin:
         return False
 
 
+class EvidenceInline(ReadOnlyMixin):
+    """An inline of evidence rows: every listed field read-only, no blank rows."""
+
+    extra = 0
+    fields: list[str] = []
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.fields)
+
+
 class ChatSessionInline(admin.TabularInline):
     model = ChatSession
     extra = 0
@@ -34,32 +44,24 @@ class ChatSessionInline(admin.TabularInline):
         return False
 
 
-class MessageInline(ReadOnlyMixin, admin.TabularInline):
+class MessageInline(EvidenceInline, admin.TabularInline):
     model = Message
-    extra = 0
     fields = ["seq", "speaker", "text", "status", "client_id", "attempts", "created_at"]
-    readonly_fields = fields
 
 
-class RatingInline(ReadOnlyMixin, admin.TabularInline):
+class RatingInline(EvidenceInline, admin.TabularInline):
     model = Rating
-    extra = 0
     fields = ["metric", "value", "created_at"]
-    readonly_fields = fields
 
 
-class MemorySnapshotInline(ReadOnlyMixin, admin.StackedInline):
+class MemorySnapshotInline(EvidenceInline, admin.StackedInline):
     model = MemorySnapshot
-    extra = 0
     fields = ["status", "state", "trace", "error", "attempts", "created_at", "finished_at"]
-    readonly_fields = fields
 
 
-class LLMCallInline(ReadOnlyMixin, admin.TabularInline):
+class LLMCallInline(EvidenceInline, admin.TabularInline):
     model = LLMCallRecord
-    extra = 0
     fields = ["purpose", "model", "latency_ms", "prompt_tokens", "completion_tokens", "error", "created_at"]
-    readonly_fields = fields
     show_change_link = True
 
 

@@ -164,52 +164,16 @@ def test_slider_design_fields_are_validated(rclient: Client) -> None:
     assert "sessions_per_episode" in errors and "gap_days" in errors
 
 
-def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
-    arms = [
-        {
-            "id": a.pk,
-            "name": a.name,
-            "memory_system": a.memory_system,
-            "params": "{}",
-            "llm_backend": a.llm_backend,
-            "active": True,
-        }
-        for a in study.arms.all()
-    ]
-    arms.append({"name": "Summaries", "memory_system": "full_history", "params": "{}", "active": True, "is_qc": True})
-    metrics = [
-        {
-            "id": m.pk,
-            "key": m.key,
-            "statement": m.statement,
-            "low_label": m.low_label,
-            "high_label": m.high_label,
-            "order": m.order,
-        }
-        for m in study.metrics.all()
-    ]
-    data = {
-        **STUDY,
-        "name": "Renamed",
-        "add_default_metrics": None,
-        **formset("arms", arms, initial=2),
-        **formset("metrics", metrics, initial=5),
-    }
-    response = rclient.post(
-        reverse("studies:edit", args=[study.slug]), {k: v for k, v in data.items() if v is not None}
-    )
-    assert response.status_code == 302
-    study.refresh_from_db()
-    assert study.name == "Renamed" and study.sessions_per_episode == 3
-    assert study.arms.count() == 3 and study.arms.get(name="Summaries").is_qc
-
-
 def _episode(study: Study) -> Episode:
     p = Participant.objects.create(study=study, external_id="w1", source="invite")
     return Episode.objects.create(participant=p, arm=study.arms.get(memory_system="full_history"), index=1)
 
 
-def _edit_data(study: Study, arm_overrides: dict[str, Any]) -> dict[str, Any]:
+def _edit_data(
+    study: Study, arm_overrides: dict[str, Any], extra_arms: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """The edit form as the page would post it, unchanged except for ``arm_overrides`` (applied to
+    the full_history arm) and ``extra_arms``."""
     arms = []
     for a in study.arms.all():
         row = {
@@ -223,6 +187,8 @@ def _edit_data(study: Study, arm_overrides: dict[str, Any]) -> dict[str, Any]:
         if a.memory_system == "full_history":
             row.update(arm_overrides)
         arms.append(row)
+    initial_arms = len(arms)
+    arms += extra_arms
     metrics = [
         {
             "id": m.pk,
@@ -244,10 +210,20 @@ def _edit_data(study: Study, arm_overrides: dict[str, Any]) -> dict[str, Any]:
         **STUDY,
         **design,
         "add_default_metrics": None,
-        **formset("arms", arms, initial=len(arms)),
+        **formset("arms", arms, initial=initial_arms),
         **formset("metrics", metrics, initial=len(metrics)),
     }
     return {k: v for k, v in data.items() if v is not None}
+
+
+def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
+    summaries = {"name": "Summaries", "memory_system": "full_history", "params": "{}", "active": True, "is_qc": True}
+    data = {**_edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
+    assert response.status_code == 302
+    study.refresh_from_db()
+    assert study.name == "Renamed" and study.sessions_per_episode == 3
+    assert study.arms.count() == 3 and study.arms.get(name="Summaries").is_qc
 
 
 def test_an_arm_with_episodes_cannot_change_its_memory_system(rclient: Client, study: Study) -> None:
