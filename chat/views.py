@@ -118,6 +118,6 @@ def wait(request: HttpRequest, session_id: int) -> HttpResponse:
         _ctx(
             session,
             ready=session.status == ChatSession.Status.READY,
-            resume_link=resume_url(session.episode.participant),
+            resume_link=request.build_absolute_uri(resume_url(session.episode.participant)),
         ),
     )

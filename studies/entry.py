@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.conf import settings
 from django.core import signing
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, HttpResponse
@@ -37,20 +36,17 @@ def _max_age(study: Study) -> int:
     return int(study.invite_max_age_days) * 24 * 3600
 
 
-def _absolute(path: str) -> str:
-    return settings.SITE_URL.rstrip("/") + path
-
-
 def invite_url(study: Study, invite_id: str) -> str:
-    """A signed in-house invite link for one worker (``invite_id``: any id of your pool, 1-100 chars)."""
+    """The path of a signed in-house invite link for one worker (``invite_id``: any id of your pool).
+    Make it absolute with ``request.build_absolute_uri``."""
     token = signing.dumps({"s": study.pk, "i": str(invite_id)}, salt=INVITE_SALT, compress=True)
-    return _absolute(reverse("studies:join", args=[study.slug, token]))
+    return reverse("studies:join", args=[study.slug, token])
 
 
 def resume_url(participant: Participant) -> str:
-    """A signed link with which the participant comes back to where they were (any browser)."""
+    """The path of a signed link with which the participant comes back to where they were (any browser)."""
     token = signing.dumps({"s": participant.study_id, "p": participant.pk}, salt=RESUME_SALT, compress=True)
-    return _absolute(reverse("studies:resume", args=[participant.study.slug, token]))
+    return reverse("studies:resume", args=[participant.study.slug, token])
 
 
 class LinkError(Exception):
