@@ -116,6 +116,9 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     assert page.locator(".ann-op.selected").get_attribute("data-op") == "REPLACE"
     page.get_by_text("Draft saved").wait_for()
     shoot(page, "pair-selected")
+    page.set_viewport_size({"width": 390, "height": 844})
+    shoot(page, "pair-phone")
+    page.set_viewport_size({"width": 1440, "height": 900})
     page.keyboard.press("Enter")
     page.get_by_text("1 done").wait_for()
 
