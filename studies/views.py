@@ -18,11 +18,12 @@ from django.db import transaction
 from django.db.models import Count, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory.registry import MEMORY_SYSTEMS
+from studies.entry import invite_url
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
 from studies.models import Arm, Study
 from studies.roles import researcher_required
@@ -154,13 +155,6 @@ def _arm_rows(study: Study) -> list[ArmRow]:
     return list(rows.values())
 
 
-def _entry_path(study: Study) -> str:
-    try:
-        return reverse("studies:entry", args=[study.slug])
-    except NoReverseMatch:  # the worker entry is wired by the chat flow; the path is fixed by the issue
-        return f"/s/{study.slug}/"
-
-
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
@@ -179,7 +173,10 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "arm_rows": _arm_rows(study),
         "participants": participants,
         "page": page,
-        "prolific_link": settings.SITE_URL.rstrip("/") + _entry_path(study) + "?" + PROLIFIC_QUERY,
+        "prolific_link": settings.SITE_URL.rstrip("/")
+        + reverse("studies:entry", args=[study.slug])
+        + "?"
+        + PROLIFIC_QUERY,
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
         "statuses": Study.Status,
@@ -196,8 +193,6 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
     """Generate a signed invite link for an in-house worker (the signer lives in studies.entry)."""
-    from studies.entry import invite_url
-
     study = get_object_or_404(Study, slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
