@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from annotation import services
 from annotation.models import Label, Queue
 from annotation.sources import add_items
 
@@ -178,3 +180,20 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     page.goto(f"{live_server.url}/annotate/queues/{pairs.pk}/")
     page.get_by_text("Gold labels vs the seed").wait_for()
     shoot(page, "researcher-queue")
+
+    # a 1/1/1 split reaches the adjudication list, where the researcher decides
+    split = Queue.objects.create(name="Split votes", kind=Queue.Kind.PAIRS)
+    add_items(split, [pair(3, 2)])
+    group = Group.objects.get(name="annotators")
+    for name, op in [("a1", "APPEND"), ("a2", "DELETE"), ("a3", "PASS")]:
+        user = User.objects.create_user(name)
+        user.groups.add(group)
+        asg = services.claim_next_item(split, user)
+        services.submit_label(asg.pk, annotator=user, op=op)
+    page.goto(f"{live_server.url}/annotate/queues/{split.pk}/adjudication/")
+    page.locator("select[name=label]").select_option("APPEND")
+    shoot(page, "adjudication")
+    page.get_by_role("button", name="Decide").click()
+    page.get_by_text("Decided: APPEND").wait_for()
+    item = split.items.get()
+    assert (item.gold_label, item.gold_method, item.adjudicated_by_id) == ("APPEND", "adjudicated", researcher.pk)
