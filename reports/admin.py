@@ -9,5 +9,15 @@ from reports.models import ImportedDataset
 class ImportedDatasetAdmin(admin.ModelAdmin):
     list_display = ["name", "study", "n_ratings", "source_filename", "uploaded_by", "created_at"]
     list_filter = ["study"]
-    readonly_fields = ["metrics", "reverse_metrics", "has_session", "qc_arm", "qc_metrics", "mapping", "n_ratings",
-                       "source_filename", "uploaded_by", "created_at"]
+    readonly_fields = [
+        "metrics",
+        "reverse_metrics",
+        "has_session",
+        "qc_arm",
+        "qc_metrics",
+        "mapping",
+        "n_ratings",
+        "source_filename",
+        "uploaded_by",
+        "created_at",
+    ]

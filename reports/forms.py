@@ -53,10 +53,17 @@ class ImportRatingsForm(forms.Form):
     reverse = forms.CharField(
         required=False, label="Reversed metrics", help_text="Higher is worse: analysed as 100 - score."
     )
-    qc_arm = forms.CharField(max_length=200, required=False, label="QC arm (optional)",
-                             help_text="The value of the arm column that marks the degraded quality-control bot.")
-    qc_metrics = forms.CharField(required=False, label="QC metrics",
-                                 help_text="The metrics the QC test uses (the positive ones). Empty = all metrics.")
+    qc_arm = forms.CharField(
+        max_length=200,
+        required=False,
+        label="QC arm (optional)",
+        help_text="The value of the arm column that marks the degraded quality-control bot.",
+    )
+    qc_metrics = forms.CharField(
+        required=False,
+        label="QC metrics",
+        help_text="The metrics the QC test uses (the positive ones). Empty = all metrics.",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

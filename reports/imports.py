@@ -107,8 +107,12 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
         raise RatingsError("QC metrics given without a QC arm")
 
     frame["row"] = range(len(frame))  # canonical_frame keeps the table's row order (long tables: sorted keys)
-    long = frame.melt(id_vars=["row", *[k for k in (WORKER, UNIT, ARM, SESSION) if k in frame]], value_vars=metrics,
-                      var_name="metric", value_name="score")
+    long = frame.melt(
+        id_vars=["row", *[k for k in (WORKER, UNIT, ARM, SESSION) if k in frame]],
+        value_vars=metrics,
+        var_name="metric",
+        value_name="score",
+    )
     long = long.dropna(subset=["score"])
     long = long.rename(columns={WORKER: "worker", UNIT: "unit", ARM: "arm", SESSION: "session"})
     long["session"] = long["session"].astype(str) if "session" in long else ""

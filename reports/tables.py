@@ -35,12 +35,18 @@ def arm_rows(result: dict[str, Any], scale: str) -> list[dict[str, Any]]:
     rows = []
     for arm in result["arm_order"]:
         a = result["arms"][arm]
-        cells = [_cell(a["metrics"][m][f"mean_{scale}"], a["metrics"][m][f"ci95_{scale}"], digits, signed)
-                 for m in metrics]
-        rows.append({
-            "arm": arm, "n_units": a["n_units"], "n_workers": a["n_workers"], "cells": cells,
-            "overall": _cell(a[f"overall_{scale}"], a[f"overall_{scale}_ci95"], digits, signed),
-        })
+        cells = [
+            _cell(a["metrics"][m][f"mean_{scale}"], a["metrics"][m][f"ci95_{scale}"], digits, signed) for m in metrics
+        ]
+        rows.append(
+            {
+                "arm": arm,
+                "n_units": a["n_units"],
+                "n_workers": a["n_workers"],
+                "cells": cells,
+                "overall": _cell(a[f"overall_{scale}"], a[f"overall_{scale}_ci95"], digits, signed),
+            }
+        )
     return rows
 
 
@@ -50,10 +56,18 @@ def session_rows(result: dict[str, Any], scale: str) -> list[dict[str, Any]]:
     digits, signed = (1, False) if scale == "raw" else (3, True)
     rows = []
     for s in result.get("by_session") or []:
-        cells = [_cell(s["metrics"][m][f"mean_{scale}"], s["metrics"][m][f"ci95_{scale}"], digits, signed)
-                 for m in metrics]
-        rows.append({"arm": s["arm"], "session": s["session"], "n_units": s["n_units"], "cells": cells,
-                     "overall": _cell(s[f"overall_{scale}"], s[f"overall_{scale}_ci95"], digits, signed)})
+        cells = [
+            _cell(s["metrics"][m][f"mean_{scale}"], s["metrics"][m][f"ci95_{scale}"], digits, signed) for m in metrics
+        ]
+        rows.append(
+            {
+                "arm": s["arm"],
+                "session": s["session"],
+                "n_units": s["n_units"],
+                "cells": cells,
+                "overall": _cell(s[f"overall_{scale}"], s[f"overall_{scale}_ci95"], digits, signed),
+            }
+        )
     return rows
 
 
@@ -63,15 +77,24 @@ def pairwise_rows(entries: list[dict[str, Any]], metric: str | None = None) -> l
         if metric is not None and e["metric"] != metric:
             continue
         p, p_holm = e.get("p"), e.get("p_holm")
-        rows.append({
-            "metric": e["metric"], "session": e.get("session"), "a": e["a"], "b": e["b"],
-            "n": f"{e['n_a']}/{e['n_b']}", "diff": num(e.get("mean_diff"), 3, True),
-            "statistic": num(e.get("statistic"), 2), "p": pval(p), "p_holm": pval(p_holm),
-            "effect": num(e.get("effect_size"), 3, True), "effect_kind": (e.get("effect_size_kind") or "").replace("_", "-"),
-            "significant": p_holm is not None and p_holm < 0.05,
-            "raw_significant": p is not None and p < 0.05,
-            "note": e.get("note", ""),
-        })
+        rows.append(
+            {
+                "metric": e["metric"],
+                "session": e.get("session"),
+                "a": e["a"],
+                "b": e["b"],
+                "n": f"{e['n_a']}/{e['n_b']}",
+                "diff": num(e.get("mean_diff"), 3, True),
+                "statistic": num(e.get("statistic"), 2),
+                "p": pval(p),
+                "p_holm": pval(p_holm),
+                "effect": num(e.get("effect_size"), 3, True),
+                "effect_kind": (e.get("effect_size_kind") or "").replace("_", "-"),
+                "significant": p_holm is not None and p_holm < 0.05,
+                "raw_significant": p is not None and p < 0.05,
+                "note": e.get("note", ""),
+            }
+        )
     return rows
 
 
@@ -93,12 +116,21 @@ def session_pairwise_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
 def correlation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for c in result.get("correlations") or []:
-        rows.append({
-            "a": c["a"], "b": c["b"], "level": c["level"], "scale": c["scale"], "n": c["n"],
-            "r": num(c.get("pearson_r"), 3, True), "r_ci": ci(c.get("pearson_ci95"), 2), "r_p": pval(c.get("pearson_p")),
-            "rho": num(c.get("spearman_rho"), 3, True), "rho_p": pval(c.get("spearman_p")),
-            "note": c.get("note", ""),
-        })
+        rows.append(
+            {
+                "a": c["a"],
+                "b": c["b"],
+                "level": c["level"],
+                "scale": c["scale"],
+                "n": c["n"],
+                "r": num(c.get("pearson_r"), 3, True),
+                "r_ci": ci(c.get("pearson_ci95"), 2),
+                "r_p": pval(c.get("pearson_p")),
+                "rho": num(c.get("spearman_rho"), 3, True),
+                "rho_p": pval(c.get("spearman_p")),
+                "note": c.get("note", ""),
+            }
+        )
     return rows
 
 
@@ -111,8 +143,16 @@ def mixed_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         for e in fit.get("effects", []):
             if e["term"] == "intercept":
                 continue
-            rows.append({"metric": metric, "term": e["term"], "coef": num(e["coef"], 2, True), "se": num(e["se"], 2),
-                         "ci": ci(e["ci95"], 2), "p": pval(e["p"])})
+            rows.append(
+                {
+                    "metric": metric,
+                    "term": e["term"],
+                    "coef": num(e["coef"], 2, True),
+                    "se": num(e["se"], 2),
+                    "ci": ci(e["ci95"], 2),
+                    "p": pval(e["p"]),
+                }
+            )
     return rows
 
 
@@ -121,9 +161,15 @@ def qc_summary(result: dict[str, Any]) -> dict[str, Any] | None:
     if not qc.get("arm"):
         return None
     failed = [{"worker": w, "reason": qc["failed_reasons"].get(w, "")} for w in qc["failed_workers"]]
-    return {"arm": qc["arm"], "metrics": qc["metrics"], "total": qc["workers_total"], "passed": qc["workers_passed"],
-            "rate": f"{100 * qc['pass_rate']:.1f}" if qc.get("pass_rate") is not None else "–", "failed": failed,
-            "qc_arm_overall_z": num(qc.get("qc_arm_overall_z"), 3, True)}
+    return {
+        "arm": qc["arm"],
+        "metrics": qc["metrics"],
+        "total": qc["workers_total"],
+        "passed": qc["workers_passed"],
+        "rate": f"{100 * qc['pass_rate']:.1f}" if qc.get("pass_rate") is not None else "–",
+        "failed": failed,
+        "qc_arm_overall_z": num(qc.get("qc_arm_overall_z"), 3, True),
+    }
 
 
 def dashboard(result: dict[str, Any]) -> dict[str, Any]:

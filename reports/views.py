@@ -52,8 +52,13 @@ def _study_source(study: Study) -> Source:
     metrics, reverse = queries.study_metrics(study)
     qc_arm = queries.study_qc_arm(study)
     return Source(
-        title=study.name, slug=study.slug, frame=queries.study_ratings_frame(study), metrics=metrics, reverse=reverse,
-        has_session=True, qc_arm=qc_arm,
+        title=study.name,
+        slug=study.slug,
+        frame=queries.study_ratings_frame(study),
+        metrics=metrics,
+        reverse=reverse,
+        has_session=True,
+        qc_arm=qc_arm,
         # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
         qc_metrics=[m for m in metrics if m not in reverse] if qc_arm else [],
     )
@@ -61,9 +66,13 @@ def _study_source(study: Study) -> Source:
 
 def _dataset_source(dataset: ImportedDataset) -> Source:
     return Source(
-        title=f"{dataset.study.name}: {dataset.name}", slug=f"{dataset.study.slug}-import-{dataset.pk}",
-        frame=queries.dataset_ratings_frame(dataset), metrics=list(dataset.metrics),
-        reverse=list(dataset.reverse_metrics), has_session=dataset.has_session, qc_arm=dataset.qc_arm or None,
+        title=f"{dataset.study.name}: {dataset.name}",
+        slug=f"{dataset.study.slug}-import-{dataset.pk}",
+        frame=queries.dataset_ratings_frame(dataset),
+        metrics=list(dataset.metrics),
+        reverse=list(dataset.reverse_metrics),
+        has_session=dataset.has_session,
+        qc_arm=dataset.qc_arm or None,
         qc_metrics=list(dataset.qc_metrics),
     )
 
@@ -97,12 +106,23 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str,
         "fragment": reverse(f"{prefix}fragment", args=args) + query,
         "exports": [
             {"fmt": fmt, "label": label, "url": reverse(f"{prefix}export", args=[*args, fmt]) + query}
-            for fmt, label in [("csv", "Ratings with z-scores (CSV)"), ("json", "JSON"), ("md", "Markdown tables"),
-                               ("latex", "LaTeX tables"), ("html", "HTML report")]
+            for fmt, label in [
+                ("csv", "Ratings with z-scores (CSV)"),
+                ("json", "JSON"),
+                ("md", "Markdown tables"),
+                ("latex", "LaTeX tables"),
+                ("html", "HTML report"),
+            ]
         ],
         "plots": [
-            {"name": name, "title": title, "url": reverse(f"{prefix}plot", args=[*args, name]) + query,
-             "download": reverse(f"{prefix}plot", args=[*args, name]) + (query + "&" if query else "?") + "download=1"}
+            {
+                "name": name,
+                "title": title,
+                "url": reverse(f"{prefix}plot", args=[*args, name]) + query,
+                "download": reverse(f"{prefix}plot", args=[*args, name])
+                + (query + "&" if query else "?")
+                + "download=1",
+            }
             for name, title in plot_titles().items()
         ],
     }
@@ -111,8 +131,12 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str,
 def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
     report = _report(request, study, dataset)
     ctx: dict[str, Any] = {
-        "study": study, "dataset": dataset, "report": report, "live": dataset is None,
-        "urls": _urls(study, dataset, report.test), "options": AnalysisOptionsForm(initial={"test": report.test}),
+        "study": study,
+        "dataset": dataset,
+        "report": report,
+        "live": dataset is None,
+        "urls": _urls(study, dataset, report.test),
+        "options": AnalysisOptionsForm(initial={"test": report.test}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
@@ -122,7 +146,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         for entry in ctx["urls"]["plots"]:
             svg = _plot_svg(report, entry["name"])
             if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
-                ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg"):]})
+                ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg") :]})
     return ctx
 
 
@@ -201,9 +225,16 @@ def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
             form.add_error(None, f"The ratings could not be imported: {message}")
         else:
             dataset = queries.create_imported_dataset(
-                study, name=form.cleaned_data["name"], long=parsed.long, metrics=parsed.metrics,
-                reverse_metrics=mapping.reverse, has_session=bool(mapping.session), qc_arm=mapping.qc_arm or "",
-                qc_metrics=mapping.qc_metrics, mapping=mapping.as_dict(), source_filename=upload.name,
+                study,
+                name=form.cleaned_data["name"],
+                long=parsed.long,
+                metrics=parsed.metrics,
+                reverse_metrics=mapping.reverse,
+                has_session=bool(mapping.session),
+                qc_arm=mapping.qc_arm or "",
+                qc_metrics=mapping.qc_metrics,
+                mapping=mapping.as_dict(),
+                source_filename=upload.name,
                 uploaded_by=request.user,
             )
             messages.success(
@@ -212,8 +243,9 @@ def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
                 f"({parsed.workers} workers, {len(parsed.arms)} arms).",
             )
             return redirect(dataset.get_absolute_url())
-    return render(request, "reports/import.html", {"study": study, "form": form,
-                                                   "datasets": queries.datasets_for_study(study)})
+    return render(
+        request, "reports/import.html", {"study": study, "form": form, "datasets": queries.datasets_for_study(study)}
+    )
 
 
 @require_POST

@@ -15,9 +15,17 @@ from studies.models import Arm, Participant, Study
 Scorer = Callable[[int, str, int, str], float]  # (worker number, arm name, session index, metric key) -> score
 
 
-def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, scorer: Scorer | None = None,
-                sessions: int | None = None, one_arm_per_worker: bool = False, seed: int = 0,
-                first_worker: int = 0) -> None:
+def add_ratings(
+    study: Study,
+    *,
+    workers: int,
+    arms: list[Arm] | None = None,
+    scorer: Scorer | None = None,
+    sessions: int | None = None,
+    one_arm_per_worker: bool = False,
+    seed: int = 0,
+    first_worker: int = 0,
+) -> None:
     """Every worker does one episode per arm (or one arm only, round robin), every session rated on every metric."""
     rng = np.random.default_rng(seed)
     arms = arms if arms is not None else list(study.arms.order_by("id"))
@@ -35,8 +43,9 @@ def add_ratings(study: Study, *, workers: int, arms: list[Arm] | None = None, sc
         for i, arm in enumerate(mine, start=1):
             ep = Episode.objects.create(participant=p, arm=arm, index=i, status=Episode.Status.COMPLETED)
             for s in range(1, sessions + 1):
-                cs = ChatSession.objects.create(episode=ep, index=s, status=ChatSession.Status.DONE,
-                                                simulated_start=study.session_start(i, s))
+                cs = ChatSession.objects.create(
+                    episode=ep, index=s, status=ChatSession.Status.DONE, simulated_start=study.session_start(i, s)
+                )
                 Rating.objects.bulk_create(
                     Rating(session=cs, metric=m, value=int(np.clip(round(scorer(w, arm.name, s, m.key)), 0, 100)))
                     for m in metrics

@@ -38,8 +38,9 @@ def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def login(page: Any, live_server: Any, user: Any) -> Any:
     client = Client()
     client.force_login(user)
-    page.context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value,
-                               "url": live_server.url}])
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}]
+    )
     return page
 
 

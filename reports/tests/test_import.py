@@ -21,14 +21,36 @@ JI = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")
 JI_METRICS = ["interesting", "fun", "consistent", "fluent", "topic", "robotic", "repetitive"]
 JI_POSITIVE = JI_METRICS[:5]
 # ../shared/data/README.md: the published system z of the passed workers (Ji et al. 2022, free run 1)
-JI_SYSTEM_Z = {"A": 0.534, "B": 0.419, "A_p": 0.318, "C": 0.262, "C_p": 0.189, "B_p": 0.173,
-               "D": -0.087, "D_p": -0.201, "E_p": -0.217, "E": -0.243}
+JI_SYSTEM_Z = {
+    "A": 0.534,
+    "B": 0.419,
+    "A_p": 0.318,
+    "C": 0.262,
+    "C_p": 0.189,
+    "B_p": 0.173,
+    "D": -0.087,
+    "D_p": -0.201,
+    "E_p": -0.217,
+    "E": -0.243,
+}
 
 
 def upload(client: Client, study: Study, content: bytes | str, name: str = "ratings.csv", **fields: Any) -> Any:
-    data = {"name": "External", "layout": "wide", "worker": "worker", "unit": "unit", "arm": "arm", "session": "",
-            "metrics": "", "metric_column": "metric", "score_column": "score", "reverse": "", "qc_arm": "",
-            "qc_metrics": "", **fields}
+    data = {
+        "name": "External",
+        "layout": "wide",
+        "worker": "worker",
+        "unit": "unit",
+        "arm": "arm",
+        "session": "",
+        "metrics": "",
+        "metric_column": "metric",
+        "score_column": "score",
+        "reverse": "",
+        "qc_arm": "",
+        "qc_metrics": "",
+        **fields,
+    }
     raw = content.encode() if isinstance(content, str) else content
     data["file"] = SimpleUploadedFile(name, raw, content_type="text/csv")
     return client.post(reverse("reports:import_ratings", args=[study.slug]), data)
@@ -87,8 +109,15 @@ def test_a_wide_csv_is_imported_and_analysed_by_the_same_pipeline(researcher_cli
     export = researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"]))
     assert export["Content-Disposition"] == f'attachment; filename="test-study-import-{dataset.pk}-analysis.json"'
     result = json.loads(export.content)
-    expected = analyze(pd.read_csv(io.StringIO(WIDE)), worker="worker", unit="unit", arm="arm", session="session",
-                       metrics=["good", "bad"], reverse=["bad"])
+    expected = analyze(
+        pd.read_csv(io.StringIO(WIDE)),
+        worker="worker",
+        unit="unit",
+        arm="arm",
+        session="session",
+        metrics=["good", "bad"],
+        reverse=["bad"],
+    )
     assert same_numbers(result["arms"], expected["arms"])
     assert same_numbers(result["by_session"], expected["by_session"])
     page = researcher_client.get(dataset.get_absolute_url()).content.decode()
@@ -99,33 +128,57 @@ def test_a_wide_csv_is_imported_and_analysed_by_the_same_pipeline(researcher_cli
 def test_a_long_csv_is_imported_too(researcher_client: Client, study: Study) -> None:
     wide = pd.read_csv(io.StringIO(WIDE))
     long = wide.melt(id_vars=["worker", "unit", "arm", "session"], var_name="criterion", value_name="value")
-    response = upload(researcher_client, study, long.to_csv(index=False), layout="long", session="session",
-                      metric_column="criterion", score_column="value")
+    response = upload(
+        researcher_client,
+        study,
+        long.to_csv(index=False),
+        layout="long",
+        session="session",
+        metric_column="criterion",
+        score_column="value",
+    )
     assert response.status_code == 302
     dataset = ImportedDataset.objects.get()
     assert sorted(dataset.metrics) == ["bad", "good"] and dataset.n_ratings == 16
-    result = json.loads(researcher_client.get(
-        reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"])).content)
+    result = json.loads(
+        researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"])).content
+    )
     assert result["arms"]["A"]["metrics"]["good"]["mean_raw"] == pytest.approx((80 + 70 + 90 + 85) / 4)
 
 
-@pytest.mark.parametrize("fields,content,message", [
-    ({"metrics": "good,bad", "worker": "rater"}, WIDE, "unknown column(s) [&#x27;rater&#x27;]"),
-    ({"metrics": "good,ugly"}, WIDE, "unknown column(s) [&#x27;ugly&#x27;]"),
-    ({"metrics": "good,bad"}, WIDE.replace("w1,e1,A,1,80", "w1,e1,A,1,eighty"), "non-numeric score(s) in &#x27;good&#x27;"),
-    ({"metrics": "good,bad"}, WIDE.replace("w1,e1,A,2,70", "w1,e1,A,2,170"), "outside [0, 100]: row 3 good=170"),
-    ({"metrics": "good,bad"}, WIDE.replace("w1,e1,A,2,70", "w1,e1,A,2,-1"), "outside [0, 100]"),
-    ({"metrics": "good,bad"}, WIDE.replace("w2,e3,A,1", ",e3,A,1"), "column &#x27;worker&#x27; is empty in 1 row(s) (rows 6)"),
-    ({"metrics": "good,bad"}, WIDE, "rows share the same (worker, unit, arm)"),
-    ({"metrics": "good,bad", "session": "session", "qc_arm": "Z"}, WIDE, "QC arm &#x27;Z&#x27; does not occur"),
-    ({"metrics": "good,bad", "session": "session", "reverse": "fun"}, WIDE, "reversed metric(s) [&#x27;fun&#x27;]"),
-    ({"metrics": "good,bad", "session": "session", "qc_arm": "B", "qc_metrics": "nice"}, WIDE, "QC metric(s) [&#x27;nice&#x27;]"),
-    ({"metrics": "good,bad"}, "worker,unit,arm,good,bad\n", "no scores at all"),
-    ({"metrics": "good,bad"}, "\n\n", "the file is empty"),
-    ({"metrics": "good,bad"}, b"\xff\xfeworker", "not UTF-8"),
-])
-def test_bad_tables_are_rejected_with_a_clear_message(researcher_client: Client, study: Study, fields: dict,
-                                                      content: str | bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    "fields,content,message",
+    [
+        ({"metrics": "good,bad", "worker": "rater"}, WIDE, "unknown column(s) [&#x27;rater&#x27;]"),
+        ({"metrics": "good,ugly"}, WIDE, "unknown column(s) [&#x27;ugly&#x27;]"),
+        (
+            {"metrics": "good,bad"},
+            WIDE.replace("w1,e1,A,1,80", "w1,e1,A,1,eighty"),
+            "non-numeric score(s) in &#x27;good&#x27;",
+        ),
+        ({"metrics": "good,bad"}, WIDE.replace("w1,e1,A,2,70", "w1,e1,A,2,170"), "outside [0, 100]: row 3 good=170"),
+        ({"metrics": "good,bad"}, WIDE.replace("w1,e1,A,2,70", "w1,e1,A,2,-1"), "outside [0, 100]"),
+        (
+            {"metrics": "good,bad"},
+            WIDE.replace("w2,e3,A,1", ",e3,A,1"),
+            "column &#x27;worker&#x27; is empty in 1 row(s) (rows 6)",
+        ),
+        ({"metrics": "good,bad"}, WIDE, "rows share the same (worker, unit, arm)"),
+        ({"metrics": "good,bad", "session": "session", "qc_arm": "Z"}, WIDE, "QC arm &#x27;Z&#x27; does not occur"),
+        ({"metrics": "good,bad", "session": "session", "reverse": "fun"}, WIDE, "reversed metric(s) [&#x27;fun&#x27;]"),
+        (
+            {"metrics": "good,bad", "session": "session", "qc_arm": "B", "qc_metrics": "nice"},
+            WIDE,
+            "QC metric(s) [&#x27;nice&#x27;]",
+        ),
+        ({"metrics": "good,bad"}, "worker,unit,arm,good,bad\n", "no scores at all"),
+        ({"metrics": "good,bad"}, "\n\n", "the file is empty"),
+        ({"metrics": "good,bad"}, b"\xff\xfeworker", "not UTF-8"),
+    ],
+)
+def test_bad_tables_are_rejected_with_a_clear_message(
+    researcher_client: Client, study: Study, fields: dict, content: str | bytes, message: str
+) -> None:
     text = errors(upload(researcher_client, study, content, **fields))
     assert "The ratings could not be imported" in text
     assert message in text
@@ -157,14 +210,27 @@ def test_a_dataset_of_another_study_is_not_found(researcher_client: Client, stud
     assert researcher_client.get(reverse("reports:dataset_analysis", args=[other.slug, dataset.pk])).status_code == 404
 
 
-def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(researcher_client: Client, study: Study) -> None:
-    response = upload(researcher_client, study, JI.read_bytes(), name=JI.name, worker="worker_id", unit="hit_id",
-                      arm="model", metrics=",".join(JI_METRICS), qc_arm="QualityControl",
-                      qc_metrics=",".join(JI_POSITIVE), name_="Ji run 1")
+def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(
+    researcher_client: Client, study: Study
+) -> None:
+    response = upload(
+        researcher_client,
+        study,
+        JI.read_bytes(),
+        name=JI.name,
+        worker="worker_id",
+        unit="hit_id",
+        arm="model",
+        metrics=",".join(JI_METRICS),
+        qc_arm="QualityControl",
+        qc_metrics=",".join(JI_POSITIVE),
+        name_="Ji run 1",
+    )
     assert response.status_code == 302
     dataset = ImportedDataset.objects.get()
-    result = json.loads(researcher_client.get(
-        reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"])).content)
+    result = json.loads(
+        researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"])).content
+    )
 
     assert result["qc"]["workers_total"] == 248
     assert result["qc"]["workers_passed"] == 173
@@ -173,8 +239,15 @@ def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(research
     assert {arm: round(a["overall_z"], 3) for arm, a in result["arms"].items()} == JI_SYSTEM_Z
 
     # the same numbers as the library on the CSV itself (and so as the CLI, which calls it)
-    direct = analyze(pd.read_csv(JI), worker="worker_id", unit="hit_id", arm="model", metrics=JI_METRICS,
-                     qc_arm="QualityControl", qc_metrics=JI_POSITIVE)
+    direct = analyze(
+        pd.read_csv(JI),
+        worker="worker_id",
+        unit="hit_id",
+        arm="model",
+        metrics=JI_METRICS,
+        qc_arm="QualityControl",
+        qc_metrics=JI_POSITIVE,
+    )
     assert same_numbers(result["arms"], direct["arms"])
     assert same_numbers(result["pairwise"], direct["pairwise"])
     assert same_numbers(result["qc"], direct["qc"])

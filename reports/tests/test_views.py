@@ -19,18 +19,35 @@ def url(study: Study, name: str = "study_analysis", *args: Any) -> str:
     return reverse(f"reports:{name}", args=[study.slug, *args])
 
 
-@pytest.mark.parametrize("name,args", [("study_analysis", ()), ("study_fragment", ()), ("study_export", ("json",)),
-                                       ("study_plot", ("arms",)), ("import_ratings", ())])
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("study_analysis", ()),
+        ("study_fragment", ()),
+        ("study_export", ("json",)),
+        ("study_plot", ("arms",)),
+        ("import_ratings", ()),
+    ],
+)
 def test_anonymous_visitors_are_sent_to_the_login_page(client: Client, study: Study, name: str, args: tuple) -> None:
     response = client.get(url(study, name, *args))
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("login"))
 
 
-@pytest.mark.parametrize("name,args", [("study_analysis", ()), ("study_fragment", ()), ("study_export", ("csv",)),
-                                       ("study_plot", ("arms",)), ("import_ratings", ())])
-def test_logged_in_non_researchers_are_forbidden(client: Client, study: Study, outsider: Any, annotator: Any,
-                                                  name: str, args: tuple) -> None:
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("study_analysis", ()),
+        ("study_fragment", ()),
+        ("study_export", ("csv",)),
+        ("study_plot", ("arms",)),
+        ("import_ratings", ()),
+    ],
+)
+def test_logged_in_non_researchers_are_forbidden(
+    client: Client, study: Study, outsider: Any, annotator: Any, name: str, args: tuple
+) -> None:
     for user in (outsider, annotator):
         client.force_login(user)
         assert client.get(url(study, name, *args)).status_code == 403
@@ -65,10 +82,27 @@ def test_the_page_shows_the_tables_of_the_library_result(researcher_client: Clie
     assert page.status_code == 200
     text = page.content.decode()
     metrics, reverse_ = queries.study_metrics(rated_study)
-    result = analyze(queries.study_ratings_frame(rated_study), worker="worker", unit="unit", arm="arm",
-                     session="session", metrics=metrics, reverse=reverse_, metric_col="metric", value_col="score")
-    for section in ("table-raw", "table-z", "table-sessions", "pairwise", "correlations", "diagnostics", "plots",
-                    "methods"):
+    result = analyze(
+        queries.study_ratings_frame(rated_study),
+        worker="worker",
+        unit="unit",
+        arm="arm",
+        session="session",
+        metrics=metrics,
+        reverse=reverse_,
+        metric_col="metric",
+        value_col="score",
+    )
+    for section in (
+        "table-raw",
+        "table-z",
+        "table-sessions",
+        "pairwise",
+        "correlations",
+        "diagnostics",
+        "plots",
+        "methods",
+    ):
         assert f'id="{section}"' in text
     full = result["arms"]["Full history"]
     assert f"{full['overall_z']:+.3f}" in text
@@ -90,7 +124,9 @@ def test_the_results_fragment_polls_every_ten_seconds_and_counts_episodes_per_ar
     assert "<html" not in text  # a fragment, not a page
     progress = queries.study_progress(rated_study)
     assert [(r["arm"], r["episodes"], r["completed"], r["rated_sessions"]) for r in progress] == [
-        ("No memory", 8, 8, 16), ("Full history", 8, 8, 16)]
+        ("No memory", 8, 8, 16),
+        ("Full history", 8, 8, 16),
+    ]
 
 
 def test_new_ratings_show_up_on_the_next_poll(researcher_client: Client, study: Study) -> None:
@@ -142,15 +178,19 @@ def test_the_test_can_be_chosen_on_the_page(researcher_client: Client, rated_stu
     assert "results/?test=welch" in page  # the poll keeps the choice
 
 
-@pytest.mark.parametrize("fmt,ctype,filename,marker", [
-    ("csv", "text/csv", "test-study-ratings-z.csv", "z_coherence"),
-    ("json", "application/json", "test-study-analysis.json", '"pairwise"'),
-    ("md", "text/markdown", "test-study-analysis.md", "| "),
-    ("latex", "application/x-tex", "test-study-analysis.tex", "\\begin{tabular}"),
-    ("html", "text/html", "test-study-analysis.html", "<svg"),
-])
-def test_every_export_downloads_as_a_named_file(researcher_client: Client, rated_study: Study, fmt: str, ctype: str,
-                                                 filename: str, marker: str) -> None:
+@pytest.mark.parametrize(
+    "fmt,ctype,filename,marker",
+    [
+        ("csv", "text/csv", "test-study-ratings-z.csv", "z_coherence"),
+        ("json", "application/json", "test-study-analysis.json", '"pairwise"'),
+        ("md", "text/markdown", "test-study-analysis.md", "| "),
+        ("latex", "application/x-tex", "test-study-analysis.tex", "\\begin{tabular}"),
+        ("html", "text/html", "test-study-analysis.html", "<svg"),
+    ],
+)
+def test_every_export_downloads_as_a_named_file(
+    researcher_client: Client, rated_study: Study, fmt: str, ctype: str, filename: str, marker: str
+) -> None:
     response = researcher_client.get(url(rated_study, "study_export", fmt))
     assert response.status_code == 200
     assert response["Content-Type"].startswith(ctype)
@@ -158,7 +198,9 @@ def test_every_export_downloads_as_a_named_file(researcher_client: Client, rated
     assert marker in response.content.decode()
 
 
-def test_the_csv_export_has_one_row_per_rated_session_with_z_scores(researcher_client: Client, rated_study: Study) -> None:
+def test_the_csv_export_has_one_row_per_rated_session_with_z_scores(
+    researcher_client: Client, rated_study: Study
+) -> None:
     lines = researcher_client.get(url(rated_study, "study_export", "csv")).content.decode().splitlines()
     header = lines[0].split(",")
     assert header[:4] == ["worker", "unit", "arm", "session"]
