@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import io
 import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,13 @@ def _arm_rows(
     return header, rows
 
 
+def _marks_note(result: dict[str, Any]) -> str:
+    return (
+        "Superscripts: the arm scores significantly higher than the numbered arms on that metric "
+        f"(Holm-adjusted p < {ALPHA}; {result['params']['test']} on per-unit {_scale(result)} scores)."
+    )
+
+
 def _marks(marks: dict[tuple[str, str], list[int]], arm: str, metric: str) -> str:
     return ",".join(str(n) for n in marks.get((arm, metric), []))
 
@@ -147,19 +155,22 @@ def _mixed_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def _qc_lines(result: dict[str, Any]) -> list[str]:
+def _qc_summary(result: dict[str, Any]) -> tuple[str, list[str]]:
+    """One sentence on QC (with the failure reasons counted) and the excluded worker ids."""
     qc = result["qc"]
     if not qc["arm"]:
-        return ["No quality-control arm: every worker is included."]
-    lines = [
-        f"QC arm `{qc['arm']}` on {', '.join(qc['metrics'])}: {qc['workers_passed']} of {qc['workers_total']} "
+        return "No quality-control arm: every worker is included.", []
+    text = (
+        f"QC arm '{qc['arm']}' on {', '.join(qc['metrics'])}: {qc['workers_passed']} of {qc['workers_total']} "
         f"workers passed ({100 * (qc['pass_rate'] or 0):.1f}%)."
-    ]
+    )
     if qc["failed_workers"]:
-        lines.append(
-            "Excluded workers: " + ", ".join(f"{w} ({qc['failed_reasons'].get(w, '')})" for w in qc["failed_workers"])
+        kinds = Counter(
+            "did not rate the QC arm significantly lower" if r.startswith("QC arm not rated lower") else r
+            for r in qc["failed_reasons"].values()
         )
-    return lines
+        text += " Excluded: " + "; ".join(f"{n} {kind}" for kind, n in kinds.most_common()) + "."
+    return text, list(qc["failed_workers"])
 
 
 # ---------------------------------------------------------------- Markdown
@@ -177,16 +188,18 @@ def to_markdown(result: dict[str, Any]) -> str:
     sc = _scale(result)
     sup = lambda s: f"<sup>{s}</sup>" if s else ""  # noqa: E731
     out = ["# Analysis report", "", result["methods"], "", "## Quality control", ""]
-    out += [f"- {line}" for line in _qc_lines(result)]
+    qc_text, excluded = _qc_summary(result)
+    out.append(qc_text)
+    if excluded:
+        out += ["", f"Excluded workers ({len(excluded)}): " + ", ".join(excluded)]
     if result["warnings"]:
         out += ["", "## Warnings", ""] + [f"- {w}" for w in result["warnings"]]
     if sc == "z":
         out += ["", "## Standardized scores (mean z per arm)", "", _md_table(*_arm_rows(result, "z", 3, sup))]
+        out += ["", _marks_note(result)]
     out += ["", "## Absolute scores (mean 0-100 per arm)", "", _md_table(*_arm_rows(result, "raw", 2, sup))]
-    out += [
-        "",
-        f"Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p < {ALPHA}).",
-    ]
+    if sc == "raw":
+        out += ["", _marks_note(result)]
     if result["by_session"]:
         out += [
             "",
@@ -254,7 +267,7 @@ def to_latex(result: dict[str, Any]) -> str:
     """booktabs tables (needs ``\\usepackage{booktabs}``): Tables 5, 9 and 8 shapes plus pairwise tests."""
     sc = _scale(result)
     sup = lambda s: f"$^{{{s}}}$" if s else ""  # noqa: E731
-    note = f" Superscripts: significantly higher than the numbered arms (Holm-adjusted p < {ALPHA}, {result['params']['test']})."
+    note = " " + _marks_note(result)
     parts = []
     if sc == "z":
         h, rows = _arm_rows(result, "z", 3, sup)
@@ -265,7 +278,13 @@ def to_latex(result: dict[str, Any]) -> str:
     h, rows = _arm_rows(result, "raw", 2, sup)
     rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
     parts.append(
-        _latex_table(h, rows, "Average absolute scores (0-100) per arm." + note, "tab:raw-scores", raw_cells=True)
+        _latex_table(
+            h,
+            rows,
+            "Average absolute scores (0-100) per arm." + (note if sc == "raw" else ""),
+            "tab:raw-scores",
+            raw_cells=True,
+        )
     )
     if result["by_session"]:
         parts.append(
@@ -335,14 +354,17 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
     )
     out += [f"<p class='warn'>{e(w)}</p>" for w in result["warnings"]]
     out.append("<h2>Quality control</h2>")
-    out += [f"<p>{e(line)}</p>" for line in _qc_lines(result)]
+    qc_text, excluded = _qc_summary(result)
+    out.append(f"<p>{e(qc_text)}</p>")
+    if excluded:
+        reasons = result["qc"]["failed_reasons"]
+        items = "".join(f"<li>{e(w)}: {e(reasons.get(w, ''))}</li>" for w in excluded)
+        out.append(f"<details><summary>Excluded workers ({len(excluded)})</summary><ul>{items}</ul></details>")
     if sc == "z":
-        out += ["<h2>Standardized scores</h2>", arm_table("z", 3)]
-    out += [
-        "<h2>Absolute scores</h2>",
-        arm_table("raw", 2),
-        f"<p>Superscripts: the arm scores significantly higher than the numbered arms (Holm-adjusted p &lt; {ALPHA}).</p>",
-    ]
+        out += ["<h2>Standardized scores</h2>", arm_table("z", 3), f"<p>{e(_marks_note(result))}</p>"]
+    out += ["<h2>Absolute scores</h2>", arm_table("raw", 2)]
+    if sc == "raw":
+        out.append(f"<p>{e(_marks_note(result))}</p>")
     if result["by_session"]:
         out += ["<h2>Per-session scores</h2>", _html_table(*_session_rows(result, sc, 3 if sc == "z" else 2))]
     if plots:
