@@ -1,6 +1,7 @@
 """Validation against a published study: Ji et al. (2022), free-topic run 1 (shared/data/ji2022-dialogue-eval).
 
-The pipeline must reproduce the authors' analysis to three decimals, from the library and from the CLI:
+The pipeline must reproduce the authors' analysis to three decimals, from the library and from the CLI
+(the file is copied, with its MIT licence, into analysis/tests/data/):
 173 of 248 workers pass QC (the same workers as ``authors_qc_status``) and the system z-scores listed in
 shared/data/README.md. ``robotic`` and ``repetitive`` are already reversed in that file.
 """
@@ -19,16 +20,13 @@ import pytest
 from analysis.report import analyze, run
 from analysis.tests.helpers import assert_close
 
-JI_CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "ji2022-dialogue-eval" / "ratings_free_run1.csv"
+JI_CSV = Path(__file__).resolve().parent / "data" / "ji2022_ratings_free_run1.csv"  # see data/README.md
 METRICS = ["interesting", "fun", "consistent", "fluent", "topic", "robotic", "repetitive"]
 POSITIVE = METRICS[:5]
 EXPECTED_Z = {"A": 0.534, "B": 0.419, "A_p": 0.318, "C": 0.262, "C_p": 0.189, "B_p": 0.173,
               "D": -0.087, "D_p": -0.201, "E_p": -0.217, "E": -0.243}  # fmt: skip
 KWARGS: dict[str, Any] = {"worker": "worker_id", "unit": "hit_id", "arm": "model", "metrics": METRICS,
                           "qc_arm": "QualityControl", "qc_metrics": POSITIVE}  # fmt: skip
-
-pytestmark = pytest.mark.skipif(not JI_CSV.exists(), reason=f"{JI_CSV} is not present")
-
 
 @pytest.fixture(scope="module")
 def ji() -> pd.DataFrame:
