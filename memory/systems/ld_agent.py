@@ -99,11 +99,8 @@ def score_paper(
     top_n: int,
 ) -> list[tuple[int, float]]:
     """Eq. 2-3: candidates with s_sem > γ, ranked by λ_t (s_sem + s_top); top_n of them (ties: older first)."""
-    scored = [
-        (i, time_decay(ages[i], tau) * (float(s_sem[i]) + topic_overlap(vq, keys[i])))
-        for i in range(len(keys))
-        if float(s_sem[i]) > gamma
-    ]
+    candidates = np.flatnonzero(np.asarray(s_sem) > gamma).tolist()
+    scored = [(i, time_decay(ages[i], tau) * (float(s_sem[i]) + topic_overlap(vq, keys[i]))) for i in candidates]
     scored.sort(key=lambda x: (-x[1], x[0]))
     return scored[:top_n]
 

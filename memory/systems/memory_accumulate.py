@@ -26,7 +26,13 @@ SUMMARY_INSTRUCTION = (
     "Had back surgery\n"
     "If there is nothing worth remembering, write NONE."
 )
+EXAMPLES = ("goes hiking every weekend", "has a dog", "had back surgery")
 NONE_MARKERS = ("none", "nothing", "n/a", "no information", "summary", "memory sentences")
+
+
+def _echoed(line: str) -> bool:
+    key = line.lower().strip(" .")
+    return key in SUMMARY_INSTRUCTION.lower() or key in EXAMPLES
 
 
 def summarize_session(
@@ -50,8 +56,8 @@ def summarize_session(
         max_tokens=max_tokens,
         trace=trace,
     )
-    # Small models sometimes echo the instruction or its examples: such lines are not about this user.
-    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2 and s not in SUMMARY_INSTRUCTION]
+    # Small models sometimes echo the instruction or copy its examples: such lines are not about this user.
+    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2 and not _echoed(s)]
     if reply is not None and not sentences:
         fallback(trace, "summarize_session", "no summary sentence in the reply: memory unchanged", reply or "")
     if len(sentences) > max_sentences:

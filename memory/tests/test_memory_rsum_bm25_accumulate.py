@@ -77,3 +77,10 @@ def test_memory_accumulate_retrieves_the_k_most_similar_sentences() -> None:
     memory = ["Has a cat called Miso", "Works at the bakery", "Goes hiking every weekend", "The cat Miso likes fish"]
     prompt = system.compose({"memory": memory}, [Turn("user", "Is my cat Miso hungry?")], NOW)
     assert sorted(prompt.memory) == ["Has a cat called Miso", "The cat Miso likes fish"]
+
+
+def test_the_summarizer_drops_copied_instruction_examples_and_none() -> None:
+    reply = "Goes hiking every weekend.\nHas a dog.\n- Adopted a cat called Miso\nIf there is nothing worth remembering, write NONE."
+    system = MemoryAccumulate(llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), SESSION, NOW)
+    assert update.state["memory"] == ["Adopted a cat called Miso"]
