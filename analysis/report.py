@@ -179,9 +179,13 @@ def run(
     data = scored[keep].copy()
     if qc_arm is not None:
         qc_rows = scored[scored["qc_passed"] & (scored[ARM] == qc_arm)]
-        qc_section["qc_arm_overall_z"] = float(np.nanmean(qc_rows[zcols].to_numpy())) if len(qc_rows) else None
+        qc_z = qc_rows[zcols].to_numpy(dtype=float)
+        qc_section["qc_arm_overall_z"] = float(np.nanmean(qc_z)) if np.isfinite(qc_z).any() else None
     if data.empty:
-        raise RatingsError("no ratings left after quality control and removing the QC arm")
+        raise RatingsError(
+            f"no ratings left after quality control and removing the QC arm ({qc_section['workers_passed']} of "
+            f"{qc_section['workers_total']} workers passed QC)"
+        )
 
     arms = sorted(data[ARM].unique(), key=_natural)
     if reference_arm is not None and reference_arm not in arms:

@@ -28,6 +28,7 @@ EXPECTED_Z = {"A": 0.534, "B": 0.419, "A_p": 0.318, "C": 0.262, "C_p": 0.189, "B
 KWARGS: dict[str, Any] = {"worker": "worker_id", "unit": "hit_id", "arm": "model", "metrics": METRICS,
                           "qc_arm": "QualityControl", "qc_metrics": POSITIVE}  # fmt: skip
 
+
 @pytest.fixture(scope="module")
 def ji() -> pd.DataFrame:
     return pd.read_csv(JI_CSV)

@@ -300,3 +300,11 @@ def test_an_out_of_range_score_in_a_long_table_names_its_csv_line() -> None:
     long.loc[5, "score"] = -3
     with pytest.raises(RatingsError, match=r"row 7 m2=-3"):
         analyze(long, worker="w", unit="u", arm="a", metrics=["m1", "m2"])
+
+
+def test_when_every_worker_fails_qc_the_error_says_how_many_passed() -> None:
+    df = synthetic_ratings(100, careless_rate=0.0, seed=8)
+    qc_rows = df["arm"] == "qc"
+    df.loc[qc_rows, METRICS] = 100  # everybody loves the broken bot
+    with pytest.raises(RatingsError, match="0 of 10 workers passed QC"):
+        analyze(df, qc_arm="qc", **SYN)
