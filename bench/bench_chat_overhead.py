@@ -24,6 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -63,46 +64,61 @@ def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
     return out
 
 
-async def chat_client(url: str, origin: str, cookie: str, turns: int, lat: list[float]) -> None:
+async def open_socket(url: str, origin: str, cookie: str | None, gate: asyncio.Semaphore) -> Any:
+    """Connect (a few at a time, retrying): the benchmark times chat turns, not a connection storm."""
     import websockets
 
-    async with websockets.connect(url, origin=origin, additional_headers={"Cookie": cookie}, max_size=2**20) as ws:
-        await ws.send(json.dumps({"type": "resume", "last_seq": 0}))
-        await ws.recv()  # the (empty) state
-        for t in range(turns):
-            bot_seq = 2 * t + 2
-            done_marker = f'id="msg-{bot_seq}" data-seq="{bot_seq}" data-status="complete"'
-            t0 = time.perf_counter()
-            await ws.send(
-                json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": f"turn {t} of a benchmark"})
-            )
-            while True:
-                frame = await ws.recv()
-                if done_marker in frame:
-                    break
-            lat.append(time.perf_counter() - t0)
+    headers = {"Cookie": cookie} if cookie else {}
+    for attempt in range(10):
+        try:
+            async with gate:
+                return await websockets.connect(url, origin=origin, additional_headers=headers, open_timeout=30)
+        except (OSError, websockets.exceptions.InvalidMessage, TimeoutError):
+            await asyncio.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"could not connect to {url}")
 
 
-async def echo_client(url: str, origin: str, turns: int, lat: list[float]) -> None:
-    import websockets
+async def chat_turns(ws: Any, turns: int, lat: list[float], start: asyncio.Event) -> None:
+    await ws.send(json.dumps({"type": "resume", "last_seq": 0}))
+    await ws.recv()  # the (empty) state
+    await start.wait()
+    for t in range(turns):
+        bot_seq = 2 * t + 2
+        done_marker = f'id="msg-{bot_seq}" data-seq="{bot_seq}" data-status="complete"'
+        t0 = time.perf_counter()
+        text = f"turn {t} of a benchmark"
+        await ws.send(json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": text}))
+        while done_marker not in await ws.recv():
+            pass
+        lat.append(time.perf_counter() - t0)
+    await ws.close()
 
-    async with websockets.connect(url, origin=origin) as ws:
-        for t in range(turns):
-            t0 = time.perf_counter()
-            await ws.send(json.dumps({"text": f"turn {t} of a benchmark"}))
-            while (await ws.recv()) != "\x00done":
-                pass
-            lat.append(time.perf_counter() - t0)
+
+async def echo_turns(ws: Any, turns: int, lat: list[float], start: asyncio.Event) -> None:
+    await start.wait()
+    for t in range(turns):
+        t0 = time.perf_counter()
+        await ws.send(json.dumps({"text": f"turn {t} of a benchmark"}))
+        while (await ws.recv()) != "\x00done":
+            pass
+        lat.append(time.perf_counter() - t0)
+    await ws.close()
 
 
 async def run(kind: str, base: str, n: int, turns: int, workers: list[tuple[str, int]]) -> tuple[list[float], float]:
     origin = base.replace("ws://", "http://")
-    lat: list[float] = []
-    t0 = time.perf_counter()
+    gate = asyncio.Semaphore(20)
     if kind == "chat":
-        jobs = [chat_client(f"{base}/ws/chat/{sid}/", origin, cookie, turns, lat) for cookie, sid in workers]
+        sockets = await asyncio.gather(*[open_socket(f"{base}/ws/chat/{sid}/", origin, c, gate) for c, sid in workers])
     else:
-        jobs = [echo_client(f"{base}/ws/bench/echo/", origin, turns, lat) for _ in range(n)]
+        sockets = await asyncio.gather(*[open_socket(f"{base}/ws/bench/echo/", origin, None, gate) for _ in range(n)])
+    lat: list[float] = []
+    start = asyncio.Event()
+    body = chat_turns if kind == "chat" else echo_turns
+    jobs = [asyncio.create_task(body(ws, turns, lat, start)) for ws in sockets]
+    await asyncio.sleep(0.5)  # every client has resumed
+    t0 = time.perf_counter()
+    start.set()
     await asyncio.gather(*jobs)
     return lat, time.perf_counter() - t0
 

@@ -11,16 +11,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import close_old_connections
 
 from chat import fragments, services
 from chat.models import ChatSession
 from studies.entry import participant_ids_in_session
 
+T = TypeVar("T")
+
 MAX_FRAME_CHARS = 64_000
+
+
+def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """Like channels' database_sync_to_async, but not pinned to the one shared sync thread: sockets
+    of different sessions do their (short, row-locked) database work in parallel."""
+
+    def run(*args: Any) -> T:
+        close_old_connections()
+        try:
+            return fn(*args)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run, thread_sensitive=False)
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -29,7 +47,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        if not await database_sync_to_async(self._owned)():
+        if not await _db(self._owned)():
             await self.close(code=4403)  # before accept: the handshake is refused
             return
         services.register_event_loop(asyncio.get_running_loop())
@@ -56,7 +74,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except (ValueError, AttributeError):
             await self.send(text_data=fragments.error("The chat could not understand your browser; please reload."))
             return
-        html = await database_sync_to_async(self._handle)(kind, data)
+        html = await _db(self._handle)(kind, data)
         if html:
             await self.send(text_data=html)
 

@@ -512,11 +512,20 @@ def generate_reply(message_id: int) -> None:
         now = session_clock(session)
         prompt = None
         pieces: list[str] = []
+        flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
         try:
             prompt = system.compose(episode.memory_state, turns, now)
+            # Pieces are pushed as they come, coalesced to one frame per ``flush_every`` seconds (the
+            # first one at once); what is still buffered at the end arrives with the final message.
+            buffered: list[str] = []
+            last_flush = 0.0
             for piece in llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply"):
                 pieces.append(piece)
-                broadcast(session.pk, fragments.token(msg.seq, piece))
+                buffered.append(piece)
+                if time.monotonic() - last_flush >= flush_every:
+                    broadcast(session.pk, fragments.token(msg.seq, "".join(buffered)))
+                    buffered.clear()
+                    last_flush = time.monotonic()
             text = _check_reply("".join(pieces))
         except LLMError as exc:
             if llm.calls and not llm.calls[-1].error:

@@ -125,6 +125,8 @@ def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) ->
         page.click("text=Start")
 
         page.wait_for_url("**/chat/*/")
+        page.wait_for_selector("#conn.ok", timeout=15_000)
+        shoot(page, "2a-chat-empty")
         assert chat_once(page, "Hi! My name is Sam and I love gardening, especially tomatoes.", 1) == "streamed"
         assert page.locator("#msg-2 .text").inner_text().strip()
         assert page.locator("#end-session").is_enabled()

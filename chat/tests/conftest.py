@@ -17,6 +17,7 @@ from studies.models import Participant, Study
 def _inline_jobs(settings: Any) -> None:
     settings.CHAT_JOB_MODE = "inline"  # replies and memory updates run in the caller, deterministically
     settings.CHAT_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_TOKEN_FLUSH_SECONDS = 0  # every streamed piece is its own frame
 
 
 def enter(client: Client, study: Study, pid: str = "worker1") -> Participant:

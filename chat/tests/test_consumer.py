@@ -39,7 +39,7 @@ async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = 
 
 async def frames(comm: WebsocketCommunicator, timeout: float = 0.5) -> str:
     """Everything the server pushed until it goes quiet."""
-    out = []
+    out = [await comm.receive_from(timeout=10)]  # something always answers; then drain until quiet
     while not await comm.receive_nothing(timeout=timeout):
         out.append(await comm.receive_from())
     return "".join(out)
@@ -65,6 +65,7 @@ async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_
     out = await send(comm, "I like tea", "c1")
     assert 'data-seq="1"' in out and 'data-client-id="c1"' in out  # the ack carries the committed seq
     assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out  # tokens, streamed one by one
+    assert 'hx-swap-oob="beforeend:#msg-2-text"><span> said:</span>' in out
     assert (await messages_of(sid)) == [
         (1, "user", "complete", "I like tea"),
         (2, "bot", "complete", "You said: I like tea"),
@@ -252,4 +253,16 @@ async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forev
     await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
     out = await frames(comm)
     assert 'data-retry="2"' in out
+    await comm.disconnect()
+
+
+async def test_streamed_pieces_are_coalesced_into_fewer_frames_and_the_final_message_has_them_all(
+    study: Study, settings: Any
+) -> None:
+    settings.CHAT_TOKEN_FLUSH_SECONDS = 60
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "one two three", "c1")
+    assert out.count('hx-swap-oob="beforeend:#msg-2-text"') == 1  # the first piece at once, the rest buffered
+    assert "You said: one two three</span>" in out
     await comm.disconnect()
