@@ -126,3 +126,75 @@ def test_replay_rejects_an_unknown_dialogue(tmp_path: Path) -> None:
         )
         == 2
     )
+
+
+def test_replay_talks_to_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, "auth": self.headers.get("Authorization"), "model": body["model"]})
+            reply = {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Updated memory: The user has a dog named Rex."},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = tmp_path / "out.jsonl"
+        run(
+            "replay",
+            str(write_jsonl(tmp_path / "d.jsonl")),
+            "--arm",
+            "rsum",
+            "--backend",
+            "openai",
+            "--model",
+            "tiny",
+            "--base-url",
+            f"http://127.0.0.1:{server.server_port}/v1",
+            "--api-key",
+            "k",
+            "--embedder",
+            "hashing",
+            "--dialogue",
+            "d1",
+            "--out",
+            str(out),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert records[0]["state"]["memory"] == "The user has a dog named Rex."
+    assert (
+        {s["path"] for s in seen} == {"/v1/chat/completions"}
+        and seen[0]["auth"] == "Bearer k"
+        and seen[0]["model"] == "tiny"
+    )
+    assert records[-1]["reply"] == "Updated memory: The user has a dog named Rex."
