@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from django import forms
@@ -235,5 +236,26 @@ class InviteForm(forms.Form):
         max_length=64,
         required=False,
         label="Invite id",
-        help_text="Your own id for the person (e.g. lab-07); leave empty for a random one.",
+        widget=forms.TextInput(attrs={"placeholder": "an id of yours, e.g. lab-07"}),
+        help_text="Your own id for the person (e.g. lab-07); leave empty for random ones.",
     )
+    count = forms.IntegerField(
+        min_value=1,
+        max_value=500,
+        required=False,
+        initial=1,
+        label="How many random links",
+        widget=forms.NumberInput(attrs={"class": "count", "min": 1, "max": 500}),
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("invite_id") and (data.get("count") or 1) > 1:
+            self.add_error("count", "One id makes one link: leave the id empty to make several.")
+        return data
+
+    def ids(self) -> list[str]:
+        """The invite ids to sign: the one given, or fresh random ones."""
+        if self.cleaned_data["invite_id"]:
+            return [self.cleaned_data["invite_id"]]
+        return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]

@@ -7,7 +7,6 @@ snapshots are for staff only (workers have no login; annotators are not staff).
 from __future__ import annotations
 
 import json
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +154,11 @@ def _arm_rows(study: Study) -> list[ArmRow]:
     return list(rows.values())
 
 
+def _public_url(path: str) -> str:
+    """Links handed to workers use SITE_URL, the public address, whatever host the researcher is on."""
+    return settings.SITE_URL.rstrip("/") + path
+
+
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
@@ -173,10 +177,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "arm_rows": _arm_rows(study),
         "participants": participants,
         "page": page,
-        "prolific_link": settings.SITE_URL.rstrip("/")
-        + reverse("studies:entry", args=[study.slug])
-        + "?"
-        + PROLIFIC_QUERY,
+        "prolific_link": _public_url(reverse("studies:entry", args=[study.slug])) + "?" + PROLIFIC_QUERY,
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
         "statuses": Study.Status,
@@ -192,15 +193,13 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
-    """Generate a signed invite link for an in-house worker (the signer lives in studies.entry)."""
+    """Signed invite links for in-house workers (the signer lives in studies.entry)."""
     study = get_object_or_404(Study, slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
     if form.is_valid():
-        invite_id = form.cleaned_data["invite_id"] or f"inv-{secrets.token_hex(4)}"
-        context["invite_id"] = invite_id
-        context["invite_link"] = request.build_absolute_uri(invite_url(study, invite_id))
+        context["invites"] = [(i, _public_url(invite_url(study, i))) for i in form.ids()]
     template = "studies/researcher/detail.html"
     if request.htmx:  # type: ignore[attr-defined]
         template += "#invite"

@@ -76,10 +76,15 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
 
     page.evaluate("window.stillTheSamePage = true")
     page.fill("#id_invite_id", "lab-07")
-    page.click("button:has-text('Generate link')")
+    page.click("#invite button:has-text('Generate')")
     page.locator("#invite-link").wait_for()
     assert f"/s/{created.slug}/join/" in page.input_value("#invite-link")
     assert page.evaluate("window.stillTheSamePage === true")  # htmx swapped the fragment in place, no reload
+    page.fill("#id_invite_id", "")
+    page.fill("#id_count", "3")
+    page.click("#invite button:has-text('Generate')")
+    page.locator("#invite-links").wait_for()
+    assert len(page.input_value("#invite-links").split()) == 3
     page.screenshot(path=str(ARTIFACTS / "researcher-browser-study.png"), full_page=True)
 
     page.goto(f"{live_server.url}/studies/{study.slug}/episodes/{finished_episode.pk}/")

@@ -133,11 +133,15 @@ def test_adding_the_default_metrics_keeps_existing_ones(rclient: Client, researc
     assert s.metrics.get(key="coherence").statement == "My own coherence statement."
 
 
-def test_it_generates_a_signed_invite_link_for_an_in_house_worker(rclient: Client, study: Study) -> None:
+def test_it_generates_a_signed_invite_link_for_an_in_house_worker(rclient: Client, study: Study, settings: Any) -> None:
     from studies.entry import INVITE_SALT
 
+    settings.SITE_URL = "https://memeval.example.org"
+
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "lab-07"})
-    link = response.context["invite_link"]
+    [(invite_id, link)] = response.context["invites"]
+    assert invite_id == "lab-07"
+    assert link.startswith(f"https://memeval.example.org/s/{study.slug}/join/")  # the public address
     assert link in response.content.decode()
     prefix = f"/s/{study.slug}/join/"
     token = link.split(prefix, 1)[1].rstrip("/")
@@ -157,4 +161,23 @@ def test_an_empty_invite_id_gets_a_random_one_and_htmx_gets_the_fragment(rclient
 def test_it_rejects_an_invite_id_with_spaces(rclient: Client, study: Study) -> None:
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "not a slug"})
     assert response.status_code == 400
-    assert "invite_link" not in response.context
+    assert "invites" not in response.context
+
+
+def test_it_makes_many_random_invite_links_at_once(rclient: Client, study: Study) -> None:
+    from studies.entry import INVITE_SALT
+
+    response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "", "count": 25})
+    body = response.content.decode()
+    rows = re.search(r'<textarea id="invite-links"[^>]*>([^<]*)</textarea>', body).group(1).split()  # type: ignore[union-attr]
+    assert len(rows) == 25 and len({r.split(",")[0] for r in rows}) == 25
+    for row in rows:
+        invite_id, link = row.split(",")
+        token = link.split(f"/s/{study.slug}/join/", 1)[1].rstrip("/")
+        assert signing.loads(token, salt=INVITE_SALT) == {"s": study.pk, "i": invite_id}
+
+
+def test_one_named_invite_id_cannot_make_several_links(rclient: Client, study: Study) -> None:
+    response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "lab-07", "count": 3})
+    assert response.status_code == 400
+    assert "leave the id empty to make several" in response.content.decode()
