@@ -139,6 +139,10 @@ class ArmRow:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    @property
+    def params_json(self) -> str:
+        return json.dumps(self.arm.params, sort_keys=True) if self.arm.params else ""
+
 
 def _arm_rows(study: Study) -> list[ArmRow]:
     rows = {arm.pk: ArmRow(arm, dict.fromkeys(Episode.Status.values, 0)) for arm in study.arms.all()}
