@@ -95,6 +95,9 @@ class Study(models.Model):
             self.slug = slug
         super().save(*args, **kwargs)
 
+    def get_absolute_url(self) -> str:
+        return reverse("studies:detail", args=[self.slug])
+
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.OPEN
@@ -122,9 +125,6 @@ class Study(models.Model):
     def session_start(self, episode_index: int, session_index: int) -> dt.datetime:
         """The simulated clock at the start of session k (1-based) of any episode."""
         return self.simulated_start + dt.timedelta(days=self.gap_days * (session_index - 1))
-
-    def get_absolute_url(self) -> str:
-        return reverse("studies:detail", args=[self.slug])
 
     def add_default_metrics(self) -> None:
         for i, (key, statement) in enumerate(DEFAULT_METRICS):

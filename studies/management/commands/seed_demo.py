@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import Group, User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from studies.models import Arm, Study
@@ -45,6 +46,7 @@ class Command(BaseCommand):
             study.add_default_metrics()
             Arm.objects.create(study=study, name="No memory", memory_system="none")
             Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+        call_command("seed_annotation_demo", stdout=self.stdout)
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
             f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"
