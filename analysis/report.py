@@ -37,6 +37,9 @@ from analysis.standardize import zscore_per_worker
 from analysis.stats import TESTS, Test, compare, correlate, grouped_mean_ci, holm, mixedlm_arm_effects
 
 OVERALL = "overall"
+# z-scores (and per-unit mean z) are rounded to this many decimals, far below any reported precision, so
+# that scores that are equal in exact arithmetic are equal as floats (ties stay ties in rank tests).
+Z_DECIMALS = 12
 _UID = "_uid"
 
 
@@ -126,6 +129,10 @@ def run(
         metric_col=metric_col,
         value_col=value_col,
     )
+    # Canonical row order: every sum below (worker moments, unit means) then runs in the same order whatever
+    # the order of the input rows, so the results do not change in their last bits (which would move
+    # Mann-Whitney's tie detection). The index keeps each row's input position for the ratings export.
+    frame = canonical_order(frame, metrics)
     warnings_: list[str] = []
     all_arms = sorted(frame[ARM].unique(), key=_natural)
     if qc_arm is not None:
@@ -139,7 +146,7 @@ def run(
         raise RatingsError("QC metrics given without a QC arm")
 
     # 2. per-worker z over every score of the worker (QC arm included, as Ji et al.)
-    z = zscore_per_worker(frame, metrics)
+    z = zscore_per_worker(frame, metrics).round(Z_DECIMALS)
     zcols = [f"z_{m}" for m in metrics]
     scored = pd.concat([frame, z.set_axis(zcols, axis=1)], axis=1)
     no_sd = scored[zcols].isna().all(axis=1).groupby(scored[WORKER]).all()
@@ -282,6 +289,15 @@ def run(
     return Analysis(result=to_jsonable(result), ratings=ratings)
 
 
+def canonical_order(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """``frame`` sorted by worker, unit, arm, session and then the scores (NaN last), keeping its index.
+
+    Rows with equal keys and equal scores are interchangeable, so the result does not depend on the input order.
+    """
+    keys = [k for k in (WORKER, UNIT, ARM, SESSION) if k in frame.columns]
+    return frame.sort_values([*keys, *metrics], kind="stable", na_position="last")
+
+
 def _unit_table(data: pd.DataFrame, metrics: list[str], zcols: list[str], by: list[str]) -> pd.DataFrame:
     """Per group (unit, or unit x session): mean raw and z per metric and overall (mean of all its scores)."""
     raw = data[metrics].to_numpy(dtype=float)
@@ -302,6 +318,8 @@ def _unit_table(data: pd.DataFrame, metrics: list[str], zcols: list[str], by: li
     with np.errstate(invalid="ignore", divide="ignore"):
         out[f"raw_{OVERALL}"] = (sums["_rs"] / sums["_rc"].where(sums["_rc"] > 0)).astype(float)
         out[f"z_{OVERALL}"] = (sums["_zs"] / sums["_zc"].where(sums["_zc"] > 0)).astype(float)
+    zmeans = [f"z_{m}" for m in [*metrics, OVERALL]]
+    out[zmeans] = out[zmeans].round(Z_DECIMALS)
     first = g[[WORKER, ARM]].first()
     out[WORKER], out[ARM] = first[WORKER], first[ARM]
     return out.reset_index()
@@ -412,7 +430,7 @@ def _ratings_export(
     if session is not None:
         cols[SESSION] = session
     out = scored[[*cols, *metrics, *zcols, "qc_passed"]].rename(columns=cols)
-    return out.reset_index(drop=True)
+    return out.sort_index().reset_index(drop=True)  # back to the input's row order
 
 
 def methods_text(result: dict[str, Any]) -> str:
