@@ -208,7 +208,9 @@ def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
 
 
 def all_plots(result: dict[str, Any]) -> dict[str, str]:
-    """Every figure of the report, keyed by a file-name-friendly name."""
+    """Every figure of the report, keyed by a file-name-friendly name (none when no arm is left to show)."""
+    if not result["arm_order"]:
+        return {}
     plots = {"arm_scores": arm_scores(result)}
     if len(result["arm_order"]) > 1:
         plots["pvalues_overall"] = pvalue_heatmap(result)

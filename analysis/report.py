@@ -189,13 +189,16 @@ def run(
         qc_z = qc_rows[zcols].to_numpy(dtype=float)
         qc_section["qc_arm_overall_z"] = float(np.nanmean(qc_z)) if np.isfinite(qc_z).any() else None
     if data.empty:
-        raise RatingsError(
+        # Every worker failed QC (or only the QC arm was rated): no arm tables or tests, but the QC section says
+        # who failed and why, which is what a researcher needs to see at that point.
+        warnings_.append(
             f"no ratings left after quality control and removing the QC arm ({qc_section['workers_passed']} of "
-            f"{qc_section['workers_total']} workers passed QC)"
+            f"{qc_section['workers_total']} workers passed QC): no arm tables, tests or correlations; "
+            "the QC section lists the failed workers and their reasons"
         )
 
     arms = sorted(data[ARM].unique(), key=_natural)
-    if reference_arm is not None and reference_arm not in arms:
+    if reference_arm is not None and arms and reference_arm not in arms:
         raise RatingsError(f"reference arm {reference_arm!r} is not among the analysed arms {arms}")
 
     # 4. units
@@ -234,16 +237,16 @@ def run(
         warnings_.append(f"arm(s) {small} have fewer than 2 units: no CI and no tests for them")
 
     # 5. tables, tests, correlations
-    arms_section = _arm_table(units, arms, metrics, z_valid)
+    arms_section = _arm_table(units, arms, metrics, z_valid) if arms else {}
     by_session: list[dict[str, Any]] = []
     pairwise_by_session: list[dict[str, Any]] = []
-    if session is not None:
+    if session is not None and arms:
         su = _unit_table(data, metrics, zcols, by=[_UID, SESSION])
         by_session = _session_table(su, arms, metrics, z_valid)
         for s in sorted(su[SESSION].unique(), key=_natural):
             pairwise_by_session += _pairwise(su[su[SESSION] == s], arms, metrics, test, scale_prefix, session=s)
-    pairwise = _pairwise(units, arms, metrics, test, scale_prefix)
-    correlations = _correlations(data, units, metrics, scale_prefix, session is not None)
+    pairwise = _pairwise(units, arms, metrics, test, scale_prefix) if arms else []
+    correlations = _correlations(data, units, metrics, scale_prefix, session is not None) if arms else []
 
     fit_mixed = mixedlm if mixedlm is not None else not z_valid
     mixed: dict[str, Any] | None = None
@@ -451,6 +454,9 @@ def methods_text(result: dict[str, Any]) -> str:
             f"{qc['workers_total']} workers passed; the {len(qc['failed_workers'])} who failed and the QC arm are "
             "excluded from everything below."
         )
+    if not result["arm_order"]:
+        parts.append("No ratings were left to compare the arms, so there are no arm tables, tests or correlations.")
+        return " ".join(parts)
     parts.append(
         f"The unit of analysis is one ({p['unit']}, {p['arm']}) combination of a worker ({design['units']} units from "
         f"{design['workers']} workers); a unit's score on a metric is its mean over sessions and its overall score "

@@ -135,7 +135,7 @@ def _pvalues(result: dict[str, Any]) -> str | None:
 
 
 def _correlations(result: dict[str, Any]) -> str | None:
-    if len(result["params"]["metrics"]) < 2:
+    if len(result["params"]["metrics"]) < 2 or not result["correlations"]:
         return None
     level = "unit" if any(c["level"] == "unit" for c in result["correlations"]) else "rating"
     return plots.correlation_matrix(result, level)

@@ -302,9 +302,39 @@ def test_an_out_of_range_score_in_a_long_table_names_its_csv_line() -> None:
         analyze(long, worker="w", unit="u", arm="a", metrics=["m1", "m2"])
 
 
-def test_when_every_worker_fails_qc_the_error_says_how_many_passed() -> None:
+def test_when_every_worker_fails_qc_the_warning_says_how_many_passed() -> None:
     df = synthetic_ratings(100, careless_rate=0.0, seed=8)
     qc_rows = df["arm"] == "qc"
     df.loc[qc_rows, METRICS] = 100  # everybody loves the broken bot
-    with pytest.raises(RatingsError, match="0 of 10 workers passed QC"):
-        analyze(df, qc_arm="qc", **SYN)
+    result = analyze(df, qc_arm="qc", **SYN)
+    assert any("0 of 10 workers passed QC" in w for w in result["warnings"])
+
+
+def test_when_every_worker_fails_qc_the_report_lists_them_instead_of_raising() -> None:
+    # The QC arm is rated *higher* than the real arms, so nobody passes.
+    df = synthetic_ratings(60, seed=3, qc_penalty=-30.0)
+    res = run(df, qc_arm="qc", **SYN)
+    r = res.result
+    workers = sorted(df["worker"].unique())
+    assert r["qc"]["workers_total"] == len(workers) and r["qc"]["workers_passed"] == 0
+    assert sorted(r["qc"]["failed_workers"]) == workers
+    assert set(r["qc"]["failed_reasons"]) == set(workers)
+    assert all(reason.startswith("QC arm not rated lower") for reason in r["qc"]["failed_reasons"].values())
+    assert r["arm_order"] == [] and r["arms"] == {} and r["pairwise"] == [] and r["by_session"] == []
+    assert r["correlations"] == [] and r["pairwise_by_session"] == [] and r["mixedlm"] is None
+    assert any("no ratings left after quality control" in w for w in r["warnings"])
+    assert "0 of" in r["methods"] and "no arm tables" in r["methods"]
+    assert not res.ratings["qc_passed"].any() and len(res.ratings) == len(df)
+
+
+def test_a_report_with_every_worker_failing_qc_renders_in_every_format() -> None:
+    from analysis import plots, writers
+
+    r = analyze(synthetic_ratings(60, seed=3, qc_penalty=-30.0), qc_arm="qc", reference_arm="none", **SYN)
+    assert plots.all_plots(r) == {}
+    md = writers.to_markdown(r)
+    assert "Excluded workers (6): w0, w1" in md and "Pairwise tests" not in md
+    page = writers.to_html(r, plots={})
+    assert "Excluded workers (6)" in page and page.endswith("</body></html>")
+    assert "no arm tables" in writers.to_latex(r)
+    assert writers.to_csv(r, "qc").count("QC arm not rated lower") == 6

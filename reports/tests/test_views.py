@@ -254,5 +254,16 @@ def test_when_every_worker_fails_qc_the_page_says_so(researcher_client: Client, 
     add_ratings(study, workers=3, scorer=lambda w, arm, s, m: 90 if arm == "Broken bot" else 40 + s + w)
     page = researcher_client.get(url(study))
     assert page.status_code == 200
-    assert "no ratings left after quality control" in page.content.decode()
-    assert researcher_client.get(url(study, "study_export", "csv")).status_code == 409
+    html = page.content.decode()
+    assert "no ratings left after quality control" in html
+    # the dashboard lists who failed and why, and shows no (empty) arm tables or tests
+    assert "<strong>0 of 3</strong> workers passed" in html and "3 failed workers" in html
+    assert html.count("QC arm not rated lower") == 3
+    assert 'id="table-raw"' not in html and 'id="pairwise"' not in html
+    exported = json.loads(researcher_client.get(url(study, "study_export", "json")).content)
+    assert exported["qc"]["workers_passed"] == 0 and len(exported["qc"]["failed_workers"]) == 3
+    assert exported["arms"] == {} and exported["pairwise"] == []
+    csv = researcher_client.get(url(study, "study_export", "csv"))
+    assert csv.status_code == 200 and "qc_passed" in csv.content.decode()
+    for fmt in ("md", "latex", "html"):
+        assert researcher_client.get(url(study, "study_export", fmt)).status_code == 200
