@@ -157,12 +157,24 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
     if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return out
     pr = stats.pearsonr(a, b)
-    ci = pr.confidence_interval(CONFIDENCE)
+    r = float(pr.statistic)
+    if abs(r) == 1.0:
+        # Fisher's z = atanh(+-1) is infinite: scipy's CI computes inf - inf (a RuntimeWarning) when n = 3. The
+        # interval degenerates to [r, r] when n > 3; with n = 3 its width is undefined as well (SE = 1/sqrt(0)).
+        if a.size > 3:
+            lo = hi = r
+            out["note"] = "perfect correlation: the Fisher-z 95% CI degenerates to [r, r]"
+        else:
+            lo = hi = math.nan
+            out["note"] = "perfect correlation with n = 3: no Fisher-z 95% CI"
+    else:
+        ci = pr.confidence_interval(CONFIDENCE)
+        lo, hi = float(ci.low), float(ci.high)
     sr = stats.spearmanr(a, b)
     out.update(
-        pearson_r=float(pr.statistic),
+        pearson_r=r,
         pearson_p=float(pr.pvalue),
-        pearson_ci95=[float(ci.low), float(ci.high)],
+        pearson_ci95=[lo, hi],
         spearman_rho=float(sr.statistic),
         spearman_p=float(sr.pvalue),
     )

@@ -338,3 +338,39 @@ def test_a_report_with_every_worker_failing_qc_renders_in_every_format() -> None
     assert "Excluded workers (6)" in page and page.endswith("</body></html>")
     assert "no arm tables" in writers.to_latex(r)
     assert writers.to_csv(r, "qc").count("QC arm not rated lower") == 6
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize(
+    ("x", "y", "ci"),
+    [
+        ([1.11, 1.48, 1.48], [-3.29889, -3.29852, -3.29852], [None, None]),  # r = 1.0 exactly, n = 3
+        ([1.48, 1.11, 0.0], [-0.74, -0.555, 0.0], [None, None]),  # r = -1.0 exactly, n = 3
+        ([0.0, 1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0], [1.0, 1.0]),  # n > 3: the interval collapses to r
+    ],
+)
+def test_a_perfect_correlation_gives_a_degenerate_ci_with_a_note_and_no_runtime_warning(
+    x: list[float], y: list[float], ci: list[float | None]
+) -> None:
+    from analysis.report import to_jsonable
+    from analysis.stats import correlate
+
+    c = to_jsonable(correlate(x, y))
+    assert abs(c["pearson_r"]) == 1.0
+    assert c["pearson_ci95"] == ([c["pearson_r"]] * 2 if ci[0] is not None else ci)
+    assert "perfect correlation" in c["note"]
+
+
+@pytest.mark.filterwarnings("error")
+def test_three_arms_whose_metrics_mirror_each_other_report_without_warnings() -> None:
+    # m2 = 100 - m1 and arm means 0 / 50 / 50: the arm-level correlation (3 points) is exactly -1
+    m1 = {"x": [0.0, 0.0], "y": [40.0, 60.0], "z": [45.0, 55.0]}
+    rows = [
+        {"w": f"w{a}{i}", "u": f"u{a}{i}", "a": a, "m1": v, "m2": 100 - v}
+        for a, vs in m1.items()
+        for i, v in enumerate(vs)
+    ]
+    res = analyze(pd.DataFrame(rows), worker="w", unit="u", arm="a", metrics=["m1", "m2"], mixedlm=False)
+    arm_level = next(c for c in res["correlations"] if c["level"] == "arm")
+    assert arm_level["n"] == 3 and arm_level["pearson_r"] == -1.0
+    assert arm_level["pearson_ci95"] == [None, None] and "no Fisher-z" in arm_level["note"]
