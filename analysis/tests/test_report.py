@@ -374,3 +374,12 @@ def test_three_arms_whose_metrics_mirror_each_other_report_without_warnings() ->
     arm_level = next(c for c in res["correlations"] if c["level"] == "arm")
     assert arm_level["n"] == 3 and arm_level["pearson_r"] == -1.0
     assert arm_level["pearson_ci95"] == [None, None] and "no Fisher-z" in arm_level["note"]
+
+
+def test_shuffled_rows_give_an_identical_report_for_a_nested_design_with_sessions() -> None:
+    import json
+
+    df = synthetic_ratings(600, seed=5, within_worker=False)
+    a = analyze(df, qc_arm="qc", mixedlm=True, **SYN)
+    b = analyze(df.sample(frac=1, random_state=3), qc_arm="qc", mixedlm=True, **SYN)
+    assert json.dumps(b) == json.dumps(a)
