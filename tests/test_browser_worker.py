@@ -1,5 +1,5 @@
 """A crowdworker's 2-session episode in headless Chromium against a real daphne server and the real
-local model: consent, a streamed reply, ratings, "one week later", the second session, the code.
+local model (served by daphne through `manage.py runserver`): consent, a streamed reply, ratings, "one week later", the second session, the code.
 
 Screenshots (desktop and phone width) go to artifacts/ (gitignored) for a human to look at.
 """
@@ -54,7 +54,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     subprocess.run([py, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True)
     port = _free_port()
     proc = subprocess.Popen(
-        [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"], cwd=ROOT, env=env
+        # daphne's runserver: the ASGI app plus static files (WhiteNoise is only on in production)
+        [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
