@@ -144,8 +144,10 @@ def main() -> None:
     }
     print(f"backend={args.backend} embedder={embedder.name} |S|={args.summary} repeats={args.repeats}")
     print()
-    print("| |M| | variant | LLM calls | wall time (s) | pair agreement with pairwise | same final memory |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| |M| | variant | LLM calls | wall time (s) | pair agreement with pairwise | same final memory | labels P/R/A/D (fallbacks) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for n in (int(x) for x in args.sizes.split(",")):
         results: dict[str, list] = {k: [] for k in variants}
         for r in range(args.repeats):
@@ -160,9 +162,14 @@ def main() -> None:
                 for (ops, _, _, _), (base_ops, _, _, _) in zip(rows, base, strict=True)
             ]
             same = [after == base_after for (_, after, _, _), (_, base_after, _, _) in zip(rows, base, strict=True)]
+            all_ops = [o for ops, _, _, _ in rows for o in ops]
+            labels = "/".join(
+                str(sum(o["op"] == op for o in all_ops)) for op in ("PASS", "REPLACE", "APPEND", "DELETE")
+            )
+            fallbacks = sum(o["fallback"] for o in all_ops)
             print(
                 f"| {n} | {name} | {statistics.mean(x[2] for x in rows):.1f} | {statistics.mean(x[3] for x in rows):.3f} "
-                f"| {100 * statistics.mean(agree):.0f}% | {100 * statistics.mean(same):.0f}% |",
+                f"| {100 * statistics.mean(agree):.0f}% | {100 * statistics.mean(same):.0f}% | {labels} ({fallbacks}) |",
                 flush=True,
             )
 
