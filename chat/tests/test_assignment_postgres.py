@@ -1,0 +1,62 @@
+"""Arm assignment under real concurrency: PostgreSQL row locks, real threads (SQLite ignores locks).
+
+    bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres chat/tests/test_assignment_postgres.py
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from chat import services
+from chat.models import Episode
+from studies.models import Arm, Participant, Study
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def test_thirty_workers_starting_at_once_are_spread_evenly_over_the_arms(study: Study) -> None:
+    assert connection.vendor == "postgresql", "run with scripts/with-services.sh"
+    Arm.objects.create(study=study, name="Third", memory_system="none", llm_backend="scripted")
+    participants = [Participant.objects.create(study=study, external_id=f"w{i}", source="prolific") for i in range(30)]
+    barrier = threading.Barrier(len(participants))
+    errors: list[BaseException] = []
+
+    def start(p: Participant) -> None:
+        try:
+            barrier.wait()
+            services.assign_episode(p)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start, args=(p,)) for p in participants]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    counts = Counter(Episode.objects.values_list("arm_id", flat=True))
+    assert sorted(counts.values()) == [10, 10, 10]  # without the study lock, racing counts would skew this
+
+
+def test_a_worker_opening_two_tabs_at_once_gets_one_episode(study: Study) -> None:
+    p = Participant.objects.create(study=study, external_id="twotabs", source="prolific")
+    barrier = threading.Barrier(2)
+    got: list[int] = []
+
+    def start() -> None:
+        barrier.wait()
+        got.append(services.assign_episode(p).pk)
+        connection.close()
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(got)) == 1 and Episode.objects.filter(participant=p).count() == 1
