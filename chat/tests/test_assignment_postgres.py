@@ -1,6 +1,6 @@
 """Arm assignment under real concurrency: PostgreSQL row locks, real threads (SQLite ignores locks).
 
-    bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres chat/tests/test_assignment_postgres.py
+bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres chat/tests/test_assignment_postgres.py
 """
 
 from __future__ import annotations
