@@ -450,8 +450,21 @@ def _retry_delays() -> list[float]:
 _WORD = re.compile(r"\w")
 
 
+# Small models sometimes label their reply ("Bot: ...") or go on to write the user's next turn.
+_OWN_LABEL = re.compile(r"^\s*(?:bot|assistant|chatbot|ai)\s*:\s*", re.IGNORECASE)
+_USER_TURN = re.compile(r"(?:^|\n)\s*(?:user|human|you)\s*:", re.IGNORECASE)
+
+
+def clean_reply(text: str) -> str:
+    """The reply as the worker should see it: without a leading speaker label, and cut where the
+    model starts writing the user's side of the dialogue."""
+    text = _OWN_LABEL.sub("", text.strip(), count=1)
+    cut = _USER_TURN.search(text)
+    return (text[: cut.start()] if cut else text).strip()
+
+
 def _check_reply(text: str) -> str:
-    text = text.strip()
+    text = clean_reply(text)
     if not text or not _WORD.search(text):
         raise LLMTransientError(f"the model returned an empty or unusable reply ({text[:40]!r})")
     return text

@@ -1,0 +1,32 @@
+"""Replies are shown without speaker labels and without a user turn the model invented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from chat.services import clean_reply
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("Bot: Hello there!", "Hello there!"),
+        ("assistant:  Hi, how are you?", "Hi, how are you?"),
+        ("Nice to hear!\nUser: thanks\nBot: you're welcome", "Nice to hear!"),
+        ("Sounds fun. User: I agree", "Sounds fun. User: I agree"),
+        ("The user: interface is nice", "The user: interface is nice"),
+        ("  Plain reply.  ", "Plain reply."),
+    ],
+)
+def test_it_strips_its_own_label_and_stops_at_an_invented_user_turn(raw: str, shown: str) -> None:
+    assert clean_reply(raw) == shown
+
+
+def test_a_reply_that_is_only_an_invented_user_turn_is_retried_not_shown(study: Any, settings: Any) -> None:
+    from chat.services import _check_reply
+    from memory.llm import LLMTransientError
+
+    with pytest.raises(LLMTransientError):
+        _check_reply("User: what do you think?")
