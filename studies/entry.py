@@ -113,7 +113,8 @@ def _join(request: HttpRequest, study: Study, external_id: str, source: str, **e
                     request,
                     study,
                     "This study is full",
-                    "All places in this study have been taken. Thank you for your interest; please return the study on Prolific.",
+                    "All places in this study have been taken. Thank you for your interest"
+                    + ("; please return the study on Prolific." if source == Participant.Source.PROLIFIC else "."),
                 )
             try:
                 with transaction.atomic():

@@ -101,3 +101,13 @@ def test_the_closed_and_full_pages_are_clear_and_never_name_the_study(client: Cl
     assert closed.status_code == 200 and "This study is closed" in closed.content.decode()
     for page in (full.content.decode(), closed.content.decode()):
         assert study.name not in page and "Full history" not in page and "Traceback" not in page
+
+
+def test_the_full_page_asks_only_prolific_workers_to_return_the_study_on_prolific(client: Client, study: Study) -> None:
+    study.quota = 1
+    study.save()
+    enter(Client(), study, "first")
+    prolific = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
+    assert "This study is full" in prolific and "return the study on Prolific" in prolific
+    invited = Client().get(invite_url(study, "lab-9").replace("http://localhost:8000", "")).content.decode()
+    assert "This study is full" in invited and "Prolific" not in invited
