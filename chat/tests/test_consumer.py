@@ -266,3 +266,15 @@ async def test_streamed_pieces_are_coalesced_into_fewer_frames_and_the_final_mes
     assert out.count('hx-swap-oob="beforeend:#msg-2-text"') == 1  # the first piece at once, the rest buffered
     assert "You said: one two three</span>" in out
     await comm.disconnect()
+
+
+async def test_end_session_unlocks_live_on_the_socket_once_the_minimum_of_user_turns_is_reached(study: Study) -> None:
+    study.min_user_turns = 2
+    await database_sync_to_async(study.save)()
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    out = await send(comm, "one", "c1")
+    assert re.search(r'id="end-session" hx-swap-oob="true" disabled', out)
+    out = await send(comm, "two", "c2")
+    assert re.search(r'id="end-session" hx-swap-oob="true">', out)
+    await comm.disconnect()

@@ -289,3 +289,11 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
         and "start-session" in client.get(f"/chat/{second.pk}/wait/").content.decode()
     )
     assert page  # the poll itself still answered
+
+
+def test_an_expired_resume_link_gets_a_clear_410_page(client: Client, study: Study) -> None:
+    session = start(client, study)
+    with mock.patch("django.core.signing.time.time", return_value=time.time() - 31 * 86400):
+        path = resume_url(session.episode.participant).replace("http://localhost:8000", "")
+    response = Client().get(path)
+    assert response.status_code == 410 and "This link has expired" in response.content.decode()
