@@ -117,7 +117,8 @@ CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
 CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
 
 # --- chat reply and memory-update jobs (chat/services.py)
-CHAT_JOB_MODE = os.environ.get("CHAT_JOB_MODE", "")  # "" = celery with workers, thread when eager | celery | thread | inline
+# CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
+CHAT_JOB_MODE = os.environ.get("CHAT_JOB_MODE", "")
 CHAT_RETRY_DELAYS = [float(x) for x in env_list("CHAT_RETRY_DELAYS", "1,2,4")]  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = float(os.environ.get("CHAT_TOKEN_FLUSH_SECONDS", "0.05"))  # coalesce streamed pieces
 CHAT_STALE_UPDATE_SECONDS = float(os.environ.get("CHAT_STALE_UPDATE_SECONDS", "300"))  # re-enqueue a lost memory update

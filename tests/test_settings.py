@@ -65,11 +65,19 @@ def test_it_refuses_the_in_memory_layer_with_a_separate_celery_worker(settings: 
 
 
 def test_chat_job_settings_have_defaults_and_come_from_env() -> None:
-    code = "from django.conf import settings as s; print(repr(s.CHAT_JOB_MODE), s.CHAT_RETRY_DELAYS, s.CHAT_TOKEN_FLUSH_SECONDS, s.CHAT_STALE_UPDATE_SECONDS)"
+    code = (
+        "from django.conf import settings as s; "
+        "print(repr(s.CHAT_JOB_MODE), s.CHAT_RETRY_DELAYS, s.CHAT_TOKEN_FLUSH_SECONDS, s.CHAT_STALE_UPDATE_SECONDS)"
+    )
     out = run_manage("shell", "-v", "0", "-c", code, env={})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "'' [1.0, 2.0, 4.0] 0.05 300.0"
-    env = {"CHAT_JOB_MODE": "thread", "CHAT_RETRY_DELAYS": "0.5, 3", "CHAT_TOKEN_FLUSH_SECONDS": "0", "CHAT_STALE_UPDATE_SECONDS": "60"}
+    env = {
+        "CHAT_JOB_MODE": "thread",
+        "CHAT_RETRY_DELAYS": "0.5, 3",
+        "CHAT_TOKEN_FLUSH_SECONDS": "0",
+        "CHAT_STALE_UPDATE_SECONDS": "60",
+    }
     out = run_manage("shell", "-v", "0", "-c", code, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "'thread' [0.5, 3.0] 0.0 60.0"
