@@ -193,6 +193,8 @@ class OpenAILLM:
             )
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (json.JSONDecodeError is a ValueError)
+            raise LLMTransientError(f"the endpoint returned an unreadable response: {exc}") from exc
         if not getattr(out, "choices", None):
             raise LLMTransientError("the endpoint returned no choices")
         usage = out.usage
