@@ -23,8 +23,115 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
-    assert Queue.objects.count() == 2
+    assert Queue.objects.count() == 3  # two demo queues + the simulated study's
 
     page = client.get("/s/demo/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1", follow=True)
     assert page.status_code == 200
     assert b"Consent" in page.content
+
+
+def test_seed_demo_adds_a_closed_simulated_study_with_finished_episodes_ratings_and_memory(db: Any) -> None:
+    from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+
+    study = Study.objects.get(slug="demo-simulated")
+    assert study.status == Study.Status.CLOSED and "simulated" in study.name.lower()
+    assert sorted(study.arms.values_list("memory_system", flat=True)) == ["memory_accumulate", "memory_update", "none"]
+    assert study.participants.count() == 12
+    episodes = Episode.objects.filter(participant__study=study)
+    assert episodes.count() == 24 and not episodes.exclude(status=Episode.Status.COMPLETED).exists()
+    for participant in study.participants.all():  # two episodes with two different arms
+        assert participant.episodes.values("arm").distinct().count() == 2
+    sessions = ChatSession.objects.filter(episode__participant__study=study)
+    assert sessions.count() == 72 and not sessions.exclude(status=ChatSession.Status.DONE).exists()
+    assert Rating.objects.filter(session__in=sessions).count() == 72 * 5
+    assert Message.objects.filter(session__in=sessions, speaker="user").count() >= 72 * 2
+    assert MemorySnapshot.objects.filter(session__in=sessions, status=MemorySnapshot.Status.DONE).count() == 72
+
+    # The memory comes from the arms' real updates: memory_update's trace has pairwise operations and
+    # a memory that changed; memory_accumulate's memory grows; the none arm keeps nothing.
+    update_snaps = MemorySnapshot.objects.filter(
+        session__in=sessions, session__episode__arm__memory_system="memory_update", session__index=3
+    )
+    ops = [o["op"] for snap in update_snaps for o in snap.trace["operations"]]
+    assert {"APPEND", "REPLACE"} <= set(ops)
+    assert all(snap.trace["summary"] and snap.state["memory"] for snap in update_snaps)
+    assert all(snap.trace["llm_calls"] for snap in update_snaps)
+    accumulate = MemorySnapshot.objects.filter(
+        session__in=sessions, session__episode__arm__memory_system="memory_accumulate", session__index=3
+    ).first()
+    assert len(accumulate.state["memory"]) >= 4
+    assert LLMCallRecord.objects.filter(session__in=sessions, purpose="summarize_session").exists()
+
+
+def test_the_simulated_study_shows_an_arm_effect_on_memorability_in_later_sessions(db: Any) -> None:
+    from django.db.models import Avg
+
+    from chat.models import Rating
+
+    call_command("seed_demo", stdout=StringIO())
+
+    def mean(system: str) -> float:
+        return Rating.objects.filter(
+            session__episode__participant__study__slug="demo-simulated",
+            session__episode__arm__memory_system=system,
+            session__index=3,
+            metric__key="memorability",
+        ).aggregate(v=Avg("value"))["v"]
+
+    assert mean("memory_update") > mean("none") + 10
+
+
+def test_the_simulated_study_fills_the_analysis_page_and_the_episode_pages(db: Any, client: Any) -> None:
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    from chat.models import MemorySnapshot
+
+    call_command("seed_demo", stdout=StringIO())
+    client.force_login(User.objects.get(username="researcher"))
+
+    page = client.get(reverse("reports:study_analysis", args=["demo-simulated"]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    for arm in ("No memory", "Memory accumulate", "Memory update"):
+        assert arm in html
+    assert "memorability" in html and "<table" in html
+
+    snap = MemorySnapshot.objects.filter(
+        session__episode__participant__study__slug="demo-simulated",
+        session__episode__arm__memory_system="memory_update",
+        session__index=2,
+    ).first()
+    episode_page = client.get(reverse("studies:episode", args=["demo-simulated", snap.session.episode_id]))
+    assert episode_page.status_code == 200
+    html = episode_page.content.decode()
+    assert snap.trace["summary"][0] in html and snap.session.messages.first().text in html
+
+
+def test_the_simulated_operations_queue_is_built_from_the_memory_update_traces(db: Any) -> None:
+    from annotation.models import Queue
+
+    call_command("seed_demo", stdout=StringIO())
+
+    queue = Queue.objects.get(name="Demo: operations from the simulated study")
+    assert queue.study.slug == "demo-simulated" and queue.kind == Queue.Kind.PAIRS
+    items = list(queue.items.all())
+    assert items and all(item.meta["memory_system"] == "memory_update" for item in items)
+    assert all(item.payload["transcript"] and item.payload["m"] and item.payload["s"] for item in items)
+
+
+def test_running_seed_demo_twice_changes_nothing_in_the_simulated_data(db: Any) -> None:
+    from annotation.models import Item, Queue
+    from chat.models import ChatSession, LLMCallRecord, MemorySnapshot, Message, Rating
+    from studies.models import Participant, Study
+
+    models = [Study, Participant, ChatSession, Message, Rating, MemorySnapshot, LLMCallRecord, Queue, Item]
+    call_command("seed_demo", stdout=StringIO())
+    first = {m.__name__: m.objects.count() for m in models}
+    ratings = list(Rating.objects.order_by("id").values_list("value", flat=True))
+    call_command("seed_demo", stdout=StringIO())
+    assert {m.__name__: m.objects.count() for m in models} == first
+    assert list(Rating.objects.order_by("id").values_list("value", flat=True)) == ratings

@@ -8,13 +8,14 @@ from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from studies import demo
 from studies.models import Arm, Study
 
 DEMO_PASSWORD = "memeval-demo"
 
 
 class Command(BaseCommand):
-    help = "Create the demo study, a researcher (researcher/memeval-demo) and an annotator (annotator/memeval-demo)."
+    help = "Create the demo study, a closed study with simulated results, a researcher (researcher/memeval-demo) and an annotator (annotator/memeval-demo)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         researcher, created = User.objects.get_or_create(
@@ -47,6 +48,12 @@ class Command(BaseCommand):
             Arm.objects.create(study=study, name="No memory", memory_system="none")
             Arm.objects.create(study=study, name="Full history", memory_system="full_history")
         call_command("seed_annotation_demo", stdout=self.stdout)
+        simulated, created = demo.seed_simulated_study(created_by=researcher)
+        queue, added = demo.seed_simulated_queue(simulated, created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {simulated.name!r} (closed, simulated data); "
+            f"queue {queue.name!r}: {queue.items.count()} items"
+        )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
             f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"

@@ -1,0 +1,289 @@
+"""A closed demo study with simulated, finished data, so every researcher page has something to show.
+
+``seed_simulated_study()`` creates "Demo: simulated results": 12 simulated participants x 2 episodes
+(arms none / memory_accumulate / memory_update, balanced) x 3 sessions, each with a short scripted
+transcript and ratings on the five default metrics. Ratings come from a seeded random generator with a
+modest arm effect (memory_update gains on memorability in later sessions, as in Keep Me Updated).
+
+The memory is not faked: each session's end runs the arm's real ``end_session`` (from the memory
+registry) on a :class:`~memory.llm.ScriptedLLM` whose script writes plausible summaries and operation
+labels, with the hashing embedder, so snapshots, traces and LLM call records are what the platform
+stores for a live session. Bot replies are the scripted LLM's answer to the arm's real ``compose``
+prompt. No local model, no network, well under a second per episode.
+
+Idempotent: if the study exists, nothing is touched. The status is closed, so no worker lands in it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+from typing import Any
+
+from django.db import transaction
+
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from memory.base import Turn
+from memory.embed import make_embedder
+from memory.llm import RecordingLLM, ScriptedLLM
+from memory.registry import build_system
+from memory.systems.memory_accumulate import SUMMARY_SYSTEM
+from memory.systems.memory_update import OPERATION_SYSTEM
+from studies.models import Arm, Participant, Study
+
+SLUG = "demo-simulated"
+NAME = "Demo: simulated results"
+QUEUE_NAME = "Demo: operations from the simulated study"
+PARTICIPANTS = 12
+SESSIONS = 3
+SEED = 20260105
+ARMS = [("No memory", "none"), ("Memory accumulate", "memory_accumulate"), ("Memory update", "memory_update")]
+
+# topic -> one (user utterance, memory fact, ends the state?) per session.
+TOPICS: dict[str, list[tuple[str, str, bool]]] = {
+    "dog": [
+        ("I just adopted a puppy called Biscuit.", "Has a puppy called Biscuit", False),
+        ("Biscuit chewed through my shoes this week!", "Puppy Biscuit chews shoes", False),
+        ("Biscuit finished puppy school, he is so well behaved now.", "Biscuit finished puppy school", False),
+    ],
+    "back": [
+        ("My back hurts, but I haven't seen a doctor yet.", "Back hurts but hasn't seen a doctor yet", False),
+        ("I finally saw a doctor about my back, I do physio now.", "Does physiotherapy for back pain", False),
+        ("My back is completely fine again.", "Back pain is over", True),
+    ],
+    "run": [
+        ("I'm training for a half marathon in spring.", "Training for a half marathon", False),
+        ("I ran 15 km on Sunday, my longest run so far.", "Ran 15 km in training", False),
+        ("I signed up for the race in April.", "Registered for the half marathon in April", False),
+    ],
+    "job": [
+        ("I started a new job at a bakery.", "Works at a bakery", False),
+        ("At the bakery I start at 5am, it's tiring.", "Starts work at 5am at the bakery", False),
+        ("I got promoted to head baker!", "Was promoted to head baker", False),
+    ],
+    "cold": [
+        ("I have a bad cold this week.", "Has a cold", False),
+        ("My cold is all better now.", "Cold is all better", True),
+        ("I've started learning Spanish with an app.", "Learning Spanish with an app", False),
+    ],
+    "garden": [
+        ("I'm planting tomatoes on my balcony.", "Grows tomatoes on the balcony", False),
+        ("The tomatoes got some kind of mould.", "Tomato plants have mould", False),
+        ("I gave up on tomatoes and planted herbs instead.", "Grows herbs instead of tomatoes", False),
+    ],
+}
+FACTS: dict[str, tuple[str, bool]] = {fact: (topic, ends) for topic, rows in TOPICS.items() for _, fact, ends in rows}
+SMALL_TALK = ["Not much else, the weather is grey.", "That's all for today, I think.", "Anyway, how are you?"]
+GREETINGS = ["Hi! How has your week been?", "Hello again! What's new?", "Hey! Good to talk to you again."]
+
+# Per-session mean of each metric; arm effects on top (points per later session).
+BASE_MEAN = {"coherence": 62, "consistency": 64, "engagingness": 55, "humanness": 50, "memorability": 45}
+ARM_EFFECT: dict[str, dict[str, float]] = {  # (metric -> points added per session after the first)
+    "none": {"memorability": -4, "engagingness": -2},
+    "memory_accumulate": {"memorability": 5, "consistency": 1},
+    "memory_update": {"memorability": 9, "consistency": 3, "engagingness": 2},
+}
+
+
+# ------------------------------------------------------------------------------------ the script
+
+
+def script(messages: list[dict[str, str]]) -> str:
+    """The scripted LLM: summaries from the known utterances, operations from the facts' topics,
+    and replies that mention a remembered fact when the arm put one into the prompt."""
+    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+    user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    if system == SUMMARY_SYSTEM:
+        conversation = user.split("Conversation:", 1)[-1]
+        facts = [fact for rows in TOPICS.values() for said, fact, _ in rows if said in conversation]
+        return "\n".join(facts) or "NONE"
+    if system == OPERATION_SYSTEM:
+        old = re.search(r"Old memory sentence: (.*)", user)
+        new = re.search(r"New sentence: (.*)", user)
+        m, s = (old.group(1).strip() if old else ""), (new.group(1).strip() if new else "")
+        if m == s:
+            return "PASS"
+        m_topic, s_topic = FACTS.get(m, ("?", False))[0], FACTS.get(s, ("!", False))
+        if m_topic != s_topic[0]:
+            return "APPEND"
+        return "DELETE" if s_topic[1] else "REPLACE"
+    prompt = "\n".join(m["content"] for m in messages)
+    said = "\n".join(m["content"] for m in messages if m["role"] == "assistant").lower()
+    remembered = [fact for fact in FACTS if fact in prompt and fact.lower() not in said]
+    if remembered:
+        return f"Last time you told me: {remembered[-1].lower()}. How is that going?"
+    return "That sounds interesting! Tell me more."
+
+
+# ------------------------------------------------------------------------------------ the study
+
+
+def _rating(rng: random.Random, memory_system: str, metric: str, session_index: int) -> int:
+    mean = BASE_MEAN.get(metric, 55) + ARM_EFFECT[memory_system].get(metric, 0) * (session_index - 1)
+    return max(0, min(100, round(rng.gauss(mean, 12))))
+
+
+def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
+    """Create the simulated study unless it exists. Returns ``(study, created)``."""
+    existing = Study.objects.filter(slug=SLUG).first()
+    if existing is not None:
+        return existing, False
+    embedder = make_embedder("hashing")
+    rng = random.Random(SEED)
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=SLUG,
+            name=NAME,
+            status=Study.Status.CLOSED,
+            sessions_per_episode=SESSIONS,
+            episodes_per_worker=2,
+            min_user_turns=2,
+            gap_days=7,
+            completion_code="SIMULATED",
+            created_by=created_by,
+            description=(
+                "SIMULATED DATA for the demo, not a real study: scripted participants and transcripts, random "
+                "ratings with a built-in arm effect, and memories from the arms' real end-of-session updates "
+                "on a scripted LLM. Closed, so no worker can join it."
+            ),
+        )
+        study.add_default_metrics()
+        metrics = list(study.metrics.all())
+        arms = {
+            system: Arm.objects.create(study=study, name=name, memory_system=system, llm_backend="scripted")
+            for name, system in ARMS
+        }
+        pairs = [("none", "memory_accumulate"), ("memory_accumulate", "memory_update"), ("memory_update", "none")]
+        topic_names = sorted(TOPICS)
+        for p in range(PARTICIPANTS):
+            start = study.simulated_start + dt.timedelta(days=p)
+            participant = Participant.objects.create(
+                study=study,
+                external_id=f"simulated-{p + 1:02d}",
+                source=Participant.Source.INVITE,
+                consented_at=start,
+                created_at=start,
+                completed_at=start + dt.timedelta(days=2 * SESSIONS),
+            )
+            order = pairs[p % 3] if p % 2 == 0 else pairs[p % 3][::-1]
+            for e, system in enumerate(order, start=1):
+                topics = rng.sample(topic_names, 2)
+                _simulate_episode(participant, arms[system], e, topics, metrics, rng, embedder, start)
+    return study, True
+
+
+def _simulate_episode(
+    participant: Participant,
+    arm: Arm,
+    index: int,
+    topics: list[str],
+    metrics: list[Any],
+    rng: random.Random,
+    embedder: Any,
+    start: dt.datetime,
+) -> None:
+    study = participant.study
+    llm = RecordingLLM(ScriptedLLM(script, model="scripted-demo"))
+    system = build_system(arm.memory_system, llm=llm, embedder=embedder, **(arm.params or {}))
+    state = system.initial_state()
+    wall = start + dt.timedelta(days=SESSIONS * (index - 1))
+    episode = Episode.objects.create(
+        participant=participant,
+        arm=arm,
+        index=index,
+        status=Episode.Status.COMPLETED,
+        memory_state=state,
+        created_at=wall,
+        completed_at=wall + dt.timedelta(days=SESSIONS - 1, minutes=15),
+    )
+    for k in range(1, SESSIONS + 1):
+        began = wall + dt.timedelta(days=k - 1)
+        clock = study.session_start(index, k)
+        session = ChatSession.objects.create(
+            episode=episode,
+            index=k,
+            status=ChatSession.Status.DONE,
+            simulated_start=clock,
+            started_at=began,
+            ended_at=began + dt.timedelta(minutes=8),
+            rated_at=began + dt.timedelta(minutes=10),
+        )
+        said = [TOPICS[t][k - 1][0] for t in topics] + [rng.choice(SMALL_TALK)]
+        turns: list[Turn] = []
+        rows: list[Message] = []
+        for u, text in enumerate(said):
+            at = clock + dt.timedelta(minutes=2 * u)
+            turns.append(Turn("user", text, at))
+            rows.append(Message(session=session, seq=len(rows) + 1, speaker="user", text=text, created_at=began))
+            prompt = system.compose(state, turns, at)
+            reply = llm.complete(prompt.as_dicts(), purpose="reply").text
+            if u == 0:
+                reply = f"{GREETINGS[k - 1]} {reply}"
+            turns.append(Turn("bot", reply, at))
+            rows.append(
+                Message(
+                    session=session,
+                    seq=len(rows) + 1,
+                    speaker="bot",
+                    text=reply,
+                    memory_used=list(prompt.memory),
+                    created_at=began,
+                )
+            )
+        Message.objects.bulk_create(rows)
+        llm.drain()  # the reply calls are not stored: only the memory update's, as update_memory does
+        update = system.end_session(state, turns, clock + dt.timedelta(minutes=8))
+        state = update.state
+        calls = llm.drain()
+        LLMCallRecord.objects.bulk_create(
+            [
+                LLMCallRecord(
+                    session=session,
+                    purpose=c.get("purpose") or "",
+                    model=c.get("model") or "",
+                    messages=c.get("messages") or [],
+                    reply=c.get("reply") or "",
+                    latency_ms=c.get("latency_ms") or 0,
+                    prompt_tokens=c.get("prompt_tokens"),
+                    completion_tokens=c.get("completion_tokens"),
+                    error=c.get("error") or "",
+                )
+                for c in calls
+            ]
+        )
+        MemorySnapshot.objects.create(
+            session=session,
+            status=MemorySnapshot.Status.DONE,
+            state=state,
+            trace={**(update.trace or {}), "llm_calls": calls},
+            attempts=1,
+            created_at=began + dt.timedelta(minutes=8),
+            finished_at=began + dt.timedelta(minutes=9),
+        )
+        Rating.objects.bulk_create(
+            [
+                Rating(session=session, metric=m, value=_rating(rng, arm.memory_system, m.key, k), created_at=began)
+                for m in metrics
+            ]
+        )
+    episode.memory_state = state
+    episode.save(update_fields=["memory_state"])
+
+
+def seed_simulated_queue(study: Study, created_by: Any = None) -> tuple[Any, int]:
+    """The pairs queue built from the simulated study's memory_update traces ("from study" source)."""
+    from annotation.models import Queue
+    from annotation.sources import pull_from_study
+
+    queue, created = Queue.objects.get_or_create(
+        name=QUEUE_NAME,
+        kind=Queue.Kind.PAIRS,
+        study=study,
+        defaults={
+            "instructions": "Simulated data. Decide what the memory should keep for each pair (m, s). Keys 1-4, F, ?.",
+            "created_by": created_by,
+        },
+    )
+    added = pull_from_study(queue) if created else 0
+    return queue, added
