@@ -76,9 +76,7 @@ class WordLlamaEmbedder:
                 assert spec is not None and spec.origin is not None
                 # wordllama 0.4 looks for its tokenizer under tokenizer/ but ships tokenizers/:
                 # loading with the package folder as cache_dir finds both offline.
-                _WL[self.dim] = WordLlama.load(
-                    dim=self.dim, cache_dir=Path(spec.origin).parent, disable_download=True
-                )
+                _WL[self.dim] = WordLlama.load(dim=self.dim, cache_dir=Path(spec.origin).parent, disable_download=True)
             return _WL[self.dim]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -88,7 +86,9 @@ class WordLlamaEmbedder:
 
 
 class OpenAIEmbedder:
-    def __init__(self, model: str = "text-embedding-3-small", *, api_key: str | None = None, base_url: str | None = None):
+    def __init__(
+        self, model: str = "text-embedding-3-small", *, api_key: str | None = None, base_url: str | None = None
+    ):
         import openai
 
         self.name = model
@@ -134,7 +134,9 @@ def make_embedder(backend: str = "wordllama", model: str = "", **options: Any) -
     if backend == "hashing":
         return HashingEmbedder(int(options.get("dim", 256)))
     if backend == "openai":
-        return OpenAIEmbedder(model or "text-embedding-3-small", api_key=options.get("api_key"), base_url=options.get("base_url"))
+        return OpenAIEmbedder(
+            model or "text-embedding-3-small", api_key=options.get("api_key"), base_url=options.get("base_url")
+        )
     if backend == "minilm":
         return MiniLMEmbedder()
     raise ValueError(f"unknown embedder {backend!r} (choose wordllama, openai, minilm or hashing)")

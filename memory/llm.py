@@ -166,14 +166,14 @@ class LocalLLM:
 class OpenAILLM:
     """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0)."""
 
-    def __init__(
-        self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0
-    ):
+    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
         import openai
 
         self.model = model
         self._openai = openai
-        self.client = openai.OpenAI(api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0)
+        self.client = openai.OpenAI(
+            api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0
+        )
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
@@ -189,7 +189,10 @@ class OpenAILLM:
         start = time.perf_counter()
         try:
             out = self.client.chat.completions.create(
-                model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature  # type: ignore[arg-type]
+                model=self.model,
+                messages=list(messages),
+                max_tokens=max_tokens,
+                temperature=temperature,  # type: ignore[arg-type]
             )
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
@@ -211,7 +214,11 @@ class OpenAILLM:
     ) -> Iterator[str]:
         try:
             chunks = self.client.chat.completions.create(
-                model=self.model, messages=list(messages), max_tokens=max_tokens, temperature=temperature, stream=True  # type: ignore[arg-type]
+                model=self.model,
+                messages=list(messages),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stream=True,  # type: ignore[arg-type]
             )
             for chunk in chunks:
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
@@ -316,7 +323,14 @@ class RecordingLLM:
         self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces))
 
     def _record(
-        self, purpose: str, messages: Messages, reply: str, start: float, *, error: str = "", completion_tokens: int | None = None
+        self,
+        purpose: str,
+        messages: Messages,
+        reply: str,
+        start: float,
+        *,
+        error: str = "",
+        completion_tokens: int | None = None,
     ) -> None:
         self.calls.append(
             LLMCall(
@@ -344,7 +358,12 @@ def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
     if backend == "openai":
         if not model:
             raise LLMError("the openai backend needs a model name")
-        return OpenAILLM(model, api_key=options.get("api_key"), base_url=options.get("base_url"), timeout=options.get("timeout", 60.0))
+        return OpenAILLM(
+            model,
+            api_key=options.get("api_key"),
+            base_url=options.get("base_url"),
+            timeout=options.get("timeout", 60.0),
+        )
     if backend == "scripted":
         return ScriptedLLM(options.get("script"), model=model or "scripted")
     raise LLMError(f"unknown LLM backend {backend!r} (choose local, openai or scripted)")

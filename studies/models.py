@@ -59,10 +59,18 @@ class Study(models.Model):
     description = models.TextField(blank=True, help_text="For researchers only.")
     instructions = models.TextField(default=DEFAULT_INSTRUCTIONS)
     consent_text = models.TextField(default=DEFAULT_CONSENT)
-    sessions_per_episode = models.PositiveSmallIntegerField(default=5, validators=[MinValueValidator(1), MaxValueValidator(20)])
-    gap_days = models.FloatField(default=7.0, validators=[MinValueValidator(0)], help_text="Simulated time between sessions.")
-    min_user_turns = models.PositiveSmallIntegerField(default=5, help_text="User messages before 'End session' unlocks.")
-    max_message_chars = models.PositiveIntegerField(default=2000, validators=[MinValueValidator(1), MaxValueValidator(20000)])
+    sessions_per_episode = models.PositiveSmallIntegerField(
+        default=5, validators=[MinValueValidator(1), MaxValueValidator(20)]
+    )
+    gap_days = models.FloatField(
+        default=7.0, validators=[MinValueValidator(0)], help_text="Simulated time between sessions."
+    )
+    min_user_turns = models.PositiveSmallIntegerField(
+        default=5, help_text="User messages before 'End session' unlocks."
+    )
+    max_message_chars = models.PositiveIntegerField(
+        default=2000, validators=[MinValueValidator(1), MaxValueValidator(20000)]
+    )
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )
@@ -139,7 +147,9 @@ class Arm(models.Model):
     memory_system = models.CharField(max_length=50, choices=memory_choices)
     params = models.JSONField(default=dict, blank=True, help_text="Overrides of the system's defaults.")
     llm_backend = models.CharField(
-        max_length=20, blank=True, choices=[("local", "local"), ("openai", "openai"), ("scripted", "scripted")],
+        max_length=20,
+        blank=True,
+        choices=[("local", "local"), ("openai", "openai"), ("scripted", "scripted")],
         help_text="Empty = the site default (LLM_BACKEND).",
     )
     llm_model = models.CharField(max_length=200, blank=True, help_text="Empty = the site default (LLM_MODEL).")

@@ -55,7 +55,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     proc = subprocess.Popen(
         # daphne's runserver: the ASGI app plus static files (WhiteNoise is only on in production)
-        [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env
+        [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        cwd=ROOT,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):

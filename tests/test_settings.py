@@ -14,14 +14,26 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DEBUG", "SECRET_KEY"}}
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def test_the_embedded_default_needs_no_environment() -> None:
     from django.conf import settings
 
-    out = run_manage("shell", "-v", "0", "-c", "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_TASK_ALWAYS_EAGER, s.LLM_BACKEND)", env={})
+    out = run_manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_TASK_ALWAYS_EAGER, s.LLM_BACKEND)",
+        env={},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["django.db.backends.sqlite3", "channels.layers.InMemoryChannelLayer", "True", "local"]
     assert settings.ASGI_APPLICATION == "evalsite.asgi.application"
@@ -29,10 +41,20 @@ def test_the_embedded_default_needs_no_environment() -> None:
 
 def test_production_env_switches_to_postgres_and_redis() -> None:
     env = {"DATABASE_URL": "postgres://u:p@db:5432/memeval", "REDIS_URL": "redis://redis:6379/0"}
-    out = run_manage("shell", "-v", "0", "-c", "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_TASK_ALWAYS_EAGER, s.CELERY_BROKER_URL)", env=env)
+    out = run_manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings as s; print(s.DATABASES['default']['ENGINE'], s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_TASK_ALWAYS_EAGER, s.CELERY_BROKER_URL)",
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [
-        "django.db.backends.postgresql", "channels_redis.core.RedisChannelLayer", "False", "redis://redis:6379/0"
+        "django.db.backends.postgresql",
+        "channels_redis.core.RedisChannelLayer",
+        "False",
+        "redis://redis:6379/0",
     ]
 
 
@@ -49,7 +71,9 @@ def test_check_deploy_is_clean_with_production_env() -> None:
 
 
 def test_check_deploy_rejects_the_dev_secret_key_without_debug() -> None:
-    out = run_manage("check", "--deploy", env={"DEBUG": "false", "ALLOWED_HOSTS": "x.org", "REDIS_URL": "redis://h:1/0"})
+    out = run_manage(
+        "check", "--deploy", env={"DEBUG": "false", "ALLOWED_HOSTS": "x.org", "REDIS_URL": "redis://h:1/0"}
+    )
     assert out.returncode != 0
     assert "memeval.E001" in out.stdout + out.stderr
 
