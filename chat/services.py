@@ -470,7 +470,8 @@ def _check_reply(text: str) -> str:
     return text
 
 
-def _store_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
+def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
+    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows."""
     LLMCallRecord.objects.bulk_create(
         [
             LLMCallRecord(
@@ -543,7 +544,7 @@ def generate_reply(message_id: int) -> None:
         except LLMError as exc:
             if llm.calls and not llm.calls[-1].error:
                 llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
-            _store_calls(session.pk, msg.pk, llm.drain())
+            store_llm_calls(session.pk, msg.pk, llm.drain())
             transient = isinstance(exc, LLMTransientError)
             if transient and msg.attempts < max_attempts:
                 Message.objects.filter(pk=msg.pk).update(error=str(exc)[:500])
@@ -558,7 +559,7 @@ def generate_reply(message_id: int) -> None:
                 msg.refresh_from_db()
                 broadcast(session.pk, fragments.message(msg))
             return
-        _store_calls(session.pk, msg.pk, llm.drain())
+        store_llm_calls(session.pk, msg.pk, llm.drain())
         updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
             status=Message.Status.COMPLETE, text=text, error="", memory_used=prompt.memory if prompt else []
         )
@@ -577,9 +578,9 @@ def _after_turn(
         update = system.after_turn(episode.memory_state, turns_of(session, upto_seq=msg.seq), now)
     except Exception as exc:
         log.warning("after_turn failed for session %s: %s", session.pk, exc)
-        _store_calls(session.pk, msg.pk, llm.drain())
+        store_llm_calls(session.pk, msg.pk, llm.drain())
         return
-    _store_calls(session.pk, msg.pk, llm.drain())
+    store_llm_calls(session.pk, msg.pk, llm.drain())
     if update.state != episode.memory_state:
         with transaction.atomic():
             ep = Episode.objects.select_for_update().get(pk=episode.pk)
@@ -621,7 +622,7 @@ def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
         error = ""
     except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
         calls = llm.drain() if llm else []
-        _store_calls(session.pk, None, calls)
+        store_llm_calls(session.pk, None, calls)
         MemorySnapshot.objects.filter(pk=snapshot.pk).update(
             attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000]
         )
@@ -631,7 +632,7 @@ def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
         log.warning("memory update of session %s failed; keeping the previous state: %s", session_id, exc)
     else:
         calls = llm.drain()
-        _store_calls(session.pk, None, calls)
+        store_llm_calls(session.pk, None, calls)
         trace["llm_calls"] = calls
     with transaction.atomic():
         snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)

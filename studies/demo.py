@@ -23,7 +23,8 @@ from typing import Any
 
 from django.db import transaction
 
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import ChatSession, Episode, MemorySnapshot, Message, Rating
+from chat.services import store_llm_calls
 from memory.base import Turn
 from memory.embed import make_embedder
 from memory.llm import RecordingLLM, ScriptedLLM
@@ -236,22 +237,7 @@ def _simulate_episode(
         update = system.end_session(state, turns, clock + dt.timedelta(minutes=8))
         state = update.state
         calls = llm.drain()
-        LLMCallRecord.objects.bulk_create(
-            [
-                LLMCallRecord(
-                    session=session,
-                    purpose=c.get("purpose") or "",
-                    model=c.get("model") or "",
-                    messages=c.get("messages") or [],
-                    reply=c.get("reply") or "",
-                    latency_ms=c.get("latency_ms") or 0,
-                    prompt_tokens=c.get("prompt_tokens"),
-                    completion_tokens=c.get("completion_tokens"),
-                    error=c.get("error") or "",
-                )
-                for c in calls
-            ]
-        )
+        store_llm_calls(session.pk, None, calls)
         MemorySnapshot.objects.create(
             session=session,
             status=MemorySnapshot.Status.DONE,
