@@ -20,6 +20,16 @@ def _fast_offline_settings(settings: Any) -> None:
 
 
 @pytest.fixture
+def worker_database_url(db: Any) -> str:
+    """The URL of the database pytest-django made (``test_<name>``), for worker processes started by a test."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgres://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+
+
+@pytest.fixture
 def researcher(db: Any) -> User:
     return User.objects.create_user("rita", password="pw", is_staff=True, is_superuser=True)
 

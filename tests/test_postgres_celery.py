@@ -35,21 +35,14 @@ def _require_services() -> str:
     return redis_url
 
 
-def _test_database_url() -> str:
-    """The URL of the database pytest-django made (``test_<name>``), for the worker process."""
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgres://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
-
-
 @pytest.fixture
-def celery_worker(tmp_path: Path) -> Iterator[Path]:
+def celery_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     """A real `celery -A evalsite worker` process on the test database; yields its log file."""
     redis_url = _require_services()
     log = tmp_path / "worker.log"
     env = {
         **os.environ,
-        "DATABASE_URL": _test_database_url(),
+        "DATABASE_URL": worker_database_url,
         "REDIS_URL": redis_url,
         "CELERY_TASK_ALWAYS_EAGER": "false",
         "LLM_BACKEND": "scripted",

@@ -27,17 +27,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pyt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _database_url() -> str:
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgres://{auth}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
-
-
 @pytest.fixture
-def reply_worker(tmp_path: Path) -> Iterator[Path]:
+def reply_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     assert connection.vendor == "postgresql" and os.environ.get("REDIS_URL"), "run with scripts/with-services.sh"
     log = tmp_path / "worker.log"
-    env = {**os.environ, "DATABASE_URL": _database_url(), "CELERY_TASK_ALWAYS_EAGER": "false",
+    env = {**os.environ, "DATABASE_URL": worker_database_url, "CELERY_TASK_ALWAYS_EAGER": "false",
            "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(
