@@ -153,7 +153,9 @@ def _a_mem_evolve(text: str) -> str:
     tags of every neighbour (contexts unchanged)."""
     keywords = ast.literal_eval(re.search(r"\n\s*keywords: (\[.*?\])\n", text).group(1))
     neighbours = re.findall(
-        r"memory index:(\d+)\t.*?memory context: (.*?)\t memory keywords: (\[.*?\])\t memory tags: (\[.*?\])\n", text, re.S
+        r"memory index:(\d+)\t.*?memory context: (.*?)\t memory keywords: (\[.*?\])\t memory tags: (\[.*?\])\n",
+        text,
+        re.S,
     )
     linked = [int(i) for i, _, kw, _ in neighbours if set(ast.literal_eval(kw)) & set(keywords)]
     if not linked:
