@@ -346,3 +346,14 @@ def test_qc_names_no_gvd_user_and_moves_on_each_session() -> None:
     r1 = system.compose(s1, [Turn("user", "hi", NOW)], NOW).reply
     assert r0 != r1
     json.dumps(s1)
+
+
+def test_qc_compose_answers_the_workers_last_message_with_the_draw_for_this_point() -> None:
+    system = build_system("qc", seed=4, degrade="none", candidates=3)
+    state = {"seed": 4, "sessions": 2}
+    session = [Turn("user", "first", NOW), Turn("bot", "x", NOW), Turn("user", "I walked my dog", NOW)]
+    prompt = system.compose(state, session, NOW)
+    assert prompt.reply == draw(4, 2, 2, "I walked my dog", candidates=3, degrade="none")
+    assert prompt.memory == [] and prompt.messages[-1].content == "I walked my dog"
+    assert system.initial_state() == {"seed": 4, "sessions": 0}
+    assert system.end_session(state, session, NOW).trace == {"replies": 1}
