@@ -533,7 +533,13 @@ def generate_reply(message_id: int) -> None:
             # first one at once); what is still buffered at the end arrives with the final message.
             buffered: list[str] = []
             last_flush = 0.0
-            for piece in llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply"):
+            # An arm may give its reply itself (the quality-control arm): it is sent as is, with no LLM call.
+            stream = (
+                [prompt.reply]
+                if prompt.reply is not None
+                else llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply")
+            )
+            for piece in stream:
                 pieces.append(piece)
                 buffered.append(piece)
                 if time.monotonic() - last_flush >= flush_every:

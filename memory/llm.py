@@ -8,11 +8,17 @@ Backends:
 
 Errors are mapped to :class:`LLMTransientError` (worth retrying: timeout, 429, 5xx, connection,
 empty output) or :class:`LLMError` (not worth retrying: bad request, auth).
+
+Tool calls: ``complete(..., tools=[...])`` offers OpenAI-style function tools; the reply's
+:attr:`Completion.tool_calls` holds the calls the model made. Backends whose ``supports_tools`` is
+false (the local model) ignore ``tools`` and answer in text, so an arm that needs actions must also
+accept a text format (``memgpt`` parses a JSON action list then).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 Messages = Sequence[dict[str, str]]
+Tools = Sequence[dict[str, Any]]  # OpenAI function-tool specs: {"type": "function", "function": {...}}
 
 DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
 
@@ -33,6 +40,18 @@ class LLMTransientError(LLMError):
     """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for. ``arguments`` is {} when they did not parse (see ``raw``)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
 @dataclass
 class Completion:
     text: str
@@ -40,6 +59,7 @@ class Completion:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float = 0.0
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -66,7 +86,13 @@ class LLM(Protocol):
     model: str
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion: ...
 
     def stream(
@@ -104,7 +130,11 @@ def _llama(path: Path, n_ctx: int) -> Any:
 
 
 class LocalLLM:
-    """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0."""
+    """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0.
+
+    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text."""
+
+    supports_tools = False
 
     def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, model_path: str | None = None, n_ctx: int = 4096):
         self.model = model or DEFAULT_LOCAL_MODEL
@@ -124,7 +154,13 @@ class LocalLLM:
         return msgs
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
         with _LLAMA_LOCK:
@@ -164,7 +200,12 @@ class LocalLLM:
 
 
 class OpenAILLM:
-    """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0)."""
+    """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0).
+
+    Tool calls go through the endpoint's ``tools`` parameter; an endpoint without tool support answers
+    400, which surfaces as :class:`LLMError` (the caller falls back to a text format)."""
+
+    supports_tools = True
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
         import openai
@@ -184,15 +225,23 @@ class OpenAILLM:
         return LLMError(f"{type(exc).__name__}: {exc}")
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        extra: dict[str, Any] = {"tools": list(tools), "tool_choice": "auto"} if tools else {}
         try:
             out = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),
+                messages=list(messages),  # type: ignore[arg-type]
                 max_tokens=max_tokens,
-                temperature=temperature,  # type: ignore[arg-type]
+                temperature=temperature,
+                **extra,
             )
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
@@ -201,12 +250,14 @@ class OpenAILLM:
         if not getattr(out, "choices", None):
             raise LLMTransientError("the endpoint returned no choices")
         usage = out.usage
+        message = out.choices[0].message
         return Completion(
-            text=(out.choices[0].message.content or "").strip(),
+            text=(message.content or "").strip(),
             model=getattr(out, "model", None) or self.model,
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             latency_ms=(time.perf_counter() - start) * 1000,
+            tool_calls=[parse_tool_call(c.function.name, c.function.arguments) for c in message.tool_calls or []],
         )
 
     def stream(
@@ -227,26 +278,47 @@ class OpenAILLM:
             raise self._map(exc) from exc
 
 
+def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
+    """A tool call from the wire format (arguments as a JSON string); unparseable arguments give {}."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        parsed = None
+    return ToolCall(name=name, arguments=parsed if isinstance(parsed, dict) else {}, raw=arguments or "")
+
+
 # ------------------------------------------------------------------------------------------ scripted
 
 
-Script = Callable[[list[dict[str, str]]], str]
+# A script maps the messages to a text reply, or (when tools are offered) to a list of tool calls.
+Script = Callable[[list[dict[str, str]]], "str | list[ToolCall]"]
 
 
 class ScriptedLLM:
     """A deterministic fake. ``script`` is a callable (messages -> reply) or a list of replies used in
     turn (the last one repeats). With no script it echoes the last user message. Exceptions in the
-    list are raised, to simulate failures."""
+    list are raised, to simulate failures. A reply may be a list of :class:`ToolCall` (the model
+    "calls tools"); ``supports_tools`` says whether arms should offer tools to this fake.
+    ``tools_seen`` records the tools offered with each call (None when none were)."""
 
-    def __init__(self, script: Script | Sequence[str | Exception] | None = None, *, model: str = "scripted"):
+    def __init__(
+        self,
+        script: Script | Sequence[str | list[ToolCall] | Exception] | None = None,
+        *,
+        model: str = "scripted",
+        supports_tools: bool = False,
+    ):
         self.model = model
         self.script = script
+        self.supports_tools = supports_tools
         self.i = 0
         self.calls: list[list[dict[str, str]]] = []
+        self.tools_seen: list[list[dict[str, Any]] | None] = []
 
-    def _reply(self, messages: Messages) -> str:
+    def _reply(self, messages: Messages, tools: Tools | None = None) -> str | list[ToolCall]:
         msgs = [dict(m) for m in messages]
         self.calls.append(msgs)
+        self.tools_seen.append([dict(t) for t in tools] if tools else None)
         if self.script is None:
             last = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
             return f"You said: {last}"
@@ -259,16 +331,28 @@ class ScriptedLLM:
         return item
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
-        text = self._reply(messages)
-        return Completion(text=text, model=self.model, prompt_tokens=0, completion_tokens=len(text.split()))
+        out = self._reply(messages, tools)
+        if isinstance(out, list):
+            if not tools:
+                raise LLMError("the script answered with tool calls, but no tools were offered")
+            return Completion(text="", model=self.model, prompt_tokens=0, completion_tokens=len(out), tool_calls=out)
+        return Completion(text=out, model=self.model, prompt_tokens=0, completion_tokens=len(out.split()))
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
     ) -> Iterator[str]:
-        text = self._reply(messages)
-        for i, word in enumerate(text.split(" ")):
+        out = self._reply(messages)
+        if isinstance(out, list):
+            raise LLMError("the script answered a streamed reply with tool calls")
+        for i, word in enumerate(out.split(" ")):
             yield word if i == 0 else " " + word
 
 
@@ -286,12 +370,26 @@ class RecordingLLM:
     def model(self) -> str:
         return self.inner.model
 
+    @property
+    def supports_tools(self) -> bool:
+        return bool(getattr(self.inner, "supports_tools", False))
+
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
         try:
-            out = self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+            # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
+            extra: dict[str, Any] = {"tools": tools} if tools else {}
+            out = self.inner.complete(
+                messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra
+            )
         except LLMError as exc:
             self._record(purpose, messages, "", start, error=str(exc))
             raise
@@ -300,7 +398,8 @@ class RecordingLLM:
                 purpose=purpose,
                 model=out.model,
                 messages=[dict(m) for m in messages],
-                reply=out.text,
+                # tool calls are stored as their JSON, so the record shows what the model asked for
+                reply=out.text or (json.dumps([c.as_dict() for c in out.tool_calls]) if out.tool_calls else ""),
                 latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
                 prompt_tokens=out.prompt_tokens,
                 completion_tokens=out.completion_tokens,

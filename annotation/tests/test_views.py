@@ -221,7 +221,7 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     from chat.models import ChatSession, Episode, MemorySnapshot, Message
     from studies.models import Participant
 
-    arm = study.arms.first()
+    arm = study.arms.create(name="Memory update", memory_system="memory_update")  # declares its pairs
     participant = Participant.objects.create(study=study, external_id="P1", source="invite")
     episode = Episode.objects.create(participant=participant, arm=arm, index=1)
     session = ChatSession.objects.create(episode=episode, index=2, simulated_start=timezone.now())

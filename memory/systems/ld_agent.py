@@ -146,6 +146,7 @@ def gap_exceeds(last: str, t: datetime, beta: float) -> bool:
 class LDAgent(BaseSystem):
     name = "ld_agent"
     label = "LD-Agent"
+    source = "Li et al., NAACL 2025 (Hello Again!), Eq. 1-5, Appendix E; code leolee99/LD-Agent@20c1a67"
     params = {
         "retrieval": Param(
             "paper",

@@ -77,6 +77,8 @@ def trim_fifo(memory: list[str], cap: int, trace: dict[str, Any]) -> list[str]:
 class MemoryAccumulate(BaseSystem):
     name = "memory_accumulate"
     label = "Memory accumulate"
+    source = "Keep Me Updated (Bae et al. 2022) §4.1-4.2, Appendix B.3"
+    summary_sentences = "summary"
     params = {
         "k": Param(5, "Memory sentences retrieved for each reply.", "Keep Me Updated, Appendix B.3 (k = 5)"),
         "query_turns": Param(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import Param, Turn, Update
+from memory.base import OperationPairs, Param, Turn, Update
 from memory.systems.common import ask, embed_texts, fallback
 from memory.systems.memory_accumulate import MemoryAccumulate, trim_fifo
 
@@ -115,6 +115,8 @@ Decider = Callable[[str, str], tuple[str, str, bool]]
 class MemoryUpdate(MemoryAccumulate):
     name = "memory_update"
     label = "Memory update"
+    source = "Keep Me Updated (Bae et al. 2022) §4.3, Algorithm 1"
+    operation_pairs = OperationPairs("operations", "session")
     params = {
         **MemoryAccumulate.params,
         "operation_max_tokens": Param(6, "Token budget of each operation decision.", "our choice (one label)"),

@@ -204,6 +204,7 @@ def pairs_of(session: Sequence[Turn]) -> list[tuple[str, str]]:
 class MemoryBank(BaseSystem):
     name = "memorybank"
     label = "MemoryBank"
+    source = "Zhong et al., AAAI 2024; code zhongwanjun/MemoryBank-SiliconFriend@cf61c41"
     params = {
         "k": Param(2, "Memory units retrieved per reply.", "code: memory_search_top_k = 2"),
         "forgetting": Param(

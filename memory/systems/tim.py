@@ -121,6 +121,7 @@ def parse_group(reply: str | None) -> list[str]:
 class ThinkInMemory(BaseSystem):
     name = "tim"
     label = "Think-in-Memory (TiM)"
+    source = "Liu et al. 2023 (arXiv 2311.08719), §3, Figures 3-5"
     params = {
         "groups": Param(8, "Number of LSH groups b (R has b/2 columns).", "our choice (the paper leaves b open)"),
         "k": Param(3, "Thoughts recalled from the query's group.", "our choice (the paper leaves k open)"),

@@ -198,3 +198,17 @@ def test_replay_talks_to_an_openai_compatible_endpoint(tmp_path: Path) -> None:
         and seen[0]["model"] == "tiny"
     )
     assert records[-1]["reply"] == "Updated memory: The user has a dog named Rex."
+
+
+def test_arms_lists_every_arm_with_its_label_and_source() -> None:
+    import io
+
+    from memory.__main__ import main
+    from memory.registry import MEMORY_SYSTEMS
+
+    out = io.StringIO()
+    assert main(["arms"], out) == 0
+    text = out.getvalue()
+    for name, cls in MEMORY_SYSTEMS.items():
+        assert f"{name}  ({cls.label})" in text and f"source: {cls.source}" in text
+    assert "qc  (Quality control (degraded, no LLM))  [quality control]" in text

@@ -84,3 +84,21 @@ def test_the_summarizer_drops_copied_instruction_examples_and_none() -> None:
     system = MemoryAccumulate(llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
     update = system.end_session(system.initial_state(), SESSION, NOW)
     assert update.state["memory"] == ["Adopted a cat called Miso"]
+
+
+def test_full_history_drops_the_oldest_turns_first_and_keeps_sessions_in_order() -> None:
+    from datetime import UTC, datetime
+
+    from memory.base import Turn
+    from memory.registry import build_system
+
+    system = build_system("full_history", max_history_tokens=12)
+    now = datetime(2026, 3, 9, 18, tzinfo=UTC)
+    state = system.initial_state()
+    for text in ("old words about a cat", "newer words about a dog"):
+        state = system.end_session(state, [Turn("user", text, now)], now).state
+    assert state["sessions"][0]["turns"] == [{"speaker": "user", "text": "old words about a cat"}]
+    kept = system.compose(state, [Turn("user", "hi", now)], now).memory
+    assert kept == ["User: newer words about a dog"]  # the oldest lines went first (budget: 12 tokens)
+    everything = build_system("full_history").compose(state, [Turn("user", "hi", now)], now).memory
+    assert everything[0] == "[Session 1, 2026-03-09]" and everything[-1] == "User: newer words about a dog"
