@@ -1,18 +1,21 @@
 """Annotation workflows shared by views, management commands and the benchmark.
 
-Assignment follows notes/statistics-and-reliability.md B1: inside one transaction the next item is
-taken with ``SELECT ... FOR UPDATE SKIP LOCKED`` (PostgreSQL; SQLite serialises the whole transaction
-instead, ``transaction_mode=IMMEDIATE``), a leased :class:`Assignment` is created and the item's
-``in_flight`` counter rises. Unique constraints are the last line of defence: one label per (item,
-annotator), one open assignment per (queue, annotator). Expired leases are swept back into the pool.
+Assignment follows notes/statistics-and-reliability.md B1: the next item is taken with ``SELECT ...
+FOR UPDATE SKIP LOCKED``, a leased :class:`Assignment` is created and the item's ``in_flight`` counter
+rises, all at once (PostgreSQL: one statement, see "PostgreSQL fast paths"; SQLite: one transaction,
+serialised by ``transaction_mode=IMMEDIATE``). Unique constraints are the last line of defence: one
+label per (item, annotator), one open assignment per (queue, annotator). Expired leases go back into
+the pool when a claim would otherwise find nothing, from the claim path at most every
+``SWEEP_INTERVAL``, and from ``manage.py expire_leases``.
 
 Every public function either completes entirely or raises :class:`AnnotationError` with nothing
-stored (submits and drafts validate first, then write in one transaction).
+stored (submits and drafts validate first, then write in one transaction or one statement).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -21,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
-from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, Label, Queue
+from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
 
 MAX_SENTENCES = 60
 MAX_DRAFT_CHARS = 20_000
@@ -131,7 +134,8 @@ def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | 
     appear early rather than all items being two-thirds done at the end.
 
     Expired leases return to the pool when a claim would otherwise find nothing, and at most every
-    ``SWEEP_INTERVAL`` otherwise: the common claim is three statements in one transaction.
+    ``SWEEP_INTERVAL`` otherwise, so the common claim does not look at them: it is one statement on
+    PostgreSQL (three and BEGIN/COMMIT on SQLite), guarded by annotation/tests/test_claim_cost.py.
     """
     if not queue.active:
         return None
@@ -163,7 +167,7 @@ def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | 
     return current_assignment(queue, user)
 
 
-def _candidates(queue: Queue, user: AbstractBaseUser) -> Any:
+def _candidates(queue: Queue, user: AbstractBaseUser) -> ItemQuerySet:
     seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)
     candidates = Item.objects.claimable().filter(queue=queue).exclude(Exists(seen))
     if queue.is_chain:
@@ -385,16 +389,18 @@ def _postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+# Both statements insert rows: a field added to Assignment or Label must be added here too (the
+# service tests run on PostgreSQL as well, test_services_on_postgres.py, and would fail first).
 _CLAIM_SQL = """
 WITH candidate AS (
     SELECT i.id FROM {item} AS i
-    WHERE i.queue_id = %(queue)s AND i.status = 'open' AND i.required > i.done_count + i.in_flight
+    WHERE i.queue_id = %(queue)s AND i.status = '{item_open}' AND i.required > i.done_count + i.in_flight
       AND (NOT %(chain)s OR i.in_flight = 0)
       AND (%(any_stage)s OR i.done_count = ANY(%(stages)s))
       AND NOT EXISTS (SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s)
       AND NOT EXISTS (
           SELECT 1 FROM {assignment} AS mine
-          WHERE mine.queue_id = %(queue)s AND mine.annotator_id = %(user)s AND mine.status = 'open'
+          WHERE mine.queue_id = %(queue)s AND mine.annotator_id = %(user)s AND mine.status = '{open}'
       )
     ORDER BY i.done_count DESC, i.position, i.id
     LIMIT 1
@@ -403,11 +409,56 @@ WITH candidate AS (
     UPDATE {item} AS i SET in_flight = i.in_flight + 1 FROM candidate WHERE i.id = candidate.id RETURNING i.*
 ), leased AS (
     INSERT INTO {assignment} (queue_id, item_id, annotator_id, status, created_at, expires_at)
-    SELECT %(queue)s, taken.id, %(user)s, 'open', %(now)s, %(expires)s FROM taken
+    SELECT %(queue)s, taken.id, %(user)s, '{open}', %(now)s, %(expires)s FROM taken
     RETURNING id, item_id
 )
 SELECT leased.id, {columns} FROM taken JOIN leased ON leased.item_id = taken.id
 """
+
+_SUBMIT_PAIR_SQL = """
+WITH done AS (
+    UPDATE {assignment} AS a SET status = '{submitted}', submitted_at = %(now)s
+    FROM {queue} AS q
+    WHERE a.id = %(assignment)s AND a.annotator_id = %(user)s AND a.status = '{open}' AND a.expires_at > %(now)s
+      AND q.id = a.queue_id AND q.kind = '{pairs}' AND q.max_edit_chars >= %(length)s
+    RETURNING a.id, a.item_id, q.gold_min_votes
+), counted AS (
+    UPDATE {item} AS i SET
+        done_count = i.done_count + 1,
+        in_flight = i.in_flight - 1,
+        status = CASE WHEN i.done_count + 1 >= i.required THEN '{adjudication}' ELSE i.status END,
+        completed_at = CASE WHEN i.done_count + 1 >= i.required THEN %(now)s ELSE i.completed_at END
+    FROM done WHERE i.id = done.item_id
+    RETURNING i.id, i.done_count, i.required
+), stored AS (
+    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, revision, changed, created_at)
+    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, counted.done_count, true, %(now)s
+    FROM done CROSS JOIN counted
+    RETURNING id, item_id, assignment_id, revision
+), dropped AS (
+    DELETE FROM {draft} AS d USING done WHERE d.assignment_id = done.id
+)
+SELECT stored.id, stored.item_id, stored.assignment_id, stored.revision, counted.required, done.gold_min_votes
+FROM stored JOIN counted ON counted.id = stored.item_id JOIN done ON done.id = stored.assignment_id
+"""
+
+
+@functools.cache
+def _sql(template: str) -> str:
+    """A fast-path statement with its table names, item columns and status values filled in."""
+    return template.format(
+        item=Item._meta.db_table,
+        assignment=Assignment._meta.db_table,
+        queue=Queue._meta.db_table,
+        label=Label._meta.db_table,
+        draft=Draft._meta.db_table,
+        columns=", ".join(f"taken.{field.column}" for field in Item._meta.concrete_fields),
+        item_open=Item.Status.OPEN.value,
+        adjudication=Item.Status.ADJUDICATION.value,
+        open=Assignment.Status.OPEN.value,
+        submitted=Assignment.Status.SUBMITTED.value,
+        pairs=Queue.Kind.PAIRS.value,
+    )
 
 
 def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
@@ -430,23 +481,19 @@ def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.dateti
         "now": now,
         "expires": now + queue.lease,
     }
-    fields = Item._meta.concrete_fields
-    sql = _CLAIM_SQL.format(
-        item=Item._meta.db_table,
-        assignment=Assignment._meta.db_table,
-        columns=", ".join(f"taken.{field.column}" for field in fields),
-    )
     with _statement_savepoint(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_sql(_CLAIM_SQL), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    # Built by hand rather than through Item.objects.raw(), which costs more CPU than the statement:
-    # the JSON fields are the only ones whose database value needs converting.
-    values = [
-        field.from_db_value(value, None, connection) if isinstance(field, models.JSONField) else value
-        for field, value in zip(fields, row[1:], strict=True)
-    ]
+    # Built here rather than through Item.objects.raw(), which costs more CPU than the statement:
+    # the row holds the item's concrete fields in order, converted as the ORM would.
+    fields = Item._meta.concrete_fields
+    values = []
+    for field, value in zip(fields, row[1:], strict=True):
+        for convert in field.get_db_converters(connection):
+            value = convert(value, None, connection)
+        values.append(value)
     item = Item.from_db(connection.alias, [field.attname for field in fields], values)
     assignment = Assignment(
         pk=row[0],
@@ -460,34 +507,6 @@ def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.dateti
     assignment._state.adding = False
     assignment._state.db = connection.alias
     return assignment
-
-
-_SUBMIT_PAIR_SQL = """
-WITH done AS (
-    UPDATE {assignment} AS a SET status = 'submitted', submitted_at = %(now)s
-    FROM {queue} AS q
-    WHERE a.id = %(assignment)s AND a.annotator_id = %(user)s AND a.status = 'open' AND a.expires_at > %(now)s
-      AND q.id = a.queue_id AND q.kind = 'pairs' AND q.max_edit_chars >= %(length)s
-    RETURNING a.id, a.item_id, q.gold_min_votes
-), counted AS (
-    UPDATE {item} AS i SET
-        done_count = i.done_count + 1,
-        in_flight = i.in_flight - 1,
-        status = CASE WHEN i.done_count + 1 >= i.required THEN 'adjudication' ELSE i.status END,
-        completed_at = CASE WHEN i.done_count + 1 >= i.required THEN %(now)s ELSE i.completed_at END
-    FROM done WHERE i.id = done.item_id
-    RETURNING i.id, i.done_count, i.required
-), stored AS (
-    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, revision, changed, created_at)
-    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, counted.done_count, true, %(now)s
-    FROM done CROSS JOIN counted
-    RETURNING id, item_id, assignment_id, revision
-), dropped AS (
-    DELETE FROM {draft} AS d USING done WHERE d.assignment_id = done.id
-)
-SELECT stored.id, stored.item_id, stored.assignment_id, stored.revision, counted.required, done.gold_min_votes
-FROM stored JOIN counted ON counted.id = stored.item_id JOIN done ON done.id = stored.assignment_id
-"""
 
 
 def _submit_pair_in_one_statement(
@@ -510,15 +529,8 @@ def _submit_pair_in_one_statement(
         "length": len(fused_text),
         "now": now,
     }
-    sql = _SUBMIT_PAIR_SQL.format(
-        assignment=Assignment._meta.db_table,
-        queue=Queue._meta.db_table,
-        item=Item._meta.db_table,
-        label=Label._meta.db_table,
-        draft=Draft._meta.db_table,
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_sql(_SUBMIT_PAIR_SQL), params)
         row = cursor.fetchone()
     if row is None:
         return None
