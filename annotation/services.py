@@ -491,15 +491,14 @@ def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.dateti
     fields = Item._meta.concrete_fields
     values = []
     for field, value in zip(fields, row[1:], strict=True):
-        for convert in field.get_db_converters(connection):
-            value = convert(value, None, connection)
-        values.append(value)
+        convert = getattr(field, "from_db_value", None)  # the JSON fields
+        values.append(value if convert is None else convert(value, None, connection))
     item = Item.from_db(connection.alias, [field.attname for field in fields], values)
     assignment = Assignment(
         pk=row[0],
         queue=queue,
         item=item,
-        annotator=user,
+        annotator_id=user.pk,
         status=Assignment.Status.OPEN,
         created_at=now,
         expires_at=now + queue.lease,
@@ -538,7 +537,7 @@ def _submit_pair_in_one_statement(
     label = Label(
         pk=label_id,
         item_id=item_id,
-        annotator=annotator,
+        annotator_id=annotator.pk,
         assignment_id=assignment_pk,
         op=op,
         fused_text=fused_text,

@@ -110,6 +110,7 @@ def count_statements(tag: str) -> tuple[list[str], list[str]]:
     services.claim_next_item(queue, first)
     with CaptureQueriesContext(connection) as claim:
         a = services.claim_next_item(queue, second)
+    assert a is not None
     with CaptureQueriesContext(connection) as submit:
         services.submit_label(a.pk, annotator=second, op="APPEND")
     return [q["sql"] for q in claim.captured_queries], [q["sql"] for q in submit.captured_queries]
@@ -180,7 +181,7 @@ def main() -> None:
     stamp = str(int(time.time()))
     claim_sql, submit_sql = count_statements(stamp)
     print(
-        f"PostgreSQL {connection.pg_version // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
+        f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
         f"{args.items} items x {args.labels} labels"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
