@@ -27,11 +27,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
+# As in production: with DEBUG on, Django also records every query in memory, which is client CPU
+# a deployment does not spend. DEBUG=1 in the environment measures the development setting.
+os.environ.setdefault("DEBUG", "0")
 
 import django  # noqa: E402
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import Group, User  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
@@ -182,7 +186,7 @@ def main() -> None:
     claim_sql, submit_sql = count_statements(stamp)
     print(
         f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
-        f"{args.items} items x {args.labels} labels"
+        f"{args.items} items x {args.labels} labels, DEBUG={settings.DEBUG}"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
     if args.show_sql:
