@@ -25,7 +25,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
@@ -178,15 +178,20 @@ def _candidates(queue: Queue, user: AbstractBaseUser) -> ItemQuerySet:
     return candidates
 
 
+def _own_open(queue: Queue, user: AbstractBaseUser) -> QuerySet[Assignment]:
+    """The annotator's open assignment in ``queue`` (at most one, live or lapsed)."""
+    return Assignment.objects.filter(queue=queue, annotator=user, status=Assignment.Status.OPEN)
+
+
 def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
     """One attempt: a new assignment, the annotator's live one, or ``None`` (nothing free right now)."""
-    own_open = Assignment.objects.filter(queue=queue, annotator=user, status=Assignment.Status.OPEN)
     if _postgres():
         assignment = _claim_in_one_statement(queue, user, now)
         if assignment is not None:
             return assignment
-        mine = own_open.select_related("item", "queue").first()
+        mine = _own_open(queue, user).select_related("item", "queue").first()
     else:
+        own_open = _own_open(queue, user)
         with transaction.atomic():
             # An annotator holding an open assignment in this queue gets no new item (an uncorrelated
             # NOT EXISTS on the partial unique index): that keeps the common claim at one SELECT, and
