@@ -1,7 +1,8 @@
 """Assignments per second with 50 concurrent annotators on PostgreSQL (not a test: it prints figures).
 
     MEMEVAL_PGPORT=55505 MEMEVAL_REDISPORT=56505 bash scripts/with-services.sh \
-        .venv/bin/python bench/bench_annotation.py [--annotators 50] [--items 600] [--labels 3] [--runs 3]
+        .venv/bin/python bench/bench_annotation.py [--annotators 50] [--items 600] [--labels 3] [--runs 3] \
+        [--processes 1]
 
 Each annotator thread loops claim_next_item -> submit_label (the service calls a view makes, without
 HTTP) until the queue is empty, all threads released together by a barrier. It reports claims per
@@ -9,12 +10,14 @@ second (a claim = one leased assignment), claim and submit latency percentiles, 
 invariants afterwards (every item exactly N labels, no annotator twice on an item). With ``--runs``
 it repeats on a fresh queue each time and ends with the best and the median run. Before the runs it
 counts the SQL statements of one claim and one submit (CaptureQueriesContext, BEGIN/COMMIT included)
-and prints the load average, since the machine may be shared.
+and prints the load average, since the machine may be shared. All threads share one process (one
+GIL) unless ``--processes`` spreads them, as several web processes would.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
@@ -23,6 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,7 +57,7 @@ class Run:
     claim_ms: list[float]
     submit_ms: list[float]
     ok: bool
-    errors: list[BaseException]
+    errors: list[str]
 
     @property
     def rate(self) -> float:
@@ -120,15 +124,20 @@ def count_statements(tag: str) -> tuple[list[str], list[str]]:
     return [q["sql"] for q in claim.captured_queries], [q["sql"] for q in submit.captured_queries]
 
 
-def run_once(tag: str, n_annotators: int, n_items: int, labels: int) -> Run:
-    users = make_users(tag, n_annotators)
-    queue = make_queue(tag, n_items, labels)
-    connections.close_all()
+@dataclass
+class Timings:
+    claim_ms: list[float]
+    submit_ms: list[float]
+    finished: float  # time.perf_counter() (CLOCK_MONOTONIC: comparable across processes) of the last thread
+    errors: list[str]
 
-    barrier = threading.Barrier(n_annotators + 1)
+
+def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
+    """One thread per annotator: claim -> submit until the queue is empty; all start at ``barrier``."""
     claim_ms: list[float] = []
     submit_ms: list[float] = []
-    errors: list[BaseException] = []
+    errors: list[str] = []
+    finished: list[float] = []
     lock = threading.Lock()
 
     def work(user: User) -> None:
@@ -146,23 +155,62 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int) -> Run:
                 t2 = time.perf_counter()
                 mine_c.append((t1 - t0) * 1000)
                 mine_s.append((t2 - t1) * 1000)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        except BaseException as exc:  # noqa: BLE001 - reported by main()
+            errors.append(repr(exc))
         finally:
+            end = time.perf_counter()
             connections.close_all()
             with lock:
                 claim_ms.extend(mine_c)
                 submit_ms.extend(mine_s)
+                finished.append(end)
 
     threads = [threading.Thread(target=work, args=(u,)) for u in users]
     for t in threads:
         t.start()
-    barrier.wait()
-    start = time.perf_counter()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - start
+    return Timings(claim_ms, submit_ms, max(finished, default=time.perf_counter()), errors)
 
+
+def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any) -> None:
+    results.put(annotate(queue, users, barrier))
+
+
+def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: int) -> Run:
+    users = make_users(tag, n_annotators)
+    queue = make_queue(tag, n_items, labels)
+    connections.close_all()  # children must not share the parent's connection
+
+    if processes == 1:
+        barrier: Any = threading.Barrier(n_annotators + 1)
+        parts: list[Timings] = []
+        runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier)))
+        runner.start()
+        barrier.wait()
+        start = time.perf_counter()
+        runner.join()
+    else:
+        # fork: the children inherit the configured Django and open their own connections
+        ctx = multiprocessing.get_context("fork")
+        barrier = ctx.Barrier(n_annotators + 1)
+        results = ctx.Queue()
+        children = [
+            ctx.Process(target=annotate_in_child, args=(queue, users[k::processes], barrier, results))
+            for k in range(processes)
+        ]
+        for child in children:
+            child.start()
+        barrier.wait()
+        start = time.perf_counter()
+        parts = [results.get() for _ in children]
+        for child in children:
+            child.join()
+
+    claim_ms = [ms for part in parts for ms in part.claim_ms]
+    submit_ms = [ms for part in parts for ms in part.submit_ms]
+    errors = [e for part in parts for e in part.errors]
+    elapsed = max(part.finished for part in parts) - start
     per_item = Counter(Label.objects.filter(item__queue=queue).values_list("item_id", flat=True))
     pairs = list(Label.objects.filter(item__queue=queue).values_list("item_id", "annotator_id"))
     ok = (
@@ -177,6 +225,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=600)
     parser.add_argument("--labels", type=int, default=3)
     parser.add_argument("--runs", type=int, default=1, help="repeat on a fresh queue; report best and median")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="spread the annotator threads over this many processes (as a web deployment would), default 1",
+    )
     parser.add_argument("--show-sql", action="store_true", help="print the statements of one claim and one submit")
     args = parser.parse_args()
     if connection.vendor != "postgresql":
@@ -186,7 +240,7 @@ def main() -> None:
     claim_sql, submit_sql = count_statements(stamp)
     print(
         f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
-        f"{args.items} items x {args.labels} labels, DEBUG={settings.DEBUG}"
+        f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
     if args.show_sql:
@@ -198,7 +252,7 @@ def main() -> None:
     runs: list[Run] = []
     for k in range(args.runs):
         before = load()
-        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels)
+        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes)
         runs.append(run)
         print(
             f"run {k + 1}: {run.assignments} assignments in {run.seconds:.2f} s = {run.rate:.0f} assignments/s; "
@@ -207,7 +261,7 @@ def main() -> None:
             f"load {before} -> {load()}; invariants {'OK' if run.ok else 'VIOLATED'}"
         )
         if run.errors:
-            print("  first error:", repr(run.errors[0]))
+            print("  first error:", run.errors[0])
     best = max(runs, key=lambda r: r.rate)
     print(
         f"best:   {best.rate:.0f} assignments/s, claim p95 {best.claim_p(95):.1f} ms, "
