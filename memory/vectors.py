@@ -1,0 +1,297 @@
+"""Embeddings kept with an arm's state, and a process-wide cache of the matrices built from them.
+
+An arm embeds each memory item once, when the item is written, and keeps the vectors in its state as
+one *block* (a small JSON object, the rows aligned with the arm's list of texts):
+
+    {"model": "wordllama-256", "dim": 256, "dtype": "float16", "count": 3,
+     "digest": "<blake2b-128 of the model name and the texts>", "data": "<base64 of 3 x 256 float16>"}
+
+Why in the state rather than only in a cache keyed by content: the state is the arm's whole memory
+(the platform snapshots it after every session and may run the next reply in another process), so
+vectors stored with it survive restarts and process boundaries, are never recomputed, and a snapshot
+replays with the very vectors it was written with. The cost is size: 2 bytes per dimension, base64
+(4/3), i.e. 684 characters per item with wordllama-256, 1 KB with MiniLM-384, 4 KB with OpenAI's
+1536-d models; float16 keeps cosine scores to about 1e-3, well inside what retrieval needs.
+
+Decoding a block costs milliseconds at 10k items, so :func:`load` keeps the decoded float32 matrix in
+a process-wide LRU cache keyed by the block's digest; a hit is checked against the caller's texts
+(cheap list comparison), so a state edited behind the arm's back is never served stale rows. The
+cache holds at most ``MEMEVAL_VECTOR_CACHE_MB`` megabytes (default 256). Every row is rounded to
+float16 whether it comes from the embedder or from a block, so retrieval gives the same result on a
+cache hit, after a decode, or after a re-embed.
+
+Use from an arm (see docs/memory-systems.md, "How to add a new arm"):
+
+    vecs = vectors.load(state.get("vectors"), texts, self.embedder)   # compose: no write, no re-embed
+    scores = vecs.matrix @ query_vector
+    ...
+    new = vectors.extend(vecs, new_texts, self.embedder)              # update: embeds only new texts
+    state["vectors"] = new.block()
+
+:meth:`Vectors.derived` caches structures an arm builds from the vectors (an LSH table, a topic
+index) for as long as the vectors stay in the cache.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from memory.embed import Embedder
+
+log = logging.getLogger("memory")
+
+STORED_DTYPE = np.dtype("<f2")  # little-endian float16: the block's on-disk format
+T = TypeVar("T")
+
+
+class VectorBlockError(ValueError):
+    """A vector block in a state is malformed (not produced by :meth:`Vectors.block`)."""
+
+
+def digest_of(model: str, texts: Sequence[str]) -> str:
+    """The identity of a block: the embedder's name and the texts, in order (lengths included, so no
+    two different lists of texts share a digest by concatenation)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(model.encode())
+    h.update(b"\x00")
+    h.update(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)).tobytes())
+    h.update("\x00".join(texts).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def as_stored(matrix: np.ndarray) -> np.ndarray:
+    """float32 rows rounded through float16, i.e. exactly the values a block holds."""
+    return np.asarray(matrix, dtype=np.float32).astype(STORED_DTYPE).astype(np.float32)
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+class Vectors:
+    """Unit vectors of ``texts`` (row i embeds texts[i]) from the embedder ``model``; read-only."""
+
+    def __init__(self, model: str, texts: Sequence[str], matrix: np.ndarray, digest: str | None = None) -> None:
+        matrix = np.asarray(matrix, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+            raise ValueError(f"vectors: {matrix.shape} rows for {len(texts)} texts")
+        matrix.setflags(write=False)
+        self.model = model
+        self.texts: tuple[str, ...] = tuple(texts)
+        self.matrix = matrix
+        self.digest = digest or digest_of(model, self.texts)
+        self._derived: dict[Hashable, Any] = {}
+        self._row_of: dict[str, int] | None = None
+        self._block: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.matrix.nbytes) + _nbytes(self._derived)
+
+    def row_of(self) -> dict[str, int]:
+        """text -> row (the first row of a repeated text)."""
+        if self._row_of is None:
+            row_of: dict[str, int] = {}
+            for i, text in enumerate(self.texts):
+                row_of.setdefault(text, i)
+            self._row_of = row_of
+        return self._row_of
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray | None:
+        """The matrix rows of ``texts``: a view when they are these texts or a prefix of them, a copy
+        when they are another selection of them, ``None`` if some text is not here."""
+        n = len(texts)
+        if n == len(self.texts) and tuple(texts) == self.texts:
+            return self.matrix
+        if n < len(self.texts) and tuple(texts) == self.texts[:n]:
+            return self.matrix[:n]
+        row_of = self.row_of()
+        try:
+            return self.matrix[[row_of[t] for t in texts]] if n else self.matrix[:0]
+        except KeyError:
+            return None
+
+    def derived(self, key: Hashable, build: Callable[[], T], valid: Callable[[T], bool] | None = None) -> T:
+        """``build()`` once per key for these vectors (e.g. an LSH table); later calls return it. If
+        ``valid`` is given and rejects the kept value (it depends on more than the texts), it is rebuilt."""
+        with self._lock:
+            if key not in self._derived or (valid is not None and not valid(self._derived[key])):
+                self._derived[key] = build()
+            return self._derived[key]  # type: ignore[no-any-return]
+
+    def block(self) -> dict[str, Any]:
+        """The JSON block to store in the state (computed once)."""
+        if self._block is None:
+            self._block = {
+                "model": self.model,
+                "dim": self.dim,
+                "dtype": "float16",
+                "count": len(self.texts),
+                "digest": self.digest,
+                "data": base64.b64encode(self.matrix.astype(STORED_DTYPE).tobytes()).decode("ascii"),
+            }
+        return self._block
+
+
+# ------------------------------------------------------------------------------------ process cache
+
+
+class _Cache:
+    """An LRU of :class:`Vectors` by digest, bounded in bytes; thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, digest: str) -> Vectors | None:
+        with self._lock:
+            found = self._items.get(digest)
+            if found is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(digest)
+            self.hits += 1
+            return found
+
+    def put(self, vecs: Vectors) -> None:
+        with self._lock:
+            self._items[vecs.digest] = vecs
+            self._items.move_to_end(vecs.digest)
+            total = sum(v.nbytes for v in self._items.values())
+            while total > self.max_bytes and len(self._items) > 1:
+                _, dropped = self._items.popitem(last=False)
+                total -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = 0
+
+
+def _max_bytes() -> int:
+    raw = os.environ.get("MEMEVAL_VECTOR_CACHE_MB", "256")
+    try:
+        mb = float(raw)
+    except ValueError:
+        raise ValueError(f"MEMEVAL_VECTOR_CACHE_MB must be a number of megabytes, not {raw!r}") from None
+    return int(mb * 1024 * 1024)
+
+
+CACHE = _Cache(_max_bytes())
+
+
+# ------------------------------------------------------------------------------------------ public
+
+
+def _embed(embedder: Embedder | None, texts: Sequence[str]) -> np.ndarray:
+    if embedder is None:
+        raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
+    if not texts:
+        return np.zeros((0, int(embedder.dim)), dtype=np.float32)
+    return as_stored(embedder.embed(list(texts)))
+
+
+def decode(block: dict[str, Any]) -> np.ndarray:
+    """The float32 matrix of a block (raises :class:`VectorBlockError` if it is malformed)."""
+    try:
+        count, dim, data = int(block["count"]), int(block["dim"]), str(block["data"])
+        if block.get("dtype", "float16") != "float16":
+            raise VectorBlockError(f"unsupported vector dtype {block.get('dtype')!r}")
+        raw = base64.b64decode(data.encode("ascii"), validate=True)
+    except (KeyError, TypeError, ValueError, UnicodeEncodeError) as exc:
+        if isinstance(exc, VectorBlockError):
+            raise
+        raise VectorBlockError(f"malformed vector block: {exc}") from None
+    if len(raw) != count * dim * STORED_DTYPE.itemsize:
+        raise VectorBlockError(f"vector block holds {len(raw)} bytes, not {count} x {dim} float16")
+    return np.frombuffer(raw, dtype=STORED_DTYPE).astype(np.float32).reshape(count, dim)
+
+
+def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
+    """The vectors of ``texts`` for retrieval: from the process cache, else from the state's block,
+    else (no block, another embedder, or a block that does not match the texts) by embedding them,
+    which happens once per process for a given memory. Never modifies the state."""
+    if embedder is None:
+        raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
+    model = embedder.name
+    wanted = tuple(texts)
+    if isinstance(block, dict) and block.get("model") == model and block.get("count") == len(wanted):
+        digest = str(block.get("digest", ""))
+        cached = CACHE.get(digest)
+        if cached is not None and cached.texts == wanted:
+            return cached
+        if digest == digest_of(model, wanted):
+            try:
+                vecs = Vectors(model, wanted, decode(block), digest)
+            except VectorBlockError as exc:
+                log.warning("vector block ignored, re-embedding %d texts: %s", len(wanted), exc)
+            else:
+                vecs._block = block
+                CACHE.put(vecs)
+                return vecs
+    digest = digest_of(model, wanted)
+    cached = CACHE.get(digest)
+    if cached is not None and cached.texts == wanted:
+        return cached
+    if wanted:
+        log.info("embedding %d memory texts (the state has no matching vector block)", len(wanted))
+    vecs = Vectors(model, wanted, _embed(embedder, wanted), digest)
+    CACHE.put(vecs)
+    return vecs
+
+
+def extend(base: Vectors | None, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
+    """The vectors of ``texts`` (the memory after an update), reusing every row of ``base`` whose text
+    is unchanged and embedding only the others, in one batch."""
+    if embedder is None:
+        raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
+    wanted = tuple(texts)
+    if base is not None and base.model == embedder.name:
+        if base.texts == wanted:
+            return base
+        row_of = base.row_of()
+    else:
+        row_of = {}
+    missing = list(dict.fromkeys(t for t in wanted if t not in row_of))
+    fresh = _embed(embedder, missing)
+    if base is not None and row_of and fresh.shape[1] != base.dim and missing:
+        raise ValueError(f"vectors: the embedder returns {fresh.shape[1]}-d rows, the memory has {base.dim}-d")
+    fresh_row = {t: i for i, t in enumerate(missing)}
+    dim = base.dim if base is not None and row_of else fresh.shape[1] if missing else int(embedder.dim)
+    matrix = np.empty((len(wanted), dim), dtype=np.float32)
+    if wanted:
+        old = [i for i, t in enumerate(wanted) if t in row_of]
+        new = [i for i, t in enumerate(wanted) if t not in row_of]
+        if old:
+            assert base is not None
+            matrix[old] = base.matrix[[row_of[wanted[i]] for i in old]]
+        if new:
+            matrix[new] = fresh[[fresh_row[wanted[i]] for i in new]]
+    vecs = Vectors(embedder.name, wanted, matrix)
+    CACHE.put(vecs)
+    return vecs
