@@ -295,3 +295,20 @@ def extend(base: Vectors | None, texts: Sequence[str], embedder: Embedder | None
     vecs = Vectors(embedder.name, wanted, matrix)
     CACHE.put(vecs)
     return vecs
+
+
+def is_block(value: Any) -> bool:
+    return isinstance(value, dict) and {"model", "dim", "count", "digest", "data"} <= set(value)
+
+
+def redacted(state: Any) -> Any:
+    """A copy of ``state`` with each vector block's data replaced by a short note (for display)."""
+    if is_block(state):
+        shown = {k: v for k, v in state.items() if k != "data"}
+        shown["note"] = f"{state['count']} x {state['dim']} float16 vectors ({state['model']}), not shown"
+        return shown
+    if isinstance(state, dict):
+        return {k: redacted(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [redacted(v) for v in state]
+    return state
