@@ -13,8 +13,8 @@ replays with the very vectors it was written with. The cost is size: 2 bytes per
 (4/3), i.e. 684 characters per item with wordllama-256, 1 KB with MiniLM-384, 4 KB with OpenAI's
 1536-d models; float16 keeps cosine scores to about 1e-3, well inside what retrieval needs.
 
-Decoding a block costs milliseconds at 10k items, so :func:`load` keeps the decoded float32 matrix in
-a process-wide LRU cache keyed by the block's digest; a hit is checked against the caller's texts
+Decoding a block costs milliseconds at 10k items, so :func:`load` keeps the decoded matrix in a
+process-wide LRU cache keyed by the block's digest; a hit is checked against the caller's texts
 (cheap list comparison), so a state edited behind the arm's back is never served stale rows. The
 cache holds at most ``MEMEVAL_VECTOR_CACHE_MB`` megabytes (default 256). Every row is rounded to
 float16 whether it comes from the embedder or from a block, so retrieval gives the same result on a
@@ -83,18 +83,40 @@ def _nbytes(value: Any) -> int:
     return int(getattr(value, "nbytes", 0))
 
 
-class Vectors:
-    """Unit vectors of ``texts`` (row i embeds texts[i]) from the embedder ``model``; read-only."""
+def _encode(half: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(half, dtype=STORED_DTYPE).tobytes()).decode("ascii")
 
-    def __init__(self, model: str, texts: Sequence[str], matrix: np.ndarray, digest: str | None = None) -> None:
-        matrix = np.asarray(matrix, dtype=np.float32)
-        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
-            raise ValueError(f"vectors: {matrix.shape} rows for {len(texts)} texts")
+
+MAX_SEGMENTS = 32  # a block written by appends holds one base64 piece per append, up to this many
+
+
+class Vectors:
+    """Unit vectors of ``texts`` (row i embeds texts[i]) from the embedder ``model``; read-only.
+
+    ``half`` holds the stored float16 values, ``matrix`` the same values as float32 for arithmetic."""
+
+    def __init__(
+        self,
+        model: str,
+        texts: Sequence[str],
+        half: np.ndarray,
+        digest: str | None = None,
+        *,
+        segments: list[str] | None = None,
+        matrix: np.ndarray | None = None,
+    ) -> None:
+        half = np.asarray(half, dtype=STORED_DTYPE)
+        if half.ndim != 2 or half.shape[0] != len(texts):
+            raise ValueError(f"vectors: {half.shape} rows for {len(texts)} texts")
+        matrix = half.astype(np.float32) if matrix is None else matrix
+        half.setflags(write=False)
         matrix.setflags(write=False)
         self.model = model
         self.texts: tuple[str, ...] = tuple(texts)
+        self.half = half
         self.matrix = matrix
         self.digest = digest or digest_of(model, self.texts)
+        self._segments = segments  # base64 pieces that encode ``half`` in order, when known
         self._derived: dict[Hashable, Any] = {}
         self._row_of: dict[str, int] | None = None
         self._block: dict[str, Any] | None = None
@@ -109,7 +131,7 @@ class Vectors:
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes) + _nbytes(self._derived)
+        return int(self.matrix.nbytes) + int(self.half.nbytes) + _nbytes(self._derived)
 
     def row_of(self) -> dict[str, int]:
         """text -> row (the first row of a repeated text)."""
@@ -143,16 +165,22 @@ class Vectors:
             return self._derived[key]  # type: ignore[no-any-return]
 
     def block(self) -> dict[str, Any]:
-        """The JSON block to store in the state (computed once)."""
+        """The JSON block to store in the state (computed once). Writing it also keeps these vectors
+        in the process cache: the next reply of this memory will ask for them."""
         if self._block is None:
+            segments = self._segments
+            if segments is None or len(segments) > MAX_SEGMENTS:
+                segments = [_encode(self.half)]
+            self._segments = segments
             self._block = {
                 "model": self.model,
                 "dim": self.dim,
                 "dtype": "float16",
                 "count": len(self.texts),
                 "digest": self.digest,
-                "data": base64.b64encode(self.matrix.astype(STORED_DTYPE).tobytes()).decode("ascii"),
+                "data": segments[0] if len(segments) == 1 else list(segments),
             }
+        CACHE.put(self)
         return self._block
 
 
@@ -209,27 +237,37 @@ CACHE = _Cache(_max_bytes())
 
 
 def _embed(embedder: Embedder | None, texts: Sequence[str]) -> np.ndarray:
+    """float16 rows of ``texts``."""
     if embedder is None:
         raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
     if not texts:
-        return np.zeros((0, int(embedder.dim)), dtype=np.float32)
-    return as_stored(embedder.embed(list(texts)))
+        return np.zeros((0, int(embedder.dim)), dtype=STORED_DTYPE)
+    return np.asarray(embedder.embed(list(texts)), dtype=np.float32).astype(STORED_DTYPE)
+
+
+def _pieces(block: dict[str, Any]) -> list[str]:
+    data = block["data"]
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, list) and all(isinstance(x, str) for x in data):
+        return list(data)
+    raise VectorBlockError("malformed vector block: data must be a base64 string or a list of them")
 
 
 def decode(block: dict[str, Any]) -> np.ndarray:
-    """The float32 matrix of a block (raises :class:`VectorBlockError` if it is malformed)."""
+    """The float16 rows of a block (raises :class:`VectorBlockError` if it is malformed)."""
     try:
-        count, dim, data = int(block["count"]), int(block["dim"]), str(block["data"])
         if block.get("dtype", "float16") != "float16":
             raise VectorBlockError(f"unsupported vector dtype {block.get('dtype')!r}")
-        raw = base64.b64decode(data.encode("ascii"), validate=True)
+        count, dim = int(block["count"]), int(block["dim"])
+        raw = b"".join(base64.b64decode(x.encode("ascii"), validate=True) for x in _pieces(block))
+    except VectorBlockError:
+        raise
     except (KeyError, TypeError, ValueError, UnicodeEncodeError) as exc:
-        if isinstance(exc, VectorBlockError):
-            raise
         raise VectorBlockError(f"malformed vector block: {exc}") from None
-    if len(raw) != count * dim * STORED_DTYPE.itemsize:
+    if count < 0 or dim < 0 or len(raw) != count * dim * STORED_DTYPE.itemsize:
         raise VectorBlockError(f"vector block holds {len(raw)} bytes, not {count} x {dim} float16")
-    return np.frombuffer(raw, dtype=STORED_DTYPE).astype(np.float32).reshape(count, dim)
+    return np.frombuffer(raw, dtype=STORED_DTYPE).reshape(count, dim)
 
 
 def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
@@ -247,7 +285,7 @@ def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder 
             return cached
         if digest == digest_of(model, wanted):
             try:
-                vecs = Vectors(model, wanted, decode(block), digest)
+                vecs = Vectors(model, wanted, decode(block), digest, segments=_pieces(block))
             except VectorBlockError as exc:
                 log.warning("vector block ignored, re-embedding %d texts: %s", len(wanted), exc)
             else:
@@ -265,36 +303,58 @@ def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder 
     return vecs
 
 
-def extend(base: Vectors | None, texts: Sequence[str], embedder: Embedder | None) -> Vectors:
-    """The vectors of ``texts`` (the memory after an update), reusing every row of ``base`` whose text
-    is unchanged and embedding only the others, in one batch."""
+def extend(
+    base: Vectors | None, texts: Sequence[str], embedder: Embedder | None, *, also: Vectors | None = None
+) -> Vectors:
+    """The vectors of ``texts`` (the memory after an update), reusing every row of ``base`` (or of
+    ``also``, e.g. new sentences embedded earlier in the update) whose text is unchanged and
+    embedding only the others, in one batch. When ``texts`` extends ``base`` at the end (the usual
+    update), the block of the result re-encodes only the new rows."""
     if embedder is None:
         raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
     wanted = tuple(texts)
-    if base is not None and base.model == embedder.name:
-        if base.texts == wanted:
-            return base
-        row_of = base.row_of()
-    else:
-        row_of = {}
-    missing = list(dict.fromkeys(t for t in wanted if t not in row_of))
+    if also is not None and also.model != embedder.name:
+        also = None
+    if base is None or base.model != embedder.name or not len(base):
+        return Vectors(embedder.name, wanted, _fill(wanted, None, also, embedder))
+    if base.texts == wanted:
+        return base
+    n0 = len(base)
+    if len(wanted) >= n0 and wanted[:n0] == base.texts:
+        tail = _fill(wanted[n0:], base, also, embedder)
+        segments = [*base._segments, _encode(tail)] if base._segments is not None and len(tail) else None
+        matrix = np.concatenate([base.matrix, tail.astype(np.float32)])
+        return Vectors(embedder.name, wanted, np.concatenate([base.half, tail]), segments=segments, matrix=matrix)
+    return Vectors(embedder.name, wanted, _fill(wanted, base, also, embedder))
+
+
+def _fill(wanted: Sequence[str], base: Vectors | None, also: Vectors | None, embedder: Embedder) -> np.ndarray:
+    """float16 rows of ``wanted``: copied from ``base`` or ``also`` where they hold the text, else embedded."""
+    sources = [v for v in (base, also) if v is not None and len(v)]
+    known: dict[str, tuple[int, int]] = {}
+    for k, source in enumerate(reversed(sources)):  # base wins over also
+        known.update((t, (len(sources) - 1 - k, i)) for t, i in source.row_of().items())
+    missing = list(dict.fromkeys(t for t in wanted if t not in known))
     fresh = _embed(embedder, missing)
-    if base is not None and row_of and fresh.shape[1] != base.dim and missing:
-        raise ValueError(f"vectors: the embedder returns {fresh.shape[1]}-d rows, the memory has {base.dim}-d")
+    dims = {v.dim for v in sources} | ({fresh.shape[1]} if missing else set())
+    if len(dims) > 1:
+        raise ValueError(f"vectors: rows of different dimensions {sorted(dims)} (was the embedder changed?)")
+    if not known and len(missing) == len(wanted):
+        return fresh
+    out = np.empty((len(wanted), dims.pop() if dims else int(embedder.dim)), dtype=STORED_DTYPE)
     fresh_row = {t: i for i, t in enumerate(missing)}
-    dim = base.dim if base is not None and row_of else fresh.shape[1] if missing else int(embedder.dim)
-    matrix = np.empty((len(wanted), dim), dtype=np.float32)
-    if wanted:
-        old = [i for i, t in enumerate(wanted) if t in row_of]
-        new = [i for i, t in enumerate(wanted) if t not in row_of]
-        if old:
-            assert base is not None
-            matrix[old] = base.matrix[[row_of[wanted[i]] for i in old]]
-        if new:
-            matrix[new] = fresh[[fresh_row[wanted[i]] for i in new]]
-    vecs = Vectors(embedder.name, wanted, matrix)
-    CACHE.put(vecs)
-    return vecs
+    groups: list[list[tuple[int, int]]] = [[] for _ in range(len(sources) + 1)]
+    for i, t in enumerate(wanted):
+        where = known.get(t)
+        if where is None:
+            groups[-1].append((i, fresh_row[t]))
+        else:
+            groups[where[0]].append((i, where[1]))
+    for rows, pairs in zip([*(v.half for v in sources), fresh], groups, strict=True):
+        if pairs:
+            dst, src = zip(*pairs, strict=True)
+            out[list(dst)] = rows[list(src)]
+    return out
 
 
 def is_block(value: Any) -> bool:

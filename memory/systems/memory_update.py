@@ -175,21 +175,31 @@ class MemoryUpdate(MemoryAccumulate):
             )
         return [(found[i], raw or "", False) if i in found else (FALLBACK_OP, raw or "", True) for i in range(len(M))]
 
-    def similarities(self, M: list[str], S: list[str], known: vectors.Vectors | None) -> np.ndarray:
-        """cos(m_i, s_j) as an |M| x |S| array; rows already in ``known`` are not embedded again."""
-        both = vectors.extend(known, [*M, *S], self.embedder)
-        return both.matrix[: len(M)] @ both.matrix[len(M) :].T
+    def similarities(
+        self, M: list[str], S: list[str], stored: vectors.Vectors | None, new: vectors.Vectors | None
+    ) -> np.ndarray:
+        """cos(m_i, s_j) as an |M| x |S| array, from the vectors of M and of S when given."""
+        m = stored.rows(M) if stored is not None else None
+        s = new.rows(S) if new is not None else None
+        m = vectors.extend(None, M, self.embedder, also=stored).matrix if m is None else m
+        s = vectors.extend(None, S, self.embedder, also=new).matrix if s is None else s
+        return m @ s.T
 
     def operations(
-        self, M: list[str], S: list[str], trace: dict[str, Any], known: vectors.Vectors | None = None
+        self,
+        M: list[str],
+        S: list[str],
+        trace: dict[str, Any],
+        stored: vectors.Vectors | None = None,
+        new: vectors.Vectors | None = None,
     ) -> list[dict[str, Any]]:
         """O(m_i, s_j) for the pairs that are decided (every pair, except in batched mode with
-        ``batch_candidates``, where only each s_j's nearest memory sentences are). ``known`` holds
-        vectors of M and S, if the caller has them."""
+        ``batch_candidates``, where only each s_j's nearest memory sentences are). ``stored`` and
+        ``new`` hold the vectors of M and of S, if the caller has them."""
         if self.p["operation_mode"] == "batched":
-            return self.operations_batched(M, S, trace, known)
+            return self.operations_batched(M, S, trace, stored, new)
         threshold = float(self.p["prefilter_min_similarity"])
-        sims = self.similarities(M, S, known) if threshold > 0 and M and S else None
+        sims = self.similarities(M, S, stored, new) if threshold > 0 and M and S else None
         out = []
         for i, m in enumerate(M):
             for j, s in enumerate(S):
@@ -212,7 +222,12 @@ class MemoryUpdate(MemoryAccumulate):
         return out
 
     def operations_batched(
-        self, M: list[str], S: list[str], trace: dict[str, Any], known: vectors.Vectors | None
+        self,
+        M: list[str],
+        S: list[str],
+        trace: dict[str, Any],
+        stored: vectors.Vectors | None,
+        new: vectors.Vectors | None,
     ) -> list[dict[str, Any]]:
         """One call per s_j, listing its candidates in memory order. Pairs outside the candidates are
         not listed in the result (Algorithm 1 treats a missing pair as APPEND); their number is in
@@ -220,7 +235,7 @@ class MemoryUpdate(MemoryAccumulate):
         if not M:
             return []
         cap = int(self.p["batch_candidates"])
-        sims = self.similarities(M, S, known) if 0 < cap < len(M) else None
+        sims = self.similarities(M, S, stored, new) if 0 < cap < len(M) else None
         out: list[dict[str, Any]] = []
         for j, s in enumerate(S):
             listed = list(range(len(M))) if sims is None else sorted(int(i) for i in top_indices(sims[:, j], cap))
@@ -234,15 +249,16 @@ class MemoryUpdate(MemoryAccumulate):
         trace: dict[str, Any] = {"fallbacks": []}
         before = list(state.get("memory", []))
         summary = self.summarize(session, trace)
-        # The stored vectors of M plus the new sentences S, embedded once for the similarities and the new state.
-        known = vectors.extend(self.memory_vectors(state) if before else None, [*before, *summary], self.embedder)
-        ops = self.operations(before, summary, trace, known)
+        # M's vectors are stored; S is embedded once, for the similarities and for the new state.
+        stored = self.memory_vectors(state) if before else None
+        new = vectors.extend(None, summary, self.embedder)
+        ops = self.operations(before, summary, trace, stored, new)
         after = apply_operations(before, summary, {(o["i"], o["j"]): o["op"] for o in ops})
         after = trim_fifo(after, int(self.p["max_memory"]), trace)
         trace.update({"summary": summary, "memory_before": before, "memory_after": after, "operations": ops})
         new_state = {
             "memory": after,
             "sessions": int(state.get("sessions", 0)) + 1,
-            "vectors": vectors.extend(known, after, self.embedder).block(),
+            "vectors": vectors.extend(stored, after, self.embedder, also=new).block(),
         }
         return Update(state=new_state, trace=trace)

@@ -173,9 +173,10 @@ def test_rows_are_a_view_for_a_prefix_and_none_for_an_unknown_text() -> None:
 
 
 def test_the_cache_keeps_at_most_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = vectors._Cache(max_bytes=3 * 256 * 4 * 10)
+    entry = 10 * 256 * (4 + 2)  # float32 and float16 copies of 10 rows
+    cache = vectors._Cache(max_bytes=3 * entry)
     for i in range(5):
-        cache.put(vectors.Vectors("m", [f"t{i}-{j}" for j in range(10)], np.zeros((10, 256), dtype=np.float32)))
+        cache.put(vectors.Vectors("m", [f"t{i}-{j}" for j in range(10)], np.zeros((10, 256), dtype=np.float16)))
     assert sum(v.nbytes for v in cache._items.values()) <= cache.max_bytes
     assert len(cache._items) == 3
     monkeypatch.setenv("MEMEVAL_VECTOR_CACHE_MB", "lots")
@@ -198,3 +199,21 @@ def test_redacted_replaces_the_vector_data_with_a_note() -> None:
     assert shown["memory"] == ["a dog"] and "data" not in shown["vectors"]
     assert shown["vectors"]["note"] == "1 x 256 float16 vectors (hashing-256), not shown"
     assert "data" in state["vectors"]
+
+
+def test_an_append_adds_a_piece_to_the_block_and_a_removal_rewrites_it() -> None:
+    embedder = CountingEmbedder()
+    first = roundtrip(vectors.extend(None, ["a dog", "a cat"], embedder).block())
+    vectors.CACHE.clear()
+    loaded = vectors.load(first, ["a dog", "a cat"], embedder)
+    grown = vectors.extend(loaded, ["a dog", "a cat", "a bird"], embedder)
+    block = roundtrip(grown.block())
+    assert isinstance(block["data"], list) and block["data"][0] == first["data"] and len(block["data"]) == 2
+    assert np.array_equal(vectors.decode(block).astype(np.float32), grown.matrix)
+    shrunk = vectors.extend(grown, ["a cat", "a bird"], embedder).block()
+    assert isinstance(shrunk["data"], str)
+    many = loaded
+    for i in range(vectors.MAX_SEGMENTS + 1):
+        many = vectors.extend(many, [*many.texts, f"fact {i}"], embedder)
+    assert isinstance(many.block()["data"], str)  # compacted
+    assert np.array_equal(vectors.decode(many.block()).astype(np.float32), many.matrix)
