@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import logging
 import math
+import os
 import random
 import statistics
 import sys
@@ -229,7 +231,11 @@ def main() -> None:
     qnouns = [heuristic_nouns(q) for q in queries]
     agent = LDAgent(embedder=embedder)
     tim_default = ThinkInMemory(embedder=embedder)
-    print(f"embedder={embedder.name} queries={args.queries}; milliseconds per query (median)")
+    logging.getLogger("memory").setLevel(logging.WARNING)  # "no block" runs log each re-embedding
+    print(
+        f"embedder={embedder.name} queries={args.queries}; milliseconds per query (median); "
+        f"load average={os.getloadavg()[0]:.1f} OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
+    )
 
     print("\n1. compose(), model excluded\n")
     print(
@@ -241,7 +247,7 @@ def main() -> None:
     for n in sizes:
         items = facts(n, seed=2)
         lds, tims = ld_agent_state(items, agent, embedder), tim_state(items, embedder)
-        data[n] = (items, vectors.decode(tims["vectors"]))
+        data[n] = (items, vectors.decode(tims["vectors"]).astype(np.float32))
         row = [f"{n:,}"]
         for system, state in ((agent, lds), (tim_default, tims)):
             row.append(f"{median_ms(compose_times(system, state, queries)):.3f}")

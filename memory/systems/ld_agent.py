@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from operator import itemgetter
 from datetime import datetime
 from typing import Any
 
@@ -183,7 +184,7 @@ def score_code(
 class EventIndex:
     """What retrieval needs about the stored events, built once per process and memory: the event
     times (seconds since the epoch, to compute ages without parsing dates per reply) and the topic
-    index. Checked against the events' times on use; an event's topics are written once, with it."""
+    index. Spot-checked against the events' times on use; an event is written once and never edited."""
 
     def __init__(self, events: Sequence[dict[str, Any]]) -> None:
         self.times = tuple(str(e["time"]) for e in events)
@@ -293,14 +294,19 @@ class LDAgent(BaseSystem):
         pending = state.get("pending")
         return [*state.get("long_term", []), *([pending] if pending else [])]
 
+    def key_texts(self, events: Sequence[dict[str, Any]]) -> list[str]:
+        """:meth:`key_text` of every event (one pass: compose calls it on the whole bank)."""
+        if self.p["retrieval"] == "paper":
+            return list(map(itemgetter("summary"), events))
+        return [self.key_text(e) for e in events]
+
     def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
-        events = self.stored_events(state)
-        return vectors.load(state.get("vectors"), [self.key_text(e) for e in events], self.embedder)
+        return vectors.load(state.get("vectors"), self.key_texts(self.stored_events(state)), self.embedder)
 
     def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         """``after`` with the vectors of its stored events, embedding only the events that are new."""
         base = self.stored_vectors(before) if self.stored_events(before) else None
-        texts = [self.key_text(e) for e in self.stored_events(after)]
+        texts = self.key_texts(self.stored_events(after))
         return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}
 
     def retrieve(
@@ -312,11 +318,15 @@ class LDAgent(BaseSystem):
             return []
         vq = self.nouns(query)
         if stored is None or len(stored) < len(long_term):
-            stored = vectors.load(None, [self.key_text(e) for e in long_term], self.embedder)
+            stored = vectors.load(None, self.key_texts(long_term), self.embedder)
         n = len(long_term)
-        times = tuple(e["time"] for e in long_term)
+        # Events are never edited once written, so spot-checking times (first, middle, last) is enough
+        # to catch a bank that is not the one the index was built from; the texts were checked by load().
+        probes = sorted({0, n // 2, n - 1})
         index = stored.derived(
-            ("ld_agent", "events"), lambda: EventIndex(long_term), valid=lambda ix: ix.times[:n] == times
+            ("ld_agent", "events"),
+            lambda: EventIndex(long_term),
+            valid=lambda ix: len(ix.times) >= n and all(ix.times[i] == long_term[i]["time"] for i in probes),
         )
         q = embed_texts(self.embedder, [query if self.p["retrieval"] == "paper" else ", ".join(vq)])[0]
         s_sem = stored.matrix[:n] @ q
