@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from operator import itemgetter
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
