@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,7 @@ K = 5
 def facts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     combos = list(itertools.product(VERBS, OBJECTS, DETAILS))
-    out = []
+    out: list[str] = []
     while len(out) < n:
         v, o, d = rng.choice(combos)
         out.append(f"The user {v} {o} {d} with {rng.choice(NAMES)}.")
@@ -193,7 +194,7 @@ def compose_times(
         if cold:
             vectors.CACHE.clear()
         session = [Turn("user", q, NOW)]
-        out.append(timed(lambda session=session: system.compose(state, session, NOW)))
+        out.append(timed(partial(system.compose, state, session, NOW)))
     return out
 
 
@@ -275,9 +276,7 @@ def main() -> None:
         loop_t, vec_t, same = [], [], []
         for i in range(len(queries)):
             s_sem = matrix @ qv[i]
-            loop_t.append(
-                timed(lambda s_sem=s_sem, i=i, keys=keys, ages=ages: score_loop(s_sem, qnouns[i], keys, ages))
-            )
+            loop_t.append(timed(partial(score_loop, s_sem, qnouns[i], keys, ages)))
             start = time.perf_counter()
             got = rank_paper(s_sem, index.overlap(qnouns[i]), ages_arr, tau=1e7, gamma=0.25, top_n=1)
             vec_t.append(time.perf_counter() - start)
@@ -295,7 +294,7 @@ def main() -> None:
         _, matrix = data[n]
         exact, ex_t = [], []
         for q in qv:
-            ex_t.append(timed(lambda q=q, matrix=matrix: top_k(q, matrix, K)))
+            ex_t.append(timed(partial(top_k, q, matrix, K)))
             exact.append({i for i, _ in top_k(q, matrix, K)})
         row = [f"{n:,}", f"{median_ms(ex_t):.3f}"]
         tables = [LSHTable(matrix, make_projection(matrix.shape[1], 8, 0))]
@@ -309,7 +308,7 @@ def main() -> None:
     n = args.curve_size
     matrix = data[n][1] if n in data else vectors.extend(None, facts(n, seed=2), embedder).matrix
     exact = [{i for i, _ in top_k(q, matrix, K)} for q in qv]
-    ex_ms = median_ms([timed(lambda q=q: top_k(q, matrix, K)) for q in qv])
+    ex_ms = median_ms([timed(partial(top_k, q, matrix, K)) for q in qv])
     print(f"\n4. TiM LSH trade-off at {n:,} items (exhaustive: {ex_ms:.3f} ms); recall@{K} mean (min) over seeds 0-4\n")
     print("| groups b | tables | probes | recall@5 | ms per query | share scored | faster than exhaustive |")
     print("|---|---|---|---|---|---|---|")

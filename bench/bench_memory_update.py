@@ -226,7 +226,7 @@ def run_operations(
     variant: dict[str, Any], memory: list[str], summary: list[str], llm: LLM, embedder: Embedder
 ) -> tuple[list[dict[str, Any]], list[str], int, float]:
     recording = RecordingLLM(llm)
-    system = MemoryUpdate(llm=recording, embedder=embedder, **variant)
+    system = MemoryUpdate(llm=recording, embedder=embedder, **variant)  # type: ignore[arg-type]
     trace: dict[str, Any] = {"fallbacks": []}
     start = time.perf_counter()
     ops = system.operations(memory, summary, trace)
@@ -235,7 +235,7 @@ def run_operations(
 
 
 def decisions(args: argparse.Namespace, llm: LLM, embedder: Embedder) -> None:
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "pairwise (paper)": {},
         "batched, no cap": {"operation_mode": "batched", "batch_candidates": 0},
         "batched, 10 nearest (default)": {"operation_mode": "batched"},

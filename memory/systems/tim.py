@@ -31,6 +31,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -228,7 +229,7 @@ class ThinkInMemory(BaseSystem):
 
     def memory_vectors(self, state: dict[str, Any], thoughts: Sequence[dict[str, Any]]) -> vectors.Vectors:
         """The stored embeddings of the thoughts (embedded only if the state has none for them)."""
-        return vectors.load(state.get("vectors"), [t["text"] for t in thoughts], self.embedder)
+        return vectors.load(state.get("vectors"), list(map(itemgetter("text"), thoughts)), self.embedder)
 
     def tables(self, state: dict[str, Any], vecs: vectors.Vectors) -> list[LSHTable]:
         """The hash tables of these thoughts, built once per process and memory. Table 0 hashes the

@@ -17,7 +17,7 @@ import pytest
 from memory import vectors
 from memory.base import Turn
 from memory.embed import HashingEmbedder
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
 from memory.systems.common import top_indices, top_k
 from memory.systems.ld_agent import LDAgent, TopicIndex, rank_code, rank_paper
 from memory.systems.memory_update import MemoryUpdate, apply_operations
@@ -169,7 +169,7 @@ def test_tims_llm_calls_per_turn_do_not_grow_with_the_memory() -> None:
     counts = []
     for n in (10, 200):
         calls: list[list[str]] = []
-        llm = RecordingLLM(grouping_llm(calls))
+        llm = grouping_llm(calls)
         system = ThinkInMemory(llm=llm, embedder=HashingEmbedder(), groups=2)
         state = system.initial_state()
         texts = facts(n, seed=8)
@@ -316,7 +316,7 @@ def batched_llm(prompts: list[str]) -> ScriptedLLM:
 @pytest.mark.parametrize("size", [5, 40, 400])
 def test_batched_mode_makes_one_bounded_call_per_summary_sentence_whatever_the_memory(size: int) -> None:
     prompts: list[str] = []
-    llm = RecordingLLM(batched_llm(prompts))
+    llm = batched_llm(prompts)
     system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched", batch_candidates=10)
     rng = random.Random(12)
     others = [f"Goes to the {rng.choice(PLACES)} on {rng.choice(THINGS)} days" for _ in range(size - 2)]
