@@ -16,10 +16,11 @@
    (the wait between sessions minus the model's own time): memory_update's session end in each
    mode, memorybank's and ld_agent's session ends, TiM's per-turn update (it has no session end).
    LLM calls, the characters the model would read (sum and longest prompt: with a real model the
-   time follows them), the wall time of the update itself (median of --repeats) when the memory's
+   time follows them), the CPU time of the update itself (``time.thread_time``, so that other
+   processes on a shared machine do not count; median of --repeats) when the memory's
    vectors are in the process cache ("warm": the replies ran in this process) and when they are
    not ("cold": a separate memory worker decodes the state's vector block), and the size of the
-   state the platform stores afterwards with the time json.dumps takes on it.
+   state the platform stores afterwards with the CPU time json.dumps takes on it.
 """
 
 from __future__ import annotations
@@ -407,16 +408,16 @@ def growth(args: argparse.Namespace, embedder: Embedder) -> None:
                 else:
                     update_fn(system, state)  # the vectors are in this process's cache, as after the replies
                     llm.calls.clear()
-                start = time.perf_counter()
+                start = time.thread_time()
                 update = update_fn(system, state)
-                times[cold].append(time.perf_counter() - start)
+                times[cold].append(time.thread_time() - start)
                 calls = llm.calls
             dumped = ""
             dump_t = []
             for _ in range(3):
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 dumped = json.dumps(update.state)
-                dump_t.append(time.perf_counter() - t0)
+                dump_t.append(time.thread_time() - t0)
             chars = [sum(len(m["content"]) for m in c.messages) for c in calls]
             print(
                 f"| {name} | {n:,} | {len(calls)} | {sum(chars):,} | {max(chars, default=0):,} "
