@@ -305,6 +305,8 @@ class LDAgent(BaseSystem):
 
     def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         """``after`` with the vectors of its stored events, embedding only the events that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
         base = self.stored_vectors(before) if self.stored_events(before) else None
         texts = self.key_texts(self.stored_events(after))
         return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}

@@ -102,6 +102,8 @@ class MemoryAccumulate(BaseSystem):
 
     def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         """``after`` with the vectors of its memory, embedding only the sentences that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
         base = self.memory_vectors(before) if before.get("memory") else None
         return {**after, "vectors": vectors.extend(base, after["memory"], self.embedder).block()}
 

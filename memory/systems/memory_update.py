@@ -250,15 +250,14 @@ class MemoryUpdate(MemoryAccumulate):
         before = list(state.get("memory", []))
         summary = self.summarize(session, trace)
         # M's vectors are stored; S is embedded once, for the similarities and for the new state.
-        stored = self.memory_vectors(state) if before else None
-        new = vectors.extend(None, summary, self.embedder)
+        embedding = self.embedder is not None  # without an embedder the state keeps no vectors (pairwise needs none)
+        stored = self.memory_vectors(state) if before and embedding else None
+        new = vectors.extend(None, summary, self.embedder) if embedding else None
         ops = self.operations(before, summary, trace, stored, new)
         after = apply_operations(before, summary, {(o["i"], o["j"]): o["op"] for o in ops})
         after = trim_fifo(after, int(self.p["max_memory"]), trace)
         trace.update({"summary": summary, "memory_before": before, "memory_after": after, "operations": ops})
-        new_state = {
-            "memory": after,
-            "sessions": int(state.get("sessions", 0)) + 1,
-            "vectors": vectors.extend(stored, after, self.embedder, also=new).block(),
-        }
+        new_state: dict[str, Any] = {"memory": after, "sessions": int(state.get("sessions", 0)) + 1}
+        if embedding:
+            new_state["vectors"] = vectors.extend(stored, after, self.embedder, also=new).block()
         return Update(state=new_state, trace=trace)

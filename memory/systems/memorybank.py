@@ -240,6 +240,8 @@ class MemoryBank(BaseSystem):
 
     def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         """``after`` with the vectors of its units, embedding only the units that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
         base = self.stored_vectors(before) if units(before) else None
         texts = [text for _, text in units(after)]
         return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}

@@ -217,3 +217,14 @@ def test_an_append_adds_a_piece_to_the_block_and_a_removal_rewrites_it() -> None
         many = vectors.extend(many, [*many.texts, f"fact {i}"], embedder)
     assert isinstance(many.block()["data"], str)  # compacted
     assert np.array_equal(vectors.decode(many.block()).astype(np.float32), many.matrix)
+
+
+@pytest.mark.parametrize("name", ["ld_agent", "memory_accumulate", "memory_update"])
+def test_an_arm_without_an_embedder_still_updates_and_keeps_no_vectors(name: str) -> None:
+    llm = fake_llm()
+    system = build_system(name, llm=llm)
+    session = [Turn("user", "I have a dog named Rex.", NOW), Turn("bot", "Nice!", NOW)]
+    state = {**system.initial_state(), "vectors": {"stale": True}}
+    state = system.after_turn(state, session, NOW).state
+    update = system.end_session(state, session, NOW + timedelta(minutes=5))
+    assert "Rex" in json.dumps(update.state) and "vectors" not in update.state
