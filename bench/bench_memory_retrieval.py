@@ -312,8 +312,8 @@ def main() -> None:
 
     print(f"\n3. TiM recall@{K} and time against exhaustive search (b = 8, seed 0)\n")
     print(
-        "| items | exhaustive | paper: 1 group | recall | share scored | default: probes 3 | recall | share scored "
-        "| default vs exhaustive |"
+        "| items | paper: 1 group | recall | share scored | default: probes 3 | recall | share scored "
+        "| exhaustive (timed with the default) | default vs exhaustive |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
@@ -321,11 +321,11 @@ def main() -> None:
         exact = [{i for i, _ in top_k(q, matrix, K)} for q in qv]
         tables = [LSHTable(matrix, make_projection(matrix.shape[1], 8, 0))]
         row = [f"{n:,}"]
+        ex_ms = lsh_ms = 0.0
         for probes in (1, 3):
             ex_ms, lsh_ms, recall_, share = race(qv, matrix, tables, probes, exact)
-            if probes == 1:
-                row.append(f"{ex_ms:.3f}")
             row += [f"{lsh_ms:.3f}", f"{recall_:.2f}", f"{share:.2f}"]
+        row.append(f"{ex_ms:.3f}")
         row.append(f"{ex_ms / lsh_ms:.2f}x faster" if lsh_ms < ex_ms else f"{lsh_ms / ex_ms:.2f}x slower")
         print("| " + " | ".join(row) + " |", flush=True)
 

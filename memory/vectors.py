@@ -277,7 +277,7 @@ def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder 
     if embedder is None:
         raise RuntimeError("this memory system needs an embedder (build it with embedder=make_embedder(...))")
     model = embedder.name
-    wanted = tuple(texts)
+    wanted = texts if isinstance(texts, tuple) else tuple(texts)
     if isinstance(block, dict) and block.get("model") == model and block.get("count") == len(wanted):
         digest = str(block.get("digest", ""))
         cached = CACHE.get(digest)

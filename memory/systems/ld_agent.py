@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -111,7 +112,8 @@ class TopicIndex:
             for noun in nouns:
                 postings.setdefault(noun, []).append(i)
         self.postings = {noun: np.asarray(ix, dtype=np.intp) for noun, ix in postings.items()}
-        self.nbytes = int(self.sizes.nbytes) + sum(ix.nbytes for ix in self.postings.values())
+        self.divisors = np.where(self.sizes > 0, self.sizes, 1.0)  # a key without nouns overlaps nothing: 0/1
+        self.nbytes = int(self.sizes.nbytes) * 2 + sum(ix.nbytes for ix in self.postings.values())
 
     def overlap(self, vq: Sequence[str]) -> np.ndarray:
         """s_top of ``vq`` against every key (the same arithmetic as :func:`topic_overlap`)."""
@@ -123,9 +125,7 @@ class TopicIndex:
                 inter[ix] += 1.0
         if not q:
             return inter
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_key = np.where(self.sizes > 0, inter / self.sizes, 0.0)
-        return 0.5 * (inter / len(q) + per_key)
+        return 0.5 * (inter / len(q) + inter / self.divisors)
 
 
 def rank_paper(
@@ -288,17 +288,17 @@ class LDAgent(BaseSystem):
             return ", ".join(event["topics"])
         raise ValueError(f"ld_agent: retrieval must be 'paper' or 'code', not {self.p['retrieval']!r}")
 
-    def stored_events(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+    def stored_events(self, state: dict[str, Any]) -> Iterable[dict[str, Any]]:
         """The events whose vectors the state keeps: M_L, then the pending summary (which view() may
         append to M_L), so that any view of M_L is a prefix of this list."""
         pending = state.get("pending")
-        return [*state.get("long_term", []), *([pending] if pending else [])]
+        return chain(state.get("long_term", []), [pending] if pending else [])
 
-    def key_texts(self, events: Sequence[dict[str, Any]]) -> list[str]:
+    def key_texts(self, events: Iterable[dict[str, Any]]) -> tuple[str, ...]:
         """:meth:`key_text` of every event (one pass: compose calls it on the whole bank)."""
         if self.p["retrieval"] == "paper":
-            return list(map(itemgetter("summary"), events))
-        return [self.key_text(e) for e in events]
+            return tuple(map(itemgetter("summary"), events))
+        return tuple(self.key_text(e) for e in events)
 
     def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
         return vectors.load(state.get("vectors"), self.key_texts(self.stored_events(state)), self.embedder)
@@ -307,7 +307,7 @@ class LDAgent(BaseSystem):
         """``after`` with the vectors of its stored events, embedding only the events that are new."""
         if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
             return {k: v for k, v in after.items() if k != "vectors"}
-        base = self.stored_vectors(before) if self.stored_events(before) else None
+        base = self.stored_vectors(before) if before.get("long_term") or before.get("pending") else None
         texts = self.key_texts(self.stored_events(after))
         return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}
 
