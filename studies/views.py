@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
+from memory import vectors
 from memory.registry import MEMORY_SYSTEMS
 from studies.entry import invite_url
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
@@ -244,7 +245,7 @@ def _session_view(session: ChatSession) -> SessionView:
     )
     if snapshot is not None:
         trace = snapshot.trace or {}
-        view.state_json = _pretty(snapshot.state)
+        view.state_json = _pretty(vectors.redacted(snapshot.state))  # embeddings: kilobytes of base64, not for reading
         view.summary = list(trace.get("summary") or [])
         view.operations = list(trace.get("operations") or [])
         # Two kinds of fallback: an operation whose reply did not parse, and a step that fell back

@@ -11,7 +11,9 @@ from django.core import signing
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import Episode
+from chat.models import Episode, MemorySnapshot
+from memory import vectors
+from memory.embed import HashingEmbedder
 from studies.models import Participant, Study
 
 pytestmark = pytest.mark.django_db
@@ -116,6 +118,18 @@ def test_the_episode_page_shows_ratings_snapshot_trace_and_llm_calls(
     assert [getattr(c, "purpose", None) or c["purpose"] for c in first.calls] == ["reply", "summarize_session"]
     second = response.context["sessions"][1]
     assert second.snapshot is None and "The memory is updated when the session ends." in body
+
+
+def test_the_episode_page_shows_a_note_instead_of_the_memory_embeddings(
+    rclient: Client, study: Study, finished_episode: Episode
+) -> None:
+    block = vectors.extend(None, ["The user adopted a cat."], HashingEmbedder()).block()
+    MemorySnapshot.objects.filter(session__episode=finished_episode).update(
+        state={"memory": ["The user adopted a cat."], "vectors": block}
+    )
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "1 x 256 float16 vectors (hashing-256), not shown" in body
+    assert block["data"] not in body
 
 
 def test_the_episode_page_is_404_for_an_episode_of_another_study(
