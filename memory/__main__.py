@@ -225,8 +225,10 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
 
     from memory.evaluation import DatasetError, render_markdown, run
 
+    memory_log = logging.getLogger("memory")
+    level = memory_log.level
     if not args.verbose:  # fallbacks are counted in the report; one log line each would drown it
-        logging.getLogger("memory").setLevel(logging.ERROR)
+        memory_log.setLevel(logging.ERROR)
 
     params = {}
     for item in args.param or []:
@@ -258,6 +260,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     except (DatasetError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:  # main() is also called in-process (tests, notebooks): leave the logger as it was
+        memory_log.setLevel(level)
     text = json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.format == "json" else render_markdown(result)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
