@@ -17,9 +17,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis.data import ARM, WORKER
+from analysis.spec import ALPHA
 from analysis.standardize import worker_moments
-
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,11 @@ def test_markdown_has_the_paper_tables_with_significance_marks(result: dict[str,
 def test_significance_marks_follow_the_holm_adjusted_tests(result: dict[str, Any]) -> None:
     marks = writers.significance_marks(result)
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
+    assert result["params"]["test"] == "cluster-t"  # two-sided: the mark goes to the arm with the higher mean
     for e in result["pairwise"]:
-        beaten = marks.get((e["a"], e["metric"]), [])
-        assert (number[e["b"]] in beaten) == (e["p_holm"] < 0.05)
+        winner, loser = (e["a"], e["b"]) if e["mean_diff"] > 0 else (e["b"], e["a"])
+        assert (number[loser] in marks.get((winner, e["metric"]), [])) == (e["p_holm"] < 0.05)
+        assert number[winner] not in marks.get((loser, e["metric"]), [])
 
 
 def test_latex_escapes_names_and_uses_booktabs() -> None:
