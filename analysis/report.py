@@ -380,23 +380,31 @@ def diagnose(
 
 # ---------------------------------------------------------------------------------------------- tests
 def pairwise_section(
-    prep: Prepared, test: Test | None = None, family: Family | None = None, sessions: bool = True
+    prep: Prepared,
+    test: Test | None = None,
+    family: Family | None = None,
+    sessions: bool = True,
+    units: pd.DataFrame | None = None,
+    session_units: pd.DataFrame | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Pairwise tests for the whole units and (with ``sessions``) per session, Holm-adjusted per family.
 
-    Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``.
+    Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``. ``units`` and
+    ``session_units`` default to the prepared study's; the calibration passes one simulated study's rows at a
+    time out of many prepared together.
     """
     test = test or prep.spec.test
     family = family or prep.spec.family
     if len(prep.arms) < 1:
         return [], [], []
+    units = prep.units if units is None else units
     metrics = [OVERALL, *prep.spec.metrics]
-    whole = _pairwise(prep.units, prep, test, metrics)
+    whole = _pairwise(units, prep, test, metrics)
     per_session: list[dict[str, Any]] = []
     if sessions and prep.spec.session is not None:
-        su = prep.session_units
-        for s in sorted(su[SESSION].unique(), key=_natural):
-            per_session += _pairwise(su[su[SESSION] == s], prep, test, metrics, session=s)
+        su = prep.session_units if session_units is None else session_units
+        for s, rows in sorted(su.groupby(SESSION, sort=False), key=lambda kv: _natural(kv[0])):
+            per_session += _pairwise(rows, prep, test, metrics, session=s)
     families = _holm_families([*whole, *per_session], family)
     return whole, per_session, families
 
@@ -414,19 +422,15 @@ def _pairwise(
         # cluster test handles the dependence itself.
         units = units.groupby([_WID, ARM], sort=False)[cols].mean().reset_index()
         sample = "worker means"
-    by_arm = {a: g for a, g in units.groupby(ARM)}  # noqa: C416 (dict(groupby) misreads .keys)
-    empty = units.iloc[:0]
+    arm = units[ARM].to_numpy()
+    values = units[cols].to_numpy(dtype=float)
+    wid = units[_WID].to_numpy()
+    rows = {a: np.flatnonzero(arm == a) for a in prep.arms}
     out: list[dict[str, Any]] = []
     scale = prep.prefix.rstrip("_")
     for a, b in pairs:
-        ua, ub = by_arm.get(a, empty), by_arm.get(b, empty)
-        results = compare_columns(
-            ua[cols].to_numpy(dtype=float),
-            ub[cols].to_numpy(dtype=float),
-            test,
-            ua[_WID].to_numpy(),
-            ub[_WID].to_numpy(),
-        )
+        ra, rb = rows[a], rows[b]
+        results = compare_columns(values[ra], values[rb], test, wid[ra], wid[rb])
         for m, res in zip(metrics, results, strict=True):
             entry = {"metric": m, "a": a, "b": b, "test": test, "scale": scale, "sample": sample, **res}
             if session is not None:

@@ -101,23 +101,42 @@ def compare_columns(
 ) -> list[dict[str, Any]]:
     """:func:`compare` for every column of ``x`` (units of arm a x scores) against the same column of ``y``.
 
-    Mann-Whitney tests of complete columns go to scipy in one vectorised call per sample size and method, the
-    method chosen per column exactly as scipy's ``"auto"`` chooses it (exact for small samples without ties,
-    else asymptotic), so batching changes no p-value; it only saves scipy's per-call overhead.
+    Columns without missing values go to the library in one vectorised call (scipy's tests take 2-D input);
+    for Mann-Whitney one call per method, chosen per column exactly as scipy's ``"auto"`` chooses it (exact for
+    small samples without ties, else asymptotic), so batching changes no p-value. Columns with missing values
+    are tested one by one on what is there.
     """
     if test not in TESTS:
         raise ValueError(f"unknown test {test!r}; choose one of {TESTS}")
-    out: list[dict[str, Any]] = []
-    batch: dict[tuple[int, int, str], list[int]] = {}
+    if test == "cluster-t" and (clusters_a is None or clusters_b is None):
+        raise ValueError("cluster-t needs the cluster of every unit")
+    k = x.shape[1]
     ga = None if clusters_a is None else np.asarray(clusters_a)
     gb = None if clusters_b is None else np.asarray(clusters_b)
-    for j in range(x.shape[1]):
-        okx, oky = ~np.isnan(x[:, j]), ~np.isnan(y[:, j])
-        xj, yj = x[okx, j], y[oky, j]
-        res: dict[str, Any] = {"n_a": int(xj.size), "n_b": int(yj.size), "mean_a": _mean(xj), "mean_b": _mean(yj)}
-        res["mean_diff"] = res["mean_a"] - res["mean_b"]
-        out.append(res)
-        if xj.size < 2 or yj.size < 2:
+    out: list[dict[str, Any]] = [{} for _ in range(k)]
+    nan_x, nan_y = np.isnan(x), np.isnan(y)
+    full = ~(nan_x.any(axis=0) | nan_y.any(axis=0))
+    if x.shape[0] < 2 or y.shape[0] < 2:
+        full[:] = False
+    cols = np.flatnonzero(full)
+    if cols.size:
+        xf, yf = x[:, cols], y[:, cols]
+        for j, res in zip(cols, _describe(xf, yf), strict=True):
+            out[j] = res
+        if test == "cluster-t":
+            assert ga is not None and gb is not None
+            results = _cluster_t(xf, yf, ga, gb, confidence)
+        elif test == "welch":
+            results = _welch(xf, yf, confidence)
+        else:
+            results = _mwu_auto(xf, yf, test)
+        for j, res in zip(cols, results, strict=True):
+            out[j].update(res)
+    for j in np.flatnonzero(~full):
+        okx, oky = ~nan_x[:, j], ~nan_y[:, j]
+        xj, yj = x[okx, j][:, None], y[oky, j][:, None]
+        res = _describe(xj, yj)[0]
+        if xj.shape[0] < 2 or yj.shape[0] < 2:
             res.update(
                 statistic=math.nan,
                 p=math.nan,
@@ -125,24 +144,44 @@ def compare_columns(
                 effect_size_kind=None,
                 note="fewer than 2 units in an arm",
             )
-        elif test in ("mwu-greater", "mwu-two-sided"):
-            pooled = np.sort(np.concatenate([xj, yj]))
-            ties = bool((np.diff(pooled) == 0).any())
-            method = "asymptotic" if (xj.size > 8 and yj.size > 8) or ties else "exact"
-            if okx.all() and oky.all():
-                batch.setdefault((xj.size, yj.size, method), []).append(j)
-            else:
-                res.update(_mwu(xj[:, None], yj[:, None], test, method)[0])
+        elif test == "cluster-t":
+            assert ga is not None and gb is not None
+            res.update(_cluster_t(xj, yj, ga[okx], gb[oky], confidence)[0])
         elif test == "welch":
-            res.update(_welch(xj, yj, confidence))
+            res.update(_welch(xj, yj, confidence)[0])
         else:
-            if ga is None or gb is None:
-                raise ValueError("cluster-t needs the cluster of every unit")
-            res.update(cluster_t(xj, yj, ga[okx], gb[oky], confidence))
-            res["effect_size"], res["effect_size_kind"] = _hedges_g(xj, yj), "hedges_g"
-    for (_, _, method), cols in batch.items():
-        for j, r in zip(cols, _mwu(x[:, cols], y[:, cols], test, method), strict=True):
-            out[j].update(r)
+            res.update(_mwu_auto(xj, yj, test)[0])
+        out[j] = res
+    return out
+
+
+def _describe(x: np.ndarray, y: np.ndarray) -> list[dict[str, Any]]:
+    ma = x.mean(axis=0) if x.shape[0] else np.full(x.shape[1], np.nan)
+    mb = y.mean(axis=0) if y.shape[0] else np.full(y.shape[1], np.nan)
+    return [
+        {
+            "n_a": int(x.shape[0]),
+            "n_b": int(y.shape[0]),
+            "mean_a": float(a),
+            "mean_b": float(b),
+            "mean_diff": float(a - b),
+        }
+        for a, b in zip(ma, mb, strict=True)
+    ]
+
+
+def _mwu_auto(x: np.ndarray, y: np.ndarray, test: Test) -> list[dict[str, Any]]:
+    """Mann-Whitney U per column, the method per column as scipy's "auto" picks it, one scipy call per method."""
+    n1, n2 = x.shape[0], y.shape[0]
+    if n1 > 8 and n2 > 8:
+        return _mwu(x, y, test, "asymptotic")
+    pooled = np.sort(np.vstack([x, y]), axis=0)
+    ties = (np.diff(pooled, axis=0) == 0).any(axis=0)
+    out: list[dict[str, Any]] = [{} for _ in range(x.shape[1])]
+    for method, cols in (("asymptotic", np.flatnonzero(ties)), ("exact", np.flatnonzero(~ties))):
+        if cols.size:
+            for j, res in zip(cols, _mwu(x[:, cols], y[:, cols], test, method), strict=True):
+                out[j] = res
     return out
 
 
@@ -157,56 +196,94 @@ def _mwu(x: np.ndarray, y: np.ndarray, test: Test, method: str) -> list[dict[str
     ]  # fmt: skip
 
 
-def _welch(x: np.ndarray, y: np.ndarray, confidence: float) -> dict[str, Any]:
+def _welch(x: np.ndarray, y: np.ndarray, confidence: float) -> list[dict[str, Any]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # constant samples: scipy returns NaN, we report it
-        r = stats.ttest_ind(x, y, equal_var=False)
+        r = stats.ttest_ind(x, y, equal_var=False, axis=0)
         ci = r.confidence_interval(confidence)
-    return {
-        "statistic": float(r.statistic),
-        "p": float(r.pvalue),
-        "df": float(r.df),
-        "effect_size": _hedges_g(x, y),
-        "effect_size_kind": "hedges_g",
-        "mean_diff_ci95": [float(ci.low), float(ci.high)],
-    }
+    g = _hedges_g(x, y)
+    return [
+        {"statistic": float(t), "p": float(p), "df": float(df), "effect_size": float(gg), "effect_size_kind": "hedges_g",
+         "mean_diff_ci95": [float(lo), float(hi)]}
+        for t, p, df, gg, lo, hi in zip(*(np.atleast_1d(v) for v in (r.statistic, r.pvalue, r.df, g, ci.low, ci.high)),
+                                        strict=True)
+    ]  # fmt: skip
 
 
 def cluster_t(
     x: np.ndarray, y: np.ndarray, gx: np.ndarray, gy: np.ndarray, confidence: float = CONFIDENCE
 ) -> dict[str, Any]:
-    """Two-sided t-test of mean(x) - mean(y) with cluster-robust (worker-clustered) standard errors.
+    """Two-sided t-test of mean(x) - mean(y) with worker-clustered (cluster-robust) standard errors.
 
-    The same numbers as ``statsmodels`` OLS of the scores on the two arms' indicators with
-    ``cov_type="cluster"`` (CR1: small-sample factor G/(G-1) * (N-1)/(N-K)) and a t reference distribution with
-    G - 1 degrees of freedom, G the number of workers with a unit in either arm (Cameron & Miller 2015); the
-    tests check the equality. Written out because a report runs hundreds of these contrasts and a statsmodels
-    fit per contrast would dominate the report's time. A worker's units may fall in both arms (paired,
-    within-worker designs) or in one (nested designs): the sandwich handles any correlation inside a worker.
+    The contrast of the two arms' means in the regression of the scores on the arms' indicators, with the
+    bias-reduced linearization sandwich (CR2; Bell & McCaffrey 2002) and Bell-McCaffrey degrees of freedom
+    (Satterthwaite under a working model of independent errors), the small-sample method recommended by Imbens
+    & Kolesar (2016) and Pustejovsky & Tipton (2018). A worker's units may fall in both arms (within-worker
+    designs) or in one (nested designs): the sandwich allows any correlation inside a worker. Why not CR1 with
+    G - 1 degrees of freedom (statsmodels' ``cov_type="cluster"``): in memeval's design few workers rate both
+    arms of a pair, and their strongly dependent units dominate the variance, so the effective degrees of
+    freedom are far below G - 1; CR1 then gave a family-wise false-positive rate of 0.055 and 94.2% coverage
+    in the calibration (docs/analysis.md). With one unit per worker this is Welch's standard error.
+
+    Written out (the cell-means design makes every matrix closed-form) because a report runs hundreds of these
+    contrasts; ``analysis/tests`` checks it against the general matrix formulas and against Welch.
     """
-    na, nb = x.size, y.size
-    diff = float(x.mean() - y.mean())
-    influence = np.concatenate([(x - x.mean()) / na, -(y - y.mean()) / nb])
+    return _cluster_t(np.asarray(x, dtype=float)[:, None], np.asarray(y, dtype=float)[:, None], gx, gy, confidence)[0]
+
+
+def _cluster_t(x: np.ndarray, y: np.ndarray, gx: np.ndarray, gy: np.ndarray, confidence: float) -> list[dict[str, Any]]:
+    """:func:`cluster_t` for every column of ``x`` and ``y`` (no missing values)."""
+    na, nb, k = x.shape[0], y.shape[0], x.shape[1]
+    diff = x.mean(axis=0) - y.mean(axis=0)
     _, cluster = np.unique(np.concatenate([gx, gy]), return_inverse=True)
-    u = np.bincount(cluster, weights=influence)
-    g, n = u.size, na + nb
-    out: dict[str, Any] = {"n_clusters": int(g), "df": float(g - 1)}
-    if g < 2:
-        return {**out, "statistic": math.nan, "p": math.nan, "se": math.nan, "mean_diff_ci95": [math.nan, math.nan],
-                "note": "fewer than 2 workers"}  # fmt: skip
-    se = math.sqrt(g / (g - 1) * (n - 1) / (n - 2) * float(np.dot(u, u)))
-    if se == 0:
-        return {**out, "statistic": math.nan, "p": math.nan, "se": 0.0, "mean_diff_ci95": [diff, diff],
-                "note": "no variation within the arms"}  # fmt: skip
-    t = diff / se
-    half = float(special.stdtrit(g - 1, 0.5 + confidence / 2)) * se
-    return {
-        **out,
-        "statistic": t,
-        "p": float(2 * special.stdtr(g - 1, -abs(t))),
-        "se": se,
-        "mean_diff_ci95": [diff - half, diff + half],
-    }
+    g = int(cluster.max()) + 1 if cluster.size else 0
+    hedges = np.atleast_1d(_hedges_g(x, y))
+    base: dict[str, Any] = {"n_clusters": g, "effect_size_kind": "hedges_g", "se_kind": "CR2"}
+    # units of cluster h in arm a: m_a[h]; the CR2 adjustment of a residual in arm a of cluster h is
+    # (1 - m_a[h] / n_a)^(-1/2) (the hat matrix of a cell-means model is 1/n_a within arm a)
+    ca, cb = cluster[:na], cluster[na:]
+    m_a = np.bincount(ca, minlength=g).astype(float)
+    m_b = np.bincount(cb, minlength=g).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = 1 / np.sqrt(1 - m_a / na) / na  # weight of a residual of arm a, per cluster
+        beta = -1 / np.sqrt(1 - m_b / nb) / nb
+    if g < 2 or not (np.isfinite(alpha[m_a > 0]).all() and np.isfinite(beta[m_b > 0]).all()):
+        return [
+            {**base, "statistic": math.nan, "p": math.nan, "se": math.nan, "df": math.nan,
+             "mean_diff_ci95": [math.nan, math.nan], "effect_size": float(h),
+             "note": "fewer than 2 workers, or one worker holds every unit of an arm"}
+            for h in hedges
+        ]  # fmt: skip
+    sums = np.zeros((g, k))
+    np.add.at(sums, ca, (x - x.mean(axis=0)) * alpha[ca][:, None])
+    np.add.at(sums, cb, (y - y.mean(axis=0)) * beta[cb][:, None])
+    se = np.sqrt((sums**2).sum(axis=0))
+    # Bell-McCaffrey degrees of freedom: with P the n x G matrix of each cluster's weights after projecting out
+    # the arm means, df = tr(P'P)^2 / tr((P'P)^2); P'P = diag(m_a alpha^2 + m_b beta^2) - v_a v_a'/n_a - v_b v_b'/n_b
+    v_a = np.where(m_a > 0, m_a * alpha, 0.0)
+    v_b = np.where(m_b > 0, m_b * beta, 0.0)
+    gram = np.diag(np.where(m_a > 0, m_a * alpha**2, 0.0) + np.where(m_b > 0, m_b * beta**2, 0.0))
+    gram -= np.outer(v_a, v_a) / na + np.outer(v_b, v_b) / nb
+    df = float(np.trace(gram) ** 2 / np.sum(gram * gram))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = diff / se
+    half = float(special.stdtrit(df, 0.5 + confidence / 2)) * se
+    p = 2 * special.stdtr(df, -np.abs(t))
+    out = []
+    for j in range(k):
+        entry = {**base, "df": df, "effect_size": float(hedges[j])}
+        if se[j] == 0:
+            entry.update(statistic=math.nan, p=math.nan, se=0.0, mean_diff_ci95=[float(diff[j])] * 2,
+                         note="no variation within the arms")  # fmt: skip
+        else:
+            entry.update(
+                statistic=float(t[j]),
+                p=float(p[j]),
+                se=float(se[j]),
+                mean_diff_ci95=[float(diff[j] - half[j]), float(diff[j] + half[j])],
+            )
+        out.append(entry)
+    return out
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -371,14 +448,13 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
     return result
 
 
-def _mean(x: np.ndarray) -> float:
-    return float(x.mean()) if x.size else math.nan
-
-
-def _hedges_g(x: np.ndarray, y: np.ndarray) -> float:
-    nx, ny = x.size, y.size
-    pooled = math.sqrt(((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2))
-    if pooled == 0:
-        return math.nan
-    correction = 1 - 3 / (4 * (nx + ny) - 9)
-    return float((x.mean() - y.mean()) / pooled * correction)
+def _hedges_g(x: np.ndarray, y: np.ndarray) -> Any:
+    """Hedges' g of a vs b (pooled SD, small-sample corrected), per column for 2-D input; NaN when the SD is 0."""
+    nx, ny = x.shape[0], y.shape[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = np.sqrt(((nx - 1) * x.var(axis=0, ddof=1) + (ny - 1) * y.var(axis=0, ddof=1)) / (nx + ny - 2))
+        correction = 1 - 3 / (4 * (nx + ny) - 9)
+        g = np.where(
+            pooled > 0, (x.mean(axis=0) - y.mean(axis=0)) / np.where(pooled > 0, pooled, 1) * correction, np.nan
+        )
+    return float(g) if np.ndim(g) == 0 else g
