@@ -184,6 +184,7 @@ def prepared_studies(
     seed: int,
     family: Family = "metric",
     chunk: int = CHUNK,
+    with_sessions: bool = True,
 ) -> Iterator[tuple[Prepared, dict[str, pd.DataFrame], dict[str, pd.DataFrame] | None]]:
     """Simulate ``n`` studies and prepare them ``chunk`` at a time; yields the chunk's :class:`Prepared` and each
     study's units (and session units) by study id."""
@@ -197,7 +198,7 @@ def prepared_studies(
         ]
         prep = prepare(pd.concat(frames, ignore_index=True), spec)
         units = _by_study(prep.units)
-        sessions = _by_study(prep.session_units) if design.sessions > 1 else None
+        sessions = _by_study(prep.session_units) if design.sessions > 1 and with_sessions else None
         yield prep, units, sessions
 
 
@@ -249,11 +250,13 @@ def calibrate(
     mixedlm: bool | None = None,
     seed: int = 1,
     null: bool = True,
+    overall_only: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Calibration:
     """Simulate ``studies`` null studies (unless ``null`` is False) and as many with ``effect``, and summarise
     every test. The per-session tests (for the any-mark-anywhere rate, with ``sessions``) run for the first test
-    of ``tests`` only, the default one: they multiply the work by the number of sessions."""
+    of ``tests`` only, the default one: they multiply the work by the number of sessions. ``overall_only`` tests
+    the overall score only (enough for the overall family's figures when each metric is its own family)."""
     t0 = time.perf_counter()
     unknown = [t for t in tests if t not in TESTS]
     if unknown:
@@ -268,11 +271,16 @@ def calibrate(
     )
     for kind, effects, s in runs:
         done = 0
-        for prep, units, session_units in prepared_studies(design, components, effects, studies, seed=s, family=family):
+        studies_of_kind = prepared_studies(
+            design, components, effects, studies, seed=s, family=family, with_sessions=sessions and kind == "null"
+        )
+        for prep, units, session_units in studies_of_kind:
             for sid, u in units.items():
                 su = session_units.get(sid) if session_units is not None else None
                 for k, test in enumerate(tests):
-                    _score_test(tally[test], prep, test, family, u, su, sessions and k == 0, kind, truth, a, b)
+                    _score_test(
+                        tally[test], prep, test, family, u, su, sessions and k == 0, kind, truth, a, b, overall_only
+                    )
                 if mixedlm:
                     _score_mixed(tally[MIXEDLM], prep, u, kind, truth, a, b)
             done += len(units)
@@ -316,11 +324,18 @@ def _score_test(
     truth: dict[str, float],
     a: str,
     b: str,
+    overall_only: bool = False,
 ) -> None:
     with_sessions = sessions and kind == "null" and session_units is not None
     t: Test = test  # type: ignore[assignment]  # checked against TESTS by calibrate()
     whole, per_session, _ = pairwise_section(
-        prep, test=t, family=family, sessions=with_sessions, units=units, session_units=session_units
+        prep,
+        test=t,
+        family=family,
+        sessions=with_sessions,
+        units=units,
+        session_units=session_units,
+        overall_only=overall_only and family == "metric" and not with_sessions,
     )
     overall = [e for e in whole if e["metric"] == OVERALL]
     if not overall or all(_nan(e["p"]) for e in overall):

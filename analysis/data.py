@@ -105,15 +105,6 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
         wide[key] = labels[codes] if len(labels) else wide[key].astype(str)
     if SESSION in wide:
         wide[SESSION] = _session_values(wide[SESSION])
-    dup = wide.duplicated(list(key_cols), keep=False)
-    if dup.any():
-        names = ", ".join(key_cols.values())
-        raise RatingsError(
-            f"{int(dup.sum())} rows share the same ({names}) (rows {_row_numbers(np.flatnonzero(dup.to_numpy()))}): "
-            f"each rated {'session' if spec.session else 'conversation'} must be one row"
-            + ("" if spec.session else "; name the session column if a unit has several rated sessions")
-        )
-
     scores = wide[metrics].to_numpy(dtype=float)
     out_of_range = (scores < SCORE_MIN) | (scores > SCORE_MAX)
     if out_of_range.any():
@@ -122,6 +113,14 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
         raise RatingsError(f"{len(r)} score(s) outside [0, 100]: {examples}")
     if np.isnan(scores).all():
         raise RatingsError("no scores at all")
+    dup = wide.duplicated(list(key_cols), keep=False)
+    if dup.any():
+        names = ", ".join(key_cols.values())
+        raise RatingsError(
+            f"{int(dup.sum())} rows share the same ({names}) (rows {_row_numbers(np.flatnonzero(dup.to_numpy()))}): "
+            f"each rated {'session' if spec.session else 'conversation'} must be one row"
+            + ("" if spec.session else "; name the session column if a unit has several rated sessions")
+        )
     for m in spec.reverse:
         wide[m] = SCORE_MAX - wide[m]
     return wide.reset_index(drop=True)

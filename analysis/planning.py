@@ -235,7 +235,7 @@ def power_curve(
     effect: float,
     workers: Sequence[int],
     *,
-    studies: int = 200,
+    studies: int = 100,
     test: Test = DEFAULT_TEST,
     family: Family = "metric",
     seed: int = 1,
@@ -247,10 +247,30 @@ def power_curve(
     for n in workers:
         d = replace(design, workers=int(n))
         cal = calibrate(d, components, effect=effect, studies=studies, tests=[test], family=family, sessions=False,
-                        mixedlm=False, seed=seed, null=False)  # fmt: skip
+                        mixedlm=False, seed=seed, null=False, overall_only=True)  # fmt: skip
         rate = cal.tests[0].power or Rate(0, 0)
         out.append(PowerPoint(int(n), rate.value, rate.ci, rate.n))
     return out
+
+
+def fit_power_curve(points: Sequence[PowerPoint]) -> tuple[float, float] | None:
+    """Probit(power) = a + b * sqrt(workers), fitted by binomial maximum likelihood (statsmodels GLM) to every
+    simulated study of every size tried: the form of the power of a test whose standard error shrinks like
+    1/sqrt(n). None when it cannot be fitted (too few sizes, or power does not grow with the workers)."""
+    if len(points) < 2 or len({p.workers for p in points}) < 2:
+        return None
+    import statsmodels.api as sm
+
+    successes = np.array([round(p.power * p.studies) for p in points], dtype=float)
+    trials = np.array([p.studies for p in points], dtype=float)
+    x = sm.add_constant(np.sqrt([float(p.workers) for p in points]))
+    family = sm.families.Binomial(link=sm.families.links.Probit())
+    try:
+        fit = sm.GLM(np.column_stack([successes, trials - successes]), x, family=family).fit()
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        return None
+    a, b = (float(v) for v in fit.params)
+    return (a, b) if np.isfinite(a) and np.isfinite(b) and b > 0 else None
 
 
 def workers_needed(
@@ -259,15 +279,20 @@ def workers_needed(
     effect: float,
     *,
     target: float = 0.8,
-    studies: int = 200,
+    studies: int = 100,
     test: Test = DEFAULT_TEST,
     family: Family = "metric",
     max_workers: int = 400,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> Plan:
-    """The smallest number of workers (a multiple of the number of arms, so arms stay balanced) whose simulated
-    power reaches ``target``: doubling from ``design.workers``, then bisection. The curve lists every size tried."""
+    """The number of workers whose power reaches ``target``, from simulations of the design at a few sizes.
+
+    Sizes are multiples of the number of arms (arms stay balanced): ``design.workers``, then doubled until the
+    simulated power reaches the target (or ``max_workers``), then the midpoint of the last two. A probit curve
+    through all of them (:func:`fit_power_curve`) smooths the Monte-Carlo noise; the answer is where it crosses
+    the target, and the curve lists the simulated sizes with their power and 95% interval.
+    """
     if effect <= 0:
         raise ValueError("the smallest effect of interest must be positive")
     if not 0 < target < 1:
@@ -275,57 +300,47 @@ def workers_needed(
     step = design.arms
     tried: dict[int, PowerPoint] = {}
 
-    def reaches(n: int) -> bool:
+    def size(n: float) -> int:
+        return int(min(max_workers, max(2 * step, round(n / step) * step)))
+
+    def power_at(n: int) -> float:
         if n not in tried:
             (tried[n],) = power_curve(design, components, effect, [n], studies=studies, test=test, family=family,
                                       seed=seed)  # fmt: skip
             if progress:
                 progress(f"{n} workers: power {tried[n].power:.2f}")
-        return tried[n].power >= target
+        return tried[n].power
 
-    def size(n: float) -> int:
-        return int(min(max_workers, max(step, n // step * step)))
-
-    good: int | None = None
-    bad: int | None = None
     n = size(design.workers)
-    if reaches(n):
-        good = n
-        while good > step and bad is None:  # halve until the power falls short
-            m = size(good / 2)
-            if m == good:
-                break
-            if reaches(m):
-                good = m
-            else:
-                bad = m
-    else:
-        bad = n
-        while good is None and bad < max_workers:  # double until the power is reached
-            m = size(bad * 2)
-            if m == bad:
-                break
-            if reaches(m):
-                good = m
-            else:
-                bad = m
-    while good is not None and bad is not None and good - bad > step:
-        mid = size((good + bad) / 2)
-        if mid in (good, bad):
-            break
-        if reaches(mid):
-            good = mid
-        else:
-            bad = mid
-    found = good
+    previous = None
+    while power_at(n) < target and n < max_workers:
+        previous, n = n, size(n * 2)
+    if previous is not None and power_at(n) >= target:
+        power_at(size((previous + n) / 2))
+    elif previous is None and n > 2 * step:
+        power_at(size(n / 2))
+    curve = sorted(tried.values(), key=lambda p: p.workers)
     notes = [
-        f"power from {studies} simulated studies per size (Monte-Carlo error about "
-        f"{100 * math.sqrt(target * (1 - target) / studies):.0f} points); sizes are multiples of the {step} arms"
+        f"power from {studies} simulated studies per size (95% intervals shown); sizes are multiples of the "
+        f"{step} arms; the answer is where a probit curve through every simulated study crosses the target"
     ]
+    fitted = fit_power_curve(curve)
+    found: int | None
+    if fitted is not None:
+        a, b = fitted
+        from scipy.special import ndtri
+
+        needed = ((float(ndtri(target)) - a) / b) ** 2
+        found = int(math.ceil(needed / step) * step) if needed <= max_workers else None
+    else:
+        reached = [p.workers for p in curve if p.power >= target]
+        found = min(reached) if reached else None
+        notes.append(
+            "no probit curve could be fitted: the answer is the smallest simulated size that reached the target"
+        )
     if found is None:
-        notes.append(f"the target power was not reached with {max_workers} workers")
-    return Plan(design, components, effect, target, test, family, sorted(tried.values(), key=lambda p: p.workers),
-                found, notes)  # fmt: skip
+        notes.append(f"the target power is not reached with {max_workers} workers")
+    return Plan(design, components, effect, target, test, family, curve, found, notes)
 
 
 def main(args: argparse.Namespace) -> int:

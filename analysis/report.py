@@ -386,19 +386,21 @@ def pairwise_section(
     sessions: bool = True,
     units: pd.DataFrame | None = None,
     session_units: pd.DataFrame | None = None,
+    overall_only: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Pairwise tests for the whole units and (with ``sessions``) per session, Holm-adjusted per family.
 
     Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``. ``units`` and
     ``session_units`` default to the prepared study's; the calibration passes one simulated study's rows at a
-    time out of many prepared together.
+    time out of many prepared together; ``overall_only`` (the planner, with one family per metric) skips the
+    per-metric tests.
     """
     test = test or prep.spec.test
     family = family or prep.spec.family
     if len(prep.arms) < 1:
         return [], [], []
     units = prep.units if units is None else units
-    metrics = [OVERALL, *prep.spec.metrics]
+    metrics = [OVERALL] if overall_only else [OVERALL, *prep.spec.metrics]
     whole = _pairwise(units, prep, test, metrics)
     per_session: list[dict[str, Any]] = []
     if sessions and prep.spec.session is not None:

@@ -96,12 +96,12 @@ class AnalysisSpec:
             raise RatingsError(f"metrics listed twice: {list(self.metrics)}")
         unknown_rev = [m for m in self.reverse if m not in self.metrics]
         if unknown_rev:
-            raise RatingsError(f"reversed metrics {unknown_rev} are not among the metrics {list(self.metrics)}")
+            raise RatingsError(f"reversed metric(s) {unknown_rev} are not among the metrics {list(self.metrics)}")
         if self.qc_arm is None and self.qc_metrics:
             raise RatingsError("QC metrics given without a QC arm")
         unknown_qc = [m for m in self.qc_metrics if m not in self.metrics]
         if unknown_qc:
-            raise RatingsError(f"QC metrics {unknown_qc} are not among the metrics {list(self.metrics)}")
+            raise RatingsError(f"QC metric(s) {unknown_qc} are not among the metrics {list(self.metrics)}")
         flags = [*self.exclude, *self.exclude_rows]
         clash = sorted({c for c in flags if c in self.metrics or c in self.key_columns or flags.count(c) > 1})
         if clash:

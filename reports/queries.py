@@ -1,6 +1,6 @@
 """The only ORM code of the reports app: studies and imported datasets in, tidy DataFrames out.
 
-The long frame has one row per single rating, with the columns of :data:`LONG_COLUMNS`. For a live study the
+The long frame has one row per single rating, with the columns of :data:`reports.imports.LONG_COLUMNS`. For a live study the
 *unit* is the episode (one worker x one arm over all its sessions), and each rated session contributes one
 row per metric with its session index; ``analysis.report.analyze`` groups the sessions by unit.
 """
@@ -16,10 +16,9 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 
 from chat.models import ChatSession, Episode, Rating
-from reports.models import ImportedDataset, ImportedRating
+from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
+from reports.models import ImportedDataset, ImportedRating, Preregistration
 from studies.models import Study
-
-LONG_COLUMNS = ["worker", "unit", "arm", "session", "metric", "score"]
 
 
 def study_ratings_frame(study: Study) -> pd.DataFrame:
@@ -97,9 +96,8 @@ def study_data_version(study: Study) -> str:
 def dataset_ratings_frame(dataset: ImportedDataset) -> pd.DataFrame:
     """An imported dataset's ratings as the same long frame as :func:`study_ratings_frame`, plus ``row`` (the
     rated conversation's position in the uploaded file)."""
-    columns = ["row", *LONG_COLUMNS]
-    rows = dataset.ratings.order_by("row", "id").values_list(*columns)
-    df = pd.DataFrame.from_records(list(rows), columns=columns)
+    rows = dataset.ratings.order_by("row", "id").values_list(*IMPORT_COLUMNS)
+    df = pd.DataFrame.from_records(list(rows), columns=IMPORT_COLUMNS)
     df["score"] = df["score"].astype(float)
     return df
 
@@ -123,7 +121,7 @@ def create_imported_dataset(
     source_filename: str,
     uploaded_by: Any,
 ) -> ImportedDataset:
-    """Store an already validated long frame (``row`` + :data:`LONG_COLUMNS`, no missing scores) as a dataset."""
+    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset."""
     dataset = ImportedDataset.objects.create(
         study=study,
         name=name,
@@ -140,7 +138,7 @@ def create_imported_dataset(
     ImportedRating.objects.bulk_create(
         (
             ImportedRating(dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v))
-            for r, w, u, a, s, m, v in long[["row", *LONG_COLUMNS]].itertuples(index=False, name=None)
+            for r, w, u, a, s, m, v in long[IMPORT_COLUMNS].itertuples(index=False, name=None)
         ),
         batch_size=2000,
     )
@@ -149,3 +147,12 @@ def create_imported_dataset(
 
 def delete_dataset(dataset: ImportedDataset) -> None:
     dataset.delete()
+
+
+def latest_preregistration(study: Study) -> Preregistration | None:
+    """The study's newest pre-registration, which its analysis is checked against."""
+    return study.preregistrations.order_by("-created_at", "-id").first()
+
+
+def preregistrations_for_study(study: Study) -> list[Preregistration]:
+    return list(study.preregistrations.order_by("-created_at", "-id"))
