@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -261,13 +262,20 @@ def fit_power_curve(points: Sequence[PowerPoint]) -> tuple[float, float] | None:
         return None
     import statsmodels.api as sm
 
+    from statsmodels.tools.sm_exceptions import PerfectSeparationWarning
+
     successes = np.array([round(p.power * p.studies) for p in points], dtype=float)
     trials = np.array([p.studies for p in points], dtype=float)
+    if ((successes == 0) | (successes == trials)).all():
+        return None  # every size at power 0 or 1: no curve to fit (perfect separation)
     x = sm.add_constant(np.sqrt([float(p.workers) for p in points]))
     family = sm.families.Binomial(link=sm.families.links.Probit())
     try:
-        fit = sm.GLM(np.column_stack([successes, trials - successes]), x, family=family).fit()
-    except (ValueError, np.linalg.LinAlgError, FloatingPointError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PerfectSeparationWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fit = sm.GLM(np.column_stack([successes, trials - successes]), x, family=family).fit()
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError, PerfectSeparationWarning):
         return None
     a, b = (float(v) for v in fit.params)
     return (a, b) if np.isfinite(a) and np.isfinite(b) and b > 0 else None
