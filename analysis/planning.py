@@ -261,7 +261,6 @@ def fit_power_curve(points: Sequence[PowerPoint]) -> tuple[float, float] | None:
     if len(points) < 2 or len({p.workers for p in points}) < 2:
         return None
     import statsmodels.api as sm
-
     from statsmodels.tools.sm_exceptions import PerfectSeparationWarning
 
     successes = np.array([round(p.power * p.studies) for p in points], dtype=float)

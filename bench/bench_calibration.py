@@ -62,7 +62,9 @@ def main() -> int:
         for t in cal.tests:
             if t.test in DEFAULT_TESTS[kind]:
                 verdict = "meets" if t.meets_goals else "MISSES"
-                print(f"default {t.test} on {kind}: {verdict} the goals (FWER <= 0.05 within MC error, coverage >= 0.94)")
+                print(
+                    f"default {t.test} on {kind}: {verdict} the goals (FWER <= 0.05 within MC error, coverage >= 0.94)"
+                )
                 ok = ok and t.meets_goals
         results[kind] = cal.as_dict()
     if args.json:

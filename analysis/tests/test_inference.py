@@ -118,7 +118,9 @@ def test_every_test_names_its_holm_family_and_the_report_lists_the_families(with
     fam = next(f for f in res["families"] if f["id"] == "session 2: coherence")
     assert fam["tests"] == 3 and fam["metrics"] == ["coherence"] and fam["sessions"] == [2]
     assert "each family of one metric" in res["methods"]
-    assert "each family of one metric" in writers.to_markdown(res) and "each family of one metric" in writers.to_latex(res)
+    assert "each family of one metric" in writers.to_markdown(res) and "each family of one metric" in writers.to_latex(
+        res
+    )
 
 
 def test_the_family_option_widens_holm_to_every_test(within: pd.DataFrame) -> None:

@@ -71,7 +71,9 @@ def test_the_page_describes_the_study_design_it_simulates(researcher_client: Cli
     assert 'value="11.5"' in text  # the default components are offered
 
 
-def test_a_simulation_with_assumed_components_reports_the_workers_needed(researcher_client: Client, study: Study) -> None:
+def test_a_simulation_with_assumed_components_reports_the_workers_needed(
+    researcher_client: Client, study: Study
+) -> None:
     response = researcher_client.post(plan_url(study), SMALL)
     assert response.status_code == 302 and "?job=" in response["Location"]
     page = researcher_client.get(response["Location"]).content.decode()
@@ -84,7 +86,9 @@ def test_a_simulation_with_assumed_components_reports_the_workers_needed(researc
     assert 'id="plan-result"' in fragment and "<html" not in fragment and "every 2s" not in fragment
 
 
-def test_a_running_simulation_is_polled(researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_running_simulation_is_polled(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(planning, "_executor", type("Idle", (), {"submit": lambda self, *a: None})())
     response = researcher_client.post(plan_url(study), SMALL)
     page = researcher_client.get(response["Location"]).content.decode()
