@@ -216,12 +216,12 @@ def true_differences(design: StudyDesign, components: VarianceComponents, effect
     """
     big = StudyDesign(**{**asdict(design), "workers": max(20000, 50 * design.workers)})
     prep = prepare(simulate_study(big, components, effects_for(design, effect), rng=seed), study_spec(design))
-    means = prep.units.groupby(ARM)[[f"raw_{OVERALL}", f"z_{OVERALL}"]].mean()
     a, b = design.arm_names[:2]
-    return {
-        "raw": float(means.loc[a, f"raw_{OVERALL}"] - means.loc[b, f"raw_{OVERALL}"]),
-        "z": float(means.loc[a, f"z_{OVERALL}"] - means.loc[b, f"z_{OVERALL}"]),
-    }
+    out = {}
+    for scale in ("raw", "z"):
+        means = prep.units.groupby(ARM)[f"{scale}_{OVERALL}"].mean()
+        out[scale] = float(means[a]) - float(means[b])
+    return out
 
 
 class _Tally:

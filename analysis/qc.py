@@ -78,8 +78,8 @@ def quality_control(
         else:
             testable[k] = True
     groups: dict[tuple[int, int], list[int]] = {}
-    for k in np.flatnonzero(testable):
-        groups.setdefault((int(n1[k]), int(n2[k])), []).append(int(k))
+    for i in np.flatnonzero(testable):
+        groups.setdefault((int(n1[i]), int(n2[i])), []).append(int(i))
     for (a, b), members in groups.items():
         ks = np.asarray(members)
         other = v[start[ks][:, None] + np.arange(b)]  # each worker's other scores come first ...

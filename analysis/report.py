@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import combinations, permutations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -521,7 +521,7 @@ def _arm_table(units: pd.DataFrame, arms: list[str], metrics: list[str], z_valid
     workers = units.groupby(ARM)[WORKER].nunique()
     out: dict[str, Any] = {}
     for a in arms:
-        row = table.loc[a]
+        row = cast(pd.Series, table.loc[a])
         overall = _stats_entry(row, OVERALL, z_valid)
         out[a] = {
             "n_units": int((units[ARM] == a).sum()),
@@ -541,7 +541,7 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
     out = []
     for a in arms:
         for s in sorted(table.loc[a].index, key=_natural):
-            row = table.loc[(a, s)]
+            row = cast(pd.Series, table.loc[(a, s)])
             overall = _stats_entry(row, OVERALL, z_valid)
             out.append(
                 {

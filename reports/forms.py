@@ -94,7 +94,7 @@ class ImportRatingsForm(forms.Form):
         return upload
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if data.get("layout") == "wide" and not split_names(data.get("metrics") or ""):
             self.add_error("metrics", "Name the metric columns of the wide table.")
         if split_names(data.get("qc_metrics") or "") and not (data.get("qc_arm") or "").strip():
@@ -145,7 +145,7 @@ class PlanForm(forms.Form):
         from analysis.synthetic import VarianceComponents
 
         super().__init__(*args, **kwargs)
-        self.fields["pilot"].choices = [
+        cast(forms.ChoiceField, self.fields["pilot"]).choices = [
             ("assumed", "the values below"),
             ("study", "this study's ratings so far, as a pilot"),
             *((f"dataset:{pk}", f"the imported dataset “{name}”, as a pilot") for pk, name in datasets),
@@ -156,7 +156,7 @@ class PlanForm(forms.Form):
             self.fields[name].initial = getattr(defaults, name)
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if all(data.get(n) == 0 for n in ("episode_sd", "session_sd", "residual_sd")):
             self.add_error("residual_sd", "Episode, session and rating SD cannot all be 0.")
         return data

@@ -150,7 +150,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
-    if report.ok:
+    if report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
         for entry in ctx["urls"]["plots"]:
