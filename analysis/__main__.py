@@ -127,6 +127,7 @@ def _design_arguments(p: argparse.ArgumentParser, *, calibrate: bool) -> None:
                    help="the pilot CSV's key columns (default worker,episode,arm,session)")  # fmt: skip
     p.add_argument("--pilot-metrics", type=_list, help="the pilot CSV's metric columns (default: all numeric)")
     p.add_argument("--pilot-qc-arm", help="the pilot's QC arm (its failed workers are left out of the estimate)")
+    p.add_argument("--pilot-qc-metrics", type=_list, default=[], help="the pilot's QC metrics (default: all)")
     p.add_argument("--effect", type=float, default=0.3 if not calibrate else 0.3,
                    help="true difference between the first arm and the others, in latent SD units")  # fmt: skip
     p.add_argument("--studies", type=int, default=1000 if calibrate else 200, help="simulated studies per setting")
@@ -142,6 +143,9 @@ def _design_arguments(p: argparse.ArgumentParser, *, calibrate: bool) -> None:
                        help="also run the per-session tests (for the any-mark-anywhere rate)")  # fmt: skip
     else:
         p.add_argument("--power", type=float, default=0.8, help="target power")
+        p.add_argument(
+            "--components-only", action="store_true", help="print the variance components (e.g. of --pilot) and stop"
+        )
         p.add_argument("--max-workers", type=int, default=400, help="the largest study tried")
 
 

@@ -413,7 +413,8 @@ def components_from_args(args: argparse.Namespace) -> tuple[VarianceComponents, 
         from analysis.planning import estimate_components, pilot_spec
 
         frame = read_csv(args.pilot)
-        est = estimate_components(frame, pilot_spec(frame, args.pilot_columns, args.pilot_metrics, args.pilot_qc_arm))
+        spec = pilot_spec(frame, args.pilot_columns, args.pilot_metrics, args.pilot_qc_arm, args.pilot_qc_metrics)
+        est = estimate_components(frame, spec)
         base, notes = est.components, est.notes
     overrides = {
         name: getattr(args, name)

@@ -65,7 +65,11 @@ class ComponentEstimate:
 
 
 def pilot_spec(
-    frame: pd.DataFrame, columns: Sequence[str] | None, metrics: Sequence[str] | None, qc_arm: str | None
+    frame: pd.DataFrame,
+    columns: Sequence[str] | None,
+    metrics: Sequence[str] | None,
+    qc_arm: str | None,
+    qc_metrics: Sequence[str] = (),
 ) -> AnalysisSpec:
     """A spec for a pilot CSV: key columns (default worker, episode, arm, session) and metrics (default: every
     other column whose values are all numbers)."""
@@ -85,6 +89,7 @@ def pilot_spec(
         session=keys[3] if len(keys) == 4 else None,
         metrics=tuple(metrics),
         qc_arm=qc_arm,
+        qc_metrics=tuple(qc_metrics) if qc_arm else (),
         mixedlm=False,
     )
 
@@ -355,6 +360,14 @@ def main(args: argparse.Namespace) -> int:
 
     design = design_from_args(args)
     components, notes = components_from_args(args)
+    if args.components_only:
+        c = {**asdict(components), "latent_sd": components.latent_sd}
+        if args.format == "json":
+            sys.stdout.write(json.dumps({"components": c, "notes": notes}, indent=1) + "\n")
+        else:
+            lines = [*(f"note: {n}" for n in notes), *(f"{k:>14}: {v:.3f}" for k, v in c.items())]
+            sys.stdout.write("\n".join(lines) + "\n")
+        return 0
     test: Test = args.tests[0]
     plan = workers_needed(
         design,
