@@ -164,6 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        if args.command == "report":
+            raise
+        # a design or setting the simulation cannot use (e.g. more episodes per worker than arms)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _report(args: argparse.Namespace) -> int:

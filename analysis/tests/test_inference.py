@@ -304,3 +304,26 @@ def test_a_report_checks_itself_against_its_preregistration(within: pd.DataFrame
     path.write_text("{}")
     with pytest.raises(RatingsError, match="not a memeval pre-registration"):
         read_preregistration(path)
+
+
+def test_the_calibrate_command_prints_each_tests_rates_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["calibrate", "--studies", "20", "--workers", "20", "--tests", "cluster-t,welch", "--effect", "0",
+            "--no-sessions-tests", "--format", "json"]  # fmt: skip
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["test"] for t in out["tests"]] == ["cluster-t", "welch"]
+    assert out["tests"][0]["fwer"]["n"] == 20 and out["design"]["workers"] == 20
+    assert main(["calibrate", "--tests", "t-test"]) == 2
+    assert "unknown test" in capsys.readouterr().err
+
+
+def test_the_plan_command_estimates_components_from_a_pilot_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pilot.csv"
+    simulate_study(StudyDesign(workers=200), VarianceComponents(worker_sd=15), rng=4).to_csv(path, index=False)
+    args = ["plan", "--pilot", str(path), "--pilot-qc-arm", "qc", "--components-only", "--format", "json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["components"]["worker_sd"] == pytest.approx(15, rel=0.25)
+    assert main(["plan", "--pilot", str(tmp_path / "missing.csv"), "--components-only"]) == 2
