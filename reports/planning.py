@@ -25,7 +25,7 @@ from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
 from reports import queries
 from reports.models import ImportedDataset, Preregistration
-from reports.reporting import Source, analysis_frame, source_spec
+from reports.reporting import Source, analysis_frame
 from studies.models import Study
 
 log = logging.getLogger(__name__)
@@ -71,23 +71,11 @@ def study_design(study: Study) -> StudyDesign:
 
 
 def pilot_source(study: Study, pilot: str) -> Source:
-    """The ratings a pilot estimate reads: this study's own, or one of its imported datasets."""
+    """The ratings a pilot estimate reads: this study's own (``"study"``), or one of its imported datasets
+    (``"dataset:<pk>"``)."""
     if pilot == "study":
-        metrics, reverse = queries.study_metrics(study)
-        qc_arm = queries.study_qc_arm(study)
-        qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
-        spec = source_spec(metrics, reverse=reverse, qc_arm=qc_arm, qc_metrics=qc_metrics)
-        return Source(study.name, study.slug, queries.study_ratings_frame(study), spec)
-    pk = int(pilot.removeprefix("dataset:"))
-    dataset = ImportedDataset.objects.get(study=study, pk=pk)
-    spec = source_spec(
-        list(dataset.metrics),
-        reverse=list(dataset.reverse_metrics),
-        has_session=dataset.has_session,
-        qc_arm=dataset.qc_arm or None,
-        qc_metrics=list(dataset.qc_metrics),
-    )
-    return Source(dataset.name, f"{study.slug}-import-{pk}", queries.dataset_ratings_frame(dataset), spec)
+        return queries.study_source(study)
+    return queries.dataset_source(ImportedDataset.objects.get(study=study, pk=int(pilot.removeprefix("dataset:"))))
 
 
 def start_plan(study: Study, settings: PlanSettings) -> str:
@@ -149,10 +137,7 @@ def preregistration_document(
 ) -> dict[str, Any]:
     """The pre-registration of ``study`` as it is configured now, analysed with ``test`` and ``family``."""
     metrics = list(study.metrics.order_by("order", "id"))
-    keys, reverse = queries.study_metrics(study)
-    qc_arm = queries.study_qc_arm(study)
-    qc_metrics = [m for m in keys if m not in reverse] if qc_arm else []
-    spec = source_spec(keys, reverse=reverse, qc_arm=qc_arm, qc_metrics=qc_metrics)
+    spec = queries.study_spec(study)
     if spec is None:
         raise RatingsError("the study has no metrics: nothing to register")
     spec = replace(spec, test=test, family=family)
@@ -191,8 +176,8 @@ def preregistration_document(
         ],  # fmt: skip
         exclusion_rules={
             "quality_control": {
-                "arm": qc_arm,
-                "metrics": qc_metrics,
+                "arm": spec.qc_arm,
+                "metrics": list(spec.effective_qc_metrics),
                 "rule": "a worker passes when a one-sided Mann-Whitney U test finds the QC arm rated lower than the "
                 "other arms at p < 0.05; workers who fail are excluded",
             },

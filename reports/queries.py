@@ -15,9 +15,11 @@ import pandas as pd
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 
+from analysis.spec import AnalysisSpec
 from chat.models import ChatSession, Episode, Rating
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
+from reports.reporting import Source, source_spec
 from studies.models import Study
 
 
@@ -156,3 +158,34 @@ def latest_preregistration(study: Study) -> Preregistration | None:
 
 def preregistrations_for_study(study: Study) -> list[Preregistration]:
     return list(study.preregistrations.order_by("-created_at", "-id"))
+
+
+def study_spec(study: Study) -> AnalysisSpec | None:
+    """How a live study is analysed: its metrics, reversed metrics and QC arm (None without metrics)."""
+    metrics, reverse = study_metrics(study)
+    qc_arm = study_qc_arm(study)
+    # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
+    qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
+    return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+
+
+def study_source(study: Study) -> Source:
+    """A live study's ratings and how to analyse them."""
+    return Source(title=study.name, slug=study.slug, frame=study_ratings_frame(study), spec=study_spec(study))
+
+
+def dataset_source(dataset: ImportedDataset) -> Source:
+    """An imported dataset's ratings and the analysis settings chosen at import."""
+    spec = source_spec(
+        list(dataset.metrics),
+        reverse=list(dataset.reverse_metrics),
+        has_session=dataset.has_session,
+        qc_arm=dataset.qc_arm or None,
+        qc_metrics=list(dataset.qc_metrics),
+    )
+    return Source(
+        title=f"{dataset.study.name}: {dataset.name}",
+        slug=f"{dataset.study.slug}-import-{dataset.pk}",
+        frame=dataset_ratings_frame(dataset),
+        spec=spec,
+    )

@@ -24,13 +24,11 @@ from reports.reporting import (
     FORMATS,
     PLOT_NAMES,
     Report,
-    Source,
     build_report,
     export,
     filename,
     plot_titles,
     render_plot,
-    source_spec,
 )
 from studies.models import Study
 
@@ -51,31 +49,6 @@ def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., Http
     return wrapped
 
 
-def _study_source(study: Study) -> Source:
-    metrics, reverse = queries.study_metrics(study)
-    qc_arm = queries.study_qc_arm(study)
-    # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
-    qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
-    spec = source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
-    return Source(title=study.name, slug=study.slug, frame=queries.study_ratings_frame(study), spec=spec)
-
-
-def _dataset_source(dataset: ImportedDataset) -> Source:
-    spec = source_spec(
-        list(dataset.metrics),
-        reverse=list(dataset.reverse_metrics),
-        has_session=dataset.has_session,
-        qc_arm=dataset.qc_arm or None,
-        qc_metrics=list(dataset.qc_metrics),
-    )
-    return Source(
-        title=f"{dataset.study.name}: {dataset.name}",
-        slug=f"{dataset.study.slug}-import-{dataset.pk}",
-        frame=queries.dataset_ratings_frame(dataset),
-        spec=spec,
-    )
-
-
 def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> Report:
     """The analysis for the page's data and options, cached until the ratings change (the page polls every 10 s).
 
@@ -87,7 +60,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     key = f"reports:report:{version}:{test}:{family}:{prereg.sha256 if prereg else ''}"
     report = cache.get(key)
     if report is None:
-        source = _dataset_source(dataset) if dataset else _study_source(study)
+        source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
         extra = {"preregistration": prereg.content} if prereg else {}
         report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
