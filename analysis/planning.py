@@ -361,11 +361,11 @@ def main(args: argparse.Namespace) -> int:
     design = design_from_args(args)
     components, notes = components_from_args(args)
     if args.components_only:
-        c = {**asdict(components), "latent_sd": components.latent_sd}
+        values = {**asdict(components), "latent_sd": components.latent_sd}
         if args.format == "json":
-            sys.stdout.write(json.dumps({"components": c, "notes": notes}, indent=1) + "\n")
+            sys.stdout.write(json.dumps({"components": values, "notes": notes}, indent=1) + "\n")
         else:
-            lines = [*(f"note: {n}" for n in notes), *(f"{k:>14}: {v:.3f}" for k, v in c.items())]
+            lines = [*(f"note: {n}" for n in notes), *(f"{k:>14}: {v:.3f}" for k, v in values.items())]
             sys.stdout.write("\n".join(lines) + "\n")
         return 0
     test: Test = args.tests[0]
