@@ -629,8 +629,8 @@ def methods_text(result: Mapping[str, Any]) -> str:
     )
     test = {
         "cluster-t": "two-sided t-tests of the difference in mean scores with standard errors clustered by worker "
-        "(CR1 sandwich, t with G - 1 degrees of freedom, G the number of workers involved), for every pair of arms; "
-        "a worker's units are not treated as independent",
+        "(CR2 sandwich with Bell-McCaffrey degrees of freedom; Pustejovsky & Tipton 2018), for every pair of arms, "
+        "so that a worker's units are not treated as independent",
         "mwu-greater": "one-sided Mann-Whitney U tests (alternative: the first arm scores higher) for every ordered "
         "pair of arms, treating units as independent (Ji et al.'s replication mode)",
         "mwu-two-sided": "two-sided Mann-Whitney U tests for every pair of arms, treating units as independent",
