@@ -359,7 +359,8 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
 def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str, reference: str) -> dict[str, Any]:
     """Fit ``score ~ C(arm, Treatment(reference))`` with a random intercept per ``group`` (REML).
 
-    Returns the fixed effects of every arm against ``reference`` (coefficient, SE, z-test p, 95% CI), the
+    Returns the fixed effects of every arm against ``reference`` (coefficient, SE, and p and 95% CI from a t
+    distribution with workers - fixed effects degrees of freedom, ``df``), the
     variance components, the optimizer that produced the fit and any fitting warnings (convergence, boundary),
     which callers must show. The optimizers of :data:`OPTIMIZERS` are tried in turn until one converges; when
     none does, the best non-converged fit is reported with a warning saying so, and when every one raises,
@@ -428,17 +429,24 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
             result["warnings"].append(f"{w.category.__name__}: {w.message}")
         else:  # not ours to swallow (e.g. deprecations)
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    ci = fit.conf_int(alpha=1 - CONFIDENCE)
+    # statsmodels tests fixed effects against the normal distribution, which is liberal with tens of workers
+    # (the calibration measured a family-wise rate of 0.060 and 93.6% coverage in nested designs); we use a t
+    # distribution with the between-within degrees of freedom, workers minus fixed effects (the arm effect of a
+    # nested design varies between workers, so the workers are its replicates).
+    df = max(1, result["n_groups"] - len(fit.fe_params))
+    quantile = float(special.stdtrit(df, 0.5 + CONFIDENCE / 2))
+    result["df"] = df
     prefix = f"C(arm, Treatment({reference!r}))[T."
     for name in fit.fe_params.index:
         term = "intercept" if name == "Intercept" else name.removeprefix(prefix).removesuffix("]")
+        coef, se = float(fit.fe_params[name]), float(fit.bse_fe[name])
         result["effects"].append(
             {
                 "term": term,
-                "coef": float(fit.fe_params[name]),
-                "se": float(fit.bse_fe[name]),
-                "p": float(fit.pvalues[name]),
-                "ci95": [float(ci.loc[name, 0]), float(ci.loc[name, 1])],
+                "coef": coef,
+                "se": se,
+                "p": float(2 * special.stdtr(df, -abs(coef / se))) if se > 0 else math.nan,
+                "ci95": [coef - quantile * se, coef + quantile * se],
             }
         )
     result["group_var"] = float(fit.cov_re.iloc[0, 0])

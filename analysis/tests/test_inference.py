@@ -327,3 +327,15 @@ def test_the_plan_command_estimates_components_from_a_pilot_file(
     out = json.loads(capsys.readouterr().out)
     assert out["components"]["worker_sd"] == pytest.approx(15, rel=0.25)
     assert main(["plan", "--pilot", str(tmp_path / "missing.csv"), "--components-only"]) == 2
+
+
+def test_the_mixed_models_tests_use_t_with_the_workers_as_replicates() -> None:
+    df = synthetic_ratings(600, seed=35, within_worker=False, episodes_per_worker=2)
+    fit = analyze(df, qc_arm="qc", **SYN)["mixedlm"]["models"]["overall"]
+    assert fit["df"] == fit["n_groups"] - 3  # workers minus the intercept and two arm effects
+    for e in fit["effects"]:
+        t = e["coef"] / e["se"]
+        assert e["p"] == pytest.approx(2 * stats.t.sf(abs(t), fit["df"]))
+        assert e["p"] > 2 * stats.norm.sf(abs(t))  # statsmodels' normal-based p would be smaller
+        half = stats.t.ppf(0.975, fit["df"]) * e["se"]
+        assert e["ci95"] == pytest.approx([e["coef"] - half, e["coef"] + half])
