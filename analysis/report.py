@@ -165,9 +165,14 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
     qc = check_quality(scored, spec)
     keep = scored["qc_passed"] & ((scored[ARM] != spec.qc_arm) if spec.qc_arm is not None else True)
     data = scored[keep].copy()
-    if data.empty:
-        # Every worker failed QC (or only the QC arm was rated, or the filters removed everybody): no arm tables
-        # or tests, but the QC section says who failed and why, which is what a researcher needs to see then.
+    if frame.empty:
+        warnings_.append(
+            f"no ratings left after the exclusion filters: they removed all {exclusions['workers_before']} workers; "
+            "no arm tables, tests or correlations"
+        )
+    elif data.empty:
+        # Every worker failed QC (or only the QC arm was rated): no arm tables or tests, but the QC section says
+        # who failed and why, which is what a researcher needs to see then.
         warnings_.append(
             f"no ratings left after quality control and removing the QC arm ({qc['workers_passed']} of "
             f"{qc['workers_total']} workers passed QC): no arm tables, tests or correlations; "

@@ -339,3 +339,11 @@ def test_the_mixed_models_tests_use_t_with_the_workers_as_replicates() -> None:
         assert e["p"] > 2 * stats.norm.sf(abs(t))  # statsmodels' normal-based p would be smaller
         half = stats.t.ppf(0.975, fit["df"]) * e["se"]
         assert e["ci95"] == pytest.approx([e["coef"] - half, e["coef"] + half])
+
+
+def test_filters_that_remove_every_worker_give_a_report_that_says_so() -> None:
+    df = _flagged().assign(pasted="true")
+    res = analyze(df, exclude=["pasted"], **SYN)
+    assert res["warnings"] == [f"no ratings left after the exclusion filters: they removed all {df['worker'].nunique()} "
+                               "workers; no arm tables, tests or correlations"]  # fmt: skip
+    assert res["arm_order"] == [] and writers.to_markdown(res) and writers.to_latex(res)
