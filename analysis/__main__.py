@@ -128,9 +128,10 @@ def _design_arguments(p: argparse.ArgumentParser, *, calibrate: bool) -> None:
     p.add_argument("--pilot-metrics", type=_list, help="the pilot CSV's metric columns (default: all numeric)")
     p.add_argument("--pilot-qc-arm", help="the pilot's QC arm (its failed workers are left out of the estimate)")
     p.add_argument("--pilot-qc-metrics", type=_list, default=[], help="the pilot's QC metrics (default: all)")
-    p.add_argument("--effect", type=float, default=0.3 if not calibrate else 0.3,
-                   help="true difference between the first arm and the others, in latent SD units")  # fmt: skip
-    p.add_argument("--studies", type=int, default=1000 if calibrate else 200, help="simulated studies per setting")
+    p.add_argument("--effect", type=float, default=0.3,
+                   help="true difference between the first arm and the others, in latent SD units"
+                   + ("" if calibrate else " (the smallest effect of interest)"))  # fmt: skip
+    p.add_argument("--studies", type=int, default=1000 if calibrate else 100, help="simulated studies per setting")
     p.add_argument("--tests", type=_list, default=list(TESTS) if calibrate else ["cluster-t"],
                    help=f"tests to evaluate (of {', '.join(TESTS)})")  # fmt: skip
     p.add_argument("--family", choices=FAMILIES, default="metric")
