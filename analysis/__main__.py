@@ -7,8 +7,8 @@
   false-positive rate, CI coverage and power (:mod:`analysis.calibration`).
 * ``python -m analysis plan ...``: workers needed for a target power (:mod:`analysis.planning`).
 
-Heavy libraries (pandas, scipy, matplotlib) are imported only by the command that needs them, so that a
-cold ``report`` stays fast.
+matplotlib is imported only when a plot is drawn (``--format html``), statsmodels' formula API only for the
+mixed model, so that a cold ``report`` stays fast.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.spec import FAMILIES, TESTS, RatingsError
+from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
-CSV_TABLES = ("summary", "pairwise", "correlations", "qc", "ratings")
 
 
 def _list(text: str) -> list[str]:
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--value-col", help="long format: column with the score (default 'score')")
     rep.add_argument(
         "--csv-table",
-        choices=CSV_TABLES,
+        choices=(*CSV_TABLES, "ratings"),
         default="summary",
         help="which table --format csv writes (ratings = every rating with its z-score)",
     )
