@@ -259,12 +259,22 @@ def _cluster_t(x: np.ndarray, y: np.ndarray, gx: np.ndarray, gy: np.ndarray, con
     np.add.at(sums, cb, (y - y.mean(axis=0)) * beta[cb][:, None])
     se = np.sqrt((sums**2).sum(axis=0))
     # Bell-McCaffrey degrees of freedom: with P the n x G matrix of each cluster's weights after projecting out
-    # the arm means, df = tr(P'P)^2 / tr((P'P)^2); P'P = diag(m_a alpha^2 + m_b beta^2) - v_a v_a'/n_a - v_b v_b'/n_b
+    # the arm means, df = tr(M)^2 / tr(M^2) for M = P'P = D - v_a v_a'/n_a - v_b v_b'/n_b (D diagonal). Both
+    # traces in closed form, O(G): forming the G x G matrix cost seconds and hundreds of MB with 5,000 workers.
     v_a = np.where(m_a > 0, m_a * alpha, 0.0)
     v_b = np.where(m_b > 0, m_b * beta, 0.0)
-    gram = np.diag(np.where(m_a > 0, m_a * alpha**2, 0.0) + np.where(m_b > 0, m_b * beta**2, 0.0))
-    gram -= np.outer(v_a, v_a) / na + np.outer(v_b, v_b) / nb
-    df = float(np.trace(gram) ** 2 / np.sum(gram * gram))
+    d = np.where(m_a > 0, m_a * alpha**2, 0.0) + np.where(m_b > 0, m_b * beta**2, 0.0)
+    aa, bb, ab = float(v_a @ v_a), float(v_b @ v_b), float(v_a @ v_b)
+    trace = float(d.sum()) - aa / na - bb / nb
+    trace_sq = (
+        float(d @ d)
+        - 2 * float(d @ (v_a * v_a)) / na
+        - 2 * float(d @ (v_b * v_b)) / nb
+        + (aa / na) ** 2
+        + (bb / nb) ** 2
+        + 2 * ab**2 / (na * nb)
+    )
+    df = trace**2 / trace_sq
     with np.errstate(invalid="ignore", divide="ignore"):
         t = diff / se
     half = float(special.stdtrit(df, 0.5 + confidence / 2)) * se
