@@ -28,6 +28,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from analysis.agreement import majority_label
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
 
 MAX_SENTENCES = 60
@@ -578,13 +579,8 @@ def _statement_savepoint() -> Iterator[None]:
 
 def gold_from_votes(labels: Iterable[str], *, min_votes: int) -> str | None:
     """The label with at least ``min_votes`` votes and more votes than any other, else ``None``."""
-    ranked = Counter(labels).most_common()
-    if not ranked:
-        return None
-    top, n = ranked[0]
-    if n < min_votes or (len(ranked) > 1 and ranked[1][1] == n):
-        return None
-    return top
+    label, _tie = majority_label(list(labels), min_votes=min_votes)
+    return None if label is None else str(label)
 
 
 def _completion(item: Item, queue: Queue, now: dt.datetime) -> dict[str, Any]:

@@ -74,9 +74,11 @@ def test_markdown_has_the_paper_tables_with_significance_marks(result: dict[str,
 def test_significance_marks_follow_the_holm_adjusted_tests(result: dict[str, Any]) -> None:
     marks = writers.significance_marks(result)
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
+    assert result["params"]["test"] == "cluster-t"  # two-sided: the mark goes to the arm with the higher mean
     for e in result["pairwise"]:
-        beaten = marks.get((e["a"], e["metric"]), [])
-        assert (number[e["b"]] in beaten) == (e["p_holm"] < 0.05)
+        winner, loser = (e["a"], e["b"]) if e["mean_diff"] > 0 else (e["b"], e["a"])
+        assert (number[loser] in marks.get((winner, e["metric"]), [])) == (e["p_holm"] < 0.05)
+        assert number[winner] not in marks.get((loser, e["metric"]), [])
 
 
 def test_latex_escapes_names_and_uses_booktabs() -> None:
@@ -217,3 +219,38 @@ def test_a_single_arm_single_metric_study_still_gives_every_output() -> None:
     assert writers.to_markdown(res) and writers.to_latex(res)
     for table in writers.CSV_TABLES:
         assert pd.read_csv(io.StringIO(writers.to_csv(res, table=table))).columns.size > 0
+
+
+@pytest.mark.filterwarnings("error")
+def test_arm_and_metric_names_with_dollar_signs_or_non_latin_letters_are_drawn_as_typed() -> None:
+    # "$x^$" used to go to matplotlib's mathtext parser and fail every plot (issue 11); Cyrillic and CJK names
+    # must reach the SVG as text even though matplotlib's DejaVu Sans has no CJK glyphs.
+    df = synthetic_ratings(300, seed=13).rename(columns={"humanness": "$y_1$"})
+    df["arm"] = df["arm"].replace({"update": "$x^$", "none": "память", "accumulate": "記憶"})
+    metrics = [m if m != "humanness" else "$y_1$" for m in METRICS]
+    res = analyze(df, qc_arm="qc", **{**SYN, "metrics": metrics})
+    figures = plots.all_plots(res)
+    assert len(figures) == 9
+    for name, svg in figures.items():
+        ElementTree.fromstring(svg.encode())
+        if not name.startswith("correlations"):
+            assert all(arm in svg for arm in ("$x^$", "память", "記憶")), name
+    assert "$y_1$" in figures["arm_scores"]
+    page = writers.to_html(res, plots=figures)
+    assert "記憶" in page and "$x^$" in page
+
+
+def test_each_figure_is_drawn_once(result: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    draws = 0
+    original = Figure.draw
+
+    def counting(self: Figure, renderer: Any) -> None:
+        nonlocal draws
+        draws += 1
+        original(self, renderer)
+
+    monkeypatch.setattr(Figure, "draw", counting)
+    figures = plots.all_plots(result)
+    assert draws == len(figures)
