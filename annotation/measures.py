@@ -29,6 +29,7 @@ from annotation.models import (
     Label,
     Queue,
 )
+from memory.systems.memory_update import apply_operations
 
 
 def _num(x: float) -> float | None:
@@ -212,8 +213,6 @@ def set_level_f1(queue: Queue) -> dict[str, Any]:
     Only updates (units) whose every pair has a 4-class gold label and an operator decision count;
     the others (a FUSION or no-consensus pair, a pair not in the queue) are reported as skipped.
     """
-    from memory.systems.memory_update import apply_operations
-
     units: dict[str, list[Item]] = defaultdict(list)
     for item in Item.objects.filter(queue=queue).exclude(unit=""):
         units[item.unit].append(item)

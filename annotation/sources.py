@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from annotation.models import OPERATIONS, Item, Queue
+from chat.models import MemorySnapshot
 
 MAX_IMPORT_ROWS = 50_000
 MAX_FIELD_CHARS = 5_000
@@ -38,8 +39,6 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
 
     The arm name goes to ``meta`` (researchers only); annotators see the payload.
     """
-    from chat.models import MemorySnapshot
-
     snapshots = (
         MemorySnapshot.objects.filter(session__episode__participant__study=study, status=MemorySnapshot.Status.DONE)
         .select_related("session__episode__arm")

@@ -10,7 +10,6 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
-from chat.models import Episode
 from memory.registry import MEMORY_SYSTEMS
 from studies.models import Arm, Metric, Study
 
@@ -67,7 +66,7 @@ class StudyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if self.instance.pk and Episode.objects.filter(participant__study=self.instance).exists():
+        if self.instance.pk and self.instance.has_episodes():
             for name in STUDY_FROZEN_FIELDS:
                 if name in self.changed_data:
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")

@@ -22,9 +22,9 @@ from django.views.decorators.http import require_POST
 
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory.registry import MEMORY_SYSTEMS
-from studies.entry import invite_url
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
 from studies.models import Arm, Study
+from studies.participants import invite_url
 from studies.roles import researcher_required
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
@@ -197,7 +197,7 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
-    """Signed invite links for in-house workers (the signer lives in studies.entry)."""
+    """Signed invite links for in-house workers (the signer lives in studies.participants)."""
     study = get_object_or_404(Study, slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)

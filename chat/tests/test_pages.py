@@ -12,8 +12,8 @@ from django.test import Client
 from chat import services, tasks
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
-from studies.entry import invite_url, resume_url
 from studies.models import Participant, Study
+from studies.participants import invite_url, resume_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,8 +13,8 @@ from django.utils import timezone
 from chat import services
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
-from studies.entry import invite_url
 from studies.models import Participant, Study
+from studies.participants import invite_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -134,7 +134,7 @@ def test_adding_the_default_metrics_keeps_existing_ones(rclient: Client, researc
 
 
 def test_it_generates_a_signed_invite_link_for_an_in_house_worker(rclient: Client, study: Study, settings: Any) -> None:
-    from studies.entry import INVITE_SALT
+    from studies.participants import INVITE_SALT
 
     settings.SITE_URL = "https://memeval.example.org"
 
@@ -165,7 +165,7 @@ def test_it_rejects_an_invite_id_with_spaces(rclient: Client, study: Study) -> N
 
 
 def test_it_makes_many_random_invite_links_at_once(rclient: Client, study: Study) -> None:
-    from studies.entry import INVITE_SALT
+    from studies.participants import INVITE_SALT
 
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "", "count": 25})
     body = response.content.decode()
