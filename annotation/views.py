@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
@@ -21,8 +18,7 @@ from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueF
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
-
-ANNOTATOR_GROUP = "annotators"
+from studies.roles import annotator_required, researcher_required
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
 DEFINITIONS: list[dict[str, str]] = [
@@ -75,32 +71,6 @@ SUMMARY_GUIDELINES = [
     "Keep information that changed, so it can be tracked (\u201cjust got married\u201d, \u201crecovered from flu\u201d).",
     "Fill in missing information and correct wrong sentences. One sentence per line.",
 ]
-
-
-def is_annotator(user: Any) -> bool:
-    return user.is_authenticated and (user.is_staff or user.groups.filter(name=ANNOTATOR_GROUP).exists())
-
-
-def annotator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_annotator(request.user):
-            raise PermissionDenied("Annotators only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("Researchers only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 # --------------------------------------------------------------------------- annotators

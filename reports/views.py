@@ -1,13 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -30,22 +27,9 @@ from reports.reporting import (
     render_plot,
 )
 from studies.models import Study
+from studies.roles import researcher_required
 
 CACHE_SECONDS = 600
-
-
-def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous visitors go to the login page; logged-in non-staff users get 403."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise PermissionDenied("Researchers only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _study_source(study: Study) -> Source:
