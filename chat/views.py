@@ -7,16 +7,13 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
-from django_htmx.middleware import HtmxDetails
+from django.views.decorators.vary import vary_on_headers
 
 from chat import services
 from chat.forms import RatingForm
 from chat.models import ChatSession
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
+from studies.roles import HtmxHttpRequest
 
 
 def next_step(request: HttpRequest, slug: str) -> HttpResponse:
@@ -132,6 +129,7 @@ def rate(request: HttpRequest, session_id: int) -> HttpResponse:
     return render(request, "chat/rate.html", _ctx(session, form=form), status=400 if form.errors else 200)
 
 
+@vary_on_headers("HX-Request")  # htmx's poll of the same URL gets the status partial only
 def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     """Between sessions: "One week later…" until the memory update has made the session ready."""
     session = _own_session(request, session_id)

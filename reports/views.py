@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from reports import queries, tables
@@ -27,7 +28,7 @@ from reports.reporting import (
     render_plot,
 )
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import HtmxHttpRequest, researcher_required
 
 CACHE_SECONDS = 600
 
@@ -87,7 +88,6 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str,
     query = "" if test == "mwu-greater" else f"?test={test}"
     return {
         "page": reverse(f"{prefix}analysis", args=args) + query,
-        "fragment": reverse(f"{prefix}fragment", args=args) + query,
         "exports": [
             {"fmt": fmt, "label": label, "url": reverse(f"{prefix}export", args=[*args, fmt]) + query}
             for fmt, label in [
@@ -151,16 +151,11 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 
 @require_GET
 @researcher_required
-def analysis(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
+@vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
+def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
     study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html", _context(request, study, dataset))
-
-
-@require_GET
-@researcher_required
-def analysis_fragment(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html#results", _context(request, study, dataset))
+    template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
+    return render(request, template, _context(request, study, dataset))
 
 
 @require_GET

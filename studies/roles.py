@@ -1,4 +1,5 @@
-"""Who may do what, for every app: one predicate and one view decorator per role.
+"""Who may do what, for every app: one predicate and one view decorator per role (and the typed
+request of an htmx-aware view).
 
 * A **researcher** is an active staff user: study design, transcripts, arm names, reports, queues.
 * An **annotator** is an active user in the ``annotators`` group, or a researcher (who may try the

@@ -25,7 +25,7 @@ from memory.registry import MEMORY_SYSTEMS
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
 from studies.models import Arm, Study
 from studies.participants import invite_url
-from studies.roles import researcher_required
+from studies.roles import HtmxHttpRequest, researcher_required
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -196,7 +196,7 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @researcher_required
-def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
+def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
     study = get_object_or_404(Study, slug=slug)
     form = InviteForm(request.POST)
@@ -205,7 +205,7 @@ def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         context["invites"] = [(i, _public_url(invite_url(study, i))) for i in form.ids()]
     template = "studies/researcher/detail.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#invite"
     return render(request, template, context, status=200 if form.is_valid() else 400)
 

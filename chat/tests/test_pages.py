@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from unittest import mock
@@ -9,7 +10,7 @@ from unittest import mock
 import pytest
 from django.test import Client
 
-from chat import services, tasks
+from chat import fragments, services, tasks
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -297,3 +298,22 @@ def test_an_expired_resume_link_gets_a_clear_410_page(client: Client, study: Stu
         path = resume_url(session.episode.participant).replace("http://localhost:8000", "")
     response = Client().get(path)
     assert response.status_code == 410 and "This link has expired" in response.content.decode()
+
+
+def test_the_chat_page_loads_htmx_and_its_ws_extension_from_django_htmx(client: Client, study: Study) -> None:
+    session = start(client, study)
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    assert '<script src="/static/django_htmx/htmx-2.min.js" defer></script>' in page
+    assert '<script src="/static/django_htmx/ext/hx-ws-2.min.js" defer></script>' in page
+    assert page.index("htmx-2.min.js") < page.index("hx-ws-2.min.js") < page.index("js/chat.js")
+    consent = client.get(f"/s/{study.slug}/consent/").content.decode()  # other pages: htmx without the extension
+    assert "django_htmx/htmx-2.min.js" in consent and "hx-ws" not in consent
+
+
+def test_a_message_on_the_page_and_over_the_socket_is_the_same_partial(client: Client, study: Study) -> None:
+    session = start(client, study)
+    msg, _ = services.post_user_message(session, "c1", "hello <b>there</b>")
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    pushed = fragments.message(msg)
+    inner = re.fullmatch(r'<div hx-swap-oob="beforeend:#messages">(.*)</div>', pushed, re.S)
+    assert inner and inner.group(1) in page and "hello &lt;b&gt;there&lt;/b&gt;" in inner.group(1)
