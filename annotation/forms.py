@@ -49,6 +49,7 @@ class QueueForm(forms.ModelForm):
             "labels_per_item",
             "gold_min_votes",
             "summary_mode",
+            "stage_groups",
             "max_edit_chars",
         ]
         widgets = {"instructions": forms.Textarea(attrs={"rows": 3}), "stage_groups": forms.TextInput()}

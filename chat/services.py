@@ -66,12 +66,21 @@ _EMBEDDER_LOCK = threading.Lock()
 
 
 def get_embedder() -> Embedder:
-    """One embedder per process (wordllama loads its weights once)."""
-    name = settings.EMBEDDER
+    """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
+    endpoint and key), one per process: wordllama loads its weights once."""
+    backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
+    options: dict[str, Any] = {}
+    if backend == "openai":
+        options = {
+            "api_key": settings.OPENAI_API_KEY,
+            "base_url": settings.OPENAI_BASE_URL,
+            "timeout": settings.LLM_TIMEOUT_SECONDS,
+        }
+    key = f"{backend}:{model}:{options.get('base_url', '')}"
     with _EMBEDDER_LOCK:
-        if name not in _EMBEDDERS:
-            _EMBEDDERS[name] = make_embedder(name)
-        return _EMBEDDERS[name]
+        if key not in _EMBEDDERS:
+            _EMBEDDERS[key] = make_embedder(backend, model, **options)
+        return _EMBEDDERS[key]
 
 
 def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:

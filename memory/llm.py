@@ -13,6 +13,7 @@ empty output) or :class:`LLMError` (not worth retrying: bad request, auth).
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -163,6 +164,16 @@ class LocalLLM:
 # -------------------------------------------------------------------------------------------- openai
 
 
+def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> Any:
+    """An ``openai.OpenAI`` client without retries (callers retry). The key is ``api_key``, else the
+    ``OPENAI_API_KEY`` environment variable, else a placeholder for local endpoints that need none
+    (vLLM, Ollama): the SDK refuses to start without a key."""
+    import openai
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+    return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=timeout, max_retries=0)
+
+
 class OpenAILLM:
     """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0)."""
 
@@ -171,9 +182,7 @@ class OpenAILLM:
 
         self.model = model
         self._openai = openai
-        self.client = openai.OpenAI(
-            api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0
-        )
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
