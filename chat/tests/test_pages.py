@@ -136,7 +136,30 @@ def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(clien
         assert f'name="{m.key}" id="r-{m.key}" value="50"' in page
     assert page.count('type="range" min="0" max="100"') == 5
     assert "Strongly disagree" in page and "Strongly agree" in page
-    assert 'id="submit-ratings" class="primary-wide" disabled' in page
+
+
+def test_a_screen_reader_hears_the_slider_end_labels(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    page = client.get(f"/chat/{session.pk}/rate/").content.decode()
+    assert 'aria-hidden="true">Strongly' not in page
+    for m in study.metrics.all():
+        assert f'aria-describedby="low-{m.key} high-{m.key}"' in page
+        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+
+
+def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    page = client.get(f"/chat/{session.pk}/rate/").content.decode()
+    assert re.search(r'<button type="submit" id="submit-ratings" class="primary-wide">', page)  # not disabled
+    assert page.count("<noscript><label") == 5
+    # what a browser without JavaScript posts: the untouched hidden field, then the ticked box
+    data: dict[str, Any] = {}
+    for m in study.metrics.all():
+        data[m.key] = "35"
+        data[f"touched_{m.key}"] = ["", "1"]
+    assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
+    assert sorted(Rating.objects.filter(session=session).values_list("value", flat=True)) == [35] * 5
 
 
 @pytest.mark.parametrize(
