@@ -131,7 +131,7 @@ def assign_episode(participant: Participant) -> Episode:
             participant=participant, arm=arm, index=index, memory_state=system.initial_state()
         )
         ChatSession.objects.create(
-            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(index, 1)
+            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
     return episode
 
@@ -330,7 +330,7 @@ def end_session(session: ChatSession) -> ChatSession:
                 index=locked.index + 1,
                 defaults={
                     "status": ChatSession.Status.PREPARING,
-                    "simulated_start": study.session_start(locked.episode.index, locked.index + 1),
+                    "simulated_start": study.session_start(locked.index + 1),
                 },
             )
         transaction.on_commit(lambda: enqueue_memory_update(locked.pk))

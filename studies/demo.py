@@ -202,7 +202,7 @@ def _simulate_episode(
     )
     for k in range(1, SESSIONS + 1):
         began = wall + dt.timedelta(days=k - 1)
-        clock = study.session_start(index, k)
+        clock = study.session_start(k)
         session = ChatSession.objects.create(
             episode=episode,
             index=k,

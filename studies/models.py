@@ -130,8 +130,8 @@ class Study(models.Model):
             "https://app.prolific.com/submissions/complete?" + urlencode({"cc": self.completion_code})
         )
 
-    def session_start(self, episode_index: int, session_index: int) -> dt.datetime:
-        """The simulated clock at the start of session k (1-based) of any episode."""
+    def session_start(self, session_index: int) -> dt.datetime:
+        """The simulated clock at the start of session k (1-based): the same in every episode."""
         return self.simulated_start + dt.timedelta(days=self.gap_days * (session_index - 1))
 
     def has_episodes(self) -> bool:

@@ -63,7 +63,8 @@ def test_an_expired_invite_link_gets_a_clear_410_page(client: Client, study: Stu
 def test_an_invite_link_of_another_study_is_refused(client: Client, study: Study) -> None:
     other = Study.objects.create(name="Other", status=Study.Status.OPEN)
     path = invite_url(other, "x").replace("http://localhost:8000", "").replace(f"/s/{other.slug}/", f"/s/{study.slug}/")
-    assert client.get(path).status_code == 403
+    response = client.get(path)
+    assert response.status_code == 403 and "This link belongs to another study." in response.content.decode()
 
 
 def test_a_resume_link_brings_the_worker_back_in_another_browser(client: Client, study: Study) -> None:
