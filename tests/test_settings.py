@@ -1,12 +1,12 @@
 """The one settings file: embedded default with no env, production from env, strict parsing, and the
-system checks. The settings module is executed in-process on a given environment (runpy); only the
-tests about a real process starting (or refusing to) start one."""
+system checks. The settings module is executed in-process on a given environment (tests/settings_env.py);
+only the test about a real server refusing to start starts a process. The deployment check on the
+production environment is in tests/test_deploy_files.py (with docker-compose.yml's environment)."""
 
 from __future__ import annotations
 
 import os
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +16,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from evalsite.env import Env
+from tests.settings_env import settings_from_env
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = ROOT / "evalsite" / "settings.py"
 PRODUCTION = {
     "DEBUG": "false",
     "SECRET_KEY": "x" * 64 + "-a-long-random-production-secret",
@@ -29,13 +29,7 @@ PRODUCTION = {
 
 
 def load_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
-    """The settings module's names, executed on exactly ``env`` (nothing inherited from this process)."""
-    for name in list(os.environ):
-        if name not in {"PATH", "HOME", "LANG", "TMPDIR"}:
-            monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return runpy.run_path(str(SETTINGS))
+    return settings_from_env(**env)
 
 
 def test_the_embedded_default_needs_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,13 +139,6 @@ def test_the_server_refuses_to_start_with_debug_off_and_no_secret_key() -> None:
     out = run_manage("runserver", "--noreload", "127.0.0.1:0", env={"DEBUG": "false", "ALLOWED_HOSTS": "x.org"})
     assert out.returncode != 0
     assert "DEBUG is off but SECRET_KEY is not set" in out.stderr
-
-
-def test_check_deploy_is_clean_with_production_env() -> None:
-    env = {k: v for k, v in PRODUCTION.items() if k != "DATABASE_URL"}
-    out = run_manage("check", "--deploy", "--fail-level", "WARNING", env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "no issues" in out.stdout
 
 
 def test_it_refuses_the_in_memory_layer_with_a_separate_celery_worker(settings: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -175,33 +175,24 @@ def test_the_cli_writes_every_format_to_a_file(study_csv: Path, tmp_path: Path, 
     assert marker in out.read_text()
 
 
-def test_the_cli_exits_2_with_a_message_for_an_unknown_column(tmp_path: Path) -> None:
+def test_the_cli_exits_2_with_a_message_for_an_unknown_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "r.csv"
     path.write_text("worker,episode,arm,score_a\nw1,e1,x,50\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "report",
-            str(path),
-            "--worker",
-            "worker",
-            "--unit",
-            "episode",
-            "--arm",
-            "arm",
-            "--metrics",
-            "coherence",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "unknown column(s) ['coherence']" in proc.stderr
-    assert proc.stdout == ""
+    argv = ["report", str(path), "--worker", "worker", "--unit", "episode", "--arm", "arm", "--metrics", "coherence"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert "unknown column(s) ['coherence']" in out.err
+    assert out.out == ""
+
+
+def test_python_m_analysis_runs_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(sys.modules, "analysis.__main__", raising=False)  # run it fresh, as python -m does
+    monkeypatch.setattr(sys, "argv", ["analysis", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("analysis", run_name="__main__")
+    assert done.value.code == 0 and "report" in capsys.readouterr().out
 
 
 def test_the_cli_rejects_a_non_numeric_score_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
