@@ -17,9 +17,10 @@ import matplotlib
 import numpy as np
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
 
 Scale = Literal["auto", "z", "raw"]
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "memeval",
     "svg.fonttype": "none",
     "font.size": 9,
@@ -73,7 +74,9 @@ def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale 
         width = 0.5 / max(len(arms), 1)
         for k, a in enumerate(arms):
             pts = [r for r in rows if r["arm"] == a]
-            xs, ys, errs = [], [], ([], [])
+            xs: list[float] = []
+            ys: list[float] = []
+            errs: tuple[list[float], list[float]] = ([], [])
             for r in pts:
                 entry = _entry(r, metric, sc)
                 y = _num(entry[0])

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, permutations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -274,7 +274,7 @@ def run(
         "confidence": 0.95,
         "correction": "holm",
     }
-    result = {
+    result: dict[str, Any] = {
         "params": params,
         "qc": qc_section,
         "design": design,
@@ -344,7 +344,7 @@ def _arm_table(units: pd.DataFrame, arms: list[str], metrics: list[str], z_valid
     workers = units.groupby(ARM)[WORKER].nunique()
     out: dict[str, Any] = {}
     for a in arms:
-        row = table.loc[a]
+        row = cast("pd.Series[Any]", table.loc[a])  # a unique arm label selects one row, not a frame
         overall = _stats_entry(row, OVERALL, z_valid)
         out[a] = {
             "n_units": int((units[ARM] == a).sum()),

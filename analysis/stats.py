@@ -121,7 +121,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     if ok.any():
         with _cheap_gc():
             out[ok] = multipletests(p[ok], method="holm")[1]
-    return out.tolist()
+    adjusted: list[float] = out.tolist()
+    return adjusted
 
 
 @contextmanager

@@ -125,6 +125,8 @@ def per_annotator(queue: Queue) -> list[dict[str, Any]]:
         .values_list("annotator_id", "annotator__username", "created_at", "submitted_at")
     )
     for who, name, start, end in assignments:
+        if end is None:  # submitted without a time: cannot be timed (never written by submit_*)
+            continue
         r = rows.setdefault(who, {"annotator": name, "labels": 0, "seconds": [], "first": end, "last": end})
         r["labels"] += 1
         r["seconds"].append((end - start).total_seconds())
@@ -263,8 +265,8 @@ def summary_edits(queue: Queue) -> list[dict[str, Any]]:
 
     The seed reports that only 1.4% of summaries were edited by the third group: this is that figure.
     """
-    rows = Counter()
-    changed = Counter()
+    rows: Counter[int] = Counter()
+    changed: Counter[int] = Counter()
     for revision, was_changed in Label.objects.filter(item__queue=queue).values_list("revision", "changed"):
         rows[revision] += 1
         changed[revision] += int(was_changed)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
@@ -72,7 +72,7 @@ def expire_leases(queue: Queue | None = None, *, now: dt.datetime | None = None)
 # --------------------------------------------------------------------------- claiming
 
 
-def eligible_stages(queue: Queue, user: AbstractBaseUser) -> list[int] | None:
+def eligible_stages(queue: Queue, user: User) -> list[int] | None:
     """Chained summaries with stage groups: the stages (0-based = done_count) this user may edit.
 
     ``None`` means "any stage".
@@ -83,7 +83,7 @@ def eligible_stages(queue: Queue, user: AbstractBaseUser) -> list[int] | None:
     return [k for k, name in enumerate(queue.stage_groups) if not name or name in groups]
 
 
-def current_assignment(queue: Queue, user: AbstractBaseUser) -> Assignment | None:
+def current_assignment(queue: Queue, user: User) -> Assignment | None:
     return (
         Assignment.objects.select_related("item", "queue")
         .filter(queue=queue, annotator=user, status=Assignment.Status.OPEN, expires_at__gt=timezone.now())
@@ -91,7 +91,7 @@ def current_assignment(queue: Queue, user: AbstractBaseUser) -> Assignment | Non
     )
 
 
-def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | None = None) -> Assignment | None:
+def claim_next_item(queue: Queue, user: User, *, now: dt.datetime | None = None) -> Assignment | None:
     """Give ``user`` the next item of ``queue`` that still needs labels, or ``None`` when none is left.
 
     Idempotent: an annotator who already holds a live assignment in this queue gets it back. An item
@@ -116,7 +116,7 @@ def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | 
     return current_assignment(queue, user)
 
 
-def _candidates(queue: Queue, user: AbstractBaseUser) -> Any:
+def _candidates(queue: Queue, user: User) -> Any:
     seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)
     candidates = Item.objects.claimable().filter(queue=queue).exclude(Exists(seen))
     if queue.is_chain:
@@ -127,7 +127,7 @@ def _candidates(queue: Queue, user: AbstractBaseUser) -> Any:
     return candidates
 
 
-def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
+def _claim_once(queue: Queue, user: User, now: dt.datetime) -> Assignment | None:
     with transaction.atomic():
         # Serialise one annotator's own claims (two tabs, a double click): the second waits here and
         # then finds the first one's assignment. Different annotators never wait on each other.
@@ -156,7 +156,7 @@ def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assig
         return assignment
 
 
-def skip_assignment(assignment_id: int, *, annotator: AbstractBaseUser) -> None:
+def skip_assignment(assignment_id: int, *, annotator: User) -> None:
     """Give an item back without labelling it (the annotator will not be offered it again)."""
     with transaction.atomic():
         assignment = _locked_own_assignment(assignment_id, annotator)
@@ -170,7 +170,7 @@ def skip_assignment(assignment_id: int, *, annotator: AbstractBaseUser) -> None:
 # --------------------------------------------------------------------------- drafts
 
 
-def save_draft(assignment_id: int, *, annotator: AbstractBaseUser, data: dict[str, Any]) -> Draft:
+def save_draft(assignment_id: int, *, annotator: User, data: dict[str, Any]) -> Draft:
     """Autosave partial work and renew the lease: an annotator who is typing never loses the item."""
     if not isinstance(data, dict):
         raise AnnotationError("bad_draft", "A draft must be a JSON object.")
@@ -188,7 +188,7 @@ def save_draft(assignment_id: int, *, annotator: AbstractBaseUser, data: dict[st
 # --------------------------------------------------------------------------- submitting
 
 
-def submit_label(assignment_id: int, *, annotator: AbstractBaseUser, op: str, fused_text: str = "") -> SubmitResult:
+def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: str = "") -> SubmitResult:
     """Store an operation label (PASS/REPLACE/APPEND/DELETE, or FUSION with the fused sentence).
 
     A repeated submit of the same assignment returns the label stored the first time.
@@ -215,7 +215,7 @@ def submit_label(assignment_id: int, *, annotator: AbstractBaseUser, op: str, fu
     return _submit(assignment_id, annotator, build)
 
 
-def submit_summary(assignment_id: int, *, annotator: AbstractBaseUser, text: str) -> SubmitResult:
+def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitResult:
     """Store a summary revision: one sentence per line, blank lines dropped."""
     sentences = split_sentences(text)
     if not sentences:
@@ -246,7 +246,7 @@ def base_revision(item: Item) -> Label | None:
     return item.labels.order_by("-revision").first()
 
 
-def _submit(assignment_id: int, annotator: AbstractBaseUser, build: Any) -> SubmitResult:
+def _submit(assignment_id: int, annotator: User, build: Any) -> SubmitResult:
     now = timezone.now()
     expired = False
     with transaction.atomic():
@@ -281,7 +281,7 @@ def _submit(assignment_id: int, annotator: AbstractBaseUser, build: Any) -> Subm
     raise AnnotationError("expired", "Your lease on this item expired and it went back to the pool. Take the next one.")
 
 
-def _locked_own_assignment(assignment_id: int, annotator: AbstractBaseUser) -> Assignment:
+def _locked_own_assignment(assignment_id: int, annotator: User) -> Assignment:
     assignment = (
         Assignment.objects.select_for_update(of=("self",))
         .select_related("queue", "item")
@@ -295,7 +295,7 @@ def _locked_own_assignment(assignment_id: int, annotator: AbstractBaseUser) -> A
     return assignment
 
 
-def _locked_live_assignment(assignment_id: int, annotator: AbstractBaseUser, now: dt.datetime) -> Assignment:
+def _locked_live_assignment(assignment_id: int, annotator: User, now: dt.datetime) -> Assignment:
     assignment = _locked_own_assignment(assignment_id, annotator)
     if not assignment.is_live(now):
         raise AnnotationError("expired", "This item is no longer assigned to you (the lease expired).")
@@ -335,7 +335,7 @@ def _complete(item: Item, now: dt.datetime) -> None:
     Item.objects.filter(pk=item.pk).update(**updates)
 
 
-def adjudicate(item: Item, *, researcher: AbstractBaseUser, label: str, fused_text: str = "") -> Item:
+def adjudicate(item: Item, *, researcher: User, label: str, fused_text: str = "") -> Item:
     """A researcher decides the gold label of an item (usually one without consensus), or discards it."""
     label = (label or "").strip().upper()
     fused_text = (fused_text or "").strip()
@@ -363,7 +363,7 @@ def adjudicate(item: Item, *, researcher: AbstractBaseUser, label: str, fused_te
 # --------------------------------------------------------------------------- progress
 
 
-def annotator_progress(queue: Queue, user: AbstractBaseUser) -> dict[str, int]:
+def annotator_progress(queue: Queue, user: User) -> dict[str, int]:
     """Done / remaining for one annotator: remaining = items this annotator could still be given."""
     done = Label.objects.filter(item__queue=queue, annotator=user).count()
     seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)

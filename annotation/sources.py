@@ -217,7 +217,7 @@ def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
     }
     for key in ("i", "j"):
         raw = row.get(key)
-        if raw not in (None, ""):
+        if raw is not None and raw != "":
             try:
                 payload[key] = int(raw)
             except (TypeError, ValueError):

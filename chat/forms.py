@@ -50,7 +50,8 @@ class RatingForm(forms.Form):
         return "1" in [str(v) for v in values]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         for m in self.metrics:
             if m.key in data and not self._touched(m.key):
                 self.add_error(
@@ -69,7 +70,7 @@ class RatingForm(forms.Form):
         for m in self.metrics:
             raw = str(self.data.get(m.key, "")) if self.is_bound else ""
             value = int(raw) if raw.isdigit() and int(raw) <= 100 else SLIDER_START
-            error = " ".join(self.errors.get(m.key, [])) if self.is_bound else ""
+            error = " ".join(str(e) for e in self.errors.get(m.key, [])) if self.is_bound else ""
             touched = self.is_bound and self._touched(m.key) and not error
             rows.append(SliderRow(metric=m, value=value, touched=touched, error=error))
         return rows

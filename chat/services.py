@@ -219,7 +219,7 @@ def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]
     if upto_seq is not None:
         qs = qs.filter(seq__lte=upto_seq)
     at = session.simulated_start
-    return [Turn(m.speaker, m.text, at) for m in qs.order_by("seq")]
+    return [Turn("user" if m.speaker == Message.Speaker.USER else "bot", m.text, at) for m in qs.order_by("seq")]
 
 
 def stale_reply_seconds() -> float:

@@ -11,7 +11,7 @@ from django.core.checks import Error, register
 
 @register()
 def check_channel_layer(app_configs: Any, **kwargs: Any) -> list[Error]:
-    backend = settings.CHANNEL_LAYERS["default"]["BACKEND"]
+    backend = str(settings.CHANNEL_LAYERS["default"]["BACKEND"])
     if backend.endswith("InMemoryChannelLayer") and not settings.CELERY_TASK_ALWAYS_EAGER:
         # Two processes cannot share an in-memory layer: a worker's broadcasts would never arrive.
         return [Error("The in-memory channel layer needs eager Celery.", hint="Set REDIS_URL.", id="memeval.E002")]

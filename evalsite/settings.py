@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
@@ -18,6 +19,7 @@ from evalsite.env import Env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = Env()
+django_stubs_ext.monkeypatch()  # lets Django's generic classes take type parameters at run time: ModelAdmin[Study]
 
 DEV_SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
 SECRET_KEY = env.text("SECRET_KEY", DEV_SECRET_KEY)

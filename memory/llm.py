@@ -19,7 +19,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+if TYPE_CHECKING:  # imported for real only when an openai backend is built
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
 Messages = Sequence[dict[str, str]]
 
@@ -64,7 +68,10 @@ class LLMCall:
 class LLM(Protocol):
     """What memory systems and the platform call. ``purpose`` labels the call in traces."""
 
-    model: str
+    @property
+    def model(self) -> str:
+        """The model name recorded with each call."""
+        ...
 
     def complete(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
@@ -164,7 +171,7 @@ class LocalLLM:
 # -------------------------------------------------------------------------------------------- openai
 
 
-def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> Any:
+def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> openai.OpenAI:
     """An ``openai.OpenAI`` client without retries (callers retry). The key is ``api_key``, else the
     ``OPENAI_API_KEY`` environment variable, else a placeholder for local endpoints that need none
     (vLLM, Ollama): the SDK refuses to start without a key."""
@@ -172,6 +179,11 @@ def openai_client(*, api_key: str | None = None, base_url: str | None = None, ti
 
     key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
     return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=timeout, max_retries=0)
+
+
+def _chat_params(messages: Messages) -> list[ChatCompletionMessageParam]:
+    # Our messages are {"role", "content"} dicts, the shape the SDK's message TypedDicts describe.
+    return cast("list[ChatCompletionMessageParam]", [dict(m) for m in messages])
 
 
 class OpenAILLM:
@@ -199,9 +211,9 @@ class OpenAILLM:
         try:
             out = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),
+                messages=_chat_params(messages),
                 max_tokens=max_tokens,
-                temperature=temperature,  # type: ignore[arg-type]
+                temperature=temperature,
             )
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
@@ -224,10 +236,10 @@ class OpenAILLM:
         try:
             chunks = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),
+                messages=_chat_params(messages),
                 max_tokens=max_tokens,
                 temperature=temperature,
-                stream=True,  # type: ignore[arg-type]
+                stream=True,
             )
             for chunk in chunks:
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:

@@ -24,7 +24,7 @@ class AnalysisOptionsForm(forms.Form):
 
     def chosen_test(self) -> str:
         if self.is_valid() and self.cleaned_data.get("test"):
-            return self.cleaned_data["test"]
+            return str(self.cleaned_data["test"])
         return "mwu-greater"
 
 
@@ -77,7 +77,8 @@ class ImportRatingsForm(forms.Form):
         return upload
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("layout") == "wide" and not split_names(data.get("metrics") or ""):
             self.add_error("metrics", "Name the metric columns of the wide table.")
         if split_names(data.get("qc_metrics") or "") and not (data.get("qc_arm") or "").strip():

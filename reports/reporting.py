@@ -7,14 +7,16 @@ A :class:`Source` is what the views build with :mod:`reports.queries` (a live st
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
 from analysis import plots
 from analysis.data import RatingsError
 from analysis.report import run as run_analysis
+from analysis.stats import Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -74,7 +76,7 @@ def build_report(source: Source, *, test: str = "mwu-greater") -> Report:
             reverse=source.reverse,
             qc_arm=source.qc_arm or None,
             qc_metrics=source.qc_metrics if source.qc_arm else (),
-            test=test,  # type: ignore[arg-type]
+            test=cast(Test, test),  # a choice of AnalysisOptionsForm, whose choices are analysis.stats.TESTS
             **layout,
         )
     except RatingsError as exc:
@@ -141,7 +143,7 @@ def _correlations(result: dict[str, Any]) -> str | None:
     return plots.correlation_matrix(result, level)
 
 
-PLOTS: dict[str, tuple[str, Any]] = {
+PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "sessions": ("Overall score per session and arm (95% CI)", _sessions),
     "arms": ("Scores per arm and metric (95% CI)", _arms),
     "pvalues": ("Pairwise p-values, overall (Holm)", _pvalues),

@@ -67,7 +67,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     test = AnalysisOptionsForm(request.GET).chosen_test()
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
     key = f"reports:report:{version}:{test}"
-    report = cache.get(key)
+    report: Report | None = cache.get(key)
     if report is None:
         source = _dataset_source(dataset) if dataset else _study_source(study)
         report = build_report(source, test=test)
@@ -124,7 +124,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
-    if report.ok:
+    if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
         for entry in ctx["urls"]["plots"]:
@@ -142,7 +142,7 @@ def _plot_svg(report: Report, name: str) -> str | None:
 
 def _cached(key: str, make: Callable[[], str]) -> str:
     """Plots and export files, cached under the key of the report they are drawn from."""
-    text = cache.get(key)
+    text: str | None = cache.get(key)
     if text is None:
         text = make()
         cache.set(key, text, CACHE_SECONDS)

@@ -108,7 +108,8 @@ def resume(request: HttpRequest, slug: str, token: str) -> HttpResponse:
         data = load_link(token, study, RESUME_SALT)
     except LinkError as exc:
         return _page(request, study, exc.title, exc.text, exc.status)
-    participant = Participant.objects.filter(pk=data.get("p"), study=study).first()
+    pk = data.get("p")
+    participant = Participant.objects.filter(pk=pk, study=study).first() if isinstance(pk, int) else None
     if participant is None:
         return _page(request, study, "This link is not valid", "We could not find your participation.", 403)
     bind_participant(request, participant)

@@ -20,18 +20,25 @@ from typing import Any, TypeVar, cast
 from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
 from django_htmx.middleware import HtmxDetails
 
 ANNOTATOR_GROUP = "annotators"
 
-View = TypeVar("View", bound=Callable[..., HttpResponse])
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 
 
 class HtmxHttpRequest(HttpRequest):
     """A request that went through django-htmx's middleware (``request.htmx``)."""
 
     htmx: HtmxDetails
+
+
+class AuthenticatedHttpRequest(HtmxHttpRequest):
+    """The request of a view behind :func:`researcher_required` or :func:`annotator_required`: the user
+    is logged in (so a :class:`User`, never ``AnonymousUser``)."""
+
+    user: User
 
 
 def is_researcher(user: object) -> bool:
@@ -47,7 +54,7 @@ def is_annotator(user: object) -> bool:
 def _role_required(has_role: Callable[[object], bool], denied: str) -> Callable[[View], View]:
     def decorator(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user):

@@ -25,7 +25,7 @@ from memory.registry import MEMORY_SYSTEMS
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
 from studies.models import Arm, Study
 from studies.participants import invite_url
-from studies.roles import HtmxHttpRequest, researcher_required
+from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -45,7 +45,7 @@ def study_list(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/researcher/list.html", {"studies": studies})
 
 
-def _save_study(request: HttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
     with transaction.atomic():
         study = form.save(commit=False)
         if study.created_by_id is None:
@@ -73,7 +73,7 @@ def _systems_help() -> list[dict[str, Any]]:
     ]
 
 
-def _edit(request: HttpRequest, study: Study | None) -> HttpResponse:
+def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpResponse:
     form_class = NewStudyForm if study is None else StudyForm
     instance = study or Study()
     data = request.POST if request.method == "POST" else None
@@ -91,12 +91,12 @@ def _edit(request: HttpRequest, study: Study | None) -> HttpResponse:
 
 
 @researcher_required
-def study_create(request: HttpRequest) -> HttpResponse:
+def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _edit(request, None)
 
 
 @researcher_required
-def study_edit(request: HttpRequest, slug: str) -> HttpResponse:
+def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _edit(request, get_object_or_404(Study, slug=slug))
 
 

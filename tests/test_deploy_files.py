@@ -101,7 +101,9 @@ def test_the_dockerfile_builds_llama_cpp_portably_on_python_311_slim() -> None:
     assert re.search(r"^FROM python:3\.11-slim", DOCKERFILE, re.M)
     assert 'CMAKE_ARGS="-DGGML_NATIVE=OFF"' in DOCKERFILE
     # requirements are installed before the code is copied, so code edits do not rebuild llama.cpp
-    assert DOCKERFILE.index("pip wheel --wheel-dir /wheels -r /tmp/requirements.txt") < DOCKERFILE.index("COPY --chown")
+    assert DOCKERFILE.index(
+        "pip wheel --require-hashes --wheel-dir /wheels -r /tmp/requirements.lock"
+    ) < DOCKERFILE.index("COPY --chown")
     assert "USER memeval" in DOCKERFILE
     cmd = re.search(r"^CMD (.+)$", DOCKERFILE, re.M)
     assert cmd and "evalsite.asgi:application" in cmd.group(1)

@@ -252,7 +252,7 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
         def fail(*args: Any) -> Any:
             raise ValueError("the model returned nonsense")
 
-        system.end_session = fail  # type: ignore[method-assign]
+        system.end_session = fail  # type: ignore[method-assign]  # the arm's update breaks on purpose
         return system, llm
 
     monkeypatch.setattr(services, "build_arm", broken)

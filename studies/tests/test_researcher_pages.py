@@ -152,7 +152,7 @@ def test_an_empty_invite_id_gets_a_random_one_and_htmx_gets_the_fragment(rclient
     url = reverse("studies:invite", args=[study.slug])
     first = rclient.post(url, {"invite_id": ""}, headers={"HX-Request": "true"})
     second = rclient.post(url, {"invite_id": ""}, headers={"HX-Request": "true"})
-    ids = [re.search(r"Invite link for <code>([^<]+)</code>", r.content.decode()).group(1) for r in (first, second)]  # type: ignore[union-attr]
+    ids = [re.findall(r"Invite link for <code>([^<]+)</code>", r.content.decode())[0] for r in (first, second)]
     assert ids[0].startswith("inv-") and ids[0] != ids[1]
     body = first.content.decode()
     assert body.lstrip().startswith('<div id="invite">') and "<html" not in body
@@ -169,7 +169,7 @@ def test_it_makes_many_random_invite_links_at_once(rclient: Client, study: Study
 
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "", "count": 25})
     body = response.content.decode()
-    rows = re.search(r'<textarea id="invite-links"[^>]*>([^<]*)</textarea>', body).group(1).split()  # type: ignore[union-attr]
+    rows = re.findall(r'<textarea id="invite-links"[^>]*>([^<]*)</textarea>', body)[0].split()
     assert len(rows) == 25 and len({r.split(",")[0] for r in rows}) == 25
     for row in rows:
         invite_id, link = row.split(",")
