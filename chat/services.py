@@ -51,14 +51,18 @@ def build_llm(arm: Arm) -> LLM:
     tests use to script replies and failures)."""
     backend = arm.llm_backend or settings.LLM_BACKEND
     model = arm.llm_model or settings.LLM_MODEL
-    options: dict[str, Any] = {}
-    if backend == "openai":
-        options = {
-            "api_key": settings.OPENAI_API_KEY,
-            "base_url": settings.OPENAI_BASE_URL,
-            "timeout": settings.LLM_TIMEOUT_SECONDS,
-        }
-    return make_llm(backend, model, **options)
+    return make_llm(backend, model, **_endpoint_options(backend))
+
+
+def _endpoint_options(backend: str) -> dict[str, Any]:
+    """The site's OpenAI-compatible endpoint, for the backends that call one."""
+    if backend != "openai":
+        return {}
+    return {
+        "api_key": settings.OPENAI_API_KEY,
+        "base_url": settings.OPENAI_BASE_URL,
+        "timeout": settings.LLM_TIMEOUT_SECONDS,
+    }
 
 
 _EMBEDDERS: dict[str, Embedder] = {}
@@ -69,13 +73,7 @@ def get_embedder() -> Embedder:
     """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
     endpoint and key), one per process: wordllama loads its weights once."""
     backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
-    options: dict[str, Any] = {}
-    if backend == "openai":
-        options = {
-            "api_key": settings.OPENAI_API_KEY,
-            "base_url": settings.OPENAI_BASE_URL,
-            "timeout": settings.LLM_TIMEOUT_SECONDS,
-        }
+    options = _endpoint_options(backend)
     key = f"{backend}:{model}:{options.get('base_url', '')}"
     with _EMBEDDER_LOCK:
         if key not in _EMBEDDERS:

@@ -12,23 +12,14 @@ from django.urls import reverse
 
 from annotation.forms import QueueForm
 from annotation.models import Queue
+from annotation.tests.conftest import queue_form_data
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db
 
 
 def queue_data(study: Study, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": "Chained summaries",
-        "kind": "summaries",
-        "study": study.pk,
-        "labels_per_item": 3,
-        "gold_min_votes": 2,
-        "summary_mode": "chain",
-        "max_edit_chars": 2000,
-        "lease_minutes": 20,
-        **extra,
-    }
+    return queue_form_data(study, name="Chained summaries", kind="summaries", **extra)
 
 
 def test_the_stage_groups_typed_in_the_form_are_stored_on_the_queue(
