@@ -27,6 +27,7 @@ import matplotlib
 import numpy as np
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType

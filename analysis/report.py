@@ -449,7 +449,7 @@ def _pairwise(
 def _family_id(entry: dict[str, Any], family: Family) -> str:
     scope = f"session {entry['session']}: " if "session" in entry else ""
     if family == "metric":
-        return scope + entry["metric"]
+        return scope + str(entry["metric"])
     if family == "all-metrics":
         return scope + "all metrics"
     return "all tests"
@@ -526,7 +526,7 @@ def _arm_table(units: pd.DataFrame, arms: list[str], metrics: list[str], z_valid
     workers = units.groupby(ARM)[WORKER].nunique()
     out: dict[str, Any] = {}
     for a in arms:
-        row = cast(pd.Series, table.loc[a])
+        row = cast("pd.Series[Any]", table.loc[a])  # a unique arm label selects one row, not a frame
         overall = _stats_entry(row, OVERALL, z_valid)
         out[a] = {
             "n_units": int((units[ARM] == a).sum()),

@@ -306,7 +306,8 @@ def holm(pvalues: Sequence[float]) -> list[float]:
             from statsmodels.stats.multitest import multipletests
 
             out[ok] = multipletests(p[ok], method="holm")[1]
-    return out.tolist()
+    adjusted: list[float] = out.tolist()
+    return adjusted
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -102,7 +102,7 @@ def _sweep_if_due(queue: Queue, now: dt.datetime) -> None:
 # --------------------------------------------------------------------------- claiming
 
 
-def eligible_stages(queue: Queue, user: AbstractBaseUser) -> list[int] | None:
+def eligible_stages(queue: Queue, user: User) -> list[int] | None:
     """Chained summaries with stage groups: the stages (0-based = done_count) this user may edit.
 
     ``None`` means "any stage".
@@ -113,7 +113,7 @@ def eligible_stages(queue: Queue, user: AbstractBaseUser) -> list[int] | None:
     return [k for k, name in enumerate(queue.stage_groups) if not name or name in groups]
 
 
-def current_assignment(queue: Queue, user: AbstractBaseUser) -> Assignment | None:
+def current_assignment(queue: Queue, user: User) -> Assignment | None:
     """The annotator's live (open, unexpired) assignment in ``queue``, if any."""
     return (
         Assignment.objects.select_related("item", "queue")
@@ -126,7 +126,7 @@ class _OwnLeaseLapsed(Exception):
     """The annotator's own open assignment in the queue has expired but was not swept yet."""
 
 
-def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | None = None) -> Assignment | None:
+def claim_next_item(queue: Queue, user: User, *, now: dt.datetime | None = None) -> Assignment | None:
     """Give ``user`` the next item of ``queue`` that still needs labels, or ``None`` when none is left.
 
     Idempotent: an annotator who already holds a live assignment in this queue gets it back. An item
@@ -168,7 +168,7 @@ def claim_next_item(queue: Queue, user: AbstractBaseUser, *, now: dt.datetime | 
     return current_assignment(queue, user)
 
 
-def _candidates(queue: Queue, user: AbstractBaseUser) -> ItemQuerySet:
+def _candidates(queue: Queue, user: User) -> ItemQuerySet:
     seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)
     candidates = Item.objects.claimable().filter(queue=queue).exclude(Exists(seen))
     if queue.is_chain:
@@ -179,12 +179,12 @@ def _candidates(queue: Queue, user: AbstractBaseUser) -> ItemQuerySet:
     return candidates
 
 
-def _own_open(queue: Queue, user: AbstractBaseUser) -> QuerySet[Assignment]:
+def _own_open(queue: Queue, user: User) -> QuerySet[Assignment]:
     """The annotator's open assignment in ``queue`` (at most one, live or lapsed)."""
     return Assignment.objects.filter(queue=queue, annotator=user, status=Assignment.Status.OPEN)
 
 
-def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
+def _claim_once(queue: Queue, user: User, now: dt.datetime) -> Assignment | None:
     """One attempt: a new assignment, the annotator's live one, or ``None`` (nothing free right now)."""
     if _postgres():
         assignment = _claim_in_one_statement(queue, user, now)
@@ -219,7 +219,7 @@ def _claim_once(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assig
     return mine
 
 
-def skip_assignment(assignment_id: int, *, annotator: AbstractBaseUser) -> None:
+def skip_assignment(assignment_id: int, *, annotator: User) -> None:
     """Give an item back without labelling it (the annotator will not be offered it again)."""
     with transaction.atomic():
         assignment = _locked_own_assignment(assignment_id, annotator)
@@ -234,7 +234,7 @@ def skip_assignment(assignment_id: int, *, annotator: AbstractBaseUser) -> None:
 # --------------------------------------------------------------------------- drafts
 
 
-def save_draft(assignment_id: int, *, annotator: AbstractBaseUser, data: dict[str, Any]) -> Draft:
+def save_draft(assignment_id: int, *, annotator: User, data: dict[str, Any]) -> Draft:
     """Autosave partial work and renew the lease: an annotator who is typing never loses the item."""
     if not isinstance(data, dict):
         raise AnnotationError("bad_draft", "A draft must be a JSON object.")
@@ -252,7 +252,7 @@ def save_draft(assignment_id: int, *, annotator: AbstractBaseUser, data: dict[st
 # --------------------------------------------------------------------------- submitting
 
 
-def submit_label(assignment_id: int, *, annotator: AbstractBaseUser, op: str, fused_text: str = "") -> SubmitResult:
+def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: str = "") -> SubmitResult:
     """Store an operation label (PASS/REPLACE/APPEND/DELETE, or FUSION with the fused sentence).
 
     A repeated submit of the same assignment returns the label stored the first time.
@@ -284,7 +284,7 @@ def submit_label(assignment_id: int, *, annotator: AbstractBaseUser, op: str, fu
     return _submit(assignment_id, annotator, build)
 
 
-def submit_summary(assignment_id: int, *, annotator: AbstractBaseUser, text: str) -> SubmitResult:
+def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitResult:
     """Store a summary revision: one sentence per line, blank lines dropped."""
     sentences = split_sentences(text)
     if not sentences:
@@ -315,9 +315,7 @@ def base_revision(item: Item) -> Label | None:
     return item.labels.order_by("-revision").first()
 
 
-def _submit(
-    assignment_id: int, annotator: AbstractBaseUser, build: Callable[[Assignment], dict[str, Any]]
-) -> SubmitResult:
+def _submit(assignment_id: int, annotator: User, build: Callable[[Assignment], dict[str, Any]]) -> SubmitResult:
     now = timezone.now()
     with transaction.atomic():
         # The item is locked in the same statement as the assignment: its counters are then current
@@ -353,7 +351,7 @@ def _submit(
     raise AnnotationError("expired", "Your lease on this item expired and it went back to the pool. Take the next one.")
 
 
-def _locked_own_assignment(assignment_id: int, annotator: AbstractBaseUser, *, lock_item: bool = False) -> Assignment:
+def _locked_own_assignment(assignment_id: int, annotator: User, *, lock_item: bool = False) -> Assignment:
     # The draft comes along (outer join, not locked): a draft is only written under this assignment's
     # lock, so whether one exists cannot change while we hold it, and most submits have none to delete.
     assignment = (
@@ -373,7 +371,7 @@ def _has_draft(assignment: Assignment) -> bool:
     return hasattr(assignment, "draft")
 
 
-def _locked_live_assignment(assignment_id: int, annotator: AbstractBaseUser, now: dt.datetime) -> Assignment:
+def _locked_live_assignment(assignment_id: int, annotator: User, now: dt.datetime) -> Assignment:
     assignment = _locked_own_assignment(assignment_id, annotator)
     if not assignment.is_live(now):
         raise AnnotationError("expired", "This item is no longer assigned to you (the lease expired).")
@@ -467,7 +465,7 @@ def _sql(template: str) -> str:
     )
 
 
-def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.datetime) -> Assignment | None:
+def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assignment | None:
     """Lease the next item to ``user``; ``None`` if there is none or the user already holds one here.
 
     The same rules as the ORM claim (breadth-first, never an item twice, chains one editor at a time,
@@ -478,7 +476,7 @@ def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.dateti
     stages = eligible_stages(queue, user)
     if stages == []:
         return None
-    params = {
+    params: dict[str, Any] = {
         "queue": queue.pk,
         "user": user.pk,
         "chain": queue.is_chain,
@@ -515,7 +513,7 @@ def _claim_in_one_statement(queue: Queue, user: AbstractBaseUser, now: dt.dateti
 
 
 def _submit_pair_in_one_statement(
-    assignment_id: int, annotator: AbstractBaseUser, op: str, fused_text: str, now: dt.datetime
+    assignment_id: int, annotator: User, op: str, fused_text: str, now: dt.datetime
 ) -> SubmitResult | None:
     """Store a validated pair label for an own, open, live assignment; ``None`` if it is anything else.
 
@@ -526,7 +524,7 @@ def _submit_pair_in_one_statement(
     it becomes "complete"; should that second step never run, the item waits visibly for a
     researcher instead of being stuck open.
     """
-    params = {
+    params: dict[str, Any] = {
         "assignment": assignment_id,
         "user": annotator.pk,
         "op": op,
@@ -619,7 +617,7 @@ def _complete(item: Item, now: dt.datetime) -> None:
     Item.objects.filter(pk=item.pk).update(**_completion(item, item.queue, now))
 
 
-def adjudicate(item: Item, *, researcher: AbstractBaseUser, label: str, fused_text: str = "") -> Item:
+def adjudicate(item: Item, *, researcher: User, label: str, fused_text: str = "") -> Item:
     """A researcher decides the gold label of an item (usually one without consensus), or discards it."""
     label = (label or "").strip().upper()
     fused_text = (fused_text or "").strip()
@@ -647,7 +645,7 @@ def adjudicate(item: Item, *, researcher: AbstractBaseUser, label: str, fused_te
 # --------------------------------------------------------------------------- progress
 
 
-def annotator_progress(queue: Queue, user: AbstractBaseUser) -> dict[str, int]:
+def annotator_progress(queue: Queue, user: User) -> dict[str, int]:
     """Done / remaining for one annotator: remaining = items this annotator could still be given."""
     done = Label.objects.filter(item__queue=queue, annotator=user).count()
     seen = Assignment.objects.filter(item=OuterRef("pk"), annotator=user)

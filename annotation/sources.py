@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from annotation.models import OPERATIONS, Item, Queue
+from chat.models import MemorySnapshot
 from memory.base import operation_units
 from memory.registry import MEMORY_SYSTEMS
 
@@ -43,8 +44,6 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
     ``summary_sentences`` key. A trace key that merely happens to be called "operations" or
     "summary" feeds nothing. The arm name goes to ``meta`` (researchers only); annotators see the payload.
     """
-    from chat.models import MemorySnapshot
-
     snapshots = (
         MemorySnapshot.objects.filter(session__episode__participant__study=study, status=MemorySnapshot.Status.DONE)
         .select_related("session__episode__arm")
@@ -229,7 +228,7 @@ def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
     }
     for key in ("i", "j"):
         raw = row.get(key)
-        if raw not in (None, ""):
+        if raw is not None and raw != "":
             try:
                 payload[key] = int(raw)
             except (TypeError, ValueError):

@@ -9,6 +9,7 @@ clock), never from the wall clock.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -187,7 +188,8 @@ class MemorySystem(Protocol):
 
 def ensure_json(state: dict[str, Any]) -> dict[str, Any]:
     """Round-trip a state through JSON; raises TypeError if it is not plain JSON."""
-    return json.loads(json.dumps(state))
+    out: dict[str, Any] = json.loads(json.dumps(state))
+    return out
 
 
 def transcript(session: Sequence[Turn], *, user: str = "User", bot: str = "Bot") -> str:
@@ -200,8 +202,9 @@ def chat_turns(session: Sequence[Turn]) -> list[ChatMessage]:
     return [ChatMessage("user" if t.speaker == "user" else "assistant", t.text) for t in session]
 
 
-class BaseSystem:
+class BaseSystem(ABC):
     """Convenience base: stores the LLM, the embedder and the parameters (defaults filled in).
+    A subclass implements at least :meth:`compose`.
 
     Class attributes an arm may set besides ``name``, ``label`` and ``params``:
 
@@ -231,6 +234,9 @@ class BaseSystem:
 
     def initial_state(self) -> dict[str, Any]:
         return {}
+
+    @abstractmethod
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt: ...
 
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         return Update(state=state)

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+if TYPE_CHECKING:  # imported for real only when an openai backend is built
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
 Messages = Sequence[dict[str, str]]
 Tools = Sequence[dict[str, Any]]  # OpenAI function-tool specs: {"type": "function", "function": {...}}
@@ -83,7 +88,10 @@ class LLMCall:
 class LLM(Protocol):
     """What memory systems and the platform call. ``purpose`` labels the call in traces."""
 
-    model: str
+    @property
+    def model(self) -> str:
+        """The model name recorded with each call."""
+        ...
 
     def complete(
         self,
@@ -199,6 +207,21 @@ class LocalLLM:
 # -------------------------------------------------------------------------------------------- openai
 
 
+def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> openai.OpenAI:
+    """An ``openai.OpenAI`` client without retries (callers retry). The key is ``api_key``, else the
+    ``OPENAI_API_KEY`` environment variable, else a placeholder for local endpoints that need none
+    (vLLM, Ollama): the SDK refuses to start without a key."""
+    import openai
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+    return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=timeout, max_retries=0)
+
+
+def _chat_params(messages: Messages) -> list[ChatCompletionMessageParam]:
+    # Our messages are {"role", "content"} dicts, the shape the SDK's message TypedDicts describe.
+    return cast("list[ChatCompletionMessageParam]", [dict(m) for m in messages])
+
+
 class OpenAILLM:
     """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0).
 
@@ -212,9 +235,7 @@ class OpenAILLM:
 
         self.model = model
         self._openai = openai
-        self.client = openai.OpenAI(
-            api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0
-        )
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
@@ -238,7 +259,7 @@ class OpenAILLM:
         try:
             out = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),  # type: ignore[arg-type]
+                messages=_chat_params(messages),
                 max_tokens=max_tokens,
                 temperature=temperature,
                 **extra,
@@ -266,10 +287,10 @@ class OpenAILLM:
         try:
             chunks = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),
+                messages=_chat_params(messages),
                 max_tokens=max_tokens,
                 temperature=temperature,
-                stream=True,  # type: ignore[arg-type]
+                stream=True,
             )
             for chunk in chunks:
                 if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:

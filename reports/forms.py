@@ -94,7 +94,8 @@ class ImportRatingsForm(forms.Form):
         return upload
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
+        super().clean()
+        data = self.cleaned_data
         if data.get("layout") == "wide" and not split_names(data.get("metrics") or ""):
             self.add_error("metrics", "Name the metric columns of the wide table.")
         if split_names(data.get("qc_metrics") or "") and not (data.get("qc_arm") or "").strip():

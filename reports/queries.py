@@ -51,10 +51,6 @@ def study_qc_arm(study: Study) -> str | None:
     return study.arms.filter(is_qc=True).order_by("id").values_list("name", flat=True).first()
 
 
-def study_arm_names(study: Study) -> list[str]:
-    return list(study.arms.order_by("id").values_list("name", flat=True))
-
-
 def study_progress(study: Study) -> list[dict[str, Any]]:
     """Per arm: episodes by status and rated sessions, in arm order (arms without episodes included)."""
     out: dict[int, dict[str, Any]] = {}

@@ -7,7 +7,7 @@ A :class:`Source` is what the views build with :mod:`reports.queries` (a live st
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -161,7 +161,7 @@ def _correlations(result: dict[str, Any]) -> str | None:
     return plots.correlation_matrix(result, level)
 
 
-PLOTS: dict[str, tuple[str, Any]] = {
+PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "sessions": ("Overall score per session and arm (95% CI)", _sessions),
     "arms": ("Scores per arm and metric (95% CI)", _arms),
     "pvalues": ("Pairwise p-values, overall score (Holm-adjusted within its family)", _pvalues),

@@ -1,18 +1,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
@@ -31,22 +29,9 @@ from reports.reporting import (
     render_plot,
 )
 from studies.models import Study
+from studies.roles import HtmxHttpRequest, researcher_required
 
 CACHE_SECONDS = 600
-
-
-def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous visitors go to the login page; logged-in non-staff users get 403."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise PermissionDenied("Researchers only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> Report:
@@ -58,7 +43,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     prereg = queries.latest_preregistration(study) if dataset is None else None
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
     key = f"reports:report:{version}:{test}:{family}:{prereg.sha256 if prereg else ''}"
-    report = cache.get(key)
+    report: Report | None = cache.get(key)
     if report is None:
         source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
         extra = {"preregistration": prereg.content} if prereg else {}
@@ -85,7 +70,6 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str)
     query = ("?" + urlencode(chosen)) if chosen else ""
     return {
         "page": reverse(f"{prefix}analysis", args=args) + query,
-        "fragment": reverse(f"{prefix}fragment", args=args) + query,
         "exports": [
             {"fmt": fmt, "label": label, "url": reverse(f"{prefix}export", args=[*args, fmt]) + query}
             for fmt, label in [
@@ -123,7 +107,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
-    if report.result is not None:
+    if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
         for entry in ctx["urls"]["plots"]:
@@ -141,7 +125,7 @@ def _plot_svg(report: Report, name: str) -> str | None:
 
 def _cached(key: str, make: Callable[[], str]) -> str:
     """Plots and export files, cached under the key of the report they are drawn from."""
-    text = cache.get(key)
+    text: str | None = cache.get(key)
     if text is None:
         text = make()
         cache.set(key, text, CACHE_SECONDS)
@@ -150,16 +134,11 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 
 @require_GET
 @researcher_required
-def analysis(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
+@vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
+def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
     study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html", _context(request, study, dataset))
-
-
-@require_GET
-@researcher_required
-def analysis_fragment(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html#results", _context(request, study, dataset))
+    template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
+    return render(request, template, _context(request, study, dataset))
 
 
 @require_GET

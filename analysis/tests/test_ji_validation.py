@@ -10,14 +10,13 @@ replication mode ``test="mwu-greater"`` (``--test mwu-greater``); memeval's defa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
+from analysis.__main__ import main
 from analysis.report import analyze, run
 from analysis.tests.helpers import assert_close
 
@@ -80,11 +79,10 @@ def test_the_published_system_order_reproduces_from_the_cli_and_equals_the_libra
     result: dict[str, Any], tmp_path: Path
 ) -> None:
     out = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "analysis", "report", str(JI_CSV), "--worker", "worker_id", "--unit", "hit_id",
-           "--arm", "model", "--metrics", ",".join(METRICS), "--qc-arm", "QualityControl",
-           "--qc-metrics", ",".join(POSITIVE), "--test", "mwu-greater", "--format", "json", "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    argv = ["report", str(JI_CSV), "--worker", "worker_id", "--unit", "hit_id",
+            "--arm", "model", "--metrics", ",".join(METRICS), "--qc-arm", "QualityControl",
+            "--qc-metrics", ",".join(POSITIVE), "--test", "mwu-greater", "--format", "json", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0  # the CLI's own entry point, in this process (python -m analysis calls it)
     cli = json.loads(out.read_text())
     assert cli["qc"]["workers_passed"] == 173
     assert {arm: round(v["overall_z"], 3) for arm, v in cli["arms"].items()} == EXPECTED_Z

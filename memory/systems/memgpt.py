@@ -151,8 +151,9 @@ def apply_action(state: dict[str, Any], call: ToolCall, *, limit: int, now: str)
         content = str(args.get("content") or "").strip()
         if not content:
             return state, "archival_memory_insert without content"
-        entry = {"id": int(state["next_id"]), "text": content, "created": now}
-        return {**state, "archive": [*state["archive"], entry], "next_id": entry["id"] + 1}, None
+        next_id = int(state["next_id"])
+        entry = {"id": next_id, "text": content, "created": now}
+        return {**state, "archive": [*state["archive"], entry], "next_id": next_id + 1}, None
     label = args.get("label")
     if label not in LABELS:
         return state, f"{call.name}: no core memory block {label!r}"

@@ -185,7 +185,8 @@ class MemoryUpdate(MemoryAccumulate):
         s = new.rows(S) if new is not None else None
         m = vectors.extend(None, M, self.embedder, also=stored).matrix if m is None else m
         s = vectors.extend(None, S, self.embedder, also=new).matrix if s is None else s
-        return m @ s.T
+        sims: np.ndarray = m @ s.T
+        return sims
 
     def operations(
         self,

@@ -96,7 +96,8 @@ def make_projection(dim: int, groups: int, seed: int) -> np.ndarray:
 def lsh(x: np.ndarray, R: np.ndarray) -> np.ndarray:
     """Eq. 1: F(x) = argmax([xR; −xR]) for each row of x (an array of group indices in [0, b))."""
     xr = np.atleast_2d(x) @ R
-    return np.argmax(np.concatenate([xr, -xr], axis=1), axis=1)
+    groups: np.ndarray = np.argmax(np.concatenate([xr, -xr], axis=1), axis=1)
+    return groups
 
 
 def extra_projection(dim: int, groups: int, seed: int, table: int) -> np.ndarray:
