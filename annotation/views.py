@@ -18,6 +18,7 @@ from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueF
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
+from studies.limits import accepts_upload
 from studies.roles import AuthenticatedHttpRequest, annotator_required, researcher_required
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
@@ -197,6 +198,7 @@ def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "annotation/queues.html", {"rows": rows})
 
 
+@accepts_upload
 @researcher_required
 def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, request.FILES or None)
@@ -233,6 +235,7 @@ def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonRespons
     return JsonResponse(measures.queue_report(queue), json_dumps_params={"indent": 2, "default": str})
 
 
+@accepts_upload
 @require_POST
 @researcher_required
 def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:

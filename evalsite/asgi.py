@@ -1,7 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through each app's routing.
 
-Websockets pass AllowedHostsOriginValidator (a foreign Origin is refused before the consumer runs)
-and the session/auth middleware (workers are identified by their Django session).
+HTTP requests pass the body size limit first (evalsite.bodylimit: 413 before the body is read).
+Websockets pass the same-origin check (evalsite.origins: a foreign Origin, other port included, is
+refused before the consumer runs) and the session/auth middleware (workers are identified by their
+Django session).
 """
 
 import os
@@ -13,13 +15,14 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from chat.routing import websocket_urlpatterns as chat_ws  # noqa: E402
+from evalsite.bodylimit import BodySizeLimit  # noqa: E402
+from evalsite.origins import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([*chat_ws]))),
+        "http": BodySizeLimit(django_asgi_app),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter([*chat_ws]))),
     }
 )

@@ -160,6 +160,12 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# --- limits on what one request may send (evalsite/bodylimit.py refuses more with 413 before reading it)
+MAX_REQUEST_BYTES = int(env.number("MAX_REQUEST_MB", 2.5, minimum=0.001) * 2**20)  # any request body
+MAX_UPLOAD_BYTES = int(env.number("MAX_UPLOAD_MB", 50.0, minimum=0.001) * 2**20)  # a file to a page that takes one
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES  # the form fields of a request, files not counted
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440  # Django's default: larger bodies and files are spooled to disk
+
 # --- static files
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

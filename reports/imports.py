@@ -7,7 +7,6 @@ exactly when the CLI would accept it.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
@@ -53,13 +52,17 @@ class ParsedImport:
 
 
 def read_table(fileobj: IO[bytes] | IO[str]) -> pd.DataFrame:
-    """Read an uploaded CSV with every column as text (types are checked later)."""
-    raw = fileobj.read()
-    text = raw.decode("utf-8-sig", errors="strict") if isinstance(raw, bytes) else raw
-    if not text.strip():
-        raise RatingsError("the file is empty")
+    """Read an uploaded CSV with every column as text (types are checked later).
+
+    The parser reads the file itself, in blocks (an upload larger than 2.5 MB is a temporary file on disk), instead
+    of one copy of the bytes, one of the text and one of a StringIO before parsing. Bad UTF-8 raises
+    ``UnicodeDecodeError``."""
     try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
+        return pd.read_csv(
+            fileobj, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig", encoding_errors="strict"
+        )
+    except pd.errors.EmptyDataError:
+        raise RatingsError("the file is empty") from None
     except pd.errors.ParserError as exc:
         raise RatingsError(f"not a readable CSV file: {exc}") from exc
 

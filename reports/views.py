@@ -28,6 +28,7 @@ from reports.reporting import (
     plot_titles,
     render_plot,
 )
+from studies.limits import accepts_upload
 from studies.models import Study
 from studies.roles import HtmxHttpRequest, researcher_required
 
@@ -172,6 +173,7 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
     return response
 
 
+@accepts_upload
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:

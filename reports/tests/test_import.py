@@ -255,3 +255,21 @@ def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(
     page = researcher_client.get(dataset.get_absolute_url()).content.decode()
     assert "<strong>173 of 248</strong> workers passed" in page
     assert "+0.534" in page and "-0.243" in page
+
+
+class _BlockReadsOnly(io.BytesIO):
+    """A file that refuses to be read whole: a caller must ask for blocks of at most 1 MB."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        assert size is not None and 0 <= size <= 2**20, f"read({size}) would load the whole file"
+        return super().read(size)
+
+    def read1(self, size: int | None = -1) -> bytes:
+        return self.read(size)
+
+
+def test_an_uploaded_csv_is_parsed_in_blocks_not_read_whole_into_memory() -> None:
+    from reports.imports import read_table
+
+    table = read_table(_BlockReadsOnly(b"w,u,arm,score\n" + b"w1,u1,a,50\n" * 100_000))
+    assert table.shape == (100_000, 4) and table["score"].iloc[0] == "50"
