@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth import authenticate
 from django.core.management import call_command
+from django.test import RequestFactory
 
 
 def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(db: Any, client: Any) -> None:
@@ -18,8 +19,9 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     call_command("seed_demo", stdout=out)
 
     assert "Demo ready" in out.getvalue()
-    assert authenticate(username="researcher", password="memeval-demo").is_staff
-    annotator = authenticate(username="annotator", password="memeval-demo")
+    login = RequestFactory().post("/accounts/login/")  # the login throttle (django-axes) needs the request
+    assert authenticate(login, username="researcher", password="memeval-demo").is_staff
+    annotator = authenticate(login, username="annotator", password="memeval-demo")
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
