@@ -113,8 +113,14 @@ def run(app: str, size: int, env: dict[str, str], cookie: str, token: str) -> li
         boundary = "benchboundary"
         fields = "".join(
             f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-            for k, v in {"name": "bench", "layout": "wide", "worker": "w", "unit": "u", "arm": "arm",
-                         "metrics": "score"}.items()  # fmt: skip
+            for k, v in {
+                "name": "bench",
+                "layout": "wide",
+                "worker": "w",
+                "unit": "u",
+                "arm": "arm",
+                "metrics": "score",
+            }.items()  # fmt: skip
         )
         head = (
             f'{fields}--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.csv"\r\n'

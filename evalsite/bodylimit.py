@@ -31,7 +31,9 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[
+    [Any, Any, Any], Awaitable[Any]
+]  # Django's handler and channels' apps type their messages differently
 
 PAGE = (
     "<!doctype html><html lang=en><meta charset=utf-8><title>Request too large</title>"

@@ -10,7 +10,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 
-def locked_out(request: HttpRequest, original_response: HttpResponse | None, credentials: dict[str, Any] | None) -> HttpResponse:
+def locked_out(
+    request: HttpRequest, original_response: HttpResponse | None, credentials: dict[str, Any] | None
+) -> HttpResponse:
     """429 with what happened and how long to wait; the login form is not shown, so nothing is retried."""
     username = (credentials or {}).get("username") or request.POST.get("username", "")
     context = {

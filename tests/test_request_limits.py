@@ -100,10 +100,17 @@ async def test_pages_that_take_a_file_get_the_upload_limit_and_others_do_not(set
     def limit(path: str) -> int:
         return body_limit({"type": "http", "path": path})
 
-    assert limit(reverse("reports:import_ratings", args=["s"])) == settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
+    assert (
+        limit(reverse("reports:import_ratings", args=["s"])) == settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
+    )
     assert limit(reverse("annotation:queue_create")) == settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
     assert limit(reverse("annotation:queue_import", args=[1])) > settings.MAX_UPLOAD_BYTES
-    for path in ("/accounts/login/", reverse("studies:create"), "/no/such/page/", reverse("annotation:draft", args=[1])):
+    for path in (
+        "/accounts/login/",
+        reverse("studies:create"),
+        "/no/such/page/",
+        reverse("annotation:draft", args=[1]),
+    ):
         assert limit(path) == settings.MAX_REQUEST_BYTES
 
 
