@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
+from django.forms import ModelChoiceField
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,6 +20,7 @@ from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
 from studies.limits import accepts_upload
+from studies.models import Study
 from studies.roles import AuthenticatedHttpRequest, annotator_required, researcher_required
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
@@ -202,6 +204,8 @@ def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
 @researcher_required
 def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, request.FILES or None)
+    # a queue copies transcripts out of the study: only from studies this researcher may see
+    cast(ModelChoiceField[Study], form.fields["study"]).queryset = Study.objects.visible_to(request.user)
     if request.method == "POST" and form.is_valid():
         specs = form.cleaned_data.get("specs")
         if specs is None:

@@ -206,5 +206,10 @@ LOGGING = {
         "handlers": ["console"],
         "level": env.choice("LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
     },
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # axes logs every successful login at INFO; its lockouts are WARNING
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

@@ -54,8 +54,8 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     return report
 
 
-def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
-    study = get_object_or_404(Study, slug=slug)
+def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     dataset = get_object_or_404(ImportedDataset, study=study, pk=pk) if pk is not None else None
     return study, dataset
 
@@ -137,7 +137,7 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 @researcher_required
 @vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
 def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
     return render(request, template, _context(request, study, dataset))
 
@@ -145,7 +145,7 @@ def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> Http
 @require_GET
 @researcher_required
 def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if fmt not in FORMATS:
         raise Http404("unknown format")
     report = _report(request, study, dataset)
@@ -160,7 +160,7 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
 @require_GET
 @researcher_required
 def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if name not in PLOT_NAMES:
         raise Http404("unknown plot")
     report = _report(request, study, dataset)
@@ -177,7 +177,7 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = ImportRatingsForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         mapping = form.mapping()
@@ -215,7 +215,7 @@ def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     assert dataset is not None
     queries.delete_dataset(dataset)
     messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")

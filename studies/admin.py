@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from studies.forms import ArmForm, StudyForm
@@ -40,6 +41,7 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     search_fields = ["name", "slug"]
     readonly_fields = ["created_at"]
     inlines = [ArmInline, MetricInline]
+    filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["add_default_metrics"]
 
@@ -47,6 +49,9 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     def add_default_metrics(self, request: HttpRequest, queryset: Any) -> None:
         for study in queryset:
             study.add_default_metrics()
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Study]:
+        return super().get_queryset(request).filter(pk__in=Study.objects.visible_to(request.user).values("pk"))
 
     def save_model(self, request: HttpRequest, obj: Study, form: Any, change: bool) -> None:
         if obj.created_by_id is None and isinstance(request.user, User):  # the admin is staff-only
@@ -60,6 +65,9 @@ class ArmAdmin(admin.ModelAdmin[Arm]):
     list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
     list_filter = ["study", "memory_system", "active"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Arm]:
+        return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))
+
 
 @admin.register(Participant)
 class ParticipantAdmin(admin.ModelAdmin[Participant]):
@@ -67,3 +75,6 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
     list_filter = ["study", "source"]
     search_fields = ["external_id"]
     readonly_fields = ["created_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Participant]:
+        return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))

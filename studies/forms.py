@@ -7,6 +7,7 @@ import secrets
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -269,3 +270,21 @@ class InviteForm(forms.Form):
         if self.cleaned_data["invite_id"]:
             return [self.cleaned_data["invite_id"]]
         return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]
+
+
+class SharingForm(forms.ModelForm[Study]):
+    """Which other researchers (active staff users) may see and change the study."""
+
+    class Meta:
+        model = Study
+        fields = ["shared_with"]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple}
+        labels = {"shared_with": "Shared with"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast("forms.ModelMultipleChoiceField[User]", self.fields["shared_with"])
+        researchers = User.objects.filter(is_active=True, is_staff=True).order_by("username")
+        if self.instance.created_by_id is not None:
+            researchers = researchers.exclude(id=self.instance.created_by_id)
+        field.queryset = researchers

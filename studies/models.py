@@ -47,6 +47,20 @@ def new_completion_code() -> str:
     return secrets.token_hex(4).upper()
 
 
+class StudyQuerySet(models.QuerySet["Study"]):
+    def visible_to(self, user: Any) -> StudyQuerySet:
+        """The studies this user may see and change: the ones they created and the ones shared with them.
+
+        Superusers (the site's administrators) see every study; anyone who is not an active staff user sees
+        none. A study without a creator (made by a command, or whose creator was deleted) is for superusers."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
+
+
 class Study(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -84,7 +98,15 @@ class Study(models.Model):
     )
     invite_max_age_days = models.PositiveIntegerField(default=30)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="shared_studies",
+        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = StudyQuerySet.as_manager()
 
     class Meta:
         verbose_name_plural = "studies"
@@ -105,6 +127,14 @@ class Study(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("studies:detail", args=[self.slug])
+
+    def is_visible_to(self, user: Any) -> bool:
+        """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
+        return Study.objects.visible_to(user).filter(pk=self.pk).exists()
+
+    def can_share(self, user: Any) -> bool:
+        """Only the creator (or a superuser) decides who else sees the study."""
+        return bool(getattr(user, "is_superuser", False)) or (user.pk is not None and user.pk == self.created_by_id)
 
     @property
     def is_open(self) -> bool:

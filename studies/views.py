@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
@@ -23,7 +24,16 @@ from django.views.decorators.http import require_POST
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory import vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
+from studies.forms import (
+    ArmFormSet,
+    InviteForm,
+    MetricFormSet,
+    NewStudyForm,
+    SharingForm,
+    StudyForm,
+    check_design,
+    open_problems,
+)
 from studies.models import Arm, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
@@ -38,7 +48,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_list(request: HttpRequest) -> HttpResponse:
-    studies = Study.objects.annotate(
+    studies = Study.objects.visible_to(request.user).annotate(
         n_arms=Count("arms", filter=Q(arms__active=True), distinct=True),
         n_participants=Count("participants", distinct=True),
         n_completed=Count("participants", filter=Q(participants__completed_at__isnull=False), distinct=True),
@@ -98,13 +108,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study, slug=slug))
+    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -117,7 +127,7 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     status = request.POST.get("status", "")
     if status not in Study.Status.values:
         messages.error(request, "Unknown status.")
@@ -186,20 +196,41 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
         "statuses": Study.Status,
+        "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
+        "shared_with": study.shared_with.order_by("username"),
     }
 
 
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
+
+
+@require_POST
+@researcher_required
+def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """The creator chooses the other researchers who may see and change the study."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    if not study.can_share(request.user):
+        raise PermissionDenied("Only the study's creator can change who it is shared with.")
+    form = SharingForm(request.POST, instance=study)
+    if form.is_valid():
+        form.save()
+        names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names}.")
+    else:
+        messages.error(
+            request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
+        )
+    return redirect(study)
 
 
 @require_POST
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -263,7 +294,7 @@ def _session_view(session: ChatSession) -> SessionView:
 
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
