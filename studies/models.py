@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
@@ -88,7 +88,9 @@ class Study(models.Model):
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )
-    quota = models.PositiveIntegerField(null=True, blank=True, help_text="Maximum participants; empty = no limit.")
+    quota = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Maximum participants who consented; empty = no limit."
+    )
     completion_code = models.CharField(max_length=64, default=new_completion_code)
     prolific_completion_url = models.URLField(
         blank=True, help_text="Defaults to https://app.prolific.com/submissions/complete?cc=<code>."
@@ -127,6 +129,10 @@ class Study(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("studies:detail", args=[self.slug])
+
+    def is_full(self) -> bool:
+        """Whether every place of the quota is taken by a participant who consented."""
+        return self.quota is not None and self.participants.filter(consented_at__isnull=False).count() >= self.quota
 
     def is_visible_to(self, user: Any) -> bool:
         """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
@@ -240,8 +246,18 @@ class Participant(models.Model):
     def __str__(self) -> str:
         return f"{self.study.slug}:{self.external_id}"
 
-    def give_consent(self) -> None:
-        """Record the worker's consent; the first time counts."""
-        if self.consented_at is None:
+    def give_consent(self) -> bool:
+        """Record the worker's consent (the first time counts); False when the study is full.
+
+        The quota counts consented participants: opening the study link makes a participant but takes no
+        place, so invented Prolific IDs cannot fill a study. The study row is locked while the places are
+        counted, so two workers consenting at once cannot both take the last place."""
+        if self.consented_at is not None:
+            return True
+        with transaction.atomic():
+            study = Study.objects.select_for_update().get(pk=self.study_id)
+            if study.is_full():
+                return False
             self.consented_at = timezone.now()
             self.save(update_fields=["consented_at"])
+        return True
