@@ -52,7 +52,7 @@ def whole_number(value: Any) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"not a sequence number: {value!r}")
-    return value
+    return int(value)
 
 
 def text_field(value: Any) -> str:
@@ -61,7 +61,7 @@ def text_field(value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise ValueError("not text")
-    return value
+    return int(value)
 
 
 def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:

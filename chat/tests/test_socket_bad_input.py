@@ -4,11 +4,12 @@ socket open; a socket from the same host on another port is refused (evalsite.or
 from __future__ import annotations
 
 import json
+
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from chat.tests.test_consumer import ORIGIN, _worker, connect, frames, messages_of, send
+from chat.tests.test_consumer import _worker, connect, frames, messages_of, send
 from evalsite.asgi import application
 from studies.models import Study
 
