@@ -61,7 +61,7 @@ def text_field(value: Any) -> str:
         return ""
     if not isinstance(value, str):
         raise ValueError("not text")
-    return int(value)
+    return value
 
 
 def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
