@@ -172,7 +172,7 @@ def draft(request: AuthenticatedHttpRequest, pk: int) -> JsonResponse:
     _own_assignment(request, pk)
     try:
         data = json.loads(request.body or b"{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's stack
         return JsonResponse({"ok": False, "error": "The draft is not JSON."}, status=400)
     try:
         saved = services.save_draft(pk, annotator=request.user, data=data)

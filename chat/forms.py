@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from studies.models import Metric
 
@@ -23,6 +25,19 @@ class SliderRow:
     error: str
 
 
+class WholeNumberField(forms.IntegerField):
+    """An integer written as plain ASCII digits (an optional minus sign): Django's IntegerField goes
+    through Python's ``int()``, which also reads ``1_0`` as 10, ``10.0`` as 10 and other scripts' digits."""
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        text = str(value).strip()
+        if not re.fullmatch(r"-?[0-9]{1,9}", text):
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return int(text)
+
+
 class RatingForm(forms.Form):
     """Every slider must hold a whole number from 0 to 100 *and* have been moved (``touched_<key>`` is
     ``"1"``): an untouched slider at 50 is no rating. The page's script sets ``touched_<key>`` when the
@@ -32,7 +47,7 @@ class RatingForm(forms.Form):
         super().__init__(data)
         self.metrics = list(metrics)
         for m in self.metrics:
-            self.fields[m.key] = forms.IntegerField(
+            self.fields[m.key] = WholeNumberField(
                 min_value=0,
                 max_value=100,
                 error_messages={
