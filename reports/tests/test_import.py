@@ -273,3 +273,23 @@ def test_an_uploaded_csv_is_parsed_in_blocks_not_read_whole_into_memory() -> Non
 
     table = read_table(_BlockReadsOnly(b"w,u,arm,score\n" + b"w1,u1,a,50\n" * 100_000))
     assert table.shape == (100_000, 4) and table["score"].iloc[0] == "50"
+
+
+def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run_as_formulas(
+    researcher_client: Client, study: Study
+) -> None:
+    hostile = (
+        WIDE.replace("w1,", '"=HYPERLINK(""http://evil.example"",""x"")",')
+        .replace("w2,", "@SUM(1+1),")
+        .replace(",A,", ",+A,")
+        .replace(",B,", ",-B,")
+    )
+    upload(researcher_client, study, hostile, metrics="good,bad", session="session")
+    dataset = ImportedDataset.objects.get()
+    export = researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "csv"]))
+    table = pd.read_csv(io.StringIO(export.content.decode()), dtype=str, keep_default_na=False)
+    cells = [str(v) for v in table.to_numpy().ravel()] + list(table.columns)
+    texts = [c for c in cells if c[:1] in ("'", "=", "+", "-", "@")]
+    assert {'\'=HYPERLINK("http://evil.example","x")', "'@SUM(1+1)", "'+A", "'-B"} <= set(texts)
+    numbers = [c for c in texts if not c.startswith("'")]
+    assert all(float(c) < 0 for c in numbers)  # only negative numbers (z-scores) start with "-"
