@@ -109,6 +109,7 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
     long = long.dropna(subset=["score"])
     long = long.rename(columns={WORKER: "worker", UNIT: "unit", ARM: "arm", SESSION: "session"})
     long["session"] = long["session"].astype(str) if "session" in long else ""
+    check_lengths(long)
     return ParsedImport(
         long=long[IMPORT_COLUMNS].reset_index(drop=True),
         metrics=metrics,
@@ -116,6 +117,26 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
         arms=arms,
         workers=int(frame[WORKER].nunique()),
     )
+
+
+# The longest value each column of an imported rating may have (reports.models.ImportedRating's max_length):
+# checked here so a long name is a message naming the column and row, not a database error (PostgreSQL).
+FIELD_LIMITS = {"worker": 200, "unit": 200, "arm": 200, "session": 50, "metric": 100}
+
+
+def check_lengths(long: pd.DataFrame) -> None:
+    """:class:`RatingsError` naming the first column whose values are longer than :data:`FIELD_LIMITS`."""
+    for column, limit in FIELD_LIMITS.items():
+        if column not in long:
+            continue
+        lengths = long[column].astype(str).str.len()
+        too_long = lengths > limit
+        if too_long.any():
+            first = long.loc[too_long.idxmax()]
+            raise RatingsError(
+                f"a value in the {column} column has {int(lengths.max())} characters; at most {limit} can be stored "
+                f"(first in data row {int(first['row']) + 1}: {str(first[column])[:40]!r}…)"
+            )
 
 
 def split_names(value: str) -> list[str]:

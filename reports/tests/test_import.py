@@ -293,3 +293,33 @@ def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run_as_formulas(
     assert {'\'=HYPERLINK("http://evil.example","x")', "'@SUM(1+1)", "'+A", "'-B"} <= set(texts)
     numbers = [c for c in texts if not c.startswith("'")]
     assert all(float(c) < 0 for c in numbers)  # only negative numbers (z-scores) start with "-"
+
+
+@pytest.mark.parametrize(
+    "column, value, limit",
+    [("worker", "w" * 201, 200), ("arm", "A" * 300, 200), ("unit", "u" * 201, 200), ("session", "s" * 51, 50)],
+)
+def test_values_longer_than_the_database_stores_are_refused_naming_the_column_and_row(
+    researcher_client: Client, study: Study, column: str, value: str, limit: int
+) -> None:
+    table = pd.read_csv(io.StringIO(WIDE), dtype=str)
+    table.loc[2, column] = value
+    if column == "arm":
+        table.loc[table["arm"] == "A", "arm"] = value  # every arm needs two or more units
+    text = errors(upload(researcher_client, study, table.to_csv(index=False), metrics="good,bad", session="session"))
+    assert f"a value in the {column} column has {len(value)} characters; at most {limit} can be stored" in text
+    assert "data row" in text
+    assert not ImportedDataset.objects.exists() and not ImportedRating.objects.exists()
+
+
+def test_a_metric_name_longer_than_100_characters_is_refused(researcher_client: Client, study: Study) -> None:
+    long_metric = "m" * 101
+    content = WIDE.replace(",good,", f",{long_metric},")
+    text = errors(upload(researcher_client, study, content, metrics=f"{long_metric},bad", session="session"))
+    assert "a value in the metric column has 101 characters; at most 100" in text
+
+
+def test_the_length_limits_are_the_models() -> None:
+    from reports.imports import FIELD_LIMITS
+
+    assert FIELD_LIMITS == {f: ImportedRating._meta.get_field(f).max_length for f in FIELD_LIMITS}
