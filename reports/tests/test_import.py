@@ -322,4 +322,4 @@ def test_a_metric_name_longer_than_100_characters_is_refused(researcher_client: 
 def test_the_length_limits_are_the_models() -> None:
     from reports.imports import FIELD_LIMITS
 
-    assert FIELD_LIMITS == {f: ImportedRating._meta.get_field(f).max_length for f in FIELD_LIMITS}
+    assert {f: ImportedRating._meta.get_field(f).max_length for f in FIELD_LIMITS} == FIELD_LIMITS
