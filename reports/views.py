@@ -56,7 +56,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
 
 def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
-    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk) if pk is not None else None
+    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk, complete=True) if pk is not None else None
     return study, dataset
 
 
