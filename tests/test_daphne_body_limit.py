@@ -74,3 +74,27 @@ def test_daphne_answers_a_chunked_post_over_the_limit_with_413(daphne: int) -> N
 def test_daphne_passes_a_small_post_to_django(daphne: int) -> None:
     status, page = post(daphne, b"username=a&password=b", {"Content-Type": "application/x-www-form-urlencoded"})
     assert status == 403 and "CSRF" in page  # Django's own answer: the body reached it
+
+
+def answer_before_the_body_ends(port: int, head: bytes, part: bytes) -> bytes:
+    """Send the headers and only part of the body, then read: the answer must come without the rest."""
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(head + part)
+        s.settimeout(20)
+        return s.recv(65536)
+
+
+def test_daphne_refuses_a_declared_length_over_the_limit_before_the_body_arrives(daphne: int) -> None:
+    head = (
+        b"POST /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        + f"Content-Length: {200 * MB}\r\n\r\n".encode()
+    )
+    answer = answer_before_the_body_ends(daphne, head, b"x" * 1024)  # 1 kB of the announced 200 MB
+    assert answer.startswith(b"HTTP/1.1 413") and b"Request too large" in answer
+
+
+def test_daphne_refuses_a_chunked_body_as_soon_as_it_passes_the_limit(daphne: int) -> None:
+    head = b"POST /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunk = b"%x\r\n" % (256 * 1024) + b"y" * (256 * 1024) + b"\r\n"
+    answer = answer_before_the_body_ends(daphne, head, chunk * 6)  # 1.5 MB, limit 1 MB, no final chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"Request too large" in answer
