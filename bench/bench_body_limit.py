@@ -1,8 +1,9 @@
 """What an oversized request costs the web process, with and without the body limit (evalsite.bodylimit).
 
-Starts daphne on loopback twice: once with the application as deployed (``evalsite.asgi:application``)
-and once with the bare Django HTTP application (``evalsite.asgi:django_asgi_app``, how it was before the
-limit). Each time it sends, one at a time, a large POST to the login page (anonymous, urlencoded) and a
+Starts daphne on loopback twice: once with the application as deployed (``evalsite.asgi:application``:
+the limit inside daphne, evalsite/serverlimit.py, and in front of Django, evalsite/bodylimit.py) and once
+with the bare Django application (``bench/plain_asgi.py``, how it was before the limits). Each time it
+sends, one at a time, a large POST to the login page (anonymous, urlencoded) and a
 large CSV upload to the ratings import page (a logged-in researcher with a valid CSRF token), and prints
 the status, the time until the answer and daphne's peak resident memory (VmHWM) after each request.
 
@@ -161,7 +162,7 @@ def main() -> None:
     print(f"daphne (1 process) on loopback; one {args.mb} MB request at a time; peak RSS = daphne's VmHWM after it")
     print(f"{'application':<34} {'request':<27} {'status':>6} {'seconds':>8} {'peak RSS MB':>12}")
     for label, app in [
-        ("without the limit (django_asgi_app)", "evalsite.asgi:django_asgi_app"),
+        ("without the limits (plain Django)", "bench.plain_asgi:application"),
         ("with the limit (application)", "evalsite.asgi:application"),
     ]:
         for request, status, seconds, rss in run(app, args.mb * MB, env, cookie, token):
