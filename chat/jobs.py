@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,16 +50,27 @@ def retry_delays() -> list[float]:
     return [float(x) for x in settings.CHAT_RETRY_DELAYS]
 
 
-def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object]) -> None:
+def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object], countdown: float = 0) -> None:
     """Run a job: the Celery task ``task_name`` on the workers, or ``local(job_id)`` in this process
     (a pool thread, or inline). ``local`` is what the task itself runs, plus the retries that Celery
-    would otherwise do."""
+    would otherwise do. ``countdown`` delays the start (a retry's back-off) without holding a worker:
+    Celery schedules it, a thread waits on a timer, inline sleeps (tests use 0).
+
+    A broker that is down raises here; callers enqueueing after a commit catch it, and the lease
+    bookkeeping (chat/leases.py) enqueues the job again once it is overdue."""
     mode = job_mode()
     if mode == "celery":
-        signature(task_name, args=(job_id,)).delay()
+        signature(task_name, args=(job_id,)).apply_async(countdown=countdown or None)
     elif mode == "thread":
-        _executor.submit(_guarded, local, job_id)
+        if countdown > 0:
+            timer = threading.Timer(countdown, _executor.submit, args=(_guarded, local, job_id))
+            timer.daemon = True
+            timer.start()
+        else:
+            _executor.submit(_guarded, local, job_id)
     else:
+        if countdown > 0:
+            time.sleep(countdown)
         local(job_id)
 
 

@@ -22,6 +22,9 @@ class Episode(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based, within the participant
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     memory_state = models.JSONField(default=dict)
+    # Bumped by every write of ``memory_state``: writers compare-and-set on it (chat/state.py), so a
+    # per-turn update computed from a stale read cannot overwrite the end-of-session update.
+    state_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 
@@ -83,6 +86,12 @@ class Message(models.Model):
     error = models.TextField(blank=True)
     memory_used = models.JSONField(default=list, blank=True)  # what the arm put in the prompt
     created_at = models.DateTimeField(default=timezone.now)
+    # A pending reply's job bookkeeping (chat/reply_jobs.py): the overall deadline of the reply; when
+    # its queued job should have started; until when the job that claimed the current attempt holds
+    # it (a heartbeat extends it). A lapsed lease, or a job overdue in the queue, is re-enqueued.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -127,6 +136,9 @@ class MemorySnapshot(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Held by the job running the update (claimed before any LLM call, so a duplicate delivery does
+    # not call the LLM again); a lapsed lease means that job died.
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"
