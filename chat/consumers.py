@@ -106,7 +106,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     session, str(data.get("client_id") or ""), str(data.get("text") or "")
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
-                html += fragments.controls(services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session))
+                html += fragments.controls(
+                    services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
+                )
                 if created:
                     jobs.broadcast(session.pk, html)  # the worker's other tabs
                 return fragments.clear_error() + html

@@ -63,6 +63,9 @@ class ChatSession(models.Model):
         return f"session {self.index} of episode {self.episode_id}"
 
 
+REPLY_TOO_SLOW = "The chatbot took too long to answer."
+
+
 class Message(models.Model):
     """A committed utterance. ``seq`` orders a session; ``client_id`` makes a user's send idempotent."""
 
@@ -102,6 +105,11 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.speaker}#{self.seq}: {self.text[:40]}"
+
+    @property
+    def timed_out(self) -> bool:
+        """A failed reply that missed its overall deadline (the worker is told so)."""
+        return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW
 
 
 class Rating(models.Model):

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from chat import fragments, leases, replies, state
 from chat.jobs import broadcast, dispatch, retry_delays
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import REPLY_TOO_SLOW, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory.base import MemorySystem, Turn
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
@@ -43,9 +43,6 @@ log = logging.getLogger(__name__)
 
 class ChatError(Exception):
     """A request the worker can fix or should be told about (shown verbatim, never a server error)."""
-
-
-REPLY_TOO_SLOW = "The chatbot took too long to answer."
 
 
 def reply_deadline_seconds() -> float:
