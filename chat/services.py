@@ -26,7 +26,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from chat import fragments, leases, replies, state
@@ -538,6 +538,18 @@ def generate_reply(message_id: int) -> None:
         return  # another job is writing it (a duplicate delivery), or it moved on
     msg.attempts = attempt
     held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=attempt)
+    try:
+        _reply_attempt(msg, held)
+    except DatabaseError:
+        with contextlib.suppress(DatabaseError):  # the database may still be down: then the lease lapses
+            held.update(lease_until=None)
+        raise
+
+
+def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
+    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it)."""
+    session = msg.session
+    attempt = msg.attempts
     deadline = msg.deadline_at or msg.created_at + timedelta(seconds=reply_deadline_seconds())
     if timezone.now() >= deadline:
         _fail_reply(msg, held, REPLY_TOO_SLOW)
@@ -572,9 +584,7 @@ def generate_reply(message_id: int) -> None:
         _fail_reply(msg, held, REPLY_TOO_SLOW if timezone.now() >= deadline else str(exc))
         return
     except DatabaseError:
-        with contextlib.suppress(DatabaseError):  # the database may still be down: then the lease lapses
-            held.update(lease_until=None)
-        raise
+        raise  # generate_reply releases the reply; the task retries
     except Exception as exc:  # a bug in an arm or a backend: fail visibly instead of staying pending
         log.exception("reply %s of session %s failed", msg.pk, session.pk)
         store_llm_calls(session.pk, msg.pk, llm.drain())
@@ -634,7 +644,7 @@ def _stream_reply(
     return text
 
 
-def _fail_reply(msg: Message, held: Any, error: str) -> None:
+def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
     """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
     if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
         msg.refresh_from_db()
