@@ -29,7 +29,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
-from chat import fragments, leases, replies, state
+from chat import fragments, leases, limits, records, replies, state
 from chat.jobs import broadcast, dispatch, retry_delays
 from chat.models import REPLY_TOO_SLOW, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory.base import MemorySystem, Turn
@@ -341,6 +341,10 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
         fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
+        try:
+            limits.check_can_post(locked, study)
+        except limits.LimitReached as exc:
+            raise ChatError(str(exc)) from exc
         seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
         user = Message.objects.create(
             session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text
@@ -487,7 +491,8 @@ def _check_reply(text: str) -> str:
 
 
 def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
-    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows."""
+    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows; a reply's
+    earlier turns are stored once, in the transcript, not again with every call (chat/records.py)."""
     LLMCallRecord.objects.bulk_create(
         [
             LLMCallRecord(
@@ -495,7 +500,7 @@ def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[st
                 message_id=message_id,
                 purpose=c.get("purpose") or "",
                 model=c.get("model") or "",
-                messages=c.get("messages") or [],
+                messages=records.compact_messages(c.get("messages") or [], c.get("purpose") or ""),
                 reply=c.get("reply") or "",
                 latency_ms=c.get("latency_ms") or 0,
                 prompt_tokens=c.get("prompt_tokens"),

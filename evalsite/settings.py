@@ -128,7 +128,7 @@ CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
-CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 300.0)  # re-enqueue a lost memory update
+CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
 # Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
 # lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
 CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)
