@@ -60,7 +60,10 @@ def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object], cou
     bookkeeping (chat/leases.py) enqueues the job again once it is overdue."""
     mode = job_mode()
     if mode == "celery":
-        signature(task_name, args=(job_id,)).apply_async(countdown=countdown or None)
+        if countdown > 0:
+            signature(task_name, args=(job_id,)).apply_async(countdown=countdown)
+        else:
+            signature(task_name, args=(job_id,)).delay()
     elif mode == "thread":
         if countdown > 0:
             timer = threading.Timer(countdown, _executor.submit, args=(_guarded, local, job_id))

@@ -23,7 +23,7 @@ def hit_token_cap(stream: Iterator[str] | object, pieces: int, max_tokens: int) 
     reports one, else whether it produced ``max_tokens`` pieces."""
     reason = getattr(stream, "finish_reason", None)
     if reason is not None:
-        return reason == "length"
+        return bool(reason == "length")
     return pieces >= max_tokens
 
 
