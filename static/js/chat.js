@@ -42,7 +42,10 @@
       send.disabled = pending() || outbox.size > 0 || !socket;
       // The server refuses to end a session while a reply is written; say so by disabling the button.
       const end = document.getElementById("end-session");
-      if (end) end.disabled = end.dataset.minMet !== "1" || pending();
+      if (end) {
+        end.disabled = end.dataset.minMet !== "1" || pending();
+        if (end.disabled) end.setAttribute("aria-disabled", "true"); else end.removeAttribute("aria-disabled");
+      }
       box.scrollTop = box.scrollHeight;
       window.scrollTo(0, document.body.scrollHeight);
     }
