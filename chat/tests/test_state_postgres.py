@@ -1,6 +1,6 @@
 """Compare-and-set memory-state writes under real concurrency, on PostgreSQL with real threads.
 
-    bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres chat/tests/test_state_postgres.py
+bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres chat/tests/test_state_postgres.py
 """
 
 from __future__ import annotations
