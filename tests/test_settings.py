@@ -162,3 +162,11 @@ def test_every_variable_the_settings_read_is_in_the_readme_table(monkeypatch: py
     table = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")]
     documented = {name for line in table for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])}
     assert read - documented == set()
+
+
+def test_dead_sockets_leave_their_session_group_and_killed_tasks_are_queued_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = load_settings(monkeypatch, **PRODUCTION)
+    assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["group_expiry"] == 300  # live pages ping every 60 s
+    assert s["CELERY_TASK_ACKS_LATE"] is True and s["CELERY_TASK_REJECT_ON_WORKER_LOST"] is True

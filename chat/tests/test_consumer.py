@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat import services
+from chat import jobs, services
 from chat.models import ChatSession, Message
 from chat.tests.conftest import start
 from evalsite.asgi import application
@@ -280,4 +280,14 @@ async def test_end_session_unlocks_live_on_the_socket_once_the_minimum_of_user_t
     assert re.search(r'id="end-session" data-min-met="0" hx-swap-oob="true" disabled', out)
     out = await send(comm, "two", "c2")
     assert re.search(r'id="end-session" data-min-met="1" hx-swap-oob="true">', out)
+    await comm.disconnect()
+
+
+async def test_a_ping_renews_the_sockets_group_membership_and_answers_nothing(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await comm.send_to(text_data=json.dumps({"type": "ping"}))
+    assert await comm.receive_nothing(timeout=0.3)
+    await database_sync_to_async(jobs.broadcast)(sid, "<div id='probe'></div>")
+    assert "probe" in await comm.receive_from(timeout=5)
     await comm.disconnect()
