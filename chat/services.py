@@ -560,7 +560,14 @@ def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
         _fail_reply(msg, held, REPLY_TOO_SLOW)
         return
     episode = session.episode
-    system, llm = build_arm(episode.arm)
+    try:
+        system, llm = build_arm(episode.arm)
+    except DatabaseError:
+        raise
+    except Exception as exc:  # a misconfigured arm (unknown backend, missing model): retrying cannot help
+        log.exception("reply %s: the arm of session %s could not be built", msg.pk, session.pk)
+        _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
+        return
     delays = retry_delays()
     max_attempts = len(delays) + 1
     start_state = (dict(episode.memory_state or {}), episode.state_version)

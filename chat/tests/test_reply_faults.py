@@ -23,7 +23,7 @@ from django.utils import timezone
 from chat import leases, services
 from chat.models import REPLY_TOO_SLOW, ChatSession, LLMCallRecord, MemorySnapshot, Message
 from chat.tests.conftest import start
-from memory.llm import LLMTransientError
+from memory.llm import LLMError, LLMTransientError
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -248,3 +248,18 @@ def test_an_over_long_prompt_on_the_local_backend_is_an_llm_error_not_a_value_er
         llm.complete(huge, max_tokens=16)
     with pytest.raises(LLMError):
         list(llm.stream(huge, max_tokens=16))
+
+
+def test_an_arm_that_cannot_be_built_fails_the_reply_with_the_retry_button_instead_of_leaving_it_pending(
+    client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = start(client, study)
+
+    def misconfigured(arm: Any) -> Any:
+        raise LLMError("unknown LLM backend 'no-such-backend' (choose local, openai or scripted)")
+
+    monkeypatch.setattr(services, "build_llm", misconfigured)  # e.g. the arm was edited in the admin
+    services.post_user_message(session, "c1", "Hello")
+    reply = session.messages.get(seq=2)
+    assert reply.status == Message.Status.FAILED and "unknown LLM backend" in reply.error
+    assert reply.lease_until is None
