@@ -107,6 +107,8 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
+    if dataset is None:
+        ctx["automatic"] = _automatic_rows(report)
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
@@ -115,6 +117,20 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
             if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
                 ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg") :]})
     return ctx
+
+
+def _automatic_rows(report: Report) -> list[dict[str, Any]]:
+    """The arms' automatic scores beside their human overall score (raw 0-100 mean, when analysed)."""
+    arms = (report.result or {}).get("arms", {})
+    return [
+        {
+            **row,
+            "human": (arms.get(row["arm"]) or {}).get("overall_raw"),
+            "f1_text": tables.num(row["f1"]),
+            "judge_text": tables.num(row["judge"]),
+        }
+        for row in report.source.automatic
+    ]
 
 
 def _plot_svg(report: Report, name: str) -> str | None:

@@ -15,6 +15,7 @@ from chat.models import Episode, MemorySnapshot
 from memory import vectors
 from memory.embed import HashingEmbedder
 from studies.models import Participant, Study
+from studies.tests.conftest import make_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -63,6 +64,7 @@ def test_the_study_page_never_shows_the_raw_prolific_id(
 
 
 def test_closing_and_reopening_a_study(rclient: Client, study: Study) -> None:
+    make_ready(study)
     url = reverse("studies:status", args=[study.slug])
     assert rclient.post(url, {"status": "closed"}).status_code == 302
     study.refresh_from_db()
