@@ -115,6 +115,16 @@ class ParamsField(forms.JSONField):
     def prepare_value(self, value: Any) -> Any:
         return "{}" if value is None else super().prepare_value(value)
 
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        # A blank extra arm row posts the "{}" it was rendered with while its initial is None: without
+        # this, the row counts as filled in and fails on its empty name ("This field is required").
+        if initial in (None, "", {}):
+            try:
+                return bool(self.to_python(data) != {})
+            except ValidationError:
+                return True  # not JSON: the row was typed into, and its error must be shown
+        return bool(super().has_changed(initial, data))
+
 
 class NewStudyForm(StudyForm):
     add_default_metrics = forms.BooleanField(
