@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 
 from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
-from memory import vectors
+from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from studies import memorycompat
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
@@ -316,6 +316,8 @@ class SessionView:
     fallback_notes: list[dict[str, Any]] = field(default_factory=list)
     memory_after: list[str] = field(default_factory=list)
     trace_extra_json: str = ""
+    memory_blocks: list[display.Block] = field(default_factory=list)
+    trace_blocks: list[display.Block] = field(default_factory=list)
 
 
 TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls", "fallbacks"}
@@ -333,18 +335,20 @@ def _session_view(session: ChatSession) -> SessionView:
     if snapshot is not None:
         trace = snapshot.trace or {}
         view.state_json = _pretty(vectors.redacted(snapshot.state))  # embeddings: kilobytes of base64, not for reading
-        view.summary = list(trace.get("summary") or [])
+        view.memory_blocks = display.readable(snapshot.state)
+        view.summary = display.lines(trace.get("summary"))
         view.operations = list(trace.get("operations") or [])
         # Two kinds of fallback: an operation whose reply did not parse, and a step that fell back
         # to its defined behaviour (trace["fallbacks"], written by memory.systems.common.fallback).
         view.fallback_notes = [f for f in trace.get("fallbacks") or [] if isinstance(f, dict)]
         view.fallbacks = sum(1 for op in view.operations if op.get("fallback")) + len(view.fallback_notes)
-        view.memory_after = list(trace.get("memory_after") or [])
+        view.memory_after = display.lines(trace.get("memory_after"))
         # The update's calls are normally LLMCallRecord rows too; a trace copy is shown only when it is not.
         recorded = {(c.purpose, c.reply) for c in view.calls if isinstance(c, LLMCallRecord)}
         view.calls += [c for c in trace.get("llm_calls") or [] if (c.get("purpose"), c.get("reply")) not in recorded]
         extra = {k: v for k, v in trace.items() if k not in TRACE_SHOWN}
         view.trace_extra_json = _pretty(extra) if extra else ""
+        view.trace_blocks = display.readable(extra) if extra else []
     return view
 
 
