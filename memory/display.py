@@ -161,3 +161,20 @@ def lines(value: Any) -> list[str]:
     if isinstance(value, list):
         return [cell(v) for v in value]
     return [cell(value)]
+
+
+def as_text(blocks: list[Block]) -> str:
+    """The blocks as plain text (one section per block), e.g. for a CSV cell."""
+    parts = []
+    for b in blocks:
+        if b.kind == "text":
+            body = b.text
+        elif b.kind == "list":
+            body = "\n".join(f"- {x}" for x in b.items)
+        elif b.kind == "facts":
+            body = "\n".join(f"{k}: {v}" for k, v in b.rows)
+        else:
+            head = [" | ".join(b.columns)] if any(b.columns) else []
+            body = "\n".join(head + [" | ".join(row) for row in b.rows])
+        parts.append(f"{b.title}:\n{body}" if body else f"{b.title}: (empty)")
+    return "\n\n".join(parts)

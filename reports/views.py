@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.cache import cache
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -14,7 +14,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import queries, tables
+from reports import exports, queries, tables
 from reports.forms import AnalysisOptionsForm, ImportRatingsForm
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
@@ -234,3 +234,17 @@ def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     queries.delete_dataset(dataset)
     messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")
     return redirect("reports:study_analysis", study.slug)
+
+
+@require_GET
+@researcher_required
+def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
+    """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
+    study = get_object_or_404(Study, slug=slug)
+    try:
+        exports.check(what, fmt)
+    except exports.ExportError as exc:
+        raise Http404(str(exc)) from exc
+    response = StreamingHttpResponse(exports.export_lines(study, what, fmt), content_type=exports.FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(study, what, fmt)}"'
+    return response

@@ -32,6 +32,13 @@ from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
+# The study-data downloads (reports.exports; served by reports:study_data_export).
+EXPORT_KINDS = [
+    ("ratings", "Ratings"),
+    ("transcripts", "Transcripts"),
+    ("memory", "Memory after each session"),
+    ("llm-calls", "LLM calls (prompts and replies)"),
+]
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -272,6 +279,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "open_problems": open_problems(study),
         "statuses": Study.Status,
         "retention": _retention(study),
+        "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
     }
 
