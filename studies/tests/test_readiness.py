@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from chat import armjobs
 from chat.models import ArmJob
+from memory.systems.memorybank import MemoryBank
 from studies import memorycompat
 from studies.models import Arm, Study
 from studies.tests.conftest import make_ready, passed_check
@@ -213,12 +214,15 @@ def test_an_unknown_check_kind_or_arm_is_refused_clearly(rclient: Client, draft:
 
 
 def test_the_study_page_shows_memorybanks_retention_at_the_studys_gap(rclient: Client, study: Study) -> None:
-    Arm.objects.create(study=study, name="MemoryBank", memory_system="memorybank")
+    # Days as the paper counts them; the arm's time-scale parameter, where the library has one, set to 1 day.
+    days = {"forgetting_time_scale_days": 1} if "forgetting_time_scale_days" in MemoryBank.params else {}
+    Arm.objects.create(study=study, name="MemoryBank", memory_system="memorybank", params=days)
     Arm.objects.create(study=study, name="MB off", memory_system="memorybank", params={"forgetting": False})
     response = rclient.get(study.get_absolute_url())
     rows = {r["arm"].name: r for r in response.context["retention"]}
     assert rows["MemoryBank"]["once"] == pytest.approx(math.exp(-7), rel=1e-6)  # exp(-t/S), t = 7 days, S = 1
     assert rows["MemoryBank"]["recalled"] == pytest.approx(math.exp(-3.5), rel=1e-6)
+    assert rows["MemoryBank"]["after_all"] == pytest.approx(math.exp(-7), rel=1e-6)  # 2 sessions: one gap
     assert rows["MB off"]["once"] == 1.0
     body = response.content.decode()
     assert "0.001" in body and "MemoryBank forgets almost everything between sessions" in body
