@@ -177,7 +177,9 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
             options["max_questions"] = int(limit)
     started = [armjobs.start(arm, kind, options) for arm in arms]
     if not started:
-        messages.error(request, "No such arm in this study.")
+        messages.error(
+            request, "No such arm in this study." if request.POST.get("arm") else "This study has no active arm."
+        )
     else:
         what = "Readiness checks" if kind == ArmJob.Kind.READINESS else "Automatic evaluation"
         messages.success(request, f"{what} started for {', '.join(j.arm.name for j in started)}.")
@@ -249,7 +251,14 @@ def _readiness_context(study: Study) -> dict[str, Any]:
     evaluations = armjobs.latest_evaluations(study)
     return {
         "study": study,
-        "readiness": [{"r": r, "evaluation": evaluations.get(r.arm.pk)} for r in rows],
+        "readiness": [
+            {
+                "r": r,
+                "evaluation": (ev := evaluations.get(r.arm.pk)),
+                "evaluation_outdated": ev is not None and ev.finished and not ev.is_current(r.arm),
+            }
+            for r in rows
+        ],
         "jobs_running": any(r.state == "checking" for r in rows) or any(not j.finished for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
         "preflight_available": memorycompat.preflight_available(),

@@ -257,3 +257,20 @@ def test_with_the_readiness_library_the_scripted_stand_in_comes_out_not_ready(
     assert job.status == "done", job.error
     assert job.result is not None and job.result["ready"] is False and job.result["model"] == "scripted"
     assert any(not c["passed"] for c in job.result["checks"])
+
+
+def test_an_evaluation_made_before_the_arm_changed_is_marked_outdated(rclient: Client, study: Study) -> None:
+    arm = study.arms.get(memory_system="none")
+    result = {"questions": 15, "overall": {"f1": 0.1, "judge": 0.0}, "judge": {"stand_in": True}}
+    ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
+    assert "outdated" not in rclient.get(reverse("studies:readiness", args=[study.slug])).content.decode()
+    arm.llm_model = "bigger-model"
+    arm.save()
+    body = rclient.get(reverse("studies:readiness", args=[study.slug])).content.decode()
+    assert "outdated" in body and "run on scripted · scripted before the arm changed" in body
+
+
+def test_checking_a_study_without_active_arms_says_so(rclient: Client, draft: Study) -> None:
+    draft.arms.update(active=False)
+    response = rclient.post(reverse("studies:check_arms", args=[draft.slug]), {"kind": "readiness"}, follow=True)
+    assert "This study has no active arm." in response.content.decode()
