@@ -3,13 +3,13 @@ invite link (htmx), read an episode. Screenshots go to artifacts/ for a human to
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chat.models import ArmJob
 from studies import memorycompat
 from studies.models import Study
 from studies.tests.conftest import make_finished_episode, make_ready
@@ -107,21 +107,23 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
 def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_browser(
     live_server: Any, researcher: Any, study: Study, browser: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
-    """The readiness checks are a scripted stand-in here (they are memory.preflight's to test): slow enough
-    for the card's progress to be polled, and failing one check, as the embedded model does."""
-    settings.CHAT_JOB_MODE = "thread"
+    """The readiness checks are a scripted stand-in here (they are memory.preflight's to test) that fails
+    one check, as the embedded model does. Jobs run inline: the live server's in-memory SQLite cannot
+    take writes from job threads beside the page's requests; the progress poll is shown on a job row
+    that the test moves on itself."""
+    settings.CHAT_JOB_MODE = "inline"
 
-    def slow_not_ready(memory_system: str, llm: Any, **kw: Any) -> dict[str, Any]:
-        for i in range(1, 6):
-            time.sleep(0.3)
-            kw["progress"](i, 5, f"replies {i}/5")
-        check = {"name": "reply_no_prompt_text", "score": 0.25, "threshold": 1.0, "passed": False}
-        check |= {"why": "3 of 4 replies quote the prompt", "examples": []}
-        return {"arm": memory_system, "backend": kw["backend"], "model": llm.model, "ready": False, "checks": [check]}
+    def not_ready(memory_system: str, llm: Any, **kw: Any) -> dict[str, Any]:
+        kw["progress"](5, 5, "replies 5/5")
+        return {"arm": memory_system, "backend": kw["backend"], "model": llm.model, "ready": False, "checks": [FAILED]}
 
-    monkeypatch.setattr(memorycompat, "run_preflight", slow_not_ready)
+    monkeypatch.setattr(memorycompat, "run_preflight", not_ready)
     study.status = Study.Status.DRAFT
     study.save()
+    arm = study.arms.get(memory_system="none")
+    running = ArmJob.objects.create(
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5"
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(20_000)
@@ -130,11 +132,15 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
 
     card = page.locator("#readiness")
     assert card.locator("tr", has_text="Full history").locator(".arm-llm").inner_text() == "scripted · scripted"
-    assert card.locator(".readiness-not_checked").count() == 2
+    assert card.locator("tr", has_text="Full history").locator(".readiness-not_checked").is_visible()
+    assert "2/5 replies 2/5" in card.locator("tr", has_text="No memory").inner_text()
+    result = {"arm": "none", "backend": "scripted", "model": "scripted", "ready": False, "checks": [FAILED]}
+    ArmJob.objects.filter(pk=running.pk).update(status="done", done=5, result=result)
+    card.locator("tr", has_text="No memory").locator(".readiness-not_ready").wait_for()  # htmx polled the card
+
     page.click("#readiness button:has-text('Check every arm')")
     page.get_by_text("Readiness checks started for No memory, Full history.").wait_for()
-    card.locator(".readiness-checking").first.wait_for()  # the job's progress, polled by htmx
-    card.locator(".readiness-not_ready").nth(1).wait_for()
+    assert card.locator(".readiness-not_ready").count() == 2
     assert "failed reply_no_prompt_text" in page.locator(".not-ready").inner_text()
     card.locator("summary", has_text="1 check, 1 failed").first.click()
     card.get_by_text("3 of 4 replies quote the prompt").first.wait_for()
@@ -153,3 +159,13 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     page.screenshot(path=str(ARTIFACTS / "researcher-browser-pilot.png"), full_page=True)
     page.click("a:has-text('Analysis')")
     page.locator("h1 .pilot-mark").wait_for()
+
+
+FAILED = {
+    "name": "reply_no_prompt_text",
+    "score": 0.25,
+    "threshold": 1.0,
+    "passed": False,
+    "why": "3 of 4 replies quote the prompt",
+    "examples": [],
+}
