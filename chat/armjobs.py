@@ -43,7 +43,7 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
         if running is not None:
             return running
         job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
-        transaction.on_commit(lambda: dispatch(TASK_NAME, job.pk, local=run))
+        transaction.on_commit(lambda: dispatch(TASK_NAME, job.pk, local=run, long=True))
     return job
 
 
