@@ -137,6 +137,17 @@ class NewStudyForm(StudyForm):
 class ArmForm(forms.ModelForm[Arm]):
     params = ParamsField(required=False, help_text="JSON overrides of the system's defaults.")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Say what "empty" means on this site now, not "the site default".
+        site = Arm(llm_backend="", llm_model="")
+        self.fields["llm_backend"].help_text = f"Empty = the site's LLM_BACKEND, now {site.resolved_backend}."
+        self.fields[
+            "llm_model"
+        ].help_text = (
+            f"Empty = the site's LLM_MODEL, now {site.resolved_model or '(none set)'} on {site.resolved_backend}."
+        )
+
     class Meta:
         model = Arm
         fields = ["name", "memory_system", "params", "llm_backend", "llm_model", "is_qc", "active"]

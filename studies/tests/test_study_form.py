@@ -347,3 +347,12 @@ def test_a_blank_arm_row_with_parameters_typed_in_is_still_checked(rclient: Clie
     form.data["arms-2-params"] = '{"k": 3'
     response = rclient.post(url, form.data)
     assert response.status_code == 400 and study.arms.count() == 2
+
+
+def test_the_arm_form_says_which_backend_and_model_an_empty_field_means_on_this_site(
+    rclient: Client, settings: Any
+) -> None:
+    settings.LLM_BACKEND, settings.LLM_MODEL = "local", ""
+    body = rclient.get(reverse("studies:create")).content.decode()
+    assert "Empty = the site&#x27;s LLM_BACKEND, now local." in body
+    assert "Empty = the site&#x27;s LLM_MODEL, now SmolLM2-135M-Instruct on local." in body
