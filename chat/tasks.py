@@ -13,7 +13,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from chat import services
+from chat import armjobs, services
 
 # A reply gives up at its deadline; the hard limit only catches a job stuck outside the LLM stream.
 _REPLY_LIMIT = int(settings.CHAT_REPLY_DEADLINE_SECONDS + 60)
@@ -43,3 +43,9 @@ def update_memory(self: Task[[int], None], session_id: int) -> None:
         raise self.retry(exc=exc, countdown=exc.countdown) from exc
     except DatabaseError as exc:
         raise self.retry(exc=exc, countdown=min(30, 2 ** (self.request.retries + 1))) from exc
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_arm_job(job_id: int) -> None:
+    """An arm's readiness checks or automatic evaluation (``chat.armjobs``); a second delivery is a no-op."""
+    armjobs.run(job_id)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0002_arm_memory_choices_callable'),
+        ('studies', '0003_study_pilot'),
     ]
 
     operations = [
