@@ -4,6 +4,11 @@ Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
   {"type": "message", "client_id": uuid, "text": s}  -> committed, then acknowledged by echoing it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
+  {"type": "ping"}                                   -> nothing back; renews this socket's group membership
+A resume also re-enqueues a reply whose job is gone (chat.services.recover_replies): the page sends one
+on every (re)connect and while it waits for a reply that shows no progress.
+Group membership expires (``group_expiry`` of the Redis channel layer, settings), so a socket that died
+with its server (a daphne restart) leaves the group by itself; a live page pings to stay in it.
 The reply itself is written by a job (chat.services.generate_reply, run by chat.jobs) outside this
 socket's lifetime.
 """
@@ -75,6 +80,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except (ValueError, AttributeError):
             await self.send(text_data=fragments.error("The chat could not understand your browser; please reload."))
             return
+        if kind in ("ping", "resume") and self.group:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        if kind == "ping":
+            return
         html = await _db(self._handle)(kind, data)
         if html:
             await self.send(text_data=html)
@@ -97,7 +106,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                     session, str(data.get("client_id") or ""), str(data.get("text") or "")
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
-                html += fragments.controls(services.user_turns(session), study.min_user_turns)
+                html += fragments.controls(
+                    services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
+                )
                 if created:
                     jobs.broadcast(session.pk, html)  # the worker's other tabs
                 return fragments.clear_error() + html
@@ -109,9 +120,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        services.fail_stale_replies(session)
+        services.recover_replies(session)
         html = fragments.messages(services.messages_after(session, last_seq))
-        return html + fragments.controls(services.user_turns(session), study.min_user_turns)
+        turns, pending = services.user_turns(session), services.reply_pending(session)
+        return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])

@@ -22,6 +22,9 @@ class Episode(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based, within the participant
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     memory_state = models.JSONField(default=dict)
+    # Bumped by every write of ``memory_state``: writers compare-and-set on it (chat/state.py), so a
+    # per-turn update computed from a stale read cannot overwrite the end-of-session update.
+    state_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 
@@ -60,6 +63,9 @@ class ChatSession(models.Model):
         return f"session {self.index} of episode {self.episode_id}"
 
 
+REPLY_TOO_SLOW = "The chatbot took too long to answer."
+
+
 class Message(models.Model):
     """A committed utterance. ``seq`` orders a session; ``client_id`` makes a user's send idempotent."""
 
@@ -83,6 +89,12 @@ class Message(models.Model):
     error = models.TextField(blank=True)
     memory_used = models.JSONField(default=list, blank=True)  # what the arm put in the prompt
     created_at = models.DateTimeField(default=timezone.now)
+    # A pending reply's job bookkeeping (chat/reply_jobs.py): the overall deadline of the reply; when
+    # its queued job should have started; until when the job that claimed the current attempt holds
+    # it (a heartbeat extends it). A lapsed lease, or a job overdue in the queue, is re-enqueued.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -93,6 +105,11 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.speaker}#{self.seq}: {self.text[:40]}"
+
+    @property
+    def timed_out(self) -> bool:
+        """A failed reply that missed its overall deadline (the worker is told so)."""
+        return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW
 
 
 class Rating(models.Model):
@@ -127,6 +144,9 @@ class MemorySnapshot(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Held by the job running the update (claimed before any LLM call, so a duplicate delivery does
+    # not call the LLM again); a lapsed lease means that job died.
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"

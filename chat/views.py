@@ -6,8 +6,10 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
 from chat import services
 from chat.forms import RatingForm
@@ -82,7 +84,11 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         return redirect("chat:rate", session.pk)
     if session.status == ChatSession.Status.DONE:
         return redirect("chat:next", session.episode.participant.study.slug)
-    session = services.start_session(session)
+    try:
+        session = services.start_session(session)
+    except services.RateFirst as exc:
+        messages.error(request, str(exc))
+        return redirect("chat:rate", exc.unrated.pk)
     study = session.episode.participant.study
     return render(
         request,
@@ -92,6 +98,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
             messages_list=session.messages.order_by("seq"),
             turns=services.user_turns(session),
             min_turns=study.min_user_turns,
+            pending=services.reply_pending(session),
         ),
     )
 
@@ -135,6 +142,11 @@ def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if session.status in (ChatSession.Status.CHATTING, ChatSession.Status.RATING, ChatSession.Status.DONE):
         return redirect("chat:session", session.pk)
+    unrated = services.unrated_earlier(session)
+    if unrated is not None:  # "one week later" comes after rating the session before it
+        if request.htmx:
+            return HttpResponseClientRedirect(reverse("chat:rate", args=[unrated.pk]))
+        return redirect("chat:rate", unrated.pk)
     services.recover_stale_update(session)
     template = "chat/wait.html#status" if request.htmx else "chat/wait.html"
     return render(

@@ -23,6 +23,8 @@ STUDY_FIELDS = [
     "episodes_per_worker",
     "quota",
     "max_message_chars",
+    "max_messages_per_minute",
+    "max_turns_per_session",
     "simulated_start",
     "instructions",
     "consent_text",
@@ -54,6 +56,8 @@ class StudyForm(forms.ModelForm[Study]):
             "gap_days": "Gap between sessions (days)",
             "min_user_turns": "Min. user turns per session",
             "max_message_chars": "Max. message length (characters)",
+            "max_messages_per_minute": "Max. messages per minute",
+            "max_turns_per_session": "Max. user turns per session",
             "simulated_start": "Bot's clock at the first session",
             "invite_max_age_days": "Invite links valid for (days)",
             "quota": "Quota (participants)",
@@ -72,6 +76,9 @@ class StudyForm(forms.ModelForm[Study]):
             for name in STUDY_FROZEN_FIELDS:
                 if name in self.changed_data:
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
+        if low is not None and high is not None and high < low:
+            self.add_error("max_turns_per_session", f"Must be at least the minimum of {low} user turns.")
         return data
 
 

@@ -72,6 +72,18 @@ class Study(models.Model):
     max_message_chars = models.PositiveIntegerField(
         default=2000, validators=[MinValueValidator(1), MaxValueValidator(20000)]
     )
+    # Limits that protect the study from one participant (flooding the database, or with a paid model
+    # the token bill): counted per participant; the worker is told why a message is refused.
+    max_messages_per_minute = models.PositiveSmallIntegerField(
+        default=12,
+        validators=[MinValueValidator(1), MaxValueValidator(600)],
+        help_text="Per participant, over all their sessions.",
+    )
+    max_turns_per_session = models.PositiveSmallIntegerField(
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="User messages per session; at least the minimum.",
+    )
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )

@@ -40,6 +40,12 @@
       box.querySelectorAll(".msg[data-client-id]").forEach((el) => outbox.delete(el.dataset.clientId));
       chat.classList.toggle("has-messages", box.querySelector(".msg") !== null);
       send.disabled = pending() || outbox.size > 0 || !socket;
+      // The server refuses to end a session while a reply is written; say so by disabling the button.
+      const end = document.getElementById("end-session");
+      if (end) {
+        end.disabled = end.dataset.minMet !== "1" || pending();
+        if (end.disabled) end.setAttribute("aria-disabled", "true"); else end.removeAttribute("aria-disabled");
+      }
       box.scrollTop = box.scrollHeight;
       window.scrollTo(0, document.body.scrollHeight);
     }
@@ -54,11 +60,32 @@
       outbox.forEach((t, id) => socket.send(JSON.stringify({ type: "message", client_id: id, text: t })));
       refresh();
     });
-    document.body.addEventListener("htmx:wsClose", () => {
+    document.body.addEventListener("htmx:wsClose", (evt) => {
       socket = null;
       conn.textContent = "Reconnecting…"; conn.className = "conn warn";
       send.disabled = true;
+      // The ws extension reconnects only after 1006/1011/1012/1013; a server that shuts down cleanly
+      // (a restart) closes with 1000/1001, and the page would wait for a manual reload. Reconnect on
+      // every close except the server's refusal (4403: this browser does not own the session).
+      const code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+      const wrapper = evt.detail && evt.detail.socketWrapper;
+      if (wrapper && code !== 4403 && [1006, 1011, 1012, 1013].indexOf(code) < 0) {
+        setTimeout(() => { if (!socket) wrapper.reconnect(); }, 1000 + Math.random() * 2000);
+      }
     });
+    // While a reply is pending and nothing arrives, ask again now and then: the server re-enqueues a
+    // reply whose job died and fails one past its deadline (the Retry button). Pings keep this
+    // socket in its session's group (memberships of dead sockets expire).
+    let lastFrame = Date.now();
+    document.body.addEventListener("htmx:wsAfterMessage", () => { lastFrame = Date.now(); });
+    setInterval(() => {
+      if (!socket) return;
+      if (pending() && Date.now() - lastFrame > 10000) {
+        lastFrame = Date.now();
+        socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
+      }
+    }, 2000);
+    setInterval(() => { if (socket) socket.send(JSON.stringify({ type: "ping" })); }, 60000);
     document.body.addEventListener("htmx:wsConfigSend", (evt) => {
       const value = (text.value || "").trim();
       if (!value) { evt.preventDefault(); showError("Your message is empty."); return; }

@@ -45,6 +45,8 @@ STUDY = {
     "min_user_turns": 4,
     "episodes_per_worker": 2,
     "max_message_chars": 2000,
+    "max_messages_per_minute": 12,
+    "max_turns_per_session": 60,
     "simulated_start": "2026-01-05 10:00",
     "instructions": "Chat.",
     "consent_text": "OK?",
@@ -283,6 +285,13 @@ def test_deactivating_an_arm_is_refused_when_too_few_would_remain(rclient: Clien
     response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"active": False}))
     assert response.status_code == 400
     assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
+
+
+def test_the_turn_limit_cannot_be_below_the_minimum_of_user_turns(rclient: Client) -> None:
+    response = post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 3})
+    assert response.status_code == 400
+    assert "Must be at least the minimum of 5 user turns." in response.content.decode()
+    assert post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 5}).status_code == 302
 
 
 class _RenderedForm(HTMLParser):
