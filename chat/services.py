@@ -28,8 +28,9 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from chat import fragments
+from chat.authenticity import Signals, record_signals
 from chat.jobs import broadcast, dispatch, retry_delays
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory.base import MemorySystem, Turn
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
@@ -240,12 +241,16 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
 
 
-def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[Message, bool]:
+def post_user_message(
+    session: ChatSession, client_id: str, text: str, *, signals: Signals | None = None
+) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
     Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
     with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
     message, a message while a reply is still being written, or a session that is not chatting.
+    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``)
+    are stored with a new message as a related row; they never make a message fail.
     """
     client_id = (client_id or "").strip()
     if not client_id or len(client_id) > 64:
@@ -270,6 +275,8 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
+        if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
+            raise ChatError("The time for this session is up. It moves on to the rating once the chatbot has answered.")
         fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
@@ -280,6 +287,8 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
         bot = Message.objects.create(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user
         )
+        if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
+            record_signals(user, signals)
         transaction.on_commit(lambda: enqueue_reply(bot.pk))
     return user, True
 
@@ -301,10 +310,11 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
     return msg
 
 
-def end_session(session: ChatSession) -> ChatSession:
+def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WORKER) -> ChatSession:
     """End a chatting session once the minimum number of user turns is met (idempotent).
 
     Creates the next session (``preparing``) and enqueues the memory update after commit.
+    ``ended_by=TIME_LIMIT`` (``chat.timing.end_if_time_up``, once the limit has passed) waives the minimum.
     """
     with transaction.atomic():
         locked = (
@@ -313,10 +323,14 @@ def end_session(session: ChatSession) -> ChatSession:
         if locked.status in (ChatSession.Status.RATING, ChatSession.Status.DONE):
             return locked
         study = locked.episode.participant.study
-        if locked.status != ChatSession.Status.CHATTING or user_turns(locked) < study.min_user_turns:
+        timed_out = ended_by == ChatSession.EndedBy.TIME_LIMIT and locked.time_is_up()
+        if locked.status != ChatSession.Status.CHATTING or (
+            user_turns(locked) < study.min_user_turns and not timed_out
+        ):
             raise ChatError(f"Please send at least {study.min_user_turns} messages before ending the session.")
         locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
-        locked.save(update_fields=["status", "ended_at"])
+        locked.ended_by = ChatSession.EndedBy.TIME_LIMIT if timed_out else ChatSession.EndedBy.WORKER
+        locked.save(update_fields=["status", "ended_at", "ended_by"])
         # A reply still pending is abandoned: it would not be part of the session the memory sees.
         locked.messages.filter(status=Message.Status.PENDING).update(
             status=Message.Status.FAILED, error="The session ended before the reply was written."
@@ -338,10 +352,12 @@ def end_session(session: ChatSession) -> ChatSession:
 # -------------------------------------------------------------------------------------- ratings
 
 
-def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
+def submit_ratings(session: ChatSession, values: dict[int, int], attention: dict[int, int] | None = None) -> bool:
     """Store the ratings of an ended session; ``False`` when it was rated already (idempotent).
 
-    Completes the episode after its last session, and the participant after their last episode."""
+    ``attention`` holds the answers to the session's attention checks by check id; each is stored with
+    whether it passed (never as a rating). Completes the episode after its last session, and the
+    participant after their last episode."""
     with transaction.atomic():
         locked = (
             ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
@@ -352,6 +368,11 @@ def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
             raise ChatError("This session has not ended yet; please finish the conversation first.")
         for metric_id, value in values.items():
             Rating.objects.update_or_create(session=locked, metric_id=metric_id, defaults={"value": value})
+        checks = {c.pk: c for c in locked.episode.participant.study.attention_checks.all()}
+        for check_id, value in (attention or {}).items():
+            AttentionResponse.objects.update_or_create(
+                session=locked, item_id=check_id, defaults={"value": value, "passed": checks[check_id].passes(value)}
+            )
         now = timezone.now()
         locked.status, locked.rated_at = ChatSession.Status.DONE, now
         locked.save(update_fields=["status", "rated_at"])

@@ -23,7 +23,17 @@ from django.views.decorators.http import require_POST
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory import vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
+from studies.forms import (
+    ArmFormSet,
+    AttentionFormSet,
+    InviteForm,
+    MetricFormSet,
+    NewStudyForm,
+    StudyForm,
+    check_design,
+    design_warnings,
+    open_problems,
+)
 from studies.models import Arm, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
@@ -46,7 +56,9 @@ def study_list(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/researcher/list.html", {"studies": studies})
 
 
-def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+def _save_study(
+    request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any, attention: Any = None
+) -> Study:
     with transaction.atomic():
         study = form.save(commit=False)
         if study.created_by_id is None:
@@ -55,6 +67,9 @@ def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, m
         arms.instance = metrics.instance = study
         arms.save()
         metrics.save()
+        if attention is not None and attention.is_bound:
+            attention.instance = study
+            attention.save()
         if form.cleaned_data.get("add_default_metrics"):
             study.add_default_metrics()
     return study
@@ -81,13 +96,25 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     form = form_class(data, instance=instance)
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
+    # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
+    posted_attention = data is not None and "attention-TOTAL_FORMS" in data
+    attention = AttentionFormSet(data if posted_attention else None, instance=instance, prefix="attention")
     if data is not None:
         valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
-        if valid and check_design(form, arms, metrics):
-            saved = _save_study(request, form, arms, metrics)
+        valid = valid and (not posted_attention or attention.is_valid())
+        if valid and check_design(form, arms, metrics, attention if posted_attention else None):
+            saved = _save_study(request, form, arms, metrics, attention)
             messages.success(request, f"Saved “{saved.name}”.")
             return redirect(saved)
-    context = {"form": form, "arms": arms, "metrics": metrics, "study": study, "systems": _systems_help()}
+    context = {
+        "form": form,
+        "arms": arms,
+        "metrics": metrics,
+        "attention": attention,
+        "study": study,
+        "systems": _systems_help(),
+        "design_warnings": design_warnings(study) if study else [],
+    }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
 
 
@@ -185,6 +212,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "prolific_link": _public_url(reverse("studies:entry", args=[study.slug])) + "?" + PROLIFIC_QUERY,
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
+        "design_warnings": design_warnings(study),
         "statuses": Study.Status,
     }
 
