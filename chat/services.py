@@ -120,6 +120,7 @@ def assign_episode(participant: Participant) -> Episode:
                 )
             )
         )
+        arms = _qc_draw(participant, study, arms)
         if not arms:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
@@ -133,6 +134,26 @@ def assign_episode(participant: Participant) -> Episode:
             episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
     return episode
+
+
+def _qc_draw(participant: Participant, study: Study, arms: list[Arm]) -> list[Arm]:
+    """The candidates once the quality-control arm is placed: every worker meets it in exactly one whole
+    episode, at a uniformly random position among their episodes (docs/worker-quality.md, "QC arm").
+
+    While the worker has not had it, it is drawn with probability 1 / (episodes still to do), and it is
+    the only candidate for their last episode; otherwise it is never a candidate. A study with one
+    episode per worker cannot run the QC test (studies.forms.qc_design_problem), so there the QC arm
+    is never drawn."""
+    qc = [a for a in arms if a.is_qc]
+    if not qc:
+        return arms
+    others = [a for a in arms if not a.is_qc]
+    remaining = int(study.episodes_per_worker) - participant.episodes.count()
+    if study.episodes_per_worker < 2 or remaining < 1:
+        return others
+    if remaining == 1 or not others or random.random() < 1 / remaining:
+        return qc[:1]
+    return others
 
 
 def episodes_left(participant: Participant) -> bool:

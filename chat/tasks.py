@@ -21,3 +21,11 @@ def update_memory(self: Task[[int], None], session_id: int) -> None:
         services.update_memory(session_id, final=final)
     except services.MemoryUpdateFailed as exc:
         raise self.retry(exc=exc, countdown=min(60, 5 * 2**self.request.retries)) from exc
+
+
+@shared_task(ignore_result=True)
+def sweep_abandoned_task() -> None:
+    """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
+    from chat.timing import sweep_abandoned
+
+    sweep_abandoned()

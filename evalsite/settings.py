@@ -115,6 +115,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
 CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
 CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
+# Periodic sweeps (docker-compose's "beat" service): workers gone too long are marked abandoned (chat/timing.py).
+SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline

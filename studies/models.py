@@ -311,6 +311,12 @@ class AttentionCheck(models.Model):
     def passes(self, value: int) -> bool:
         return abs(int(value) - int(self.target)) <= int(self.tolerance)
 
+    @property
+    def key(self) -> str:
+        """The rating form's field name: looks like a metric's to the worker, never collides with one (slugs
+        have no dot)."""
+        return f"check.{self.pk}"
+
 
 class ParticipantQuerySet(models.QuerySet["Participant"]):
     def holding_a_place(self) -> ParticipantQuerySet:
