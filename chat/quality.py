@@ -127,7 +127,7 @@ class WorkerQuality:
 
 def too_fast(durations: dict[int, float]) -> set[int]:
     """The keys whose duration is more than :data:`TOO_FAST_SD` SD below the mean of the others."""
-    out = set()
+    out: set[int] = set()
     values = list(durations.values())
     n = len(values)
     if n - 1 < TOO_FAST_MIN_OTHERS:

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -38,6 +38,7 @@ from memory.registry import build_system
 from studies.models import Arm, Participant, Study
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", bound=Arm)
 
 
 class ChatError(Exception):
@@ -136,7 +137,7 @@ def assign_episode(participant: Participant) -> Episode:
     return episode
 
 
-def _qc_draw(participant: Participant, study: Study, arms: list[Arm]) -> list[Arm]:
+def _qc_draw(participant: Participant, study: Study, arms: list[A]) -> list[A]:
     """The candidates once the quality-control arm is placed: every worker meets it in exactly one whole
     episode, at a uniformly random position among their episodes (docs/worker-quality.md, "QC arm").
 

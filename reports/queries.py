@@ -44,7 +44,7 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         if col == "too_fast":
             df[col] = df["_session_id"].isin(fast)
         elif col != "unfinished":
-            df[col] = df["worker"].map(lambda w, c=col: bool(by_worker.get(w, {}).get(c, False))).astype(bool)
+            df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
     df = df.drop(columns="_session_id")
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)

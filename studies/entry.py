@@ -177,7 +177,7 @@ def resume_code(request: HttpRequest, slug: str) -> HttpResponse:
     if participant is None:
         return _page(request, study, "This link is not valid", "We could not find your participation.", 404)
     key = f"studies:resume-attempts:{participant.pk}"
-    attempts = cache.get_or_set(key, 0, 3600)
+    attempts = int(cache.get_or_set(key, 0, 3600) or 0)
     if attempts >= RESUME_ATTEMPTS_PER_HOUR:
         return _already_started(
             request, study, participant, "Too many attempts. Please try again in an hour, or use the resume link.", 429
