@@ -14,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models.functions import Length
+
 from chat.authenticity import AuthenticitySummary, Composition, Signals, summarize
 from chat.models import AttentionResponse, ChatSession, Episode, Message
 from studies.models import Participant, Study
@@ -154,19 +156,25 @@ def study_quality(study: Study) -> list[WorkerQuality]:
             AttentionAnswer(a.item.statement, a.item.position, a.item.target, a.item.tolerance, a.value, a.passed)
         )
     compositions: dict[int, list[Composition]] = defaultdict(list)
+    # lengths and signal fields only: a long study's message texts are never loaded
     msgs = (
         Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
-        .select_related("signals", "session__episode")
         .order_by("session_id", "seq")
-    )
-    for m in msgs:
-        s = getattr(m, "signals", None)
-        sig = (
-            Signals(s.pasted, s.paste_chars, s.typed_chars, s.typing_ms, s.hidden_ms, s.paste_blocked)
-            if s is not None
-            else None
+        .values_list(
+            "session__episode__participant_id",
+            Length("text"),
+            "signals__id",
+            "signals__pasted",
+            "signals__paste_chars",
+            "signals__typed_chars",
+            "signals__typing_ms",
+            "signals__hidden_ms",
+            "signals__paste_blocked",
         )
-        compositions[m.session.episode.participant_id].append(Composition(len(m.text), sig))
+    )
+    for pk, length, sig_id, *fields in msgs:
+        sig = Signals(bool(fields[0]), *(int(v) for v in fields[1:])) if sig_id is not None else None
+        compositions[pk].append(Composition(int(length), sig))
     for pk, comps in compositions.items():
         records[pk].authenticity = summarize(comps)
     sessions = (

@@ -298,7 +298,7 @@ def post_user_message(
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
         if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
-            raise ChatError("The time for this session is up. It moves on to the rating once the chatbot has answered.")
+            raise ChatError("The time for this session is up; please go on to the rating.")
         fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")

@@ -39,11 +39,12 @@ class SweepResult:
 
 
 def sweep_abandoned(now: datetime | None = None) -> SweepResult:
-    """Mark as abandoned every unfinished, consented participant not seen for their study's limit."""
+    """Mark as abandoned every unfinished participant (consented or still on the welcome page, but not one who
+    declined) not seen for their study's limit."""
     now = now or timezone.now()
     candidates = (
         Participant.objects.holding_a_place()
-        .filter(completed_at__isnull=True, consented_at__isnull=False)
+        .filter(completed_at__isnull=True)
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")
     )

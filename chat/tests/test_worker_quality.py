@@ -262,3 +262,22 @@ def test_declining_consent_ends_politely_and_records_nothing_but_the_decline(cli
 def test_the_signal_payload_is_json_safe_for_the_socket() -> None:
     # The consumer passes the browser's dict through clean_signals: a nested object is no number.
     assert clean_signals(json.loads('{"typing_ms": {"a": 1}}'), max_chars=10) is None
+
+
+def test_the_sweep_also_frees_the_place_of_a_worker_who_never_consented_but_not_of_one_who_declined(
+    study: Study,
+) -> None:
+    long_ago = timezone.now() - dt.timedelta(minutes=study.abandon_after_minutes + 1)
+    idle = Participant.objects.create(study=study, external_id="idle", source="prolific", last_seen_at=long_ago)
+    declined = Participant.objects.create(
+        study=study, external_id="no", source="prolific", last_seen_at=long_ago, declined_at=long_ago
+    )
+    assert timing.sweep_abandoned().participants == 1
+    idle.refresh_from_db()
+    declined.refresh_from_db()
+    assert idle.abandoned_at is not None and declined.abandoned_at is None
+
+
+def test_a_worker_seen_recently_is_not_swept(client: Client, study: Study) -> None:
+    start(client, study)
+    assert timing.sweep_abandoned().participants == 0
