@@ -55,7 +55,7 @@ def sweep_abandoned(now: datetime | None = None) -> SweepResult:
         # re-checked in the UPDATE: a worker who came back between the read and here is not marked
         marked = list(
             Participant.objects.filter(pk__in=stale, abandoned_at__isnull=True, last_seen_at__lte=now)
-            .select_for_update()
+            .select_for_update(of=("self",))
             .values_list("pk", "last_seen_at", "study__abandon_after_minutes")
         )
         ids = [pk for pk, seen, minutes in marked if now - seen >= timedelta(minutes=int(minutes))]
