@@ -295,6 +295,8 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
+        "messages__signals",
+        "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
     )

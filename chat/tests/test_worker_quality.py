@@ -281,3 +281,18 @@ def test_the_sweep_also_frees_the_place_of_a_worker_who_never_consented_but_not_
 def test_a_worker_seen_recently_is_not_swept(client: Client, study: Study) -> None:
     start(client, study)
     assert timing.sweep_abandoned().participants == 0
+
+
+def test_the_researchers_episode_page_shows_each_messages_signals_and_the_attention_answer(
+    client: Client, study: Study, researcher: Any
+) -> None:
+    check = AttentionCheck.objects.create(study=study, position=1)
+    session = start(client, study)
+    signals = clean_signals({"pasted": True, "paste_chars": 12, "typed_chars": 0, "typing_ms": 3000}, max_chars=99)
+    services.post_user_message(session, "c1", "pasted text!", signals=signals)
+    ChatSession.objects.filter(pk=session.pk).update(status=ChatSession.Status.RATING)
+    AttentionResponse.objects.create(session=session, item=check, value=20, passed=False)
+    client.force_login(researcher)
+    page = client.get(f"/studies/{study.slug}/episodes/{session.episode_id}/").content.decode()
+    assert "pasted 12 chars" in page and "typed 0 chars in 3 s" in page
+    assert "<strong>20</strong> (target 80 ± 5)" in page and "failed" in page
