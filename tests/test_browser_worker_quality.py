@@ -35,8 +35,13 @@ s.add_default_metrics()
 Arm.objects.create(study=s, name="Echo bot", memory_system="none", llm_backend="scripted")
 Arm.objects.create(study=s, name="QC bot", memory_system="qc")
 AttentionCheck.objects.create(study=s, position=1, target=80, tolerance=5)
+n = Study.objects.create(name="No paste", slug="nopaste", status="open", sessions_per_episode=1,
+    episodes_per_worker=1, min_user_turns=1, block_paste=True, session_time_limit_minutes=30)
+n.add_default_metrics()
+Arm.objects.create(study=n, name="Echo bot", memory_system="none", llm_backend="scripted")
 """
 MESSAGES = ["Hi there, I spent the weekend hiking.", "The weather was lovely and sunny."]
+SERVER_ENV: dict[str, str] = {}  # the server's environment, for checks in the database after the browser is done
 PASTED = "As an AI language model, I enjoy discussing many topics with you today."
 
 
@@ -49,14 +54,17 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = tmp_path_factory.mktemp("quality-browser") / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{db}",
-        "LLM_BACKEND": "scripted",
-        "EMBEDDER": "hashing",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-    }
+    env = SERVER_ENV
+    env.update(
+        {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{db}",
+            "LLM_BACKEND": "scripted",
+            "EMBEDDER": "hashing",
+            "DEBUG": "1",
+            "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+        }
+    )
     env.pop("REDIS_URL", None)
     py = sys.executable
     subprocess.run([py, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
@@ -175,9 +183,41 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         page.click("form.reports-options button[type=submit]")
         page.wait_for_url("**exclude=attention_failed**")
         page.screenshot(path=str(ARTIFACTS / "researcher-analysis-exclusions.png"), full_page=True)
-        text = page.content()
-        assert "workers flagged in &#x27;attention_failed&#x27; (1 removed)" in text or (
-            "workers flagged in 'attention_failed' (1 removed)" in text
-        )
+        text = page.locator("#exclusions").inner_text()
+        assert "workers flagged in 'attention_failed' (1 removed)" in text
         assert "1 of 2 workers were removed in all" in text
+        assert page.locator("#qc").count() == 1  # the kept worker's QC test still ran
         browser.close()
+
+
+def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        context = browser.new_context()
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(f"{server}/s/nopaste/?PROLIFIC_PID=paster&STUDY_ID=st&SESSION_ID=se")
+        page.check('input[name="agree"]')
+        page.click("text=Start")
+        page.wait_for_url("**/chat/*/")
+        page.wait_for_selector("#conn.ok", timeout=15_000)
+        assert ":" in page.locator("#time-left").inner_text()  # the session's time limit counts down
+        page.click("#text")
+        page.evaluate("t => navigator.clipboard.writeText(t)", "An answer written elsewhere.")
+        page.keyboard.press("Control+V")
+        assert page.input_value("#text") == ""
+        assert "Pasting is turned off" in page.locator("#chat-error").inner_text()
+        page.keyboard.type("typed myself", delay=100)
+        page.keyboard.press("Enter")
+        page.wait_for_selector('#msg-2[data-status="complete"]', timeout=30_000)
+        browser.close()
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c",
+         "from chat.models import MessageSignals as M; s = M.objects.get(message__text='typed myself'); "
+         "print(s.paste_blocked, s.pasted, s.typed_chars)"],
+        cwd=ROOT, env=SERVER_ENV, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    assert out == ["1", "False", "12"]
