@@ -28,6 +28,10 @@ from django.db import close_old_connections
 log = logging.getLogger(__name__)
 
 _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
+# Long background jobs (an arm's readiness checks or evaluation: minutes of LLM calls) get one thread of
+# their own in the embedded default, so they run one after another and never hold the threads that
+# stream the workers' replies.
+_long_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memeval-long-job")
 _main_loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -48,15 +52,15 @@ def retry_delays() -> list[float]:
     return [float(x) for x in settings.CHAT_RETRY_DELAYS]
 
 
-def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object]) -> None:
+def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object], long: bool = False) -> None:
     """Run a job: the Celery task ``task_name`` on the workers, or ``local(job_id)`` in this process
     (a pool thread, or inline). ``local`` is what the task itself runs, plus the retries that Celery
-    would otherwise do."""
+    would otherwise do. ``long`` jobs take the single long-job thread instead of the chat pool."""
     mode = job_mode()
     if mode == "celery":
         signature(task_name, args=(job_id,)).delay()
     elif mode == "thread":
-        _executor.submit(_guarded, local, job_id)
+        (_long_executor if long else _executor).submit(_guarded, local, job_id)
     else:
         local(job_id)
 

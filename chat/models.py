@@ -214,3 +214,63 @@ class LLMCallRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} call {self.pk} ({self.model})"
+
+
+class ArmJobQuerySet(models.QuerySet["ArmJob"]):
+    def latest_per_arm(self, kind: str) -> dict[int, ArmJob]:
+        """The newest job of ``kind`` for each arm, by arm id."""
+        out: dict[int, ArmJob] = {}
+        for job in self.filter(kind=kind).order_by("arm_id", "-created_at", "-id"):
+            out.setdefault(job.arm_id, job)
+        return out
+
+
+class ArmJob(models.Model):
+    """A background job about one arm before or beside the study: its readiness checks
+    (``memory.preflight``) or its automatic evaluation (``memory.evaluation``). ``config`` is the arm's
+    :meth:`~studies.models.Arm.llm_config` when the job started; a result counts only while it still matches."""
+
+    class Kind(models.TextChoices):
+        READINESS = "readiness", "Readiness checks"
+        EVALUATION = "evaluation", "Automatic evaluation"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    arm = models.ForeignKey(Arm, related_name="jobs", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    config = models.JSONField(default=dict)
+    options = models.JSONField(default=dict, blank=True)  # e.g. the evaluation's dataset and question limit
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    step = models.CharField(max_length=200, blank=True)  # what the job is doing now
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ArmJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["arm", "kind", "-created_at"], name="armjob_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of arm {self.arm_id} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0
+
+    def is_current(self, arm: Arm) -> bool:
+        """Whether this job ran on the arm as it is configured now."""
+        return bool(self.config == arm.llm_config())

@@ -53,10 +53,10 @@ def build_llm(arm: Arm) -> LLM:
     tests use to script replies and failures)."""
     backend = arm.llm_backend or settings.LLM_BACKEND
     model = arm.llm_model or settings.LLM_MODEL
-    return make_llm(backend, model, **_endpoint_options(backend))
+    return make_llm(backend, model, **endpoint_options(backend))
 
 
-def _endpoint_options(backend: str) -> dict[str, Any]:
+def endpoint_options(backend: str) -> dict[str, Any]:
     """The site's OpenAI-compatible endpoint, for the backends that call one."""
     if backend != "openai":
         return {}
@@ -75,7 +75,7 @@ def get_embedder() -> Embedder:
     """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
     endpoint and key), one per process: wordllama loads its weights once."""
     backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
-    options = _endpoint_options(backend)
+    options = endpoint_options(backend)
     key = f"{backend}:{model}:{options.get('base_url', '')}"
     with _EMBEDDER_LOCK:
         if key not in _EMBEDDERS:

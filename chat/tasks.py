@@ -1,10 +1,10 @@
-"""Celery tasks: ids in, one service call, retries at the edge. Both are idempotent."""
+"""Celery tasks: ids in, one service call, retries at the edge. Each is idempotent."""
 
 from __future__ import annotations
 
 from celery import Task, shared_task
 
-from chat import services
+from chat import armjobs, services
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -21,6 +21,12 @@ def update_memory(self: Task[[int], None], session_id: int) -> None:
         services.update_memory(session_id, final=final)
     except services.MemoryUpdateFailed as exc:
         raise self.retry(exc=exc, countdown=min(60, 5 * 2**self.request.retries)) from exc
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_arm_job(job_id: int) -> None:
+    """An arm's readiness checks or automatic evaluation (``chat.armjobs``); a second delivery is a no-op."""
+    armjobs.run(job_id)
 
 
 @shared_task(ignore_result=True)

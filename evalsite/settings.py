@@ -114,7 +114,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
 # A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
 CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
-CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
+CELERY_TASK_ROUTES = {
+    "chat.tasks.update_memory": {"queue": "memory"},
+    # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
+    "chat.tasks.run_arm_job": {"queue": "memory"},
+}
 # Periodic sweeps (docker-compose's "beat" service): workers gone too long are marked abandoned (chat/timing.py).
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
 CELERY_BEAT_SCHEDULE = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -39,6 +39,8 @@ class Source:
     slug: str  # used in download file names
     frame: pd.DataFrame
     spec: AnalysisSpec | None
+    pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
+    automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
 
 
 def source_spec(
@@ -119,29 +121,56 @@ def filename(report: Report, fmt: str) -> str:
     return f"{stem}.{ext}"
 
 
+PILOT_MARK = "pilot: not for publication"
+
+# The automatic evaluation of each arm (``python -m memory eval`` run from the study page), as exported.
+AUTOMATIC_COLUMNS: dict[str, str] = {
+    "arm": "the arm's name",
+    "memory_system": "its memory system",
+    "dataset": "the evaluation set (gvd: MemoryBank's probing questions)",
+    "backend": "LLM backend of the arm (and of the judge)",
+    "model": "LLM model of the arm",
+    "questions": "questions asked",
+    "f1": "mean token F1 of the answers against the gold answers (headline categories)",
+    "judge": "J: share of answers the LLM judge labelled CORRECT (stand-in judge: F1 >= 0.5)",
+    "judge_stand_in": "true when no model judged (scripted backend)",
+    "finished_at": "when the evaluation finished (UTC)",
+}
+
+
 def export(report: Report, fmt: str) -> str:
-    """The text of one export file. ``report`` must be ok."""
+    """The text of one export file. ``report`` must be ok. A pilot study's files carry the pilot mark,
+    and the arms' automatic scores are added where the format has room for them."""
     assert report.result is not None and report.ratings is not None
     from analysis import writers
 
+    source = report.source
     if fmt == "data":
         return data_csv(report.source)
     if fmt == "csv":
-        return writers.to_csv(report.ratings)
+        text = writers.to_csv(report.ratings)
+        return f"# {PILOT_MARK}\n{text}" if source.pilot else text
     if fmt == "json":
-        return json.dumps(report.result, indent=2, allow_nan=False)
+        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
+        return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     if fmt == "md":
-        return writers.to_markdown(report.result)
+        text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
-        return writers.to_latex(report.result)
+        text = writers.to_latex(report.result) + _automatic_latex(source.automatic)
+        return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
-        return writers.to_html(report.result, title=f"{report.source.title}: analysis report")
+        text = writers.to_html(report.result, title=f"{source.title}: analysis report")
+        return _html_extras(text, source)
     raise KeyError(fmt)
 
 
 def data_csv(source: Source) -> str:
-    """The source's ratings as the analysis reads them (long: metric and score columns), signal columns included."""
-    return str(source.frame.to_csv(index=False, lineterminator="\n"))
+    """The source's ratings as the analysis reads them (long: metric and score columns), signal columns included.
+    A pilot study's rows carry the pilot mark in a ``pilot`` column: a ``#`` line, as on the other CSV exports,
+    would stop ``python -m analysis`` from reading the file, and a column survives any later merge."""
+    frame = source.frame.assign(pilot=PILOT_MARK) if source.pilot else source.frame
+    return str(frame.to_csv(index=False, lineterminator="\n"))
 
 
 def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -> str:
@@ -170,6 +199,67 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
     if spec.exclude_rows:
         parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
     return " ".join(parts) + " --format md"
+
+
+def _score(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "## Automatic evaluation",
+        "",
+        "| arm | dataset | model | questions | F1 | J |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        judge = _score(r["judge"]) + (" (stand-in)" if r["judge_stand_in"] else "")
+        lines.append(
+            f"| {r['arm']} | {r['dataset']} | {r['backend']} · {r['model']} | {r['questions']} | {_score(r['f1'])} | {judge} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    return "".join("\\" + c if c in "&%$#_{}" else c for c in str(text))
+
+
+def _automatic_latex(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    body = "".join(
+        f"{_latex_escape(r['arm'])} & {_latex_escape(r['dataset'])} & {r['questions']} & {_score(r['f1'])} & "
+        f"{_score(r['judge'])} \\\\\n"
+        for r in rows
+    )
+    return (
+        "\n% Automatic evaluation (python -m memory eval)\n\\begin{tabular}{llrrr}\n\\hline\n"
+        "Arm & Dataset & Questions & F1 & J \\\\\n\\hline\n" + body + "\\hline\n\\end{tabular}\n"
+    )
+
+
+def _html_extras(text: str, source: Source) -> str:
+    import html
+
+    if source.pilot:
+        banner = f'<p class="pilot" style="color:#a00;font-weight:bold">{PILOT_MARK.capitalize()}</p>'
+        text = text.replace("<body>", "<body>\n" + banner, 1)
+    if source.automatic:
+        rows = "".join(
+            f"<tr><td>{html.escape(r['arm'])}</td><td>{html.escape(r['dataset'])}</td>"
+            f"<td>{html.escape(r['backend'])} · {html.escape(r['model'])}</td><td>{r['questions']}</td>"
+            f"<td>{_score(r['f1'])}</td><td>{_score(r['judge'])}</td></tr>"
+            for r in source.automatic
+        )
+        section = (
+            "<h2>Automatic evaluation</h2><table><thead><tr><th>Arm</th><th>Dataset</th><th>Model</th>"
+            f"<th>Questions</th><th>F1</th><th>J</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+        text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
+    return text
 
 
 # --- plots (drawn by analysis.plots, imported on first use: matplotlib is slow to import)

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.cache import cache
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -15,7 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import queries, tables
+from reports import exports, queries, tables
 from reports.forms import EXCLUSION_CHOICES, AnalysisOptionsForm, ImportRatingsForm, chosen_exclusions
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
@@ -130,6 +130,8 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
+    if dataset is None:
+        ctx["automatic"] = _automatic_rows(report)
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
@@ -138,6 +140,20 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
             if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
                 ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg") :]})
     return ctx
+
+
+def _automatic_rows(report: Report) -> list[dict[str, Any]]:
+    """The arms' automatic scores beside their human overall score (raw 0-100 mean, when analysed)."""
+    arms = (report.result or {}).get("arms", {})
+    return [
+        {
+            **row,
+            "human": (arms.get(row["arm"]) or {}).get("overall_raw"),
+            "f1_text": tables.num(row["f1"]),
+            "judge_text": tables.num(row["judge"]),
+        }
+        for row in report.source.automatic
+    ]
 
 
 def _plot_svg(report: Report, name: str) -> str | None:
@@ -241,3 +257,17 @@ def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     queries.delete_dataset(dataset)
     messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")
     return redirect("reports:study_analysis", study.slug)
+
+
+@require_GET
+@researcher_required
+def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
+    """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
+    study = get_object_or_404(Study, slug=slug)
+    try:
+        exports.check(what, fmt)
+    except exports.ExportError as exc:
+        raise Http404(str(exc)) from exc
+    response = StreamingHttpResponse(exports.export_lines(study, what, fmt), content_type=exports.FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(study, what, fmt)}"'
+    return response

@@ -139,6 +139,7 @@ def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
             slug=SLUG,
             name=NAME,
             status=Study.Status.CLOSED,
+            pilot=True,  # simulated data: every export must say it is not for publication
             sessions_per_episode=SESSIONS,
             episodes_per_worker=2,
             min_user_turns=2,

@@ -138,6 +138,16 @@ class ParamsField(forms.JSONField):
     def prepare_value(self, value: Any) -> Any:
         return "{}" if value is None else super().prepare_value(value)
 
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        # A blank extra arm row posts the "{}" it was rendered with while its initial is None: without
+        # this, the row counts as filled in and fails on its empty name ("This field is required").
+        if initial in (None, "", {}):
+            try:
+                return bool(self.to_python(data) != {})
+            except ValidationError:
+                return True  # not JSON: the row was typed into, and its error must be shown
+        return bool(super().has_changed(initial, data))
+
 
 class NewStudyForm(StudyForm):
     add_default_metrics = forms.BooleanField(
@@ -149,6 +159,17 @@ class NewStudyForm(StudyForm):
 
 class ArmForm(forms.ModelForm[Arm]):
     params = ParamsField(required=False, help_text="JSON overrides of the system's defaults.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Say what "empty" means on this site now, not "the site default".
+        site = Arm(llm_backend="", llm_model="")
+        self.fields["llm_backend"].help_text = f"Empty = the site's LLM_BACKEND, now {site.resolved_backend}."
+        self.fields[
+            "llm_model"
+        ].help_text = (
+            f"Empty = the site's LLM_MODEL, now {site.resolved_model or '(none set)'} on {site.resolved_backend}."
+        )
 
     class Meta:
         model = Arm

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
@@ -126,6 +127,10 @@ class Study(models.Model):
         blank=True,
         help_text="Optional Prolific completion code for workers who decline consent; empty = they are asked "
         "to return the study on Prolific.",
+    )
+    pilot = models.BooleanField(
+        default=False,
+        help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -256,6 +261,34 @@ class Arm(models.Model):
 
     def effective_params(self) -> dict[str, Any]:
         return {**param_defaults(self.memory_system), **(self.params or {})}
+
+    @property
+    def resolved_backend(self) -> str:
+        """The backend the arm really runs on: its own, else the site's ``LLM_BACKEND``."""
+        return self.llm_backend or str(settings.LLM_BACKEND)
+
+    @property
+    def resolved_model(self) -> str:
+        """The model the arm really runs on: its own, else ``LLM_MODEL``, else the backend's default
+        (what ``memory.llm.make_llm`` picks). Empty only for an openai arm without any model name, which
+        cannot run."""
+        model = self.llm_model or str(settings.LLM_MODEL)
+        if model:
+            return model
+        return {"local": DEFAULT_LOCAL_MODEL, "scripted": "scripted"}.get(self.resolved_backend, "")
+
+    @property
+    def uses_site_default(self) -> bool:
+        return not (self.llm_backend and self.llm_model)
+
+    def llm_config(self) -> dict[str, Any]:
+        """What a readiness check or an evaluation was run on: a check is current while this is unchanged."""
+        return {
+            "memory_system": self.memory_system,
+            "params": dict(sorted((self.params or {}).items())),
+            "backend": self.resolved_backend,
+            "model": self.resolved_model,
+        }
 
 
 def arm_is_qc(memory_system: str) -> bool:

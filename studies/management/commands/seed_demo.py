@@ -36,6 +36,7 @@ class Command(BaseCommand):
             defaults={
                 "name": "Demo: memory vs no memory",
                 "status": Study.Status.OPEN,
+                "pilot": True,  # opened on the embedded SmolLM2, which no arm's readiness check passes
                 "sessions_per_episode": 2,
                 "min_user_turns": 2,
                 "gap_days": 7,

@@ -9,8 +9,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0001_initial'),
-        ('studies', '0003_worker_quality_timing_attention_checks'),
+        ('chat', '0002_armjob'),
+        ('studies', '0004_worker_quality_timing_attention_checks'),
     ]
 
     operations = [

@@ -23,7 +23,7 @@ def fill_new_fields(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0002_arm_memory_choices_callable'),
+        ('studies', '0003_study_pilot'),
     ]
 
     operations = [
