@@ -2,7 +2,10 @@
 
 Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
-  {"type": "message", "client_id": uuid, "text": s}  -> committed, then acknowledged by echoing it
+  {"type": "message", "client_id": uuid, "text": s,
+   "signals": {...}}                                 -> committed, then acknowledged by echoing it; the optional
+                                                        signals (how it was composed, chat.authenticity) are
+                                                        validated and clamped, never a reason to refuse it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
   {"type": "ping"}                                   -> nothing back; renews this socket's group membership
 A resume also re-enqueues a reply whose job is gone (chat.services.recover_replies): the page sends one
@@ -25,6 +28,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from chat import fragments, jobs, services
+from chat.authenticity import clean_signals
 from chat.models import ChatSession
 from studies.participants import participant_ids_in_session
 
@@ -102,8 +106,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 msg = services.retry_reply(session, int(data.get("seq") or 0))
                 return fragments.clear_error() + fragments.message(msg)
             if kind == "message":
+                session.episode.participant.touch()
+                signals = clean_signals(data.get("signals"), max_chars=int(study.max_message_chars))
                 msg, created = services.post_user_message(
-                    session, str(data.get("client_id") or ""), str(data.get("text") or "")
+                    session, str(data.get("client_id") or ""), str(data.get("text") or ""), signals=signals
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
                 html += fragments.controls(

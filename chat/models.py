@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from studies.models import Arm, Metric, Participant
+from studies.models import Arm, AttentionCheck, Metric, Participant
 
 
 class Episode(models.Model):
@@ -40,6 +42,10 @@ class Episode(models.Model):
 
 
 class ChatSession(models.Model):
+    class EndedBy(models.TextChoices):
+        WORKER = "worker", "The worker"
+        TIME_LIMIT = "time_limit", "The time limit"
+
     class Status(models.TextChoices):
         PREPARING = "preparing", "Memory updating"  # the previous session's memory update is running
         READY = "ready", "Ready"
@@ -54,6 +60,7 @@ class ChatSession(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     rated_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=12, choices=EndedBy.choices, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]
@@ -61,6 +68,23 @@ class ChatSession(models.Model):
 
     def __str__(self) -> str:
         return f"session {self.index} of episode {self.episode_id}"
+
+    def deadline(self) -> datetime | None:
+        """When the session's time limit runs out (None: no limit, or not started)."""
+        limit = self.episode.participant.study.session_time_limit
+        if limit is None or self.started_at is None:
+            return None
+        return self.started_at + limit
+
+    def time_is_up(self, now: datetime | None = None) -> bool:
+        deadline = self.deadline()
+        return deadline is not None and (now or timezone.now()) >= deadline
+
+    @property
+    def position(self) -> int:
+        """The session's place in the worker's whole participation (1-based, counting across episodes)."""
+        study = self.episode.participant.study
+        return (self.episode.index - 1) * study.sessions_per_episode + self.index
 
 
 REPLY_TOO_SLOW = "The chatbot took too long to answer."
@@ -110,6 +134,44 @@ class Message(models.Model):
     def timed_out(self) -> bool:
         """A failed reply that missed its overall deadline (the worker is told so)."""
         return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW
+
+
+class MessageSignals(models.Model):
+    """How the worker composed one message, as the chat page measured it (docs/worker-quality.md): pasted
+    characters, characters typed, the time from the first keystroke to sending, and the part of that time
+    the tab was hidden. Validated and clamped by ``chat.authenticity.clean_signals``; informs exclusion,
+    never rejects a message."""
+
+    message = models.OneToOneField(Message, related_name="signals", on_delete=models.CASCADE)
+    pasted = models.BooleanField(default=False)
+    paste_chars = models.PositiveIntegerField(default=0)
+    typed_chars = models.PositiveIntegerField(default=0)
+    typing_ms = models.PositiveIntegerField(default=0)
+    hidden_ms = models.PositiveIntegerField(default=0)
+    paste_blocked = models.PositiveSmallIntegerField(default=0, help_text="Pastes refused (block paste is on).")
+
+    def __str__(self) -> str:
+        return f"signals of message {self.message_id}"
+
+    @property
+    def visible_seconds(self) -> float:
+        return max(0, self.typing_ms - self.hidden_ms) / 1000
+
+
+class AttentionResponse(models.Model):
+    """A worker's answer to an instructed-response item on a session's rating page, and whether it passed."""
+
+    session = models.ForeignKey(ChatSession, related_name="attention_responses", on_delete=models.CASCADE)
+    item = models.ForeignKey(AttentionCheck, related_name="responses", on_delete=models.PROTECT)
+    value = models.PositiveSmallIntegerField(validators=[MaxValueValidator(100)])
+    passed = models.BooleanField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "item"], name="attention_unique_per_session")]
+
+    def __str__(self) -> str:
+        return f"attention check {self.item_id}: {self.value} ({'pass' if self.passed else 'fail'})"
 
 
 class Rating(models.Model):

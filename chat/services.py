@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -30,8 +30,18 @@ from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from chat import fragments, leases, limits, records, replies, state
+from chat.authenticity import Signals, record_signals
 from chat.jobs import broadcast, dispatch, retry_delays
-from chat.models import REPLY_TOO_SLOW, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import (
+    REPLY_TOO_SLOW,
+    AttentionResponse,
+    ChatSession,
+    Episode,
+    LLMCallRecord,
+    MemorySnapshot,
+    Message,
+    Rating,
+)
 from memory.base import MemorySystem, Turn
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
@@ -39,6 +49,7 @@ from memory.registry import build_system
 from studies.models import Arm, Participant, Study
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", bound=Arm)
 
 
 class ChatError(Exception):
@@ -127,6 +138,7 @@ def assign_episode(participant: Participant) -> Episode:
                 )
             )
         )
+        arms = _qc_draw(participant, study, arms)
         if not arms:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
@@ -140,6 +152,26 @@ def assign_episode(participant: Participant) -> Episode:
             episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
     return episode
+
+
+def _qc_draw(participant: Participant, study: Study, arms: list[A]) -> list[A]:
+    """The candidates once the quality-control arm is placed: every worker meets it in exactly one whole
+    episode, at a uniformly random position among their episodes (docs/worker-quality.md, "QC arm").
+
+    While the worker has not had it, it is drawn with probability 1 / (episodes still to do), and it is
+    the only candidate for their last episode; otherwise it is never a candidate. A study with one
+    episode per worker cannot run the QC test (studies.forms.qc_design_problem), so there the QC arm
+    is never drawn."""
+    qc = [a for a in arms if a.is_qc]
+    if not qc:
+        return arms
+    others = [a for a in arms if not a.is_qc]
+    remaining = int(study.episodes_per_worker) - participant.episodes.count()
+    if study.episodes_per_worker < 2 or remaining < 1:
+        return others
+    if remaining == 1 or not others or random.random() < 1 / remaining:
+        return qc[:1]
+    return others
 
 
 def episodes_left(participant: Participant) -> bool:
@@ -305,12 +337,16 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
 
 
-def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[Message, bool]:
+def post_user_message(
+    session: ChatSession, client_id: str, text: str, *, signals: Signals | None = None
+) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
     Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
     with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
     message, a message while a reply is still being written, or a session that is not chatting.
+    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``)
+    are stored with a new message as a related row; they never make a message fail.
     """
     client_id = (client_id or "").strip()
     if not client_id or len(client_id) > 64:
@@ -338,6 +374,8 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
+        if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
+            raise ChatError("The time for this session is up; please go on to the rating.")
         fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
@@ -354,6 +392,8 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
             deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now,
         )  # fmt: skip
+        if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
+            record_signals(user, signals)
         transaction.on_commit(lambda: enqueue_reply(bot.pk))
     return user, True
 
@@ -377,10 +417,13 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
     return msg
 
 
-def end_session(session: ChatSession) -> ChatSession:
+def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WORKER) -> ChatSession:
     """End a chatting session once the minimum number of user turns is met (idempotent).
 
-    Raises :class:`ReplyPending` while the bot's reply is still being written. Creates the next session (``preparing``) and enqueues the memory update after commit.
+    Raises :class:`ReplyPending` while the bot's reply is still being written, unless the session's
+    time limit has passed: ``ended_by=TIME_LIMIT`` (``chat.timing.end_if_time_up``) waives the minimum
+    and fails a reply still pending, which is then not part of the session the memory sees.
+    Creates the next session (``preparing``) and enqueues the memory update after commit.
     """
     with transaction.atomic():
         locked = (
@@ -389,14 +432,22 @@ def end_session(session: ChatSession) -> ChatSession:
         if locked.status in (ChatSession.Status.RATING, ChatSession.Status.DONE):
             return locked
         study = locked.episode.participant.study
-        if locked.status != ChatSession.Status.CHATTING or user_turns(locked) < study.min_user_turns:
+        timed_out = ended_by == ChatSession.EndedBy.TIME_LIMIT and locked.time_is_up()
+        if locked.status != ChatSession.Status.CHATTING or (
+            user_turns(locked) < study.min_user_turns and not timed_out
+        ):
             raise ChatError(f"Please send at least {study.min_user_turns} messages before ending the session.")
         # The reply being written is part of the session the worker rates and the memory sees.
         fail_stale_replies(locked)
-        if reply_pending(locked):
+        if reply_pending(locked) and not timed_out:
             raise ReplyPending("Please wait for the chatbot's reply before ending the session.")
         locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
-        locked.save(update_fields=["status", "ended_at"])
+        locked.ended_by = ChatSession.EndedBy.TIME_LIMIT if timed_out else ChatSession.EndedBy.WORKER
+        locked.save(update_fields=["status", "ended_at", "ended_by"])
+        if timed_out:
+            locked.messages.filter(status=Message.Status.PENDING).update(
+                status=Message.Status.FAILED, error="The session ended before the reply was written."
+            )
         MemorySnapshot.objects.get_or_create(session=locked)
         if locked.index < study.sessions_per_episode:
             ChatSession.objects.get_or_create(
@@ -414,10 +465,12 @@ def end_session(session: ChatSession) -> ChatSession:
 # -------------------------------------------------------------------------------------- ratings
 
 
-def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
+def submit_ratings(session: ChatSession, values: dict[int, int], attention: dict[int, int] | None = None) -> bool:
     """Store the ratings of an ended session; ``False`` when it was rated already (idempotent).
 
-    Completes the episode after its last session, and the participant after their last episode."""
+    ``attention`` holds the answers to the session's attention checks by check id; each is stored with
+    whether it passed (never as a rating). Completes the episode after its last session, and the
+    participant after their last episode."""
     with transaction.atomic():
         locked = (
             ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
@@ -428,6 +481,11 @@ def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
             raise ChatError("This session has not ended yet; please finish the conversation first.")
         for metric_id, value in values.items():
             Rating.objects.update_or_create(session=locked, metric_id=metric_id, defaults={"value": value})
+        checks = {c.pk: c for c in locked.episode.participant.study.attention_checks.all()}
+        for check_id, value in (attention or {}).items():
+            AttentionResponse.objects.update_or_create(
+                session=locked, item_id=check_id, defaults={"value": value, "passed": checks[check_id].passes(value)}
+            )
         now = timezone.now()
         locked.status, locked.rated_at = ChatSession.Status.DONE, now
         locked.save(update_fields=["status", "rated_at"])

@@ -1,4 +1,4 @@
-"""Celery tasks: ids in, one service call, retries at the edge. Both are idempotent and claim their
+"""Celery tasks: ids in, one service call, retries at the edge. Each is idempotent; the reply and memory jobs and claim their
 row before calling an LLM, so a duplicate delivery makes no LLM call.
 
 Retries never sleep in a worker: the reply job enqueues its own next attempt with a countdown
@@ -49,3 +49,11 @@ def update_memory(self: Task[[int], None], session_id: int) -> None:
 def run_arm_job(job_id: int) -> None:
     """An arm's readiness checks or automatic evaluation (``chat.armjobs``); a second delivery is a no-op."""
     armjobs.run(job_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_abandoned_task() -> None:
+    """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
+    from chat.timing import sweep_abandoned
+
+    sweep_abandoned()

@@ -126,6 +126,11 @@ CELERY_TASK_ROUTES = {
     # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
     "chat.tasks.run_arm_job": {"queue": "memory"},
 }
+# Periodic sweeps (docker-compose's "beat" service): workers gone too long are marked abandoned (chat/timing.py).
+SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline

@@ -16,16 +16,18 @@ from django.db import transaction
 from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
-from chat.models import ArmJob, ChatSession, Episode, Rating
+from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
+from chat.quality import SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
 from studies.models import Study
 
 
-def study_ratings_frame(study: Study) -> pd.DataFrame:
+def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
     """Every rating of ``study`` as a long frame: worker (the participant's external id), unit (``e<episode id>``),
-    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed)."""
+    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
+    boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
     rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
         "session__episode__participant__external_id",
         "session__episode_id",
@@ -33,8 +35,17 @@ def study_ratings_frame(study: Study) -> pd.DataFrame:
         "session__index",
         "metric__key",
         "value",
+        "session_id",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=LONG_COLUMNS)
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
+    df["unfinished"] = df["unit"].isin(unfinished)
+    for col in SIGNAL_COLUMNS:
+        if col == "too_fast":
+            df[col] = df["_session_id"].isin(fast)
+        elif col != "unfinished":
+            df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
+    df = df.drop(columns="_session_id")
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
@@ -86,6 +97,10 @@ def study_data_version(study: Study) -> str:
     settings_part = (
         list(study.metrics.order_by("id").values_list("key", "reversed")),
         list(study.arms.order_by("id").values_list("name", "is_qc")),
+        # the quality columns change without a new rating: an episode finished or abandoned, a message sent
+        list(Episode.objects.filter(participant__study=study).values_list("status").annotate(n=Count("id"))),
+        Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
+        AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
         study.pilot,
         list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "status")),
     )

@@ -7,6 +7,7 @@ A :class:`Source` is what the views build with :mod:`reports.queries` (a live st
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -15,7 +16,7 @@ import pandas as pd
 
 from analysis.data import RatingsError
 from analysis.report import run as run_analysis
-from analysis.spec import DEFAULT_TEST, AnalysisSpec, Test
+from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -24,6 +25,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     "md": ("md", "text/markdown; charset=utf-8"),
     "latex": ("tex", "application/x-tex; charset=utf-8"),
     "html": ("html", "text/html; charset=utf-8"),
+    # the input of the analysis, one row per rating with every quality signal column: what the CLI reads
+    "data": ("csv", "text/csv; charset=utf-8"),
 }
 
 
@@ -112,6 +115,8 @@ def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, An
 
 def filename(report: Report, fmt: str) -> str:
     ext = FORMATS[fmt][0]
+    if fmt == "data":
+        return f"{report.source.slug}-ratings.{ext}"
     stem = f"{report.source.slug}-ratings-z" if fmt == "csv" else f"{report.source.slug}-analysis"
     return f"{stem}.{ext}"
 
@@ -140,6 +145,8 @@ def export(report: Report, fmt: str) -> str:
     from analysis import writers
 
     source = report.source
+    if fmt == "data":
+        return data_csv(report.source)
     if fmt == "csv":
         text = writers.to_csv(report.ratings)
         return f"# {PILOT_MARK}\n{text}" if source.pilot else text
@@ -156,6 +163,42 @@ def export(report: Report, fmt: str) -> str:
         text = writers.to_html(report.result, title=f"{source.title}: analysis report")
         return _html_extras(text, source)
     raise KeyError(fmt)
+
+
+def data_csv(source: Source) -> str:
+    """The source's ratings as the analysis reads them (long: metric and score columns), signal columns included.
+    A pilot study's rows carry the pilot mark in a ``pilot`` column: a ``#`` line, as on the other CSV exports,
+    would stop ``python -m analysis`` from reading the file, and a column survives any later merge."""
+    frame = source.frame.assign(pilot=PILOT_MARK) if source.pilot else source.frame
+    return str(frame.to_csv(index=False, lineterminator="\n"))
+
+
+def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -> str:
+    """The ``python -m analysis report`` command that reproduces this report from the "data" export."""
+    parts = [
+        "python -m analysis report",
+        f"{source.slug}-ratings.csv",
+        f"--worker {spec.worker} --unit {spec.unit} --arm {spec.arm}",
+    ]
+    if spec.session:
+        parts.append(f"--session {spec.session}")
+    parts.append("--metrics " + ",".join(spec.metrics))
+    parts.append("--metric-col metric --value-col score")  # the export is long: one row per rating
+    if spec.reverse:
+        parts.append("--reverse " + ",".join(spec.reverse))
+    if spec.qc_arm:
+        parts.append(f"--qc-arm {shlex.quote(spec.qc_arm)}")
+        if spec.qc_metrics:
+            parts.append("--qc-metrics " + ",".join(spec.qc_metrics))
+    if test != DEFAULT_TEST:
+        parts.append(f"--test {test}")
+    if family != DEFAULT_FAMILY:
+        parts.append(f"--family {family}")
+    if spec.exclude:
+        parts.append("--exclude " + ",".join(spec.exclude))
+    if spec.exclude_rows:
+        parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    return " ".join(parts) + " --format md"
 
 
 def _score(x: Any) -> str:

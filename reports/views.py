@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -15,7 +16,7 @@ from django.views.decorators.vary import vary_on_headers
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
 from reports import exports, queries, tables
-from reports.forms import AnalysisOptionsForm, ImportRatingsForm
+from reports.forms import EXCLUSION_CHOICES, AnalysisOptionsForm, ImportRatingsForm, chosen_exclusions
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
 from reports.reporting import (
@@ -23,6 +24,7 @@ from reports.reporting import (
     PLOT_NAMES,
     Report,
     build_report,
+    cli_command,
     export,
     filename,
     plot_titles,
@@ -40,13 +42,18 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     A live study's report is checked against the study's latest pre-registration, if any."""
     options = AnalysisOptionsForm(request.GET)
     test, family = options.chosen_test(), options.chosen_family()
+    # exclusion filters: live studies only (an imported file has no signal columns)
+    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
     prereg = queries.latest_preregistration(study) if dataset is None else None
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
-    key = f"reports:report:{version}:{test}:{family}:{prereg.sha256 if prereg else ''}"
+    filters = ",".join([*exclude, *exclude_rows])
+    key = f"reports:report:{version}:{test}:{family}:{filters}:{prereg.sha256 if prereg else ''}"
     report: Report | None = cache.get(key)
     if report is None:
         source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
-        extra = {"preregistration": prereg.content} if prereg else {}
+        extra: dict[str, Any] = {"preregistration": prereg.content} if prereg else {}
+        if filters:
+            extra.update(exclude=exclude, exclude_rows=exclude_rows)
         report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
         cache.set(key, report, CACHE_SECONDS)
@@ -59,15 +66,19 @@ def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
     return study, dataset
 
 
-def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str) -> dict[str, Any]:
+def _urls(
+    study: Study, dataset: ImportedDataset | None, test: str, family: str, exclusions: Sequence[str] = ()
+) -> dict[str, Any]:
     args: list[Any] = [study.slug] if dataset is None else [study.slug, dataset.pk]
     prefix = "reports:study_" if dataset is None else "reports:dataset_"
-    chosen = {
+    chosen: dict[str, Any] = {
         k: v
         for k, v in (("test", test), ("family", family))
         if v != {"test": DEFAULT_TEST, "family": DEFAULT_FAMILY}[k]
     }
-    query = ("?" + urlencode(chosen)) if chosen else ""
+    if exclusions:
+        chosen["exclude"] = list(exclusions)
+    query = ("?" + urlencode(chosen, doseq=True)) if chosen else ""
     return {
         "page": reverse(f"{prefix}analysis", args=args) + query,
         "exports": [
@@ -78,6 +89,7 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str)
                 ("md", "Markdown tables"),
                 ("latex", "LaTeX tables"),
                 ("html", "HTML report"),
+                ("data", "Ratings with quality signals (CSV, the CLI's input)"),
             ]
         ],
         "plots": [
@@ -97,12 +109,23 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str)
 def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
     report = _report(request, study, dataset)
     options = AnalysisOptionsForm(request.GET)
+    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
+    chosen = {*exclude, *exclude_rows}
+    spec = report.source.spec
+    cli = ""
+    if spec is not None:
+        spec = replace(spec, exclude=exclude, exclude_rows=exclude_rows)
+        cli = cli_command(report.source, spec, test=report.test, family=options.chosen_family())
     ctx: dict[str, Any] = {
         "study": study,
         "dataset": dataset,
         "report": report,
         "live": dataset is None,
-        "urls": _urls(study, dataset, report.test, options.chosen_family()),
+        "exclusion_filters": [{"value": v, "label": label, "checked": v in chosen} for v, label in EXCLUSION_CHOICES]
+        if dataset is None
+        else [],
+        "cli_command": cli,
+        "urls": _urls(study, dataset, report.test, options.chosen_family(), [*exclude, *exclude_rows]),
         "options": AnalysisOptionsForm(initial={"test": report.test, "family": options.chosen_family()}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),

@@ -20,4 +20,6 @@ urlpatterns: list[URLPattern] = [
     path("s/<slug:slug>/join/<str:token>/", entry.invite, name="join"),
     path("s/<slug:slug>/resume/<str:token>/", entry.resume, name="resume"),
     path("s/<slug:slug>/consent/", entry.consent, name="consent"),
+    path("s/<slug:slug>/declined/", entry.declined, name="declined"),
+    path("s/<slug:slug>/resume-code/", entry.resume_code, name="resume_code"),
 ]

@@ -25,7 +25,17 @@ from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Ra
 from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from studies import memorycompat
-from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
+from studies.forms import (
+    ArmFormSet,
+    AttentionFormSet,
+    InviteForm,
+    MetricFormSet,
+    NewStudyForm,
+    StudyForm,
+    check_design,
+    design_warnings,
+    open_problems,
+)
 from studies.models import Arm, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
@@ -55,7 +65,9 @@ def study_list(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/researcher/list.html", {"studies": studies})
 
 
-def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+def _save_study(
+    request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any, attention: Any = None
+) -> Study:
     with transaction.atomic():
         study = form.save(commit=False)
         if study.created_by_id is None:
@@ -64,6 +76,9 @@ def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, m
         arms.instance = metrics.instance = study
         arms.save()
         metrics.save()
+        if attention is not None and attention.is_bound:
+            attention.instance = study
+            attention.save()
         if form.cleaned_data.get("add_default_metrics"):
             study.add_default_metrics()
     return study
@@ -90,13 +105,25 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     form = form_class(data, instance=instance)
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
+    # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
+    posted_attention = data is not None and "attention-TOTAL_FORMS" in data
+    attention = AttentionFormSet(data if posted_attention else None, instance=instance, prefix="attention")
     if data is not None:
         valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
-        if valid and check_design(form, arms, metrics):
-            saved = _save_study(request, form, arms, metrics)
+        valid = valid and (not posted_attention or attention.is_valid())
+        if valid and check_design(form, arms, metrics, attention if posted_attention else None):
+            saved = _save_study(request, form, arms, metrics, attention)
             messages.success(request, f"Saved “{saved.name}”.")
             return redirect(saved)
-    context = {"form": form, "arms": arms, "metrics": metrics, "study": study, "systems": _systems_help()}
+    context = {
+        "form": form,
+        "arms": arms,
+        "metrics": metrics,
+        "attention": attention,
+        "study": study,
+        "systems": _systems_help(),
+        "design_warnings": design_warnings(study) if study else [],
+    }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
 
 
@@ -286,6 +313,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "prolific_link": _public_url(reverse("studies:entry", args=[study.slug])) + "?" + PROLIFIC_QUERY,
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
+        "design_warnings": design_warnings(study),
         "statuses": Study.Status,
         "retention": _retention(study),
         "export_kinds": EXPORT_KINDS,
@@ -375,6 +403,8 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
+        "messages__signals",
+        "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
     )

@@ -291,3 +291,38 @@ async def test_a_ping_renews_the_sockets_group_membership_and_answers_nothing(st
     await database_sync_to_async(jobs.broadcast)(sid, "<div id='probe'></div>")
     assert "probe" in await comm.receive_from(timeout=5)
     await comm.disconnect()
+
+
+def _signals_of(session_id: int) -> list[tuple[bool, int, int, int]]:
+    from chat.models import MessageSignals
+
+    return list(
+        MessageSignals.objects.filter(message__session_id=session_id)
+        .order_by("message__seq")
+        .values_list("pasted", "paste_chars", "typed_chars", "typing_ms")
+    )
+
+
+signals_of = database_sync_to_async(_signals_of)
+
+
+async def test_signals_sent_with_a_message_are_stored_clamped_and_garbage_never_loses_the_message(
+    study: Study,
+) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    payload = {"pasted": True, "paste_chars": 10**12, "typed_chars": 4, "typing_ms": 1500, "hidden_ms": 0}
+    await comm.send_to(
+        text_data=json.dumps({"type": "message", "client_id": "s1", "text": "hello", "signals": payload})
+    )
+    first = await frames(comm)
+    assert 'data-client-id="s1"' in first
+    garbage = {"pasted": "maybe", "typing_ms": "NaN"}
+    await comm.send_to(
+        text_data=json.dumps({"type": "message", "client_id": "s2", "text": "again", "signals": garbage})
+    )
+    second = await frames(comm)
+    assert 'data-client-id="s2"' in second and "could not understand" not in second
+    assert (await signals_of(sid)) == [(True, study.max_message_chars, 4, 1500)]
+    assert [m[3] for m in await messages_of(sid) if m[1] == "user"] == ["hello", "again"]
+    await comm.disconnect()

@@ -15,7 +15,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import ArmJob, Episode
+from analysis.__main__ import main as analysis_cli
+from chat.models import ArmJob, Episode, Rating
 from memory import vectors
 from memory.embed import HashingEmbedder
 from reports.tests.conftest import add_ratings
@@ -161,7 +162,7 @@ def test_the_study_page_offers_every_download_and_they_need_a_researcher(
 
 
 def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automatic_scores(
-    study: Study, client: Client, researcher: Any
+    study: Study, client: Client, researcher: Any, tmp_path: Path
 ) -> None:
     add_ratings(study, workers=6)
     study.pilot = True
@@ -178,6 +179,15 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
         return response.content.decode()
 
     assert get("csv").startswith("# pilot: not for publication\n")
+    data = pd.read_csv(io.StringIO(get("data")))  # the quality export, the CLI's input: the mark is a column
+    assert set(data["pilot"]) == {"pilot: not for publication"}
+    assert len(data) == Rating.objects.filter(session__episode__participant__study=study).count()
+    ratings_csv = tmp_path / "ratings.csv"
+    ratings_csv.write_text(get("data"))
+    metrics = ",".join(study.metrics.order_by("order").values_list("key", flat=True))
+    argv = ["report", str(ratings_csv), "--worker", "worker", "--unit", "unit", "--arm", "arm", "--session", "session"]
+    argv += ["--metrics", metrics, "--metric-col", "metric", "--value-col", "score", "--format", "json"]
+    assert analysis_cli([*argv, "--out", str(tmp_path / "cli.json")]) == 0  # the mark column does not disturb it
     exported = json.loads(get("json"))
     assert exported["pilot"] is True
     assert exported["automatic_evaluation"][0] | {"finished_at": ""} == {

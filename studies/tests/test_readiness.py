@@ -128,11 +128,21 @@ def test_a_pilot_stays_a_pilot_when_it_is_closed_and_reopened(rclient: Client, d
     assert status_of(draft) == ("open", True)
 
 
-def test_a_quality_control_arm_never_keeps_the_study_closed(rclient: Client, draft: Study) -> None:
+def test_a_quality_control_arm_never_keeps_the_study_closed(
+    rclient: Client, draft: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_llm(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("opening a study must not run a readiness check")
+
+    monkeypatch.setattr(memorycompat, "run_preflight", no_llm)
     make_ready(draft)
-    Arm.objects.create(study=draft, name="QC", memory_system="none", is_qc=True)
+    qc = Arm.objects.create(study=draft, name="QC", memory_system="qc")  # is_qc follows the memory system
+    assert qc.is_qc
+    assert [r.state for r in armjobs.readiness(draft) if r.arm == qc] == ["exempt"]
     rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"})
     assert status_of(draft) == ("open", False)
+    page = rclient.get(reverse("studies:detail", args=[draft.slug])).content.decode()
+    assert "QC arm: degraded on purpose, not checked" in page
 
 
 def test_checking_every_arm_runs_a_background_job_per_arm_with_its_resolved_model(

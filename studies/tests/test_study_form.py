@@ -220,7 +220,7 @@ def _edit_data(
 
 
 def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
-    summaries = {"name": "Summaries", "memory_system": "full_history", "params": "{}", "active": True, "is_qc": True}
+    summaries = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
     data = {**_edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 302

@@ -56,6 +56,11 @@ class Command(BaseCommand):
             f"{'created' if created else 'kept'} {simulated.name!r} (closed, simulated data); "
             f"queue {queue.name!r}: {queue.items.count()} items"
         )
+        quality, created = demo.seed_quality_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {quality.name!r} (closed, simulated data: QC arm, attention checks, "
+            f"careless workers {', '.join(demo.CARELESS)})"
+        )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
             f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"
