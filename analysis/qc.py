@@ -97,3 +97,16 @@ def quality_control(
                 reason = "" if passed else f"QC arm not rated lower (p = {p:.3g} >= {alpha})"
                 out[k] = WorkerQC(order[k], passed, float(p), a, b, reason)
     return [c for c in out if c is not None]
+
+
+def best_attainable_p(n_qc: int, n_other: int) -> float:
+    """The smallest p-value the per-worker QC test can give a worker with ``n_qc`` QC-arm scores and ``n_other``
+    other scores: every QC score below every other one, no ties, the method chosen as :func:`quality_control`
+    chooses it. A design where this is not below alpha lets nobody pass, however attentive (a design check)."""
+    if n_qc < 1 or n_other < 1:
+        return 1.0
+    method = "asymptotic" if (n_qc > 8 and n_other > 8) else "exact"
+    result = stats.mannwhitneyu(
+        np.arange(n_qc, dtype=float), np.arange(n_qc, n_qc + n_other, dtype=float), alternative="less", method=method
+    )
+    return float(result.pvalue)

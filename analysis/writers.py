@@ -476,13 +476,16 @@ def summary_frame(result: dict[str, Any]) -> pd.DataFrame:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+def neutralise_cell(value: Any) -> Any:
+    """``value`` with a leading ``'`` when it is text that a spreadsheet would run as a formula; anything else
+    (numbers, negative ones included) unchanged."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
 def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy in which every text cell and column name that a spreadsheet would run as a formula starts with
     ``'`` (shown as text, the ``'`` hidden). Numbers, negative ones included, are left alone."""
-
-    def safe(value: Any) -> Any:
-        return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
-
+    safe = neutralise_cell
     out = frame.copy()
     for col in out.columns:
         if out[col].dtype == object or isinstance(out[col].dtype, pd.StringDtype):

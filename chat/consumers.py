@@ -2,8 +2,16 @@
 
 Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
-  {"type": "message", "client_id": uuid, "text": s}  -> committed, then acknowledged by echoing it
+  {"type": "message", "client_id": uuid, "text": s,
+   "signals": {...}}                                 -> committed, then acknowledged by echoing it; the optional
+                                                        signals (how it was composed, chat.authenticity) are
+                                                        validated and clamped, never a reason to refuse it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
+  {"type": "ping"}                                   -> nothing back; renews this socket's group membership
+A resume also re-enqueues a reply whose job is gone (chat.services.recover_replies): the page sends one
+on every (re)connect and while it waits for a reply that shows no progress.
+Group membership expires (``group_expiry`` of the Redis channel layer, settings), so a socket that died
+with its server (a daphne restart) leaves the group by itself; a live page pings to stay in it.
 The reply itself is written by a job (chat.services.generate_reply, run by chat.jobs) outside this
 socket's lifetime.
 """
@@ -20,6 +28,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from chat import fragments, jobs, services
+from chat.authenticity import clean_signals
 from chat.models import ChatSession
 from studies.participants import participant_ids_in_session
 
@@ -113,7 +122,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except ValueError:
             await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
             return
-        html = await _db(self._handle)(str(data.get("type") or "message"), data)
+        kind = str(data.get("type") or "message")
+        if kind in ("ping", "resume") and self.group:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        if kind == "ping":
+            return
+        html = await _db(self._handle)(kind, data)
         if html:
             await self.send(text_data=html)
 
@@ -127,11 +141,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 msg = services.retry_reply(session, whole_number(data.get("seq")))
                 return fragments.clear_error() + fragments.message(msg)
             if kind == "message":
+                session.episode.participant.touch()
+                signals = clean_signals(data.get("signals"), max_chars=int(study.max_message_chars))
                 msg, created = services.post_user_message(
-                    session, text_field(data.get("client_id")), text_field(data.get("text"))
+                    session, text_field(data.get("client_id")), text_field(data.get("text")), signals=signals
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
-                html += fragments.controls(services.user_turns(session), study.min_user_turns)
+                html += fragments.controls(
+                    services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
+                )
                 if created:
                     jobs.broadcast(session.pk, html)  # the worker's other tabs
                 return fragments.clear_error() + html
@@ -143,9 +161,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        services.fail_stale_replies(session)
+        services.recover_replies(session)
         html = fragments.messages(services.messages_after(session, last_seq))
-        return html + fragments.controls(services.user_turns(session), study.min_user_turns)
+        turns, pending = services.user_turns(session), services.reply_pending(session)
+        return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])

@@ -105,7 +105,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env.text("REDIS_URL")
 _eager = env.boolean("CELERY_TASK_ALWAYS_EAGER", False)  # parsed even where it is forced, so a typo still shows
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # group_expiry: a socket that died with its server (a daphne restart) leaves its session's group after
+    # this long; live pages renew their membership every minute (static/js/chat.js pings).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300},
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = _eager
 else:
@@ -120,14 +127,33 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
 # A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
 CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
-CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
+CELERY_TASK_ROUTES = {
+    "chat.tasks.update_memory": {"queue": "memory"},
+    # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
+    "chat.tasks.run_arm_job": {"queue": "memory"},
+}
+# Periodic sweeps (docker-compose's "beat" service): workers gone too long are marked abandoned (chat/timing.py).
+SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
-CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 300.0)  # re-enqueue a lost memory update
+CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
+# Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
+# lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
+CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)
+CHAT_JOB_LEASE_SECONDS = env.number("CHAT_JOB_LEASE_SECONDS", 15.0, minimum=1)
+CHAT_JOB_QUEUE_GRACE_SECONDS = env.number("CHAT_JOB_QUEUE_GRACE_SECONDS", 20.0)
+# Celery: a task a worker took but never acknowledged (the worker died) goes back to the queue after the
+# visibility timeout; it must exceed the longest task (time limits below) plus its retry countdowns.
+CHAT_MEMORY_TIME_LIMIT_SECONDS = env.number("CHAT_MEMORY_TIME_LIMIT_SECONDS", 600.0, minimum=10)
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed worker process's task is queued again at once
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(CHAT_MEMORY_TIME_LIMIT_SECONDS + 300)}
 
 # --- LLM and embeddings (memory/llm.py, memory/embed.py). The arm's own backend/model win when set.
 LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"])

@@ -159,7 +159,29 @@ class LocalLLM:
             if n <= budget:
                 break
             del msgs[1 if msgs[0]["role"] == "system" else 0]
+        else:
+            n = len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
+            if n > budget:
+                # What is left cannot be dropped (the system message and the newest message): retrying
+                # the same prompt cannot help, so this is not a transient error.
+                raise LLMError(
+                    f"the prompt is too long for the local model: about {n} tokens, but its context window of "
+                    f"{self.n_ctx} tokens leaves {budget} for the prompt after {max_tokens} for the reply"
+                )
         return msgs
+
+    def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
+        llama = _llama(self.path, self.n_ctx)
+        try:
+            return llama.create_chat_completion(
+                messages=self._fit(messages, max_tokens),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=0,
+                stream=stream,
+            )
+        except ValueError as exc:  # llama.cpp: "Requested tokens (N) exceed context window of M"
+            raise LLMError(f"the local model refused the prompt: {exc}") from exc
 
     def complete(
         self,
@@ -172,10 +194,7 @@ class LocalLLM:
     ) -> Completion:
         start = time.perf_counter()
         with _LLAMA_LOCK:
-            llama = _llama(self.path, self.n_ctx)
-            out = llama.create_chat_completion(
-                messages=self._fit(messages, max_tokens), max_tokens=max_tokens, temperature=temperature, seed=0
-            )
+            out = self._create(messages, max_tokens, temperature, stream=False)
         text = (out["choices"][0]["message"].get("content") or "").strip()
         usage = out.get("usage") or {}
         return Completion(
@@ -190,14 +209,7 @@ class LocalLLM:
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
     ) -> Iterator[str]:
         with _LLAMA_LOCK:
-            llama = _llama(self.path, self.n_ctx)
-            chunks = llama.create_chat_completion(
-                messages=self._fit(messages, max_tokens),
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=0,
-                stream=True,
-            )
+            chunks = self._create(messages, max_tokens, temperature, stream=True)
             for chunk in chunks:
                 piece = chunk["choices"][0].get("delta", {}).get("content")
                 if piece:
@@ -231,10 +243,12 @@ class OpenAILLM:
     supports_tools = True
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
+        import httpx
         import openai
 
         self.model = model
         self._openai = openai
+        self._httpx = httpx
         self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
     def _map(self, exc: Exception) -> LLMError:
@@ -297,6 +311,11 @@ class OpenAILLM:
                     yield chunk.choices[0].delta.content
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
+        except (self._httpx.HTTPError, ValueError) as exc:
+            # After the response started, the SDK lets the transport's errors through: a stall
+            # (httpx.ReadTimeout), a reset (httpx.ReadError, RemoteProtocolError) or a malformed event
+            # line (json.JSONDecodeError, a ValueError). All are worth a retry.
+            raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
 
 
 def parse_tool_call(name: str, arguments: str | None) -> ToolCall:

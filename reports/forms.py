@@ -27,6 +27,28 @@ FAMILY_CHOICES = [
 assert {c for c, _ in FAMILY_CHOICES} == set(FAMILIES)
 
 
+# The live dashboard's exclusion filters: columns of the study's ratings frame (chat.quality.SIGNAL_COLUMNS).
+# "unfinished" removes rows (the ratings of episodes not finished); the others remove the whole worker.
+EXCLUSION_CHOICES = [
+    ("unfinished", "Unfinished episodes (their ratings)"),
+    ("attention_failed", "Workers who failed an attention check"),
+    ("flag_paste", "Workers flagged for pasting"),
+    ("authenticity_flagged", "Workers with any authenticity flag"),
+    ("too_fast", "Workers with a session more than 3 SD too fast"),
+]
+ROW_EXCLUSIONS = ("unfinished",)
+
+
+def chosen_exclusions(values: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ticked filters, split into worker-level (``exclude``) and row-level (``exclude_rows``) columns, in the
+    page's order; unknown names are ignored (a stale bookmark still opens the page)."""
+    chosen = [c for c, _ in EXCLUSION_CHOICES if c in set(values)]
+    return (
+        tuple(c for c in chosen if c not in ROW_EXCLUSIONS),
+        tuple(c for c in chosen if c in ROW_EXCLUSIONS),
+    )
+
+
 class AnalysisOptionsForm(forms.Form):
     """The options of the analysis page (GET)."""
 

@@ -18,16 +18,18 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
-from chat.models import ChatSession, Episode, Rating
+from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
+from chat.quality import SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
 from studies.models import Study
 
 
-def study_ratings_frame(study: Study) -> pd.DataFrame:
+def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
     """Every rating of ``study`` as a long frame: worker (the participant's external id), unit (``e<episode id>``),
-    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed)."""
+    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
+    boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
     rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
         "session__episode__participant__external_id",
         "session__episode_id",
@@ -35,8 +37,17 @@ def study_ratings_frame(study: Study) -> pd.DataFrame:
         "session__index",
         "metric__key",
         "value",
+        "session_id",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=LONG_COLUMNS)
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
+    df["unfinished"] = df["unit"].isin(unfinished)
+    for col in SIGNAL_COLUMNS:
+        if col == "too_fast":
+            df[col] = df["_session_id"].isin(fast)
+        elif col != "unfinished":
+            df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
+    df = df.drop(columns="_session_id")
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
@@ -88,6 +99,12 @@ def study_data_version(study: Study) -> str:
     settings_part = (
         list(study.metrics.order_by("id").values_list("key", "reversed")),
         list(study.arms.order_by("id").values_list("name", "is_qc")),
+        # the quality columns change without a new rating: an episode finished or abandoned, a message sent
+        list(Episode.objects.filter(participant__study=study).values_list("status").annotate(n=Count("id"))),
+        Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
+        AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
+        study.pilot,
+        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "status")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -197,9 +214,46 @@ def study_spec(study: Study) -> AnalysisSpec | None:
     return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
 
 
+def automatic_scores(study: Study) -> list[dict[str, Any]]:
+    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+    latest: dict[int, ArmJob] = {}
+    for job in (
+        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, status=ArmJob.Status.DONE)
+        .select_related("arm")
+        .order_by("arm_id", "-finished_at", "-id")
+    ):
+        latest.setdefault(job.arm_id, job)
+    rows = []
+    for job in latest.values():
+        result = job.result or {}
+        overall = result.get("overall") or {}
+        rows.append(
+            {
+                "arm": job.arm.name,
+                "memory_system": job.arm.memory_system,
+                "dataset": result.get("dataset", ""),
+                "backend": job.config.get("backend", ""),
+                "model": result.get("model") or job.config.get("model", ""),
+                "questions": result.get("questions", 0),
+                "f1": overall.get("f1"),
+                "judge": overall.get("judge"),
+                "judge_stand_in": bool((result.get("judge") or {}).get("stand_in")),
+                "finished_at": job.finished_at.isoformat() if job.finished_at else "",
+            }
+        )
+    return rows
+
+
 def study_source(study: Study) -> Source:
-    """A live study's ratings and how to analyse them."""
-    return Source(title=study.name, slug=study.slug, frame=study_ratings_frame(study), spec=study_spec(study))
+    """A live study's ratings and how to analyse them, with its pilot mark and automatic scores."""
+    return Source(
+        title=study.name,
+        slug=study.slug,
+        frame=study_ratings_frame(study),
+        spec=study_spec(study),
+        pilot=study.pilot,
+        automatic=automatic_scores(study),
+    )
 
 
 def dataset_source(dataset: ImportedDataset) -> Source:

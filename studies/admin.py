@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from studies.forms import ArmForm, StudyForm
-from studies.models import Arm, Metric, Participant, Study
+from studies.models import Arm, AttentionCheck, Metric, Participant, Study
 
 
 class ArmInline(admin.TabularInline[Arm, Study]):
@@ -22,6 +22,11 @@ class ArmInline(admin.TabularInline[Arm, Study]):
 
 class MetricInline(admin.TabularInline[Metric, Study]):
     model = Metric
+    extra = 0
+
+
+class AttentionCheckInline(admin.TabularInline[AttentionCheck, Study]):
+    model = AttentionCheck
     extra = 0
 
 
@@ -40,7 +45,7 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     list_filter = ["status"]
     search_fields = ["name", "slug"]
     readonly_fields = ["created_at"]
-    inlines = [ArmInline, MetricInline]
+    inlines = [ArmInline, MetricInline, AttentionCheckInline]
     filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["add_default_metrics"]
@@ -71,10 +76,19 @@ class ArmAdmin(admin.ModelAdmin[Arm]):
 
 @admin.register(Participant)
 class ParticipantAdmin(admin.ModelAdmin[Participant]):
-    list_display = ["id", "study", "external_id", "source", "consented_at", "completed_at"]
+    list_display = [
+        "id",
+        "study",
+        "external_id",
+        "source",
+        "consented_at",
+        "completed_at",
+        "declined_at",
+        "abandoned_at",
+    ]
     list_filter = ["study", "source"]
     search_fields = ["external_id"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "last_seen_at"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Participant]:
         return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))

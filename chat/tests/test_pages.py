@@ -76,13 +76,49 @@ def test_a_resume_link_brings_the_worker_back_in_another_browser(client: Client,
     assert other_browser.get(path.replace("/resume/", "/resume/forged")).status_code == 403
 
 
-def test_coming_back_with_the_same_prolific_id_resumes_where_the_worker_was(client: Client, study: Study) -> None:
+def test_coming_back_with_the_same_prolific_id_in_the_same_browser_resumes_where_the_worker_was(
+    client: Client, study: Study
+) -> None:
     session = ended(client, study)
-    again = Client()
-    enter(again, study)
-    response = again.get(f"/s/{study.slug}/next/")
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    response = client.get(f"/s/{study.slug}/next/")
     assert response.url == f"/chat/{session.pk}/rate/"
     assert Participant.objects.count() == 1
+
+
+def test_the_same_prolific_id_from_a_second_browser_gets_a_page_explaining_how_to_resume(
+    client: Client, study: Study
+) -> None:
+    session = ended(client, study)
+    again = Client()
+    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    assert response.status_code == 409
+    assert "already started this study in another browser" in response.content.decode()
+    assert again.get(f"/s/{study.slug}/next/").status_code == 404  # not bound: no takeover
+    assert again.get(f"/chat/{session.pk}/rate/").status_code == 404
+    assert Participant.objects.count() == 1 and Episode.objects.count() == 1
+
+
+def test_a_second_browser_continues_with_the_resume_code_and_a_wrong_code_is_refused(
+    client: Client, study: Study
+) -> None:
+    session = ended(client, study)
+    participant = session.episode.participant
+    again = Client()
+    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    wrong = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": "2222-2222"})
+    assert wrong.status_code == 403 and "not right" in wrong.content.decode()
+    code = participant.resume_code_display.lower()  # typed by a person: case and dash do not matter
+    response = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": code})
+    assert response.url == f"/s/{study.slug}/next/"
+    assert again.get(f"/s/{study.slug}/next/").url == f"/chat/{session.pk}/rate/"
+
+
+def test_a_worker_who_has_not_consented_yet_may_move_to_another_browser(client: Client, study: Study) -> None:
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "mover"})
+    other = Client()
+    response = other.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "mover"})
+    assert response.status_code == 302 and Participant.objects.count() == 1
 
 
 def test_a_closed_study_shows_a_clear_page_to_new_workers(client: Client, study: Study) -> None:

@@ -4,12 +4,14 @@ we never made gets a clear 4xx page, not a 500."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 from typing import Any
 
 import pytest
 from django.core import signing
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from studies.models import Participant, Study
 from studies.participants import INVITE_SALT, RESUME_SALT
@@ -59,6 +61,36 @@ def test_a_worker_who_consented_keeps_their_place_when_the_study_fills(study: St
     consent(worker, study)
     assert consent(worker, study).redirect_chain[-1][0].startswith("/chat/")  # consenting again is harmless
     assert "This study is full" not in visit(study, "w", worker)
+
+
+def test_a_worker_who_declines_takes_no_place_and_can_still_consent_while_one_is_free(study: Study) -> None:
+    study.quota = 1
+    study.save()
+    shy, other = Client(), Client()
+    visit(study, "shy", shy)
+    shy.post(reverse("studies:consent", args=[study.slug]), {"decline": "yes"})
+    assert Participant.objects.get(external_id="prolific:shy").declined_at is not None
+    visit(study, "other", other)
+    assert consent(other, study).redirect_chain[-1][0].startswith("/chat/")  # the decline held no place
+    late = consent(shy, study)  # changed their mind, but the place has gone
+    assert "This study is full" in late.content.decode()
+    assert Participant.objects.get(external_id="prolific:shy").consented_at is None
+
+
+def test_the_abandonment_sweep_frees_a_consented_place(study: Study) -> None:
+    from chat.timing import sweep_abandoned
+
+    study.quota = 1
+    study.save()
+    gone, next_one = Client(), Client()
+    visit(study, "gone", gone)
+    visit(study, "next", next_one)
+    consent(gone, study)
+    assert "This study is full" in consent(next_one, study).content.decode()
+    later = timezone.now() + dt.timedelta(minutes=study.abandon_after_minutes + 1)
+    assert sweep_abandoned(later).participants == 2  # both: the second one never got further than the welcome
+    Participant.objects.filter(external_id="prolific:next").update(abandoned_at=None, last_seen_at=later)
+    assert consent(next_one, study).redirect_chain[-1][0].startswith("/chat/")
 
 
 def _signed(payload: bytes, salt: str) -> str:

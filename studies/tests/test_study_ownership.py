@@ -11,7 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from annotation.models import Queue
-from chat.models import Episode
+from chat.models import ArmJob, Episode
+from reports import exports
 from reports.models import ImportedDataset, Preregistration
 from reports.reporting import FORMATS, PLOT_NAMES
 from studies.models import Study
@@ -37,7 +38,8 @@ def owned(study: Study, owner: User) -> Study:
 
 
 def study_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
-    """Every URL that shows or changes one study: pages, edits, dashboard, transcripts, analysis, exports."""
+    """Every URL that shows or changes one study: pages, edits, dashboard, transcripts, readiness and evaluation
+    jobs, worker quality, analysis, plan, exports and data downloads."""
     slug = study.slug
     dataset = ImportedDataset.objects.create(study=study, name="imported")
     prereg = Preregistration.objects.create(study=study, content={}, sha256="0" * 64)
@@ -49,6 +51,9 @@ def study_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
         ("post", reverse("studies:default_metrics", args=[slug])),
         ("post", reverse("studies:invite", args=[slug])),
         ("post", reverse("studies:share", args=[slug])),
+        ("post", reverse("studies:check_arms", args=[slug])),  # readiness checks and automatic evaluation
+        ("get", reverse("studies:readiness", args=[slug])),
+        ("get", reverse("reports:study_quality", args=[slug])),
         ("get", reverse("studies:episode", args=[slug, episode.pk])),
         ("get", reverse("reports:study_analysis", args=[slug])),
         ("get", reverse("reports:import_ratings", args=[slug])),
@@ -64,6 +69,9 @@ def study_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
     for fmt in FORMATS:
         urls.append(("get", reverse("reports:study_export", args=[slug, fmt])))
         urls.append(("get", reverse("reports:dataset_export", args=[slug, dataset.pk, fmt])))
+    for what in exports.WHAT:
+        for fmt in exports.FORMATS:
+            urls.append(("get", reverse("reports:study_data_export", args=[slug, what, fmt])))
     for name in PLOT_NAMES:
         urls.append(("get", reverse("reports:study_plot", args=[slug, name])))
         urls.append(("get", reverse("reports:dataset_plot", args=[slug, dataset.pk, name])))
@@ -93,6 +101,7 @@ def test_another_researcher_gets_404_on_every_study_url_and_changes_nothing(
     owned.refresh_from_db()
     assert (owned.status, owned.name, owned.metrics.count(), owned.shared_with.count()) == before
     assert ImportedDataset.objects.filter(study=owned).exists()  # the delete POST deleted nothing
+    assert not ArmJob.objects.exists()  # no readiness check or evaluation was started
 
 
 def test_the_creator_and_a_researcher_it_is_shared_with_reach_every_page(

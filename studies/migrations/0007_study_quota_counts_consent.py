@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0003_study_shared_with'),
+        ('studies', '0006_study_shared_with'),
     ]
 
     operations = [

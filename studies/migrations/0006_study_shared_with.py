@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0002_arm_memory_choices_callable'),
+        ('studies', '0005_worker_quality_timing_attention_checks'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
