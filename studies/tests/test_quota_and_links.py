@@ -116,3 +116,15 @@ def test_a_signed_but_malformed_token_gets_a_clear_4xx_page(client: Client, stud
         assert 400 <= response.status_code < 500, token
         assert "This link is not valid" in response.content.decode(), token
     assert not Participant.objects.exists()
+
+
+def test_the_study_page_shows_the_places_the_quota_counts(client: Client, researcher: Any, study: Study) -> None:
+    study.quota = 2
+    study.save()
+    now = timezone.now()
+    Participant.objects.create(study=study, external_id="a", consented_at=now)
+    Participant.objects.create(study=study, external_id="b", consented_at=now, abandoned_at=now)
+    Participant.objects.create(study=study, external_id="c")  # opened the link only
+    client.force_login(researcher)
+    page = client.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert "places taken 1 / 2" in page
