@@ -35,6 +35,42 @@ from studies.participants import participant_ids_in_session
 T = TypeVar("T")
 
 MAX_FRAME_CHARS = 64_000
+NOT_UNDERSTOOD = "The chat could not understand your browser; please reload."
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number the chat accepts")
+
+
+def parse_frame(text: str) -> dict[str, Any]:
+    """The JSON object of one frame; ``ValueError`` for anything else: not JSON, not an object,
+    ``Infinity``/``NaN`` (Python's json accepts them; they are not JSON), or nested so deeply that the
+    parser runs out of stack (a 64 kB frame of ``[`` is a recursion bomb)."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def whole_number(value: Any) -> int:
+    """A sequence number from a frame: a non-negative int (absent = 0); anything else is ``ValueError``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"not a sequence number: {value!r}")
+    return int(value)
+
+
+def text_field(value: Any) -> str:
+    """A text field from a frame: a string (absent = empty); a number, list or object is ``ValueError``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError("not text")
+    return value
 
 
 def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -75,15 +111,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if not text_data or len(text_data) > MAX_FRAME_CHARS:
+        if text_data is None:  # a binary frame: the page only ever sends JSON text
+            await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
+            return
+        if len(text_data) > MAX_FRAME_CHARS:
             await self.send(text_data=fragments.error("Your message is too long."))
             return
         try:
-            data = json.loads(text_data)
-            kind = str(data.get("type") or "message")
-        except (ValueError, AttributeError):
-            await self.send(text_data=fragments.error("The chat could not understand your browser; please reload."))
+            data = parse_frame(text_data)
+        except ValueError:
+            await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
             return
+        kind = str(data.get("type") or "message")
         if kind in ("ping", "resume") and self.group:
             await self.channel_layer.group_add(self.group, self.channel_name)
         if kind == "ping":
@@ -97,19 +136,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         study = session.episode.participant.study
         try:
             if kind == "resume":
-                try:
-                    last = int(data.get("last_seq") or 0)
-                except (TypeError, ValueError):
-                    last = 0
-                return self._state(session, last)
+                return self._state(session, whole_number(data.get("last_seq")))
             if kind == "retry":
-                msg = services.retry_reply(session, int(data.get("seq") or 0))
+                msg = services.retry_reply(session, whole_number(data.get("seq")))
                 return fragments.clear_error() + fragments.message(msg)
             if kind == "message":
                 session.episode.participant.touch()
                 signals = clean_signals(data.get("signals"), max_chars=int(study.max_message_chars))
                 msg, created = services.post_user_message(
-                    session, str(data.get("client_id") or ""), str(data.get("text") or ""), signals=signals
+                    session, text_field(data.get("client_id")), text_field(data.get("text")), signals=signals
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
                 html += fragments.controls(
@@ -121,7 +156,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except services.ChatError as exc:
             return fragments.error(str(exc))
         except (TypeError, ValueError):
-            return fragments.error("The chat could not understand your browser; please reload.")
+            return fragments.error(NOT_UNDERSTOOD)
         return fragments.error("Unknown request.")
 
     def _state(self, session: ChatSession, last_seq: int) -> str:

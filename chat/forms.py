@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from studies.models import AttentionCheck, Metric
 
@@ -23,6 +25,19 @@ class SliderRow:
     value: int
     touched: bool
     error: str
+
+
+class WholeNumberField(forms.IntegerField):
+    """An integer written as plain ASCII digits (an optional minus sign): Django's IntegerField goes
+    through Python's ``int()``, which also reads ``1_0`` as 10, ``10.0`` as 10 and other scripts' digits."""
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None
+        text = str(value).strip()
+        if not re.fullmatch(r"-?[0-9]{1,9}", text):
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        return int(text)
 
 
 class RatingForm(forms.Form):
@@ -48,7 +63,7 @@ class RatingForm(forms.Form):
         for c in self.checks:
             self.items.insert(rng.randint(min(1, len(self.items)), len(self.items)), c)
         for m in self.items:
-            self.fields[m.key] = forms.IntegerField(
+            self.fields[m.key] = WholeNumberField(
                 min_value=0,
                 max_value=100,
                 error_messages={
@@ -89,7 +104,7 @@ class RatingForm(forms.Form):
         rows = []
         for m in self.items:
             raw = str(self.data.get(m.key, "")) if self.is_bound else ""
-            value = int(raw) if raw.isdigit() and int(raw) <= 100 else SLIDER_START
+            value = int(raw) if raw.isascii() and raw.isdigit() and int(raw) <= 100 else SLIDER_START
             error = " ".join(str(e) for e in self.errors.get(m.key, [])) if self.is_bound else ""
             touched = self.is_bound and self._touched(m.key) and not error
             rows.append(SliderRow(metric=m, value=value, touched=touched, error=error))

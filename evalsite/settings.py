@@ -8,6 +8,7 @@ understood stops the process with a message naming the variable, instead of beco
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import dj_database_url
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "axes",
     "studies",
     "chat",
     "annotation",
@@ -57,7 +59,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the lockout page
 ]
+
+# AxesBackend first: it refuses a locked-out username + IP before the password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesBackend", "django.contrib.auth.backends.ModelBackend"]
 
 if not DEBUG:
     # In production WhiteNoise serves the collected static files (collectstatic at deploy);
@@ -186,6 +192,20 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# --- limits on what one request may send (evalsite/bodylimit.py refuses more with 413 before reading it)
+MAX_REQUEST_BYTES = int(env.number("MAX_REQUEST_MB", 2.5, minimum=0.001) * 2**20)  # any request body
+MAX_UPLOAD_BYTES = int(env.number("MAX_UPLOAD_MB", 50.0, minimum=0.001) * 2**20)  # a file to a page that takes one
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES  # the form fields of a request, files not counted
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440  # Django's default: larger bodies and files are spooled to disk
+
+# --- login throttling (django-axes): a username + IP pair is locked out after this many failures in a row
+AXES_FAILURE_LIMIT = env.integer("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env.number("LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.01))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "evalsite.lockout.locked_out"  # 429, the wait and why
+AXES_VERBOSE = False
+
 # --- static files
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
@@ -212,5 +232,10 @@ LOGGING = {
         "handlers": ["console"],
         "level": env.choice("LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
     },
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # axes logs every successful login at INFO; its lockouts are WARNING
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

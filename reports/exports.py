@@ -9,6 +9,8 @@ export's time and what every column means.
 - **CSV**: the header is a block of lines starting with ``#``; its first line says how many there are,
   so ``pandas.read_csv(path, skiprows=N)`` reads the table (``comment="#"`` would also cut any cell
   that contains a ``#``).
+  Text cells that a spreadsheet would run as a formula (starting with ``= + - @``, a tab or a carriage return:
+  a worker's message may) get a leading ``'`` (``analysis.writers.neutralise_cell``); numbers are untouched.
 - **JSONL**: the first line is ``{"header": {...}}``; every further line is one record.
 
 Workers appear as ``P<participant id>``, as on the study page: a Prolific id is personal data and is
@@ -26,6 +28,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from analysis.writers import neutralise_cell
 from chat import armjobs
 from chat.models import LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import display, vectors
@@ -251,7 +254,7 @@ def _csv_value(value: Any) -> Any:
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
     if value is None:
         return ""
-    return value
+    return neutralise_cell(value)  # text a spreadsheet would run as a formula gets a leading ' (numbers untouched)
 
 
 def check(what: str, fmt: str) -> None:

@@ -4,14 +4,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
+from django.conf import settings
 
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, FAMILIES, TESTS, Family, Test
 from reports.imports import Mapping, split_names
 
 if TYPE_CHECKING:
     from reports.planning import PlanSettings
-
-MAX_UPLOAD_BYTES = 50 * 2**20  # ~1M ratings in the wide layout; the import is one request, not a background job
 
 TEST_CHOICES = [
     ("cluster-t", "t-test, worker-clustered standard errors (default)"),
@@ -111,8 +110,10 @@ class ImportRatingsForm(forms.Form):
 
     def clean_file(self) -> Any:
         upload = self.cleaned_data["file"]
-        if upload.size > MAX_UPLOAD_BYTES:
-            raise forms.ValidationError(f"The file is larger than {MAX_UPLOAD_BYTES // 2**20} MB.")
+        # Larger requests are refused before they are read (evalsite.bodylimit); this names the file's own limit.
+        limit = settings.MAX_UPLOAD_BYTES
+        if upload.size > limit:
+            raise forms.ValidationError(f"The file is larger than {limit / 2**20:g} MB (MAX_UPLOAD_MB).")
         return upload
 
     def clean(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from studies.roles import researcher_required
 @require_GET
 @researcher_required
 def quality(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     records = study_quality(study)
     report = _report(request, study, None)  # the dashboard's unfiltered analysis (cached): its QC section
     qc: dict[str, Any] = (report.result or {}).get("qc") or {}

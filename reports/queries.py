@@ -8,11 +8,13 @@ row per metric with its session index; ``analysis.report.analyze`` groups the se
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 import pandas as pd
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
@@ -118,10 +120,23 @@ def dataset_ratings_frame(dataset: ImportedDataset) -> pd.DataFrame:
 
 
 def datasets_for_study(study: Study) -> list[ImportedDataset]:
-    return list(study.imported_datasets.order_by("-created_at", "-id"))
+    return list(study.imported_datasets.filter(complete=True).order_by("-created_at", "-id"))
 
 
-@transaction.atomic
+# Ratings are written IMPORT_CHUNK_ROWS at a time, each chunk in its own transaction, so an import never holds
+# the database's write lock for longer than one chunk: on SQLite (one writer at a time) a worker's chat
+# message waits at most that long (its busy timeout is 5 s) instead of failing with "database is locked"
+# while a large file is imported. On SQLite the import also pauses between chunks for longer than SQLite's
+# longest busy-wait step (100 ms), so a waiting writer gets the lock instead of the next chunk.
+IMPORT_CHUNK_ROWS = 5000
+IMPORT_PAUSE_SECONDS = 0.12
+
+
+def _between_chunks() -> None:
+    if connection.vendor == "sqlite":
+        time.sleep(IMPORT_PAUSE_SECONDS)
+
+
 def create_imported_dataset(
     study: Study,
     *,
@@ -136,7 +151,11 @@ def create_imported_dataset(
     source_filename: str,
     uploaded_by: Any,
 ) -> ImportedDataset:
-    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset."""
+    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset.
+
+    The ratings are written in chunks of :data:`IMPORT_CHUNK_ROWS`, one transaction each; the dataset is
+    marked ``complete`` after the last one (until then it is listed and analysed nowhere), and deleted
+    with its ratings if any chunk fails."""
     dataset = ImportedDataset.objects.create(
         study=study,
         name=name,
@@ -148,15 +167,28 @@ def create_imported_dataset(
         qc_metrics=list(qc_metrics),
         mapping=mapping,
         n_ratings=len(long),
+        complete=False,
         uploaded_by=uploaded_by if getattr(uploaded_by, "is_authenticated", False) else None,
     )
-    ImportedRating.objects.bulk_create(
-        (
-            ImportedRating(dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v))
-            for r, w, u, a, s, m, v in long[IMPORT_COLUMNS].itertuples(index=False, name=None)
-        ),
-        batch_size=2000,
-    )
+    rows = long[IMPORT_COLUMNS].itertuples(index=False, name=None)
+    try:
+        while chunk := list(islice(rows, IMPORT_CHUNK_ROWS)):
+            with transaction.atomic():
+                ImportedRating.objects.bulk_create(
+                    [
+                        ImportedRating(
+                            dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v)
+                        )
+                        for r, w, u, a, s, m, v in chunk
+                    ],
+                    batch_size=1000,
+                )
+            _between_chunks()
+        dataset.complete = True
+        dataset.save(update_fields=["complete"])
+    except BaseException:
+        dataset.delete()  # nothing half-imported stays behind (the ratings cascade)
+        raise
     return dataset
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis import writers
 from analysis.data import RatingsError
 from analysis.report import run as run_analysis
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
@@ -142,8 +143,6 @@ def export(report: Report, fmt: str) -> str:
     """The text of one export file. ``report`` must be ok. A pilot study's files carry the pilot mark,
     and the arms' automatic scores are added where the format has room for them."""
     assert report.result is not None and report.ratings is not None
-    from analysis import writers
-
     source = report.source
     if fmt == "data":
         return data_csv(report.source)
@@ -170,7 +169,11 @@ def data_csv(source: Source) -> str:
     A pilot study's rows carry the pilot mark in a ``pilot`` column: a ``#`` line, as on the other CSV exports,
     would stop ``python -m analysis`` from reading the file, and a column survives any later merge."""
     frame = source.frame.assign(pilot=PILOT_MARK) if source.pilot else source.frame
-    return str(frame.to_csv(index=False, lineterminator="\n"))
+    return writers.to_csv(frame)  # formula-like text cells get a leading ' (cli_command names them the same way)
+
+
+def _cells(names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(writers.neutralise_cell(n) for n in names)
 
 
 def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -> str:
@@ -182,14 +185,22 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
     ]
     if spec.session:
         parts.append(f"--session {spec.session}")
-    parts.append("--metrics " + ",".join(spec.metrics))
+    # names as the export writes them: one starting with = + - @ has the leading ' there (writers.neutralise_cell)
+    spec = replace(
+        spec,
+        metrics=_cells(spec.metrics),
+        reverse=_cells(spec.reverse),
+        qc_metrics=_cells(spec.qc_metrics),
+        qc_arm=writers.neutralise_cell(spec.qc_arm),
+    )
+    parts.append("--metrics " + shlex.quote(",".join(spec.metrics)))
     parts.append("--metric-col metric --value-col score")  # the export is long: one row per rating
     if spec.reverse:
-        parts.append("--reverse " + ",".join(spec.reverse))
+        parts.append("--reverse " + shlex.quote(",".join(spec.reverse)))
     if spec.qc_arm:
         parts.append(f"--qc-arm {shlex.quote(spec.qc_arm)}")
         if spec.qc_metrics:
-            parts.append("--qc-metrics " + ",".join(spec.qc_metrics))
+            parts.append("--qc-metrics " + shlex.quote(",".join(spec.qc_metrics)))
     if test != DEFAULT_TEST:
         parts.append(f"--test {test}")
     if family != DEFAULT_FAMILY:

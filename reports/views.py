@@ -30,6 +30,7 @@ from reports.reporting import (
     plot_titles,
     render_plot,
 )
+from studies.limits import accepts_upload
 from studies.models import Study
 from studies.roles import HtmxHttpRequest, researcher_required
 
@@ -60,9 +61,9 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     return report
 
 
-def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
-    study = get_object_or_404(Study, slug=slug)
-    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk) if pk is not None else None
+def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk, complete=True) if pk is not None else None
     return study, dataset
 
 
@@ -175,7 +176,7 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 @researcher_required
 @vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
 def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
     return render(request, template, _context(request, study, dataset))
 
@@ -183,7 +184,7 @@ def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> Http
 @require_GET
 @researcher_required
 def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if fmt not in FORMATS:
         raise Http404("unknown format")
     report = _report(request, study, dataset)
@@ -198,7 +199,7 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
 @require_GET
 @researcher_required
 def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if name not in PLOT_NAMES:
         raise Http404("unknown plot")
     report = _report(request, study, dataset)
@@ -211,10 +212,11 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
     return response
 
 
+@accepts_upload
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = ImportRatingsForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         mapping = form.mapping()
@@ -252,7 +254,7 @@ def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     assert dataset is not None
     queries.delete_dataset(dataset)
     messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")
@@ -263,7 +265,7 @@ def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @researcher_required
 def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
     """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     try:
         exports.check(what, fmt)
     except exports.ExportError as exc:

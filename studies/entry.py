@@ -33,8 +33,19 @@ def _page(request: HttpRequest, study: Study | None, title: str, text: str, stat
     return render(request, "studies/worker/message.html", {"study": study, "title": title, "text": text}, status=status)
 
 
+def _full(request: HttpRequest, study: Study, source: str) -> HttpResponse:
+    return _page(
+        request,
+        study,
+        "This study is full",
+        "All places in this study have been taken. Thank you for your interest"
+        + ("; please return the study on Prolific." if source == Participant.Source.PROLIFIC else "."),
+    )
+
+
 def _join(request: HttpRequest, study: Study, external_id: str, source: str, **extra: str) -> HttpResponse:
-    """Find or create the participant; new ones only while the study is open and under quota."""
+    """Find or create the participant; new ones only while the study is open and has places left (a
+    place is taken at consent: ``Participant.give_consent``)."""
     participant = Participant.objects.filter(study=study, external_id=external_id).first()
     if participant is None:
         if not study.is_open:
@@ -46,14 +57,8 @@ def _join(request: HttpRequest, study: Study, external_id: str, source: str, **e
             )
         with transaction.atomic():
             locked = Study.objects.select_for_update().get(pk=study.pk)
-            if locked.quota is not None and locked.participants.holding_a_place().count() >= locked.quota:
-                return _page(
-                    request,
-                    study,
-                    "This study is full",
-                    "All places in this study have been taken. Thank you for your interest"
-                    + ("; please return the study on Prolific." if source == Participant.Source.PROLIFIC else "."),
-                )
+            if locked.is_full():
+                return _full(request, study, source)
             try:
                 with transaction.atomic():
                     participant = Participant.objects.create(
@@ -130,7 +135,10 @@ def invite(request: HttpRequest, slug: str, token: str) -> HttpResponse:
         data = load_link(token, study, INVITE_SALT)
     except LinkError as exc:
         return _page(request, study, exc.title, exc.text, exc.status)
-    return _join(request, study, f"invite:{data['i']}"[:128], Participant.Source.INVITE)
+    invite_id = data.get("i")
+    if not isinstance(invite_id, str) or not invite_id:  # signed, but not by invite_url
+        return _page(request, study, "This link is not valid", "Please check that you copied the whole link.", 400)
+    return _join(request, study, f"invite:{invite_id}"[:128], Participant.Source.INVITE)
 
 
 def resume(request: HttpRequest, slug: str, token: str) -> HttpResponse:
@@ -156,9 +164,12 @@ def consent(request: HttpRequest, slug: str) -> HttpResponse:
             participant.decline()
             return redirect("studies:declined", study.slug)
         if request.POST.get("agree") == "yes":
-            participant.give_consent()
+            if not participant.give_consent():
+                return _full(request, study, participant.source)
             return redirect("chat:next", study.slug)
         error = "Please tick the box to agree before starting."
+    elif participant.consented_at is None and study.is_full():  # the last place went while they were reading
+        return _full(request, study, participant.source)
     return render(
         request, "studies/worker/consent.html",
         {"study": study, "participant": participant, "error": error, "metrics": study.metrics.all()},

@@ -7,6 +7,7 @@ import secrets
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.forms.formsets import DELETION_FIELD_NAME
@@ -83,8 +84,10 @@ class StudyForm(forms.ModelForm[Study]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Optional in the form (a form posted without it keeps the model's default): added by issue 9.
-        self.fields["abandon_after_minutes"].required = False
+        # Optional in the form (a form posted without it keeps the model's default): added by issue 9. Absent when
+        # the admin shows the study read-only (a user with the view permission only).
+        if "abandon_after_minutes" in self.fields:
+            self.fields["abandon_after_minutes"].required = False
 
     def clean_abandon_after_minutes(self) -> int:
         value = self.cleaned_data.get("abandon_after_minutes")
@@ -170,13 +173,16 @@ class ArmForm(forms.ModelForm[Arm]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Say what "empty" means on this site now, not "the site default".
+        # (The fields are absent when the admin shows the arm read-only: a user with the view permission only.)
         site = Arm(llm_backend="", llm_model="")
-        self.fields["llm_backend"].help_text = f"Empty = the site's LLM_BACKEND, now {site.resolved_backend}."
-        self.fields[
-            "llm_model"
-        ].help_text = (
-            f"Empty = the site's LLM_MODEL, now {site.resolved_model or '(none set)'} on {site.resolved_backend}."
-        )
+        if "llm_backend" in self.fields:
+            self.fields["llm_backend"].help_text = f"Empty = the site's LLM_BACKEND, now {site.resolved_backend}."
+        if "llm_model" in self.fields:
+            self.fields[
+                "llm_model"
+            ].help_text = (
+                f"Empty = the site's LLM_MODEL, now {site.resolved_model or '(none set)'} on {site.resolved_backend}."
+            )
 
     class Meta:
         model = Arm
@@ -480,3 +486,21 @@ class InviteForm(forms.Form):
         if self.cleaned_data["invite_id"]:
             return [self.cleaned_data["invite_id"]]
         return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]
+
+
+class SharingForm(forms.ModelForm[Study]):
+    """Which other researchers (active staff users) may see and change the study."""
+
+    class Meta:
+        model = Study
+        fields = ["shared_with"]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple}
+        labels = {"shared_with": "Shared with"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast("forms.ModelMultipleChoiceField[User]", self.fields["shared_with"])
+        researchers = User.objects.filter(is_active=True, is_staff=True).order_by("username")
+        if self.instance.created_by_id is not None:
+            researchers = researchers.exclude(id=self.instance.created_by_id)
+        field.queryset = researchers

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
@@ -65,6 +65,20 @@ MINUTES_PER_RATING = 1.0
 MINUTES_OVERHEAD = 2.0
 
 
+class StudyQuerySet(models.QuerySet["Study"]):
+    def visible_to(self, user: Any) -> StudyQuerySet:
+        """The studies this user may see and change: the ones they created and the ones shared with them.
+
+        Superusers (the site's administrators) see every study; anyone who is not an active staff user sees
+        none. A study without a creator (made by a command, or whose creator was deleted) is for superusers."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
+
+
 class Study(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -104,7 +118,9 @@ class Study(models.Model):
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )
-    quota = models.PositiveIntegerField(null=True, blank=True, help_text="Maximum participants; empty = no limit.")
+    quota = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Maximum participants who consented; empty = no limit."
+    )
     completion_code = models.CharField(max_length=64, default=new_completion_code)
     prolific_completion_url = models.URLField(
         blank=True, help_text="Defaults to https://app.prolific.com/submissions/complete?cc=<code>."
@@ -145,7 +161,15 @@ class Study(models.Model):
         help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="shared_studies",
+        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = StudyQuerySet.as_manager()
 
     class Meta:
         verbose_name_plural = "studies"
@@ -166,6 +190,21 @@ class Study(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("studies:detail", args=[self.slug])
+
+    def is_full(self) -> bool:
+        """Whether every place of the quota is taken by a participant who consented and still holds it: a worker
+        who declined never consented, and one the abandonment sweep marked (``chat.timing``) frees their place."""
+        if self.quota is None:
+            return False
+        return self.participants.holding_a_place().filter(consented_at__isnull=False).count() >= self.quota
+
+    def is_visible_to(self, user: Any) -> bool:
+        """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
+        return Study.objects.visible_to(user).filter(pk=self.pk).exists()
+
+    def can_share(self, user: Any) -> bool:
+        """Only the creator (or a superuser) decides who else sees the study."""
+        return bool(getattr(user, "is_superuser", False)) or (user.pk is not None and user.pk == self.created_by_id)
 
     @property
     def is_open(self) -> bool:
@@ -398,12 +437,23 @@ class Participant(models.Model):
     def __str__(self) -> str:
         return f"{self.study.slug}:{self.external_id}"
 
-    def give_consent(self) -> None:
-        """Record the worker's consent; the first time counts. Consent after a decline withdraws it."""
-        if self.consented_at is None or self.declined_at is not None:
+    def give_consent(self) -> bool:
+        """Record the worker's consent (the first time counts; consent after a decline withdraws the decline);
+        False when the study is full.
+
+        The quota counts consented participants who still hold a place (not abandoned): opening the study link
+        makes a participant but takes no place, so invented Prolific IDs cannot fill a study. The study row is
+        locked while the places are counted, so two workers consenting at once cannot both take the last place."""
+        if self.consented_at is not None and self.declined_at is None:
+            return True
+        with transaction.atomic():
+            study = Study.objects.select_for_update().get(pk=self.study_id)
+            if self.consented_at is None and study.is_full():
+                return False
             self.consented_at = self.consented_at or timezone.now()
             self.declined_at = None
             self.save(update_fields=["consented_at", "declined_at"])
+        return True
 
     def decline(self) -> None:
         """Record that the worker declined consent (and nothing else about them)."""

@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/status/", views.study_set_status, name="status"),
     path("studies/<slug:slug>/default-metrics/", views.study_add_default_metrics, name="default_metrics"),
     path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
+    path("studies/<slug:slug>/sharing/", views.study_share, name="share"),
     path("studies/<slug:slug>/checks/", views.study_check_arms, name="check_arms"),
     path("studies/<slug:slug>/readiness/", views.study_readiness, name="readiness"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
@@ -31,6 +32,7 @@ from studies.forms import (
     InviteForm,
     MetricFormSet,
     NewStudyForm,
+    SharingForm,
     StudyForm,
     check_design,
     design_warnings,
@@ -57,7 +59,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_list(request: HttpRequest) -> HttpResponse:
-    studies = Study.objects.annotate(
+    studies = Study.objects.visible_to(request.user).annotate(
         n_arms=Count("arms", filter=Q(arms__active=True), distinct=True),
         n_participants=Count("participants", distinct=True),
         n_completed=Count("participants", filter=Q(participants__completed_at__isnull=False), distinct=True),
@@ -134,13 +136,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study, slug=slug))
+    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -153,7 +155,7 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     status = request.POST.get("status", "")
     pilot = request.POST.get("pilot") == "1" or study.pilot  # a pilot stays a pilot when it is reopened
     if status not in Study.Status.values:
@@ -185,7 +187,7 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
 def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the readiness checks (``kind=readiness``) or the automatic evaluation (``kind=evaluation``)
     of one arm (``arm``) or of every active arm, as background jobs."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     kind = request.POST.get("kind", ArmJob.Kind.READINESS)
     if kind not in ArmJob.Kind.values:
         messages.error(request, "Unknown kind of check.")
@@ -216,7 +218,7 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
@@ -296,6 +298,8 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
+        # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
+        places=Count("id", filter=Q(consented_at__isnull=False, declined_at__isnull=True, abandoned_at__isnull=True)),
         completed=Count("id", filter=Q(completed_at__isnull=False)),
     )
     episodes = (
@@ -315,6 +319,8 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "open_problems": open_problems(study),
         "design_warnings": design_warnings(study),
         "statuses": Study.Status,
+        "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
+        "shared_with": study.shared_with.order_by("username"),
         "retention": _retention(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
@@ -323,15 +329,34 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
 
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
+
+
+@require_POST
+@researcher_required
+def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """The creator chooses the other researchers who may see and change the study."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    if not study.can_share(request.user):
+        raise PermissionDenied("Only the study's creator can change who it is shared with.")
+    form = SharingForm(request.POST, instance=study)
+    if form.is_valid():
+        form.save()
+        names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names}.")
+    else:
+        messages.error(
+            request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
+        )
+    return redirect(study)
 
 
 @require_POST
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -399,7 +424,7 @@ def _session_view(session: ChatSession) -> SessionView:
 
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",

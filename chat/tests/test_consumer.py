@@ -21,6 +21,7 @@ from studies.models import Study
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # as a browser sends it: the origin check compares the two (evalsite.origins)
 
 
 def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
@@ -31,7 +32,7 @@ def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
 
 
 async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[origin, (b"cookie", cookie)])
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, origin, (b"cookie", cookie)])
     connected, _ = await comm.connect()
     assert connected
     return comm
@@ -193,10 +194,10 @@ async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
 async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> None:
     _, sid = await database_sync_to_async(_worker)(study, "alice")
     cookie_bob, _ = await database_sync_to_async(_worker)(study, "bob")
-    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN, (b"cookie", cookie_bob)])
+    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN, (b"cookie", cookie_bob)])
     connected, code = await comm.connect()
     assert not connected and code == 4403
-    anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN])
+    anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN])
     assert (await anonymous.connect())[0] is False
 
 

@@ -206,6 +206,9 @@ def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(c
         ("-1", "between 0 and 100"),
         ("abc", "whole number"),
         ("50.5", "whole number"),
+        ("1_0", "whole number"),  # int() reads it as 10
+        ("10.0", "whole number"),
+        ("\u0661\u0660", "whole number"),  # Arabic-Indic digits: int() reads them as 10
         ("", "Please rate"),
     ],
 )

@@ -202,3 +202,18 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
     assert "Pilot: not for publication" in get("html") and "<h2>Automatic evaluation</h2>" in get("html")
     latex = get("latex")
     assert latex.startswith("% pilot: not for publication") and "No memory & gvd & 15 & 0.250 & 0.500" in latex
+
+
+def test_the_csv_exports_neutralise_formula_cells_and_leave_numbers_and_jsonl_alone(
+    study: Study, episode: Episode
+) -> None:
+    session = episode.sessions.get(index=1)
+    session.messages.filter(seq=1).update(text='=HYPERLINK("http://evil.example","click")')
+    study.arms.filter(memory_system="full_history").update(name="-Full history")
+    _, table = read_csv(run(study, "transcripts"))
+    assert table.loc[table["seq"] == 1, "text"].item() == '\'=HYPERLINK("http://evil.example","click")'
+    assert set(table["arm"]) == {"'-Full history"} and table["seq"].tolist() == [1, 2]  # numbers stay numbers
+    _, ratings = read_csv(run(study, "ratings"))
+    assert ratings["value"].tolist() == [60, 61, 62, 63, 64]
+    raw = [json.loads(line) for line in run(study, "transcripts", "jsonl").splitlines()[1:]]
+    assert raw[0]["text"].startswith("=HYPERLINK") and raw[0]["arm"] == "-Full history"  # JSON is not a spreadsheet

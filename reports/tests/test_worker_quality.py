@@ -156,3 +156,25 @@ def test_too_fast_compares_each_session_with_the_others() -> None:
     assert too_fast({1: 600, 2: 610, 3: 590, 4: 605, 5: 595, 6: 10}) == {6}
     assert too_fast({1: 600, 2: 10, 3: 590}) == set()  # too few other sessions to judge
     assert too_fast({k: 300 + 100 * (k % 3) for k in range(20)}) == set()
+
+
+def test_the_data_export_neutralises_a_formula_like_arm_name_and_the_cli_command_names_it_the_same_way(
+    researcher_client: Client, quality_study: Study, tmp_path: Path
+) -> None:
+    quality_study.arms.filter(name="QC bot").update(name="=QC bot")
+    data = researcher_client.get(_url(quality_study, "study_export", "data")).content
+    assert b"\n'=QC bot" not in data and ",'=QC bot," in data.decode()  # the arm column, quoted for spreadsheets
+    (tmp_path / f"{quality_study.slug}-ratings.csv").write_bytes(data)
+    dashboard = json.loads(researcher_client.get(_url(quality_study, "study_export", "json")).content)
+    page = researcher_client.get(_url(quality_study, "study_analysis")).content.decode()
+    command = page.split('<pre class="mono" id="cli-command">')[1].split("</pre>")[0]
+    argv = shlex.split(command.replace("&#x27;", "'").replace("&quot;", '"'))[3:]
+    assert argv[argv.index("--qc-arm") + 1] == "'=QC bot"
+    argv[1] = str(tmp_path / argv[1])
+    argv[argv.index("--format") + 1] = "json"
+    out = tmp_path / "cli.json"
+    assert analysis_cli([*argv, "--out", str(out)]) == 0
+    cli = json.loads(out.read_text())
+    assert cli["qc"]["arm"] == "'=QC bot" and dashboard["qc"]["arm"] == "=QC bot"
+    for key in ("workers_total", "workers_passed"):  # the same numbers; only the label has the spreadsheet quote
+        assert cli["qc"][key] == dashboard["qc"][key]

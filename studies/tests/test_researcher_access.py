@@ -62,6 +62,7 @@ def test_a_staff_user_who_is_not_superuser_is_a_researcher(
     client: Client, study: Study, django_user_model: Any
 ) -> None:
     staff = django_user_model.objects.create_user("sam", password="pw", is_staff=True)
+    study.shared_with.add(staff)  # a researcher who is not a superuser sees their own and shared studies only
     client.force_login(staff)
     assert client.get(reverse("studies:detail", args=[study.slug])).status_code == 200
 

@@ -45,7 +45,7 @@ def test_the_study_page_counts_episodes_per_arm_and_status(
     assert rows["Full history"].counts == {"active": 1, "completed": 0, "abandoned": 1}
     assert rows["Full history"].sessions_rated == 1
     assert rows["No memory"].counts == {"active": 0, "completed": 1, "abandoned": 0}
-    assert response.context["participants"] == {"total": 2, "consented": 1, "completed": 0}
+    assert response.context["participants"] == {"total": 2, "consented": 1, "completed": 0, "places": 1}
 
 
 def test_the_study_page_gives_the_prolific_link_to_paste(rclient: Client, study: Study, settings: Any) -> None:
