@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.data import ARM, WORKER
 from analysis.spec import ALPHA
 from analysis.standardize import worker_moments
+from analysis.stats import mannwhitneyu
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def quality_control(
             if not rows.size:
                 continue
             method = "asymptotic" if (a > 8 and b > 8) or has_ties else "exact"
-            result = stats.mannwhitneyu(qc_vals[rows], other[rows], alternative="less", axis=1, method=method)
-            for k, p in zip(ks[rows], np.atleast_1d(result.pvalue), strict=True):
+            _, pvalues = mannwhitneyu(qc_vals[rows], other[rows], "less", method)
+            for k, p in zip(ks[rows], np.atleast_1d(pvalues), strict=True):
                 passed = bool(p < alpha)
                 reason = "" if passed else f"QC arm not rated lower (p = {p:.3g} >= {alpha})"
                 out[k] = WorkerQC(order[k], passed, float(p), a, b, reason)
