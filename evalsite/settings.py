@@ -115,6 +115,17 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
 CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
 CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
+# Periodic upkeep, sent by the one `celery -A evalsite beat` process (docker-compose's "beat" service) to the
+# default queue. Annotation claims sweep their own queue's expired leases at most every 30 s; this returns
+# stale claims in queues nobody is claiming from too (docs/annotation.md). `expires`: a tick that no worker
+# picked up within its minute is dropped rather than piling up behind a stopped worker.
+CELERY_BEAT_SCHEDULE = {
+    "expire-annotation-leases": {
+        "task": "annotation.tasks.expire_leases_task",
+        "schedule": 60.0,
+        "options": {"expires": 55.0},
+    },
+}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
