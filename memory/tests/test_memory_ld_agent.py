@@ -151,3 +151,23 @@ def test_the_code_variant_retrieves_by_noun_keys() -> None:
         .endswith("Talked about Rex.")
     )
     assert not [m for m in agent.compose(state, [Turn("user", "I bought shoes", later)], later).memory if "ago" in m]
+
+
+@pytest.mark.parametrize("retrieval", ["paper", "code"])
+def test_event_memory_decays_with_the_events_age_in_seconds_through_retrieval(retrieval: str) -> None:
+    """The same event stored twice, once now and once 2 tau ago: the older copy scores exactly e^-2 of the
+    newer (ages measured in seconds from the event's time to the query's; older events rank lower)."""
+    tau = 6 * 3600.0
+    agent = LDAgent(llm=ScriptedLLM(script), embedder=HashingEmbedder(), tau=tau, top_n=2, retrieval=retrieval)
+    now = T0 + timedelta(days=30)
+    event = {"summary": "The user walks the dog Rex in the park.", "topics": ["dog", "rex", "park"]}
+    old = {**event, "time": (now - timedelta(seconds=2 * tau)).isoformat()}
+    new = {**event, "time": now.isoformat()}
+    ranked = agent.retrieve([old, new], "Does my dog Rex like the park?", now)
+    assert [e["time"] for e, _ in ranked] == [new["time"], old["time"]]
+    (_, newer), (_, older) = ranked
+    assert older / newer == pytest.approx(math.exp(-2), rel=1e-9)
+    # an event dated after the query (clock skew) counts as age 0, not as a boost
+    future = {**event, "time": (now + timedelta(hours=5)).isoformat()}
+    (_, skewed), (_, same) = agent.retrieve([future, new], "Does my dog Rex like the park?", now)
+    assert skewed == pytest.approx(same, rel=1e-12)
