@@ -100,7 +100,7 @@ def pearsonr(x: np.ndarray, y: np.ndarray, confidence: float) -> tuple[float, fl
     ymax = np.max(np.abs(ym), axis=-1, keepdims=True)
     normxm = xmax * np.linalg.norm(xm / xmax, ord=2, axis=-1, keepdims=True)
     normym = ymax * np.linalg.norm(ym / ymax, ord=2, axis=-1, keepdims=True)
-    r = np.clip(np.vecdot(xm / normxm, ym / normym, axis=-1), -1.0, 1.0)
+    r = np.clip(np.vecdot(xm / normxm, ym / normym), -1.0, 1.0)  # over the last axis, as scipy
     ab = np.asarray(n / 2 - 1, dtype=float)
     p = 2 * special.betaincc(ab, ab, (np.abs(r) - -1) / 2)
     level = np.asarray(confidence, dtype=float)
