@@ -44,6 +44,9 @@ def test_the_code_score_takes_the_nearest_key_and_needs_a_shared_noun() -> None:
     s_sem = np.array([0.9, 0.2])
     assert score_code(s_sem, ["dog"], [["cat"], ["dog"]], [0, 0], tau=1e7, top_n=1) == []
     assert score_code(s_sem, ["cat"], [["cat"], ["dog"]], [0, 0], tau=1e7, top_n=1) == [(0, 1.0)]
+    # λ_t · s_top with a partial overlap (s_top = (1/2 + 1/1) / 2) and an age of one τ
+    ((i, score),) = score_code(s_sem, ["cat", "fish"], [["cat"], ["dog"]], [1e7, 0], tau=1e7, top_n=1)
+    assert i == 0 and score == pytest.approx(math.exp(-1) * 0.75)
 
 
 def test_ages_are_rendered_like_the_code() -> None:
