@@ -132,10 +132,18 @@ CELERY_TASK_ROUTES = {
     # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
     "chat.tasks.run_arm_job": {"queue": "memory"},
 }
-# Periodic sweeps (docker-compose's "beat" service): workers gone too long are marked abandoned (chat/timing.py).
+# Periodic upkeep, sent by the one `celery -A evalsite beat` process (docker-compose's "beat" service):
+# workers gone too long are marked abandoned (chat/timing.py); annotation claims sweep their own queue's
+# expired leases at most every 30 s, and the beat returns stale claims in queues nobody is claiming from
+# too (docs/annotation.md). `expires`: a tick no worker picked up within its minute is dropped.
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+    "expire-annotation-leases": {
+        "task": "annotation.tasks.expire_leases_task",
+        "schedule": 60.0,
+        "options": {"expires": 55.0},
+    },
 }
 
 # --- chat reply and memory-update jobs (chat/services.py)

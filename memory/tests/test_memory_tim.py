@@ -130,3 +130,40 @@ def test_compose_recalls_the_top_k_thoughts_of_the_querys_group() -> None:
     assert all(groups[texts.index(m)] == q_group for m in prompt.memory)
     if groups[0] == q_group:
         assert prompt.memory == ["The user has a dog named Rex."]
+
+
+def test_a_merged_thought_is_rehashed_into_the_group_its_own_text_hashes_to() -> None:
+    """Merge may rewrite a group's thoughts into text that belongs elsewhere: the stored group must be F(new
+    text), not the group it was merged in (Eq. 1 must hold for every stored thought, or recall misses it)."""
+    groups, embedder = 16, HashingEmbedder()
+    R = make_projection(embedder.dim, groups, 0)
+
+    def group(text: str) -> int:
+        return int(lsh(embedder.embed([text]), R)[0])
+
+    texts = [f"The user {v} {o}." for v in ("owns", "likes", "paints", "sells") for o in ("a red bike", "old maps",
+             "green tea", "a blue boat", "jazz records", "rare stamps", "wooden toys", "fresh bread")]  # fmt: skip
+    # two thoughts that land in the same group (so forget and merge run on it), and a merge result that does not
+    first, second = next((a, b) for i, a in enumerate(texts) for b in texts[i + 1 :] if group(a) == group(b))
+    merged = next(t for t in texts if group(t) != group(first))
+    thought_of = {"First.": first, "Second.": second}
+
+    def script(messages: list[dict[str, str]]) -> str:
+        text = messages[-1]["content"]
+        if "extract the relation" in text:
+            return thought_of[text.rsplit("Question: ", 1)[1].split("\n", 1)[0]]
+        if "merge the similar" in text:
+            return merged
+        return text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0]  # forget keeps the group
+
+    system = ThinkInMemory(llm=ScriptedLLM(script), embedder=embedder, groups=groups)
+    state = system.initial_state()
+    session: list[Turn] = []
+    for question in ("First.", "Second."):
+        session += [Turn("user", question, NOW), Turn("bot", "I see.", NOW)]
+        state = system.after_turn(state, session, NOW).state
+    (thought,) = state["thoughts"]
+    assert thought["text"] == merged
+    assert thought["group"] == group(merged) != group(first)
+    # and recall finds it from a query about the merged text
+    assert merged in system.compose(state, [Turn("user", merged, NOW)], NOW).memory
