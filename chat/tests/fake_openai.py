@@ -9,9 +9,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from studies.models import Study
+if TYPE_CHECKING:
+    from studies.models import Study
 
 
 def sse_chunk(text: str) -> bytes:
@@ -25,17 +26,18 @@ DONE = b"data: [DONE]\n\n"
 
 
 class ScriptedEndpoint(BaseHTTPRequestHandler):
-    """Answers each POST by the next step of ``plan`` (``"ok"`` once it is empty); subclasses set ``plan``
-    on their own class and implement :meth:`answer`."""
+    """Answers each POST by the next step of ``plan`` (``default_step`` once it is empty); subclasses set
+    ``plan`` on their own class and implement :meth:`answer`."""
 
     plan: list[Any] = []
+    default_step: Any = "ok"
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.answer(self.plan.pop(0) if self.plan else "ok")
+        self.answer(self.plan.pop(0) if self.plan else self.default_step)
 
     def answer(self, step: Any) -> None:
         raise NotImplementedError
