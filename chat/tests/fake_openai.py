@@ -49,14 +49,13 @@ H = TypeVar("H", bound=ScriptedEndpoint)
 @contextmanager
 def serving(handler: type[ScriptedEndpoint]) -> Iterator[str]:
     """Serve ``handler`` on a free loopback port until the block ends; yields the API's base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:  # closes the socket at the end
+        server.daemon_threads = True  # a handler still streaming to a client that went away is not waited for
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}/v1"
+        finally:
+            server.shutdown()
 
 
 @contextmanager
