@@ -520,46 +520,40 @@ def _stats_entry(row: pd.Series, m: str, z_valid: bool) -> dict[str, Any]:
     }
 
 
+def _row_summary(row: pd.Series, metrics: list[str], z_valid: bool) -> tuple[int, dict[str, Any]]:
+    """A row of grouped means: its number of units and the overall and per-metric fields of the tables."""
+    overall = _stats_entry(row, OVERALL, z_valid)
+    return overall["n"], {
+        "overall_z": overall["mean_z"],
+        "overall_z_ci95": overall["ci95_z"],
+        "overall_raw": overall["mean_raw"],
+        "overall_raw_ci95": overall["ci95_raw"],
+        "metrics": {m: _stats_entry(row, m, z_valid) for m in metrics},
+    }
+
+
+def _grouped(frame: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataFrame:
+    return grouped_mean_ci(frame, by, [f"{p}_{m}" for p in ("raw", "z") for m in [*metrics, OVERALL]])
+
+
 def _arm_table(units: pd.DataFrame, arms: list[str], metrics: list[str], z_valid: bool) -> dict[str, Any]:
-    cols = [f"{p}_{m}" for p in ("raw", "z") for m in [*metrics, OVERALL]]
-    table = grouped_mean_ci(units, [ARM], cols)
+    table = _grouped(units, [ARM], metrics)
     workers = units.groupby(ARM)[WORKER].nunique()
     out: dict[str, Any] = {}
     for a in arms:
         row = cast("pd.Series[Any]", table.loc[a])  # a unique arm label selects one row, not a frame
-        overall = _stats_entry(row, OVERALL, z_valid)
-        out[a] = {
-            "n_units": int((units[ARM] == a).sum()),
-            "n_workers": int(workers[a]),
-            "overall_z": overall["mean_z"],
-            "overall_z_ci95": overall["ci95_z"],
-            "overall_raw": overall["mean_raw"],
-            "overall_raw_ci95": overall["ci95_raw"],
-            "metrics": {m: _stats_entry(row, m, z_valid) for m in metrics},
-        }
+        _, fields = _row_summary(row, metrics, z_valid)
+        out[a] = {"n_units": int((units[ARM] == a).sum()), "n_workers": int(workers[a]), **fields}
     return out
 
 
 def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_valid: bool) -> list[dict[str, Any]]:
-    cols = [f"{p}_{m}" for p in ("raw", "z") for m in [*metrics, OVERALL]]
-    table = grouped_mean_ci(su, [ARM, SESSION], cols)
+    table = _grouped(su, [ARM, SESSION], metrics)
     out = []
     for a in arms:
         for s in sorted(table.loc[a].index, key=_natural):
-            row = cast(pd.Series, table.loc[(a, s)])
-            overall = _stats_entry(row, OVERALL, z_valid)
-            out.append(
-                {
-                    "arm": a,
-                    "session": s,
-                    "n_units": overall["n"],
-                    "overall_z": overall["mean_z"],
-                    "overall_z_ci95": overall["ci95_z"],
-                    "overall_raw": overall["mean_raw"],
-                    "overall_raw_ci95": overall["ci95_raw"],
-                    "metrics": {m: _stats_entry(row, m, z_valid) for m in metrics},
-                }
-            )
+            n, fields = _row_summary(cast(pd.Series, table.loc[(a, s)]), metrics, z_valid)
+            out.append({"arm": a, "session": s, "n_units": n, **fields})
     return out
 
 

@@ -16,8 +16,6 @@ import argparse
 import http.client
 import os
 import secrets
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,14 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from tests.live import daphne_command, free_port, prepare_site, serving  # noqa: E402 (needs ROOT on the path)
+
 MB = 2**20
 CHUNK = MB
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -95,18 +89,8 @@ def send(port: int, path: str, chunks: Iterator[bytes], length: int, headers: di
 
 def run(app: str, size: int, env: dict[str, str], cookie: str, token: str) -> list[tuple[str, int, float, float]]:
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
     rows = []
-    try:
-        for _ in range(150):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+    with serving(daphne_command(port, app), env, port, quiet=True) as server:
         form = {"Content-Type": "application/x-www-form-urlencoded"}
         status, seconds = send(port, "/accounts/login/", body(size, b"username=a&password="), size + 20, form)
         rows.append(("login page, urlencoded", status, seconds, peak_rss_mb(server.pid)))
@@ -138,9 +122,6 @@ def run(app: str, size: int, env: dict[str, str], cookie: str, token: str) -> li
         }
         status, seconds = send(port, "/studies/bench/analysis/import/", iter([head, *chunks, tail]), length, headers)
         rows.append(("ratings import, multipart", status, seconds, peak_rss_mb(server.pid)))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return rows
 
 
@@ -154,7 +135,7 @@ def main() -> None:
     env.update({"DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3", "DEBUG": "1", "LOG_LEVEL": "ERROR",
                 "DJANGO_SETTINGS_MODULE": "evalsite.settings", "LLM_BACKEND": "scripted", "EMBEDDER": "hashing"})  # fmt: skip
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE", "LLM_BACKEND", "EMBEDDER")})
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    prepare_site(env)
     import django
 
     django.setup()

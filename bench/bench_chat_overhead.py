@@ -16,9 +16,7 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,12 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.live import daphne_command, free_port, prepare_site, serving  # noqa: E402 (needs ROOT on the path)
 
 
 def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
@@ -140,23 +133,13 @@ def main() -> None:
     env.update({"LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "MEMEVAL_BENCH_ECHO": "1", "DEBUG": "1",
                 "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings"})  # fmt: skip
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "LLM_BACKEND", "EMBEDDER", "DJANGO_SETTINGS_MODULE")})
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    prepare_site(env)
 
     import django
 
     django.setup()
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+    with serving(daphne_command(port), env, port, quiet=True):
         base = f"ws://127.0.0.1:{port}"
         db = env["DATABASE_URL"].split(":")[0]
         layer = "redis" if env.get("REDIS_URL") else "in-memory"
@@ -171,9 +154,6 @@ def main() -> None:
                 print(
                     f"{n:>7} {kind:<9} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} {max(ms):>8.1f} {len(ms) / wall:>8.1f}"
                 )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,15 @@ def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, Im
     return study, dataset
 
 
+def _report_for(request: HttpRequest, slug: str, pk: int | None, known: bool, unknown: str) -> Report:
+    """The report behind a download: 404 for a study or dataset the user cannot see, or (``unknown``) for
+    a format or plot name that is not ``known``."""
+    study, dataset = _objects(request, slug, pk)
+    if not known:
+        raise Http404(unknown)
+    return _report(request, study, dataset)
+
+
 def _urls(
     study: Study, dataset: ImportedDataset | None, test: str, family: str, exclusions: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -184,10 +193,7 @@ def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> Http
 @require_GET
 @researcher_required
 def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(request, slug, pk)
-    if fmt not in FORMATS:
-        raise Http404("unknown format")
-    report = _report(request, study, dataset)
+    report = _report_for(request, slug, pk, fmt in FORMATS, "unknown format")
     if not report.ok:
         return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
     text = _cached(f"{report.cache_key}:export:{fmt}", lambda: export(report, fmt))
@@ -199,10 +205,7 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
 @require_GET
 @researcher_required
 def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(request, slug, pk)
-    if name not in PLOT_NAMES:
-        raise Http404("unknown plot")
-    report = _report(request, study, dataset)
+    report = _report_for(request, slug, pk, name in PLOT_NAMES, "unknown plot")
     svg = _plot_svg(report, name)
     if not svg:
         raise Http404(report.message or "this plot does not apply to these data")

@@ -7,7 +7,10 @@ over to ``chat:next``, which sends the worker to wherever they are in the study.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import Any
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
@@ -129,24 +132,38 @@ def entry(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-def invite(request: HttpRequest, slug: str, token: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
-    try:
-        data = load_link(token, study, INVITE_SALT)
-    except LinkError as exc:
-        return _page(request, study, exc.title, exc.text, exc.status)
+LinkView = Callable[[HttpRequest, Study, dict[str, Any]], HttpResponse]
+
+
+def _signed_link(salt: str) -> Callable[[LinkView], Callable[[HttpRequest, str, str], HttpResponse]]:
+    """A view of a link signed with ``salt`` (URL arguments ``slug`` and ``token``): it gets the study and
+    the link's content; a link that cannot be used gets the page that says why."""
+
+    def decorate(view: LinkView) -> Callable[[HttpRequest, str, str], HttpResponse]:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, slug: str, token: str) -> HttpResponse:
+            study = get_object_or_404(Study, slug=slug)
+            try:
+                data = load_link(token, study, salt)
+            except LinkError as exc:
+                return _page(request, study, exc.title, exc.text, exc.status)
+            return view(request, study, data)
+
+        return wrapped
+
+    return decorate
+
+
+@_signed_link(INVITE_SALT)
+def invite(request: HttpRequest, study: Study, data: dict[str, Any]) -> HttpResponse:
     invite_id = data.get("i")
     if not isinstance(invite_id, str) or not invite_id:  # signed, but not by invite_url
         return _page(request, study, "This link is not valid", "Please check that you copied the whole link.", 400)
     return _join(request, study, f"invite:{invite_id}"[:128], Participant.Source.INVITE)
 
 
-def resume(request: HttpRequest, slug: str, token: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
-    try:
-        data = load_link(token, study, RESUME_SALT)
-    except LinkError as exc:
-        return _page(request, study, exc.title, exc.text, exc.status)
+@_signed_link(RESUME_SALT)
+def resume(request: HttpRequest, study: Study, data: dict[str, Any]) -> HttpResponse:
     pk = data.get("p")
     participant = Participant.objects.filter(pk=pk, study=study).first() if isinstance(pk, int) else None
     if participant is None:

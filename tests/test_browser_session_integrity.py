@@ -6,23 +6,19 @@ reply is written again)."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chat.tests.fake_openai import DONE, ScriptedEndpoint, serving, sse_chunk
+from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, site_env, wait_for_port
+
 pytestmark = [pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parent.parent
 SETUP = """
 from studies.models import Arm, Study
 s = Study.objects.create(name="Integrity study", slug="integrity", status="open", sessions_per_episode=2,
@@ -33,24 +29,14 @@ Arm.objects.create(study=s, name="Full history", memory_system="full_history", l
 """
 
 
-def _chunk(text: str) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
-             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}  # fmt: skip
-    return f"data: {json.dumps(chunk)}\n\n".encode()
-
-
-class _Slow(BaseHTTPRequestHandler):
+class _Slow(ScriptedEndpoint):
     """Replies stream one word per ``delay`` seconds; ``plan`` gives the delay of each next request."""
 
     plan: list[float] = []
+    default_step = 0.0
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        delay = self.plan.pop(0) if self.plan else 0.0
+    def answer(self, step: float) -> None:
         words = [
             "Nice",
             "to",
@@ -72,28 +58,12 @@ class _Slow(BaseHTTPRequestHandler):
             self.send_header("connection", "close")
             self.end_headers()
             for i, word in enumerate(words):
-                self.wfile.write(_chunk(word if i == 0 else " " + word))
+                self.wfile.write(sse_chunk(word if i == 0 else " " + word))
                 self.wfile.flush()
-                time.sleep(delay)
-            self.wfile.write(b"data: [DONE]\n\n")
+                time.sleep(step)
+            self.wfile.write(DONE)
         except OSError:  # the server that asked is gone (restarted)
             pass
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for_port(port: int) -> None:
-    for _ in range(150):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 class Site:
@@ -104,11 +74,8 @@ class Site:
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload"],
-            cwd=ROOT, env=self.env,
-        )  # fmt: skip
-        _wait_for_port(self.port)
+        self.proc = subprocess.Popen(runserver_command(self.port), cwd=ROOT, env=self.env)
+        wait_for_port(self.port)
 
     def stop(self, *, crash: bool = False) -> None:
         """Stop the server; ``crash``: kill it, so its running reply jobs die with it."""
@@ -123,33 +90,23 @@ class Site:
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
-    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    endpoint.daemon_threads = True
-    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "LLM_BACKEND": "openai",
-        "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1",
-        "OPENAI_API_KEY": "test-key",
-        "LLM_TIMEOUT_SECONDS": "5",
-        "LLM_MAX_TOKENS": "100",
-        "CHAT_JOB_LEASE_SECONDS": "3",
-        "EMBEDDER": "hashing",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-    }
-    env.pop("REDIS_URL", None)
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True)
-    server = Site(env, _free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        endpoint.shutdown()
-        endpoint.server_close()
+    with serving(_Slow) as endpoint:
+        env = site_env(
+            tmp_path / "db.sqlite3",
+            LLM_BACKEND="openai",
+            OPENAI_BASE_URL=endpoint,
+            OPENAI_API_KEY="test-key",
+            LLM_TIMEOUT_SECONDS="5",
+            LLM_MAX_TOKENS="100",
+            CHAT_JOB_LEASE_SECONDS="3",
+        )
+        prepare_site(env, SETUP)
+        server = Site(env, free_port())
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def _send(page: Any, text: str) -> None:
@@ -170,10 +127,7 @@ def test_end_session_waits_for_the_streaming_reply_and_a_restart_mid_reply_needs
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
+        browser = launch_chromium(p)
         page = browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -6,20 +6,15 @@ Screenshots (desktop and phone width) go to artifacts/ (gitignored) for a human 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+
 pytestmark = [pytest.mark.browser, pytest.mark.llm]
 
-ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
 SETUP = """
 from studies.models import Arm, Study
@@ -30,47 +25,13 @@ Arm.objects.create(study=s, name="Full history", memory_system="full_history", l
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = tmp_path_factory.mktemp("browser") / "db.sqlite3"
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{db}",
-        "LLM_BACKEND": "local",
-        "LLM_MAX_TOKENS": "40",
-        "EMBEDDER": "hashing",
-        "DEBUG": "1",
-        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-    }
-    env.pop("REDIS_URL", None)
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([py, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True)
-    port = _free_port()
-    proc = subprocess.Popen(
-        # daphne's runserver: the ASGI app plus static files (WhiteNoise is only on in production)
-        [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    env = site_env(tmp_path_factory.mktemp("browser") / "db.sqlite3", LLM_BACKEND="local", LLM_MAX_TOKENS="40")
+    prepare_site(env, SETUP)
+    port = free_port()
+    with serving(runserver_command(port), env, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def shoot(page: Any, name: str) -> None:
@@ -113,10 +74,7 @@ def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) ->
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium",
-            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )
+        browser = launch_chromium(p)
         page = browser.new_page(viewport={"width": 1280, "height": 860})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))

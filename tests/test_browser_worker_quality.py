@@ -8,23 +8,19 @@ Screenshots go to artifacts/ (gitignored) for a human to look at.
 
 from __future__ import annotations
 
-import os
 import random
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+
 pytestmark = [pytest.mark.browser]
 
-ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SETUP = """
 from django.contrib.auth.models import User
 from studies.models import Arm, AttentionCheck, Study
@@ -45,43 +41,13 @@ SERVER_ENV: dict[str, str] = {}  # the server's environment, for checks in the d
 PASTED = "As an AI language model, I enjoy discussing many topics with you today."
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    db = tmp_path_factory.mktemp("quality-browser") / "db.sqlite3"
-    env = SERVER_ENV
-    env.update(
-        {
-            **os.environ,
-            "DATABASE_URL": f"sqlite:///{db}",
-            "LLM_BACKEND": "scripted",
-            "EMBEDDER": "hashing",
-            "DEBUG": "1",
-            "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-        }
-    )
-    env.pop("REDIS_URL", None)
-    py = sys.executable
-    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
-    subprocess.run([py, "manage.py", "shell", "-c", SETUP], cwd=ROOT, env=env, check=True)
-    port = _free_port()
-    proc = subprocess.Popen([py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], cwd=ROOT, env=env)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    try:
+    SERVER_ENV.update(site_env(tmp_path_factory.mktemp("quality-browser") / "db.sqlite3", LLM_BACKEND="scripted"))
+    prepare_site(SERVER_ENV, SETUP)
+    port = free_port()
+    with serving(runserver_command(port), SERVER_ENV, port):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _set_slider(page: Any, slider: Any, value: int) -> None:
@@ -155,7 +121,7 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = launch_chromium(p)
         _worker(browser, server, "attentive-1", careless=False)
         _worker(browser, server, "careless-1", careless=True)
 
@@ -194,7 +160,7 @@ def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(server: str)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = launch_chromium(p)
         context = browser.new_context()
         context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
         page = context.new_page()

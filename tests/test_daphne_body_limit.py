@@ -10,44 +10,22 @@ from __future__ import annotations
 import http.client
 import os
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.live import daphne_command, free_port, serving
+
 MB = 2**20
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def daphne(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('db') / 'db.sqlite3'}",
            "MAX_REQUEST_MB": "1", "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        for _ in range(150):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+    with serving(daphne_command(port), env, port, quiet=True):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def post(port: int, body: bytes | Iterator[bytes], headers: dict[str, str]) -> tuple[int, str]:

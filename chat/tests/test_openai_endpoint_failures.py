@@ -4,11 +4,8 @@ call is recorded, and the reply arrives once the endpoint recovers; a 400 fails 
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -17,26 +14,16 @@ from django.test import Client
 from chat import services
 from chat.models import LLMCallRecord, Message
 from chat.tests.conftest import start
+from chat.tests.fake_openai import DONE, ScriptedEndpoint, sse_chunk, study_on_endpoint
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _sse(text: str) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
-             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}  # fmt: skip
-    return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-
-
-class _Endpoint(BaseHTTPRequestHandler):
+class _Endpoint(ScriptedEndpoint):
     plan: list[str] = []
 
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        step = self.plan.pop(0) if self.plan else "ok"
+    def answer(self, step: str) -> None:
         if step == "slow":
             time.sleep(1.0)
             step = "ok"
@@ -45,7 +32,7 @@ class _Endpoint(BaseHTTPRequestHandler):
         elif step == "garbage":
             body, status, ctype = b"<html>bad gateway page</html>", 200, "text/event-stream"
         else:
-            body, status, ctype = _sse("Nice to meet you again."), 200, "text/event-stream"
+            body, status, ctype = sse_chunk("Nice to meet you again.") + DONE, 200, "text/event-stream"
         try:
             self.send_response(status)
             self.send_header("content-type", ctype)
@@ -58,17 +45,8 @@ class _Endpoint(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def endpoint(settings: Any, study: Study) -> Iterator[type[_Endpoint]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{server.server_port}/v1"
-    settings.OPENAI_API_KEY = "test-key"
-    settings.LLM_TIMEOUT_SECONDS = 0.3
-    settings.CHAT_RETRY_DELAYS = [0, 0, 0, 0]
-    study.arms.update(llm_backend="openai", llm_model="test-model")
-    yield _Endpoint
-    server.shutdown()
-    server.server_close()
+    with study_on_endpoint(settings, study, _Endpoint, timeout=0.3) as handler:
+        yield handler
 
 
 def test_429_500_garbage_and_a_timeout_are_retried_until_the_reply_arrives(

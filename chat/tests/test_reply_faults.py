@@ -6,13 +6,10 @@ arrives or fails with the Retry button and a clear message."""
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -23,36 +20,26 @@ from django.utils import timezone
 from chat import leases, services
 from chat.models import REPLY_TOO_SLOW, ChatSession, LLMCallRecord, MemorySnapshot, Message
 from chat.tests.conftest import start
+from chat.tests.fake_openai import DONE, ScriptedEndpoint, sse_chunk, study_on_endpoint
 from memory.llm import LLMError, LLMTransientError
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _chunk(text: str) -> bytes:
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
-             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}  # fmt: skip
-    return f"data: {json.dumps(chunk)}\n\n".encode()
-
-
-class _Streamer(BaseHTTPRequestHandler):
+class _Streamer(ScriptedEndpoint):
     """Streams a reply as server-sent events, with the fault of the next step of ``plan``."""
 
     plan: list[str] = []
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("content-length", 0)))
-        step = self.plan.pop(0) if self.plan else "ok"
+    def answer(self, step: str) -> None:
         try:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")
             self.end_headers()
-            self.wfile.write(_chunk("Nice to"))
+            self.wfile.write(sse_chunk("Nice to"))
             self.wfile.flush()
             if step == "stall":  # the first bytes, then nothing: a read timeout mid-stream
                 time.sleep(1.5)
@@ -70,28 +57,17 @@ class _Streamer(BaseHTTPRequestHandler):
             for word in words:
                 if step == "trickle":
                     time.sleep(0.1)
-                self.wfile.write(_chunk(word))
+                self.wfile.write(sse_chunk(word))
                 self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.write(DONE)
         except (BrokenPipeError, ConnectionResetError, OSError):  # the client gave up
             pass
 
 
 @pytest.fixture
 def streamer(settings: Any, study: Study) -> Iterator[type[_Streamer]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Streamer)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{server.server_port}/v1"
-    settings.OPENAI_API_KEY = "test-key"
-    settings.LLM_TIMEOUT_SECONDS = 0.5
-    settings.CHAT_RETRY_DELAYS = [0, 0, 0, 0]
-    study.arms.update(llm_backend="openai", llm_model="test-model")
-    _Streamer.plan = []
-    yield _Streamer
-    server.shutdown()
-    server.server_close()
+    with study_on_endpoint(settings, study, _Streamer, timeout=0.5) as handler:
+        yield handler
 
 
 def test_a_stream_that_stalls_resets_or_garbles_mid_reply_is_retried_until_the_reply_arrives(

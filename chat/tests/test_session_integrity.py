@@ -23,6 +23,13 @@ from studies.models import Study
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _start(client: Client, study: Study) -> ChatSession:
+    """The first session of ``study``, made endable after one user turn."""
+    study.min_user_turns = 1
+    study.save()
+    return start(client, study)
+
+
 def _rate_all(client: Client, session: ChatSession) -> Any:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
@@ -36,9 +43,7 @@ def _rate_all(client: Client, session: ChatSession) -> Any:
 def test_the_server_refuses_to_end_a_session_while_the_reply_is_being_written(
     client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    study.min_user_turns = 1
-    study.save()
-    session = start(client, study)
+    session = _start(client, study)
     monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)  # still writing
     services.post_user_message(session, "c1", "Hello there")
     with pytest.raises(services.ReplyPending, match="wait for the chatbot's reply"):
@@ -57,9 +62,7 @@ def test_once_the_reply_is_written_the_session_ends_with_the_reply_in_it(
     client: Client, study: Study, script: Any
 ) -> None:
     script(["Nice to meet you."])
-    study.min_user_turns = 1
-    study.save()
-    session = start(client, study)
+    session = _start(client, study)
     services.post_user_message(session, "c1", "Hello there")
     services.end_session(session)
     session.refresh_from_db()
@@ -71,9 +74,7 @@ def test_once_the_reply_is_written_the_session_ends_with_the_reply_in_it(
 
 
 def _ended_unrated(client: Client, study: Study) -> tuple[ChatSession, ChatSession]:
-    study.min_user_turns = 1
-    study.save()
-    first = start(client, study)
+    first = _start(client, study)
     services.post_user_message(first, "c1", "I have a dog")
     services.end_session(first)  # the memory update runs inline: session 2 is ready
     second = ChatSession.objects.get(episode=first.episode, index=2)
@@ -173,6 +174,12 @@ class ListMemory:
         return Update({"items": [*state["items"], "session end"]})
 
 
+def _start_with_an_empty_list(client: Client, study: Study) -> ChatSession:
+    session = _start(client, study)
+    Episode.objects.filter(pk=session.episode_id).update(memory_state={"items": []})
+    return session
+
+
 @pytest.fixture
 def list_memory(monkeypatch: pytest.MonkeyPatch) -> ListMemory:
     system = ListMemory()
@@ -183,10 +190,7 @@ def list_memory(monkeypatch: pytest.MonkeyPatch) -> ListMemory:
 def test_a_late_per_turn_update_does_not_overwrite_the_end_of_session_update(
     client: Client, study: Study, list_memory: ListMemory
 ) -> None:
-    study.min_user_turns = 1
-    study.save()
-    session = start(client, study)
-    Episode.objects.filter(pk=session.episode_id).update(memory_state={"items": []})
+    session = _start_with_an_empty_list(client, study)
     # The bad order: the reply is stored, the worker ends the session and its update is written,
     # and only then does the per-turn update (computed from the state before) finish.
     list_memory.during_after_turn = lambda: services.end_session(session)
@@ -200,10 +204,7 @@ def test_a_late_per_turn_update_does_not_overwrite_the_end_of_session_update(
 def test_a_per_turn_update_written_during_the_end_of_session_update_is_kept(
     client: Client, study: Study, list_memory: ListMemory
 ) -> None:
-    study.min_user_turns = 1
-    study.save()
-    session = start(client, study)
-    Episode.objects.filter(pk=session.episode_id).update(memory_state={"items": []})
+    session = _start_with_an_empty_list(client, study)
     list_memory.during_after_turn = lambda: None
     services.post_user_message(session, "c1", "Hello")  # per-turn: ["turn 2"], version 1
 

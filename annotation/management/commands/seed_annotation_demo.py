@@ -21,55 +21,55 @@ TRANSCRIPT = [
 ]
 
 
+PAIR_ITEMS = [
+    {
+        "unit": "demo-update",
+        "payload": {
+            "m": m,
+            "s": s,
+            "i": i,
+            "j": j,
+            "memory_before": MEMORY,
+            "summary": SUMMARY,
+            "transcript": TRANSCRIPT,
+        },
+    }
+    for i, m in enumerate(MEMORY)
+    for j, s in enumerate(SUMMARY)
+]
+SUMMARY_ITEMS = [
+    {
+        "payload": {
+            "summary": ["Sleeps well with tablets.", "Had three eggs for breakfast.", "Dog likes carrots."],
+            "transcript": TRANSCRIPT,
+        }
+    }
+]
+
+
+def demo_queue(name: str, kind: str, instructions: str, items: list[dict[str, Any]]) -> Queue:
+    """The queue called ``name``; made, with ``items``, only if it does not exist yet."""
+    queue, created = Queue.objects.get_or_create(name=name, kind=kind, defaults={"instructions": instructions})
+    if created:
+        add_items(queue, items)
+    return queue
+
+
 class Command(BaseCommand):
     help = "Create two small demo annotation queues (pairs and summaries) unless they exist."
 
     def handle(self, *args: Any, **options: Any) -> None:
         Group.objects.get_or_create(name=ANNOTATOR_GROUP)
-        pairs, created = Queue.objects.get_or_create(
-            name="Demo: memory operations",
-            kind=Queue.Kind.PAIRS,
-            defaults={"instructions": "Decide what the memory should keep for each pair (m, s). Keys 1-4, F, ?."},
+        pairs = demo_queue(
+            "Demo: memory operations",
+            Queue.Kind.PAIRS,
+            "Decide what the memory should keep for each pair (m, s). Keys 1-4, F, ?.",
+            PAIR_ITEMS,
         )
-        if created:
-            add_items(
-                pairs,
-                [
-                    {
-                        "unit": "demo-update",
-                        "payload": {
-                            "m": m,
-                            "s": s,
-                            "i": i,
-                            "j": j,
-                            "memory_before": MEMORY,
-                            "summary": SUMMARY,
-                            "transcript": TRANSCRIPT,
-                        },
-                    }
-                    for i, m in enumerate(MEMORY)
-                    for j, s in enumerate(SUMMARY)
-                ],
-            )
-        summaries, created = Queue.objects.get_or_create(
-            name="Demo: session summaries",
-            kind=Queue.Kind.SUMMARIES,
-            defaults={"instructions": "Correct the generated summary (one sentence per line)."},
+        summaries = demo_queue(
+            "Demo: session summaries",
+            Queue.Kind.SUMMARIES,
+            "Correct the generated summary (one sentence per line).",
+            SUMMARY_ITEMS,
         )
-        if created:
-            add_items(
-                summaries,
-                [
-                    {
-                        "payload": {
-                            "summary": [
-                                "Sleeps well with tablets.",
-                                "Had three eggs for breakfast.",
-                                "Dog likes carrots.",
-                            ],
-                            "transcript": TRANSCRIPT,
-                        }
-                    }
-                ],
-            )
         self.stdout.write(f"demo queues: {pairs.items.count()} pairs, {summaries.items.count()} summaries")

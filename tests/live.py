@@ -1,0 +1,92 @@
+"""Live servers for the end-to-end tests and the benchmarks: a free loopback port, a prepared SQLite
+site, daphne (directly or through ``manage.py runserver``) started and stopped, and headless Chromium.
+
+The bench scripts import it too (``from tests.live import ...`` with the repository root on sys.path), so
+that a server is started the same way where it is measured and where it is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, tries: int = 150) -> None:
+    """Wait (0.2 s a try) until something accepts connections on ``port``."""
+    for _ in range(tries):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def site_env(db: Path | str, **extra: str) -> dict[str, str]:
+    """This process's environment for a server on the SQLite file ``db`` (DEBUG, the hashing embedder, no
+    Redis: the embedded default), with ``extra`` on top."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "EMBEDDER": "hashing",
+        "DEBUG": "1",
+        "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+        **extra,
+    }
+    env.pop("REDIS_URL", None)
+    return env
+
+
+def prepare_site(env: Mapping[str, str], setup: str = "") -> None:
+    """Migrate the database ``env`` names and run ``setup`` (Python for ``manage.py shell -c``) in it."""
+    py = sys.executable
+    subprocess.run([py, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    if setup:
+        subprocess.run([py, "manage.py", "shell", "-c", setup], cwd=ROOT, env=env, check=True)
+
+
+def runserver_command(port: int) -> list[str]:
+    """daphne's runserver: the ASGI app plus static files (WhiteNoise is only on in production)."""
+    return [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+
+
+def daphne_command(port: int, app: str = "evalsite.asgi:application") -> list[str]:
+    """daphne itself, as deployed, serving ``app``."""
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
+
+
+@contextmanager
+def serving(
+    command: list[str], env: Mapping[str, str], port: int, *, quiet: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``command`` (a server listening on ``port``) until the block ends; ``quiet`` drops its output."""
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        wait_for_port(port)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """Headless Chromium from the system package (``playwright install`` is never run here)."""
+    return playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
