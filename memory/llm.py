@@ -7,12 +7,19 @@ Backends:
 - ``scripted``: deterministic and instant, for tests and benchmarks (a callable or a list of replies).
 
 Errors are mapped to :class:`LLMTransientError` (worth retrying: timeout, 429, 5xx, connection,
-empty output) or :class:`LLMError` (not worth retrying: bad request, auth).
+empty output) or :class:`LLMError` (not worth retrying: bad request, auth, a prompt too long for the
+model's context window).
+
+Every backend reports why the model stopped: :attr:`Completion.finish_reason` for ``complete`` and
+:attr:`TextStream.finish_reason` (set once the stream is exhausted) for ``stream``. ``"length"`` means
+the output was cut at ``max_tokens``: memory writes discard such outputs, and the platform cuts a
+reply back to its last sentence (:func:`memory.hygiene.end_at_sentence`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,13 +40,54 @@ class LLMTransientError(LLMError):
     """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
 
 
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"  # the output was cut at max_tokens
+
+
 @dataclass
 class Completion:
+    """One completed LLM answer. ``finish_reason`` is ``"stop"`` (the model ended its answer),
+    ``"length"`` (cut at ``max_tokens``) or whatever else the endpoint reports (e.g.
+    ``"content_filter"``); ``None`` when the backend did not say."""
+
     text: str
     model: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float = 0.0
+    finish_reason: str | None = FINISH_STOP
+
+    @property
+    def cut(self) -> bool:
+        """True when the model stopped at the token limit (the text may end mid-sentence)."""
+        return self.finish_reason == FINISH_LENGTH
+
+
+class TextStream(Iterator[str]):
+    """The pieces of a streamed reply; ``finish_reason`` is known once the stream is exhausted.
+
+    Backends build it from an iterator of ``(piece, finish_reason or None)`` pairs. Iterating it
+    works like any iterator of strings, so callers that ignore the finish reason need not change."""
+
+    def __init__(self, chunks: Iterator[tuple[str, str | None]]) -> None:
+        self._chunks = chunks
+        self.finish_reason: str | None = None
+        self.done = False
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            try:
+                piece, reason = next(self._chunks)
+            except StopIteration:
+                self.done = True
+                raise
+            if reason:
+                self.finish_reason = reason
+            if piece:
+                return piece
 
 
 @dataclass
@@ -54,6 +102,7 @@ class LLMCall:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str = ""
+    finish_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,7 +120,15 @@ class LLM(Protocol):
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]: ...
+    ) -> Iterator[str]:
+        """The reply piece by piece. Our backends return a :class:`TextStream`, whose
+        ``finish_reason`` is set when the stream is exhausted."""
+        ...
+
+
+def finish_reason_of(stream: Iterator[str]) -> str | None:
+    """The finish reason of an exhausted stream (``None`` if the backend does not report one)."""
+    return getattr(stream, "finish_reason", None)
 
 
 # --------------------------------------------------------------------------------------------- local
@@ -116,23 +173,45 @@ class LocalLLM:
         llama = _llama(self.path, self.n_ctx)
         msgs = [dict(m) for m in messages]
         budget = self.n_ctx - max_tokens - 16
-        while len(msgs) > 2:
-            n = len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
-            if n <= budget:
-                break
+
+        def size() -> int:
+            return len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
+
+        n = size()
+        while len(msgs) > 2 and n > budget:
             del msgs[1 if msgs[0]["role"] == "system" else 0]
+            n = size()
+        if n > budget:
+            # What is left cannot be dropped (the system message and the newest message): retrying
+            # the same prompt cannot help, so this is not a transient error.
+            raise LLMError(
+                f"the prompt is too long for the local model: about {n} tokens, but its context window of "
+                f"{self.n_ctx} tokens leaves {budget} for the prompt after {max_tokens} for the reply "
+                "(shorten the arm's memory budget or use a model with a larger context)"
+            )
         return msgs
+
+    def _create(self, messages: Messages, max_tokens: int, temperature: float, stream: bool) -> Any:
+        llama = _llama(self.path, self.n_ctx)
+        try:
+            return llama.create_chat_completion(
+                messages=self._fit(messages, max_tokens),
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=0,
+                stream=stream,
+            )
+        except ValueError as exc:  # llama.cpp: "Requested tokens (N) exceed context window of M"
+            raise LLMError(f"the local model refused the prompt: {exc}") from exc
 
     def complete(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
     ) -> Completion:
         start = time.perf_counter()
         with _LLAMA_LOCK:
-            llama = _llama(self.path, self.n_ctx)
-            out = llama.create_chat_completion(
-                messages=self._fit(messages, max_tokens), max_tokens=max_tokens, temperature=temperature, seed=0
-            )
-        text = (out["choices"][0]["message"].get("content") or "").strip()
+            out = self._create(messages, max_tokens, temperature, stream=False)
+        choice = out["choices"][0]
+        text = (choice["message"].get("content") or "").strip()
         usage = out.get("usage") or {}
         return Completion(
             text=text,
@@ -140,24 +219,19 @@ class LocalLLM:
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             latency_ms=(time.perf_counter() - start) * 1000,
+            finish_reason=choice.get("finish_reason"),
         )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        with _LLAMA_LOCK:
-            llama = _llama(self.path, self.n_ctx)
-            chunks = llama.create_chat_completion(
-                messages=self._fit(messages, max_tokens),
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=0,
-                stream=True,
-            )
-            for chunk in chunks:
-                piece = chunk["choices"][0].get("delta", {}).get("content")
-                if piece:
-                    yield piece
+    ) -> TextStream:
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            with _LLAMA_LOCK:
+                for chunk in self._create(messages, max_tokens, temperature, stream=True):
+                    choice = chunk["choices"][0]
+                    yield (choice.get("delta", {}).get("content") or ""), choice.get("finish_reason")
+
+        return TextStream(chunks())
 
 
 # -------------------------------------------------------------------------------------------- openai
@@ -207,69 +281,98 @@ class OpenAILLM:
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             latency_ms=(time.perf_counter() - start) * 1000,
+            finish_reason=getattr(out.choices[0], "finish_reason", None),
         )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        try:
-            chunks = self.client.chat.completions.create(
-                model=self.model,
-                messages=list(messages),
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stream=True,  # type: ignore[arg-type]
-            )
-            for chunk in chunks:
-                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
-        except self._openai.OpenAIError as exc:
-            raise self._map(exc) from exc
+    ) -> TextStream:
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            try:
+                stream = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=list(messages),
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    stream=True,  # type: ignore[arg-type]
+                )
+                for chunk in stream:
+                    if not chunk.choices:
+                        continue
+                    choice = chunk.choices[0]
+                    piece = choice.delta.content if choice.delta and choice.delta.content else ""
+                    yield piece, getattr(choice, "finish_reason", None)
+            except self._openai.OpenAIError as exc:
+                raise self._map(exc) from exc
+
+        return TextStream(chunks())
 
 
 # ------------------------------------------------------------------------------------------ scripted
 
 
-Script = Callable[[list[dict[str, str]]], str]
+Script = Callable[[list[dict[str, str]]], "str | Completion"]
 
 
 class ScriptedLLM:
     """A deterministic fake. ``script`` is a callable (messages -> reply) or a list of replies used in
     turn (the last one repeats). With no script it echoes the last user message. Exceptions in the
-    list are raised, to simulate failures."""
+    list are raised, to simulate failures.
 
-    def __init__(self, script: Script | Sequence[str | Exception] | None = None, *, model: str = "scripted"):
+    Like a real model it honours ``max_tokens``, counting one token per word: a longer reply is cut
+    after ``max_tokens`` words with ``finish_reason="length"``. A script may also return a
+    :class:`Completion` to set the text and finish reason exactly."""
+
+    def __init__(
+        self, script: Script | Sequence[str | Completion | Exception] | None = None, *, model: str = "scripted"
+    ):
         self.model = model
         self.script = script
         self.i = 0
         self.calls: list[list[dict[str, str]]] = []
 
-    def _reply(self, messages: Messages) -> str:
+    def _reply(self, messages: Messages, max_tokens: int) -> Completion:
         msgs = [dict(m) for m in messages]
         self.calls.append(msgs)
+        item: str | Completion | Exception
         if self.script is None:
             last = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
-            return f"You said: {last}"
-        if callable(self.script):
-            return self.script(msgs)
-        item = self.script[min(self.i, len(self.script) - 1)]
-        self.i += 1
+            item = f"You said: {last}"
+        elif callable(self.script):
+            item = self.script(msgs)
+        else:
+            item = self.script[min(self.i, len(self.script) - 1)]
+            self.i += 1
         if isinstance(item, Exception):
             raise item
-        return item
+        if isinstance(item, Completion):
+            return item
+        words = list(re.finditer(r"\S+", item))
+        if max_tokens > 0 and len(words) > max_tokens:
+            cut = item[: words[max_tokens - 1].end()]
+            return Completion(cut, self.model, 0, max_tokens, finish_reason=FINISH_LENGTH)
+        return Completion(item, self.model, 0, len(words), finish_reason=FINISH_STOP)
 
     def complete(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
     ) -> Completion:
-        text = self._reply(messages)
-        return Completion(text=text, model=self.model, prompt_tokens=0, completion_tokens=len(text.split()))
+        out = self._reply(messages, max_tokens)
+        return Completion(
+            out.text, out.model or self.model, out.prompt_tokens, out.completion_tokens, 0.0, out.finish_reason
+        )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        text = self._reply(messages)
-        for i, word in enumerate(text.split(" ")):
-            yield word if i == 0 else " " + word
+    ) -> TextStream:
+        out = self._reply(messages, max_tokens)
+        words = out.text.split(" ")
+
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            for i, word in enumerate(words):
+                last = i == len(words) - 1
+                yield (word if i == 0 else " " + word), (out.finish_reason if last else None)
+
+        return TextStream(chunks())
 
 
 # ----------------------------------------------------------------------------------------- recording
@@ -304,23 +407,34 @@ class RecordingLLM:
                 latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
                 prompt_tokens=out.prompt_tokens,
                 completion_tokens=out.completion_tokens,
+                finish_reason=out.finish_reason,
             )
         )
         return out
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
+    ) -> TextStream:
         start = time.perf_counter()
         pieces: list[str] = []
-        try:
-            for piece in self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose):
-                pieces.append(piece)
-                yield piece
-        except LLMError as exc:
-            self._record(purpose, messages, "".join(pieces), start, error=str(exc))
-            raise
-        self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces))
+        holder: list[TextStream] = []
+
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            inner = self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+            try:
+                for piece in inner:
+                    pieces.append(piece)
+                    yield piece, None
+            except LLMError as exc:
+                self._record(purpose, messages, "".join(pieces), start, error=str(exc))
+                raise
+            reason = finish_reason_of(inner)
+            self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces), finish_reason=reason)
+            holder[0].finish_reason = reason
+
+        stream = TextStream(chunks())
+        holder.append(stream)
+        return stream
 
     def _record(
         self,
@@ -331,6 +445,7 @@ class RecordingLLM:
         *,
         error: str = "",
         completion_tokens: int | None = None,
+        finish_reason: str | None = None,
     ) -> None:
         self.calls.append(
             LLMCall(
@@ -341,6 +456,7 @@ class RecordingLLM:
                 latency_ms=round((time.perf_counter() - start) * 1000, 1),
                 completion_tokens=completion_tokens,
                 error=error,
+                finish_reason=finish_reason,
             )
         )
 

@@ -60,13 +60,13 @@ def test_post_thinking_output_keeps_the_text_or_renders_the_triple() -> None:
 def organizing_script(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
     if "extract the relation" in text:
-        question = text.rsplit("Question: ", 1)[1].split("\n", 1)[0]
+        question = text.rsplit("<message>", 1)[1].split("</message>", 1)[0]
         return {
             "I like football.": "Michael likes to play football.",
             "I hate football.": "Michael does not like to play football.",
             "I also like basketball.": "Michael likes to play basketball.",
         }[question]
-    group = text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0].splitlines()
+    group = text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0].splitlines()
     if "remove the counterfactual" in text:
         return "\n".join(t for t in group if "does not" not in t)
     if "merge the similar" in text and len(group) > 1:
