@@ -120,10 +120,11 @@ def ngram_overlap(text: str, source: str, n: int = 5) -> float:
 # ------------------------------------------------------------------------------------------- leaks
 
 #: A reply leaks the prompt when it shares a run of at least this many consecutive words with the
-#: prompt's instructions. Chosen with ``bench/bench_prompt_leaks.py``: over the 566 recorded bot
-#: replies of the MemoryBank evaluation set, checked against every arm's reply prompt, the longest
-#: shared run is 5 words (no false positive at 7), while a reply that recites any sentence of a
-#: prompt shares 7 or more (docs/memory-systems.md, "Prompt hygiene").
+#: prompt's instructions. Chosen with ``bench/bench_prompt_leaks.py``: the 566 recorded bot replies of
+#: the MemoryBank evaluation set, checked against every arm's reply and opener prompts, share at most
+#: 5 consecutive words with them ("to chat with you and", twice), so 7 leaves a margin of 2; every
+#: instruction sentence of 7 words or more, recited as a reply, is caught (docs/memory-systems.md,
+#: "Prompt hygiene").
 LEAK_MIN_WORDS = 7
 
 

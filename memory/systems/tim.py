@@ -254,7 +254,13 @@ class ThinkInMemory(BaseSystem):
             trace=trace,
         )
         new = clean_memory_lines(
-            parse_thoughts(reply), trace=trace, where="tim_think", examples=THINK_EXAMPLES, support=" ".join(pair)
+            parse_thoughts(reply),
+            trace=trace,
+            where="tim_think",
+            session=[Turn("user", pair[0]), Turn("bot", pair[1])],
+            examples=THINK_EXAMPLES,
+            support=" ".join(pair),
+            about_user=False,
         )
         if not new:
             if reply is not None:
