@@ -92,14 +92,18 @@ def judge(m: str, s: str) -> str:
     return "REPLACE"
 
 
+def _tag(text: str, tag: str) -> str:
+    found = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return found.group(1) if found else ""
+
+
 def judge_script(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
-    s = text.split("New sentence: ", 1)[1].split("\n", 1)[0]
-    if "Old memory sentences:\n" in text:
-        listing = text.split("Old memory sentences:\n", 1)[1].split("\nNew sentence:", 1)[0].splitlines()
+    s = _tag(text, "new_sentence")
+    if "<old_sentences>" in text:
+        listing = _tag(text, "old_sentences").splitlines()
         return "\n".join(f"{line.split('. ', 1)[0]}. {judge(line.split('. ', 1)[1], s)}" for line in listing)
-    m = text.split("Old memory sentence: ", 1)[1].split("\n", 1)[0]
-    return judge(m, s)
+    return judge(_tag(text, "old_sentence"), s)
 
 
 def case(n_memory: int, n_summary: int, seed: int) -> tuple[list[str], list[str]]:

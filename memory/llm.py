@@ -420,8 +420,9 @@ class RecordingLLM:
         holder: list[TextStream] = []
 
         def chunks() -> Iterator[tuple[str, str | None]]:
-            inner = self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+            inner: Iterator[str] = iter(())
             try:
+                inner = self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
                 for piece in inner:
                     pieces.append(piece)
                     yield piece, None

@@ -100,8 +100,8 @@ def script(messages: list[dict[str, str]]) -> str:
         facts = [fact for rows in TOPICS.values() for said, fact, _ in rows if said in conversation]
         return "\n".join(facts) or "NONE"
     if system == OPERATION_SYSTEM:
-        old = re.search(r"Old memory sentence: (.*)", user)
-        new = re.search(r"New sentence: (.*)", user)
+        old = re.search(r"<old_sentence>(.*?)</old_sentence>", user)
+        new = re.search(r"<new_sentence>(.*?)</new_sentence>", user)
         m, s = (old.group(1).strip() if old else ""), (new.group(1).strip() if new else "")
         if m == s:
             return "PASS"
