@@ -41,9 +41,12 @@ def main() -> int:
         if args.max_probes is not None:
             cmd += ["--max-probes", str(args.max_probes)]
         start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        with open(out / f"{arm}.log", "w", encoding="utf-8") as log:  # progress, one line per item
+            done = subprocess.run(
+                cmd + ["--progress"], cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True, check=False
+            )
         if done.returncode not in (0, 3):
-            print(f"{arm}: exit {done.returncode}\n{done.stderr}", file=sys.stderr)
+            print(f"{arm}: exit {done.returncode} (see {out / f'{arm}.log'})", file=sys.stderr)
             continue
         report = json.loads(done.stdout)
         (out / f"{arm}.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
