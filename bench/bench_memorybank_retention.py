@@ -14,6 +14,7 @@ import random
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -22,7 +23,7 @@ from memory.embed import HashingEmbedder  # noqa: E402
 from memory.llm import ScriptedLLM  # noqa: E402
 from memory.systems.memorybank import MemoryBank, retention_after  # noqa: E402
 
-SETTINGS = {
+SETTINGS: dict[str, dict[str, Any]] = {
     "default (time scale 7 days)": {},
     "time scale 10.5 days (mean gap of 7-14)": {"forgetting_time_scale_days": 10.5},
     "time scale 1 day (the paper's days taken literally)": {"forgetting_time_scale_days": 1.0},
@@ -30,7 +31,7 @@ SETTINGS = {
 }
 
 
-def replay(params: dict[str, object], users: int, seed: int) -> float:
+def replay(params: dict[str, Any], users: int, seed: int) -> float:
     rng = random.Random(seed)
     kept = total = 0
     for u in range(users):

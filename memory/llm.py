@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 Messages = Sequence[dict[str, str]]
 
@@ -112,7 +112,10 @@ class LLMCall:
 class LLM(Protocol):
     """What memory systems and the platform call. ``purpose`` labels the call in traces."""
 
-    model: str
+    @property
+    def model(self) -> str:
+        """The model name, as reported in traces and readiness reports."""
+        ...
 
     def complete(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
@@ -264,7 +267,7 @@ class OpenAILLM:
         try:
             out = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),
+                messages=list(messages),  # type: ignore[arg-type]
                 max_tokens=max_tokens,
                 temperature=temperature,  # type: ignore[arg-type]
             )
@@ -291,12 +294,12 @@ class OpenAILLM:
             try:
                 stream = self.client.chat.completions.create(
                     model=self.model,
-                    messages=list(messages),
+                    messages=list(messages),  # type: ignore[arg-type]
                     max_tokens=max_tokens,
                     temperature=temperature,
                     stream=True,  # type: ignore[arg-type]
                 )
-                for chunk in stream:
+                for chunk in cast(Any, stream):
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]

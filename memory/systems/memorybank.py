@@ -381,7 +381,7 @@ class MemoryBank(BaseSystem):
         all_pairs = [(u["query"], u["response"]) for u in day_units]
         summary = dict(state.get("summary", {}))
         personality = dict(state.get("personality", {}))
-        turns = [Turn(speaker, text) for q, r in all_pairs for speaker, text in (("user", q), ("bot", r))]
+        turns = [turn for q, r in all_pairs for turn in (Turn("user", q), Turn("bot", r))]
         # The day's summaries cover every pair of the day (several sessions on one day update them).
         text = self.summarize(summarize_content_prompt(all_pairs, user, bot), "memorybank_day_summary", trace, turns)
         if text:

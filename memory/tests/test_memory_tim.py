@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -161,7 +162,7 @@ def test_a_forget_or_merge_reply_cut_at_the_token_limit_loses_no_thought_and_sto
         return Completion("The user owns a red bike.\nThe user owns a", "scripted", finish_reason="length")
 
     system = ThinkInMemory(llm=ScriptedLLM(script), embedder=HashingEmbedder(), groups=2)
-    state = {"thoughts": [], "R": None}
+    state: dict[str, Any] = {"thoughts": [], "R": None}
     for text in ("I own a red bike.", "And a red car."):
         state = system.after_turn(state, [Turn("user", text, NOW), Turn("bot", "Nice.", NOW)], NOW).state
     stored = {t["text"] for t in state["thoughts"]}
