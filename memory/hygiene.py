@@ -191,6 +191,31 @@ def _data_text(messages: Iterable[Any], chat: Iterable[str]) -> str:
     return " \n ".join([*blocks, *chat])
 
 
+def prompt_leaks(
+    reply: str,
+    messages: Iterable[Any],
+    *,
+    chat: Iterable[str] = (),
+    min_words: int = LEAK_MIN_WORDS,
+) -> list[PromptLeak]:
+    """Every stretch of prompt text in ``reply`` (see :func:`find_prompt_leak`), in reply order per message."""
+    found = [
+        PromptLeak(f"<{tag}>", 1, "data tag")
+        for tag in re.findall(r"</?\s*([A-Za-z_][\w-]*)\s*>", reply)
+        if tag.lower() in DATA_TAGS
+    ]
+    reply_words = words(reply)
+    chat = list(chat)
+    supplied = f" {' '.join(words(_data_text(messages, chat)))} "
+    for role, text in instruction_texts(messages, chat):
+        for start, length in _runs(reply_words, words(text), min_words):
+            run = " ".join(reply_words[start : start + length])
+            # Words the worker also wrote (an example sentence they really said) are theirs, not a leak.
+            if f" {run} " not in supplied:
+                found.append(PromptLeak(run, length, role or "prompt"))
+    return found
+
+
 def find_prompt_leak(
     reply: str,
     messages: Iterable[Any],
@@ -201,25 +226,32 @@ def find_prompt_leak(
     """Prompt text in ``reply``, or ``None``.
 
     ``messages`` are the prompt's messages (dicts or :class:`memory.base.ChatMessage`); pass the
-    session's turn texts as ``chat`` so that the worker's own words, quoted back, do not count. The
-    longest shared run of words wins; a run that also occurs in the prompt's data (the worker said it)
-    does not count; a data tag (``<notes>``) in the reply is a leak too."""
-    for tag in re.findall(r"</?\s*([A-Za-z_][\w-]*)\s*>", reply):
-        if tag.lower() in DATA_TAGS:
-            return PromptLeak(f"<{tag}>", 1, "data tag")
-    reply_words = words(reply)
-    chat = list(chat)
-    supplied = f" {' '.join(words(_data_text(messages, chat)))} "
-    best: PromptLeak | None = None
-    for role, text in instruction_texts(messages, chat):
-        for start, length in _runs(reply_words, words(text), min_words):
-            run = " ".join(reply_words[start : start + length])
-            # Words the worker also wrote (an example sentence they really said) are theirs, not a leak.
-            if f" {run} " in supplied:
-                continue
-            if best is None or length > best.words:
-                best = PromptLeak(run, length, role or "prompt")
-    return best
+    session's turn texts as ``chat`` so that the worker's own words, quoted back, do not count. A data
+    tag (``<notes>``) in the reply wins; otherwise the longest shared run of words; a run that also
+    occurs in the prompt's data (the worker said it) does not count."""
+    leaks = prompt_leaks(reply, messages, chat=chat, min_words=min_words)
+    tags = [x for x in leaks if x.source == "data tag"]
+    return tags[0] if tags else max(leaks, key=lambda x: x.words, default=None)
+
+
+#: A memory-task output is an echo of its prompt (and discarded) when it holds a run of this many
+#: words of the instructions, or when runs of LEAK_MIN_WORDS+ words make up ECHO_SHARE of it. A short
+#: restated lead-in ("The user's personality traits, emotions, and AI's response strategy are: …")
+#: is tolerated: the rest of the output is the answer.
+ECHO_MIN_WORDS = 15
+ECHO_SHARE = 0.25
+
+
+def echoes_prompt(output: str, messages: Iterable[Any]) -> PromptLeak | None:
+    """The longest prompt run in a memory-task ``output`` if the output echoes its prompt, else None."""
+    messages = list(messages)
+    leaks = prompt_leaks(output, messages)
+    if not leaks:
+        return None
+    longest = max(leaks, key=lambda x: x.words)
+    share = sum(x.words for x in leaks) / max(1, len(words(output)))
+    tags = any(x.source == "data tag" for x in leaks)
+    return longest if tags or longest.words >= ECHO_MIN_WORDS or share >= ECHO_SHARE else None
 
 
 # ---------------------------------------------------------------------------------- memory writes

@@ -17,7 +17,7 @@ import numpy as np
 
 from memory.base import Turn
 from memory.embed import Embedder
-from memory.hygiene import find_prompt_leak, strip_tags
+from memory.hygiene import echoes_prompt, strip_tags
 from memory.llm import FINISH_LENGTH, LLM, LLMError, LLMTransientError
 
 log = logging.getLogger("memory")
@@ -50,8 +50,9 @@ def ask(
     - the output was cut at the token limit (finish reason ``"length"``): a cut summary or thought
       list ends in half a sentence or misses its last items. ``allow_cut=True`` for tasks whose
       answer comes first (an operation label);
-    - the output repeats the prompt's instructions (:func:`memory.hygiene.find_prompt_leak`): a
-      model that echoes its prompt has not done the task.
+    - the output repeats the prompt's instructions (:func:`memory.hygiene.echoes_prompt`: a run of
+      15+ words of them, or 7-word runs making up a quarter of the output): a model that echoes its
+      prompt has not done the task.
 
     Transient errors (timeouts, rate limits, 5xx) propagate: every update is a pure function of the
     stored state, so the caller (a Celery task) can retry the whole update safely."""
@@ -68,7 +69,7 @@ def ask(
     if out.finish_reason == FINISH_LENGTH and not allow_cut:
         fallback(trace, purpose, f"output cut at the token limit ({max_tokens} tokens): discarded", out.text)
         return None
-    leak = find_prompt_leak(out.text, messages)
+    leak = echoes_prompt(out.text, messages)
     if leak is not None:
         fallback(
             trace, purpose, f"the output repeats the prompt ({leak.words} words: {leak.text!r}): discarded", out.text

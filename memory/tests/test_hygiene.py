@@ -175,3 +175,17 @@ def test_sentence_ends_are_recognised() -> None:
 
 def test_every_data_tag_is_a_plain_name() -> None:
     assert all(t.isidentifier() and t.islower() for t in DATA_TAGS)
+
+
+def test_a_memory_output_that_restates_the_lead_in_is_kept_but_an_echo_is_not() -> None:
+    from memory.hygiene import echoes_prompt
+    from memory.systems.memorybank import summarize_person_prompt
+
+    prompt = [{"role": "user", "content": summarize_person_prompt([("I adopted a cat.", "Lovely!")], "User", "AI")}]
+    answer = (
+        "User's personality traits, emotions, and AI's response strategy are: the user is caring and calm, "
+        "happy about the new cat; the AI should ask about the cat and share the user's joy warmly."
+    )
+    assert find_prompt_leak(answer, prompt) is not None  # a 10-word run of the prompt...
+    assert echoes_prompt(answer, prompt) is None  # ...but most of the output is the answer
+    assert echoes_prompt(prompt[0]["content"], prompt) is not None
