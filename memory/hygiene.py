@@ -239,7 +239,7 @@ def find_prompt_leak(
 #: restated lead-in ("The user's personality traits, emotions, and AI's response strategy are: …")
 #: is tolerated: the rest of the output is the answer.
 ECHO_MIN_WORDS = 15
-ECHO_SHARE = 0.25
+ECHO_SHARE = 0.4
 
 
 def echoes_prompt(output: str, messages: Iterable[Any]) -> PromptLeak | None:

@@ -51,7 +51,7 @@ def ask(
       list ends in half a sentence or misses its last items. ``allow_cut=True`` for tasks whose
       answer comes first (an operation label);
     - the output repeats the prompt's instructions (:func:`memory.hygiene.echoes_prompt`: a run of
-      15+ words of them, or 7-word runs making up a quarter of the output): a model that echoes its
+      15+ words of them, or 7-word runs making up 40% of the output): a model that echoes its
       prompt has not done the task.
 
     Transient errors (timeouts, rate limits, 5xx) propagate: every update is a pure function of the
