@@ -27,13 +27,14 @@ def main() -> int:
     parser.add_argument("--base-url", default="")
     parser.add_argument("--embedder", default="wordllama")
     parser.add_argument("--max-probes", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of the local model")
     parser.add_argument("--out", default="preflight-reports")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for arm in args.arms:
         cmd = [sys.executable, "-m", "memory", "preflight", arm, "--backend", args.backend, "--format", "json"]
-        cmd += ["--embedder", args.embedder]
+        cmd += ["--embedder", args.embedder, "--threads", str(args.threads)]
         if args.model:
             cmd += ["--model", args.model]
         if args.base_url:

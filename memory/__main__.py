@@ -225,6 +225,8 @@ def _llm_options(args: argparse.Namespace) -> dict[str, Any]:
         options["api_key"] = api_key
     if getattr(args, "timeout", None):
         options["timeout"] = args.timeout
+    if getattr(args, "threads", None):
+        options["n_threads"] = args.threads
     return options
 
 
@@ -303,6 +305,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     pf.add_argument("--base-url", default="", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL)")
     pf.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
     pf.add_argument("--timeout", type=float, default=60.0, help="per-call timeout in seconds (openai backend)")
+    pf.add_argument("--threads", type=int, default=2, help="CPU threads of the local model (1 on a busy machine)")
     pf.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])
     pf.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
     pf.add_argument("--format", default="text", choices=["text", "json"])

@@ -150,30 +150,40 @@ def smollm2_path() -> Path:
     return ggufs[0]
 
 
-_LLAMAS: dict[tuple[str, int], Any] = {}
+_LLAMAS: dict[tuple[str, int, int], Any] = {}
 _LLAMA_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe: one call at a time per process
 
 
-def _llama(path: Path, n_ctx: int) -> Any:
-    key = (str(path), n_ctx)
+def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
+    key = (str(path), n_ctx, n_threads)
     if key not in _LLAMAS:
         from llama_cpp import Llama
 
-        _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, seed=0, verbose=False)
+        _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=False)
     return _LLAMAS[key]
 
 
 class LocalLLM:
     """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0."""
 
-    def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, model_path: str | None = None, n_ctx: int = 4096):
+    def __init__(
+        self,
+        model: str = DEFAULT_LOCAL_MODEL,
+        *,
+        model_path: str | None = None,
+        n_ctx: int = 4096,
+        n_threads: int = 2,
+    ) -> None:
         self.model = model or DEFAULT_LOCAL_MODEL
         self.path = Path(model_path) if model_path else smollm2_path()
         self.n_ctx = n_ctx
+        # llama.cpp's threads wait on each other at every step: on a machine whose cores are busy with
+        # other work, 1 thread is several times faster than 2 (bench note in docs/memory-systems.md).
+        self.n_threads = max(1, int(n_threads))
 
     def _fit(self, messages: Messages, max_tokens: int) -> list[dict[str, str]]:
         # Keep the system message and drop the oldest turns until the prompt fits the context window.
-        llama = _llama(self.path, self.n_ctx)
+        llama = _llama(self.path, self.n_ctx, self.n_threads)
         msgs = [dict(m) for m in messages]
         budget = self.n_ctx - max_tokens - 16
 
@@ -195,7 +205,7 @@ class LocalLLM:
         return msgs
 
     def _create(self, messages: Messages, max_tokens: int, temperature: float, stream: bool) -> Any:
-        llama = _llama(self.path, self.n_ctx)
+        llama = _llama(self.path, self.n_ctx, self.n_threads)
         try:
             return llama.create_chat_completion(
                 messages=self._fit(messages, max_tokens),
@@ -474,7 +484,9 @@ class RecordingLLM:
 def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
     """Build an LLM by backend name: ``local``, ``openai`` or ``scripted``."""
     if backend == "local":
-        return LocalLLM(model or DEFAULT_LOCAL_MODEL, model_path=options.get("model_path"))
+        return LocalLLM(
+            model or DEFAULT_LOCAL_MODEL, model_path=options.get("model_path"), n_threads=options.get("n_threads", 2)
+        )
     if backend == "openai":
         if not model:
             raise LLMError("the openai backend needs a model name")

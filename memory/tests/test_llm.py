@@ -80,7 +80,7 @@ class _FakeLlama:
 
 @pytest.fixture
 def local(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> LocalLLM:
-    monkeypatch.setattr(llm_module, "_llama", lambda path, n_ctx: _FakeLlama(n_ctx))
+    monkeypatch.setattr(llm_module, "_llama", lambda path, n_ctx, n_threads=2: _FakeLlama(n_ctx))
     return LocalLLM(model_path=str(tmp_path / "model.gguf"), n_ctx=200)
 
 
