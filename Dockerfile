@@ -12,8 +12,9 @@ RUN apt-get update \
 ENV CMAKE_ARGS="-DGGML_NATIVE=OFF" \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY requirements.txt /tmp/requirements.txt
-RUN pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+# The pinned, hashed lock (make lock), so the image has exactly the versions the tests ran on.
+COPY requirements.lock /tmp/requirements.lock
+RUN pip wheel --require-hashes --wheel-dir /wheels -r /tmp/requirements.lock
 
 # --- runtime stage: no compiler
 FROM python:3.11-slim
@@ -27,8 +28,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     DJANGO_SETTINGS_MODULE=evalsite.settings
 COPY --from=build /wheels /wheels
-COPY requirements.txt /tmp/requirements.txt
-RUN pip install --no-index --find-links /wheels -r /tmp/requirements.txt && rm -rf /wheels
+# Exactly the wheels of the lock (checked against its hashes above; llama-cpp-python's is built here).
+RUN pip install --no-index --no-deps /wheels/*.whl && rm -rf /wheels
 
 WORKDIR /app
 COPY --chown=memeval:memeval . /app

@@ -1,7 +1,14 @@
-"""Command-line interface: ``python -m analysis report RATINGS.csv --worker COL --unit COL --arm COL ...``.
+"""Command-line interface.
 
-The contract (docs/analysis.md): wide or long CSV in, one report out (json, md, latex, html or csv) on stdout
-or in ``--out``. Exit status 0 on success, 2 on unusable input (message on stderr).
+* ``python -m analysis report RATINGS.csv --worker COL --unit COL --arm COL ...``: the contract
+  (docs/analysis.md): wide or long CSV in, one report out (json, md, latex, html or csv) on stdout or in
+  ``--out``. Exit status 0 on success, 2 on unusable input (message on stderr).
+* ``python -m analysis calibrate ...``: simulate studies of a design and print each test's family-wise
+  false-positive rate, CI coverage and power (:mod:`analysis.calibration`).
+* ``python -m analysis plan ...``: workers needed for a target power (:mod:`analysis.planning`).
+
+matplotlib is imported only when a plot is drawn (``--format html``), statsmodels' formula API only for the
+mixed model, so that a cold ``report`` stays fast.
 """
 
 from __future__ import annotations
@@ -11,11 +18,10 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from analysis import writers
-from analysis.data import RatingsError, read_csv
-from analysis.report import run
-from analysis.stats import TESTS
+from analysis.spec import FAMILIES, TESTS, RatingsError
+from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
 
@@ -37,14 +43,40 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--reverse", type=_list, default=[], help="metrics to score as 100 - x")
     rep.add_argument("--qc-arm", help="the degraded quality-control arm")
     rep.add_argument("--qc-metrics", type=_list, default=[], help="metrics for the QC test (default: all)")
-    rep.add_argument("--test", choices=TESTS, default="mwu-greater")
+    rep.add_argument(
+        "--test",
+        choices=TESTS,
+        default="cluster-t",
+        help="pairwise test (default cluster-t: worker-clustered t-test; mwu-greater reproduces Ji et al. 2022)",
+    )
+    rep.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="metric",
+        help="what one Holm correction covers: one metric (default), all metrics together, or every test",
+    )
+    rep.add_argument(
+        "--exclude",
+        type=_list,
+        default=[],
+        metavar="COLUMN[,COLUMN]",
+        help="boolean columns: remove every worker flagged true in any of their rows",
+    )
+    rep.add_argument(
+        "--exclude-rows",
+        type=_list,
+        default=[],
+        metavar="COLUMN[,COLUMN]",
+        help="boolean columns: remove only the rows flagged true (e.g. unfinished episodes)",
+    )
+    rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
     rep.add_argument("--metric-col", help="long format: column with the metric name (default 'metric')")
     rep.add_argument("--value-col", help="long format: column with the score (default 'score')")
     rep.add_argument(
         "--csv-table",
-        choices=(*writers.CSV_TABLES, "ratings"),
+        choices=(*CSV_TABLES, "ratings"),
         default="summary",
         help="which table --format csv writes (ratings = every rating with its z-score)",
     )
@@ -55,35 +87,123 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit the mixed model (default: only when every worker rated one arm)",
     )
     rep.add_argument("--reference-arm", help="reference level of the mixed model (default: first arm)")
+
+    _design_arguments(
+        sub.add_parser(
+            "calibrate",
+            help="simulate studies of a design: family-wise false-positive rate, CI coverage and power per test",
+        ),
+        calibrate=True,
+    )
+    _design_arguments(
+        sub.add_parser("plan", help="workers needed for a target power at a smallest effect size, by simulation"),
+        calibrate=False,
+    )
     return parser
+
+
+def _design_arguments(p: argparse.ArgumentParser, *, calibrate: bool) -> None:
+    """The simulated design and variance components (defaults: docs/analysis.md, "Calibration")."""
+    p.add_argument("--design", choices=("within", "nested", "mixed"), default="within", help="arm assignment")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=60,
+        help="workers per study" + (" (plan: the smallest tried)" if not calibrate else ""),
+    )
+    p.add_argument("--arms", type=int, default=4, help="real arms (the QC arm comes on top)")
+    p.add_argument("--episodes-per-worker", type=int, default=2)
+    p.add_argument("--sessions", type=int, default=5, help="sessions per episode")
+    p.add_argument("--metrics", type=int, default=5, help="metrics rated per session")
+    p.add_argument("--qc", action=argparse.BooleanOptionalAction, default=True, help="one QC session per worker")
+    p.add_argument("--careless", type=float, default=0.05, help="share of careless workers (random sliders)")
+    p.add_argument("--worker-sd", type=float, help="SD of the workers' leniency (slider points)")
+    p.add_argument("--scale-sd", type=float, help="SD of the log of the workers' range use")
+    p.add_argument("--episode-sd", type=float, help="SD of an episode's own level (points)")
+    p.add_argument("--session-sd", type=float, help="SD of a session's own level (points)")
+    p.add_argument("--residual-sd", type=float, help="SD of a single rating (points)")
+    p.add_argument("--pilot", type=Path, help="estimate the variance components from a pilot ratings CSV instead")
+    p.add_argument("--pilot-columns", type=_list, metavar="WORKER,UNIT,ARM,SESSION",
+                   help="the pilot CSV's key columns (default worker,episode,arm,session)")  # fmt: skip
+    p.add_argument("--pilot-metrics", type=_list, help="the pilot CSV's metric columns (default: all numeric)")
+    p.add_argument("--pilot-qc-arm", help="the pilot's QC arm (its failed workers are left out of the estimate)")
+    p.add_argument("--pilot-qc-metrics", type=_list, default=[], help="the pilot's QC metrics (default: all)")
+    p.add_argument("--effect", type=float, default=0.3,
+                   help="true difference between the first arm and the others, in latent SD units"
+                   + ("" if calibrate else " (the smallest effect of interest)"))  # fmt: skip
+    p.add_argument("--studies", type=int, default=1000 if calibrate else 100, help="simulated studies per setting")
+    p.add_argument("--tests", type=_list, default=list(TESTS) if calibrate else ["cluster-t"],
+                   help=f"tests to evaluate (of {', '.join(TESTS)})")  # fmt: skip
+    p.add_argument("--family", choices=FAMILIES, default="metric")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    if calibrate:
+        p.add_argument("--mixedlm", action=argparse.BooleanOptionalAction, default=None,
+                       help="also calibrate the mixed model (default: for nested designs, where it is the main analysis)")  # fmt: skip
+        p.add_argument("--sessions-tests", action=argparse.BooleanOptionalAction, default=True,
+                       help="also run the per-session tests (for the any-mark-anywhere rate)")  # fmt: skip
+    else:
+        p.add_argument("--power", type=float, default=0.8, help="target power")
+        p.add_argument(
+            "--components-only", action="store_true", help="print the variance components (e.g. of --pilot) and stop"
+        )
+        p.add_argument("--max-workers", type=int, default=400, help="the largest study tried")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.value_col and not args.metric_col:
-            args.metric_col = "metric"
-        if args.metric_col and not args.value_col:
-            args.value_col = "score"
-        analysis = run(
-            read_csv(args.ratings),
-            worker=args.worker,
-            unit=args.unit,
-            arm=args.arm,
-            metrics=args.metrics,
-            session=args.session,
-            reverse=args.reverse,
-            qc_arm=args.qc_arm,
-            qc_metrics=args.qc_metrics,
-            test=args.test,
-            metric_col=args.metric_col,
-            value_col=args.value_col,
-            mixedlm=args.mixedlm,
-            reference_arm=args.reference_arm,
-        )
+        if args.command == "calibrate":
+            from analysis.calibration import main as calibrate_main
+
+            return calibrate_main(args)
+        if args.command == "plan":
+            from analysis.planning import main as plan_main
+
+            return plan_main(args)
+        return _report(args)
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:
+        if args.command == "report":
+            raise
+        # a design or setting the simulation cannot use (e.g. more episodes per worker than arms)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    from analysis import writers
+    from analysis.data import read_csv
+    from analysis.report import run
+    from analysis.spec import AnalysisSpec
+
+    prereg: dict[str, Any] | None = None
+    if args.prereg:
+        from analysis.prereg import read_preregistration
+
+        prereg = read_preregistration(args.prereg)
+    spec = AnalysisSpec(
+        worker=args.worker,
+        unit=args.unit,
+        arm=args.arm,
+        metrics=tuple(args.metrics),
+        session=args.session,
+        reverse=tuple(args.reverse),
+        qc_arm=args.qc_arm,
+        qc_metrics=tuple(args.qc_metrics),
+        test=args.test,
+        family=args.family,
+        metric_col=args.metric_col,
+        value_col=args.value_col,
+        mixedlm=args.mixedlm,
+        reference_arm=args.reference_arm,
+        exclude=tuple(args.exclude),
+        exclude_rows=tuple(args.exclude_rows),
+        preregistration=prereg,
+    )
+    analysis = run(read_csv(args.ratings), spec)
     result = analysis.result
     if args.format == "json":
         text = json.dumps(result, indent=1, allow_nan=False) + "\n"

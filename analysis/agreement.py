@@ -118,17 +118,20 @@ def per_category_kappa(counts: Any, categories: Sequence[Hashable]) -> dict[Hash
     return out
 
 
-def majority_label(labels: Sequence[Hashable]) -> tuple[Hashable | None, bool]:
+def majority_label(labels: Sequence[Hashable], min_votes: int = 1) -> tuple[Hashable | None, bool]:
     """The strict-majority label of one item and whether the vote was a tie.
 
-    Returns ``(label, False)`` when one label has more votes than every other, else ``(None, True)``
-    (e.g. a 1/1/1 split of three votes): ties go to adjudication, never to an arbitrary pick.
+    Returns ``(label, False)`` when one label has more votes than every other and at least ``min_votes``,
+    ``(None, True)`` for a tie (e.g. a 1/1/1 split of three votes; ties go to adjudication, never to an
+    arbitrary pick) and ``(None, False)`` when the leader has fewer than ``min_votes`` votes (or there are none).
     """
     if not labels:
         return None, False
     ranked = Counter(labels).most_common()
     if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
         return None, True
+    if ranked[0][1] < min_votes:
+        return None, False
     return ranked[0][0], False
 
 

@@ -8,38 +8,55 @@ Two layouts are accepted (docs/analysis.md shows both):
   ``worker, episode, arm, session, metric, score``.
 
 Both are normalised to the *canonical wide frame*: columns ``_worker``, ``_unit``, ``_arm`` and (if given)
-``_session``, plus one float column per metric. Scores must lie in [0, 100]; a missing score is allowed
-(NaN) but a missing worker, unit or arm is an error, as is a non-numeric or out-of-range score.
+``_session``, one float column per metric, and one boolean column per exclusion filter (:func:`flag_column`).
+Scores must lie in [0, 100]; a missing score is allowed (NaN) but a missing worker, unit or arm is an error, as
+are a non-numeric or out-of-range score and two rows for the same (worker, unit, arm, session).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analysis.spec import AnalysisSpec, RatingsError
+
+__all__ = ["RatingsError", "canonical_frame", "check_arms", "data_warnings", "flag_column", "is_long", "read_csv"]
+
 WORKER, UNIT, ARM, SESSION = "_worker", "_unit", "_arm", "_session"
 KEYS = (WORKER, UNIT, ARM, SESSION)
 SCORE_MIN, SCORE_MAX = 0.0, 100.0
-
-
-class RatingsError(ValueError):
-    """The ratings table cannot be analysed as given; the message says what to fix."""
+_TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
+_FALSE = frozenset({"false", "f", "no", "n", "0", "0.0", ""})
 
 
 def read_csv(path: str | Path) -> pd.DataFrame:
     """Read a ratings CSV with every column as text (types are checked by :func:`canonical_frame`)."""
+    p = Path(path)
+    if p.is_dir():
+        raise RatingsError(f"{path} is a directory, not a CSV file")
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        return pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
     except FileNotFoundError as exc:
         raise RatingsError(f"no such file: {path}") from exc
+    except PermissionError as exc:
+        raise RatingsError(f"{path} cannot be read (permission denied)") from exc
+    except IsADirectoryError as exc:
+        raise RatingsError(f"{path} is a directory, not a CSV file") from exc
     except pd.errors.EmptyDataError as exc:
         raise RatingsError(f"{path} is empty") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise RatingsError(f"{path} is not a readable CSV file: {exc}") from exc
+    except OSError as exc:
+        raise RatingsError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+
+
+def flag_column(name: str) -> str:
+    """The canonical frame's column holding exclusion filter ``name`` (a boolean per row)."""
+    return f"_flag:{name}"
 
 
 def is_long(df: pd.DataFrame, metrics: Sequence[str], metric_col: str | None, value_col: str | None) -> bool:
@@ -50,45 +67,32 @@ def is_long(df: pd.DataFrame, metrics: Sequence[str], metric_col: str | None, va
     return not any(m in df.columns for m in metrics) and "metric" in df.columns and "score" in df.columns
 
 
-def canonical_frame(
-    df: pd.DataFrame,
-    *,
-    worker: str,
-    unit: str,
-    arm: str,
-    metrics: Sequence[str],
-    session: str | None = None,
-    reverse: Iterable[str] = (),
-    metric_col: str | None = None,
-    value_col: str | None = None,
-) -> pd.DataFrame:
-    """Validate ``df`` and return the canonical wide frame (reversed metrics already turned into 100 - x)."""
-    metrics = list(metrics)
-    if not metrics:
-        raise RatingsError("no metrics given")
-    if len(set(metrics)) != len(metrics):
-        raise RatingsError(f"metrics listed twice: {metrics}")
-    reverse = list(reverse)
-    unknown_rev = [m for m in reverse if m not in metrics]
-    if unknown_rev:
-        raise RatingsError(f"reversed metrics {unknown_rev} are not among the metrics {metrics}")
+def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> pd.DataFrame:
+    """Validate ``df`` and return the canonical wide frame (reversed metrics already turned into 100 - x).
+
+    Takes an :class:`~analysis.spec.AnalysisSpec` or its fields as keyword arguments.
+    """
+    spec = AnalysisSpec.of(spec, options)
+    metrics = list(spec.metrics)
     bad_names = [m for m in metrics if m in KEYS]
     if bad_names:
         raise RatingsError(f"metric names {bad_names} are reserved")
-
-    key_cols = {WORKER: worker, UNIT: unit, ARM: arm}
-    if session is not None:
-        key_cols[SESSION] = session
-    if is_long(df, metrics, metric_col, value_col):
-        metric_col = metric_col or "metric"
-        value_col = value_col or "score"
-        _require_columns(df, [*key_cols.values(), metric_col, value_col])
-        wide = _long_to_wide(df, key_cols, metrics, metric_col, value_col)
+    key_cols = {WORKER: spec.worker, UNIT: spec.unit, ARM: spec.arm}
+    if spec.session is not None:
+        key_cols[SESSION] = spec.session
+    filters = [*spec.exclude, *spec.exclude_rows]
+    if is_long(df, metrics, spec.metric_col, spec.value_col):
+        metric_col = spec.metric_col or "metric"
+        value_col = spec.value_col or "score"
+        _require_columns(df, [*key_cols.values(), metric_col, value_col, *filters])
+        wide = _long_to_wide(df, key_cols, metrics, metric_col, value_col, filters)
     else:
-        _require_columns(df, [*key_cols.values(), *metrics])
+        _require_columns(df, [*key_cols.values(), *metrics, *filters])
         wide = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
         for m in metrics:
             wide[m] = _numeric(df[m], m).to_numpy()
+        for f in filters:
+            wide[flag_column(f)] = _flags(df[f], f)
 
     for key, col in key_cols.items():
         # strip the distinct values only: there are far fewer workers/units/arms than rows
@@ -100,19 +104,76 @@ def canonical_frame(
             raise RatingsError(f"column {col!r} is empty in {int(missing.sum())} row(s) (rows {rows})")
         wide[key] = labels[codes] if len(labels) else wide[key].astype(str)
     if SESSION in wide:
-        wide[SESSION] = _session_values(wide[SESSION], session or "")
-
+        wide[SESSION] = _session_values(wide[SESSION])
     scores = wide[metrics].to_numpy(dtype=float)
     out_of_range = (scores < SCORE_MIN) | (scores > SCORE_MAX)
     if out_of_range.any():
         r, c = np.nonzero(out_of_range)
         examples = ", ".join(f"row {i + 2} {metrics[j]}={scores[i, j]:g}" for i, j in zip(r[:5], c[:5], strict=True))
         raise RatingsError(f"{len(r)} score(s) outside [0, 100]: {examples}")
-    if np.isnan(scores).all(axis=1).all():
+    if np.isnan(scores).all():
         raise RatingsError("no scores at all")
-    for m in reverse:
+    dup = wide.duplicated(list(key_cols), keep=False)
+    if dup.any():
+        names = ", ".join(key_cols.values())
+        raise RatingsError(
+            f"{int(dup.sum())} rows share the same ({names}) (rows {_row_numbers(np.flatnonzero(dup.to_numpy()))}): "
+            f"each rated {'session' if spec.session else 'conversation'} must be one row"
+            + ("" if spec.session else "; name the session column if a unit has several rated sessions")
+        )
+    for m in spec.reverse:
         wide[m] = SCORE_MAX - wide[m]
     return wide.reset_index(drop=True)
+
+
+def check_arms(spec: AnalysisSpec, arms: Sequence[str]) -> None:
+    """The settings that need the data: the QC arm must occur among the table's arms."""
+    if spec.qc_arm is not None and spec.qc_arm not in set(arms):
+        raise RatingsError(f"QC arm {spec.qc_arm!r} does not occur in column {spec.arm!r} (arms: {sorted(arms)})")
+
+
+def data_warnings(frame: pd.DataFrame, spec: AnalysisSpec) -> list[str]:
+    """What is odd about a valid canonical frame but must not pass silently: empty metrics, metrics missing for
+    some arms, scores that do not look like 0-100 sliders, workers who gave one constant score (without a QC arm
+    to catch them)."""
+    out: list[str] = []
+    metrics = list(spec.metrics)
+    counts = frame.groupby(ARM)[metrics].count()
+    empty = [m for m in metrics if counts[m].sum() == 0]
+    if empty:
+        out.append(f"metric(s) {empty} have no scores at all: they are absent from every table and overall score")
+    real = counts.drop(index=[spec.qc_arm], errors="ignore") if spec.qc_arm else counts
+    for m in metrics:
+        if m in empty:
+            continue
+        missing_arms = [str(a) for a, n in real[m].items() if n == 0]
+        if missing_arms:
+            out.append(
+                f"metric {m!r} has no scores for arm(s) {missing_arms}: their overall score is a mean over the "
+                f"other {len(metrics) - 1 - len(empty)} metric(s), so it is not comparable with the other arms'"
+            )
+    values = frame[metrics].to_numpy(dtype=float)
+    values = values[~np.isnan(values)]
+    if values.size >= 20:
+        lo, hi = float(values.min()), float(values.max())
+        integers = bool(np.all(values == np.round(values)))
+        if hi <= 10 or (integers and np.unique(values).size <= 11 and hi - lo <= 10):
+            out.append(
+                f"every score lies between {lo:g} and {hi:g}: this looks like a {lo:g}-{hi:g} rating scale, not 0-100 "
+                "sliders. z-scores and rank tests are unaffected, but raw means are on that scale; check the "
+                "columns (reversed metrics are computed as 100 - x)"
+            )
+    if spec.qc_arm is None:
+        stacked = frame[[WORKER, *metrics]].melt(id_vars=WORKER).dropna()
+        spread = stacked.groupby(WORKER)["value"].agg(["min", "max", "size"])
+        constant = spread[(spread["min"] == spread["max"]) & (spread["size"] > 1)].index.tolist()
+        if constant:
+            shown = ", ".join(map(str, constant[:5])) + (f", ... ({len(constant)} in all)" if len(constant) > 5 else "")
+            out.append(
+                f"{len(constant)} worker(s) gave the same score to everything ({shown}): their z-scores are all 0 and "
+                "they are kept, because there is no QC arm to test them against; consider excluding them"
+            )
+    return out
 
 
 def _require_columns(df: pd.DataFrame, needed: Sequence[str]) -> None:
@@ -134,8 +195,28 @@ def _numeric(series: pd.Series, name: str) -> pd.Series:
     return values.astype(float)
 
 
+def _flags(series: pd.Series, name: str) -> np.ndarray:
+    """A boolean exclusion column: true/false, yes/no, 1/0 (any case); an empty cell is false (not flagged)."""
+    if pd.api.types.is_bool_dtype(series):
+        return series.to_numpy(dtype=bool)
+    text = series.astype("string").fillna("").str.strip().str.lower()
+    bad = ~text.isin(_TRUE | _FALSE)
+    if bad.any():
+        rows = _row_numbers(np.flatnonzero(bad.to_numpy()))
+        examples = ", ".join(repr(v) for v in series[bad.to_numpy()].head(3))
+        raise RatingsError(
+            f"exclusion column {name!r} must be true/false (or yes/no, 1/0): got {examples} (rows {rows})"
+        )
+    return text.isin(_TRUE).to_numpy(dtype=bool)
+
+
 def _long_to_wide(
-    df: pd.DataFrame, key_cols: dict[str, str], metrics: list[str], metric_col: str, value_col: str
+    df: pd.DataFrame,
+    key_cols: dict[str, str],
+    metrics: list[str],
+    metric_col: str,
+    value_col: str,
+    filters: list[str],
 ) -> pd.DataFrame:
     long = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
     long["_metric"] = df[metric_col].astype(str).str.strip().to_numpy()
@@ -163,12 +244,17 @@ def _long_to_wide(
         codes, uniques = pd.factorize(long[key])
         long[key] = np.array([str(u).strip() for u in uniques], dtype=object)[codes]
     wide = long.pivot(index=keys, columns="_metric", values="_value")
-    wide = wide.reindex(columns=metrics).reset_index()
+    wide = wide.reindex(columns=metrics)
+    if filters:
+        flags = pd.DataFrame({flag_column(f): _flags(df[f], f) for f in filters}, index=long.index)
+        # a rated session (or conversation) is flagged when any of its rating rows is
+        wide = wide.join(flags.groupby([long[k] for k in keys]).any().rename_axis(keys))
+    wide = wide.reset_index()
     wide.columns.name = None
     return wide
 
 
-def _session_values(values: pd.Series, name: str) -> pd.Series:
+def _session_values(values: pd.Series) -> pd.Series:
     """Sessions sort numerically when they are numbers (1, 2, ..., 10), else as text."""
     numeric = pd.to_numeric(values, errors="coerce")
     if numeric.notna().all() and (numeric == numeric.round()).all():

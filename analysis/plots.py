@@ -5,23 +5,38 @@ text, so the dashboard can inline it in HTML or serve it as a download. No pyplo
 a threaded web server. Output is deterministic (fixed SVG id salt, no date metadata).
 
 ``scale="auto"`` plots z-scores when the design supports them and raw scores otherwise (design diagnostics).
+
+Arm and metric names are user data: matplotlib's mathtext is off (``text.parse_math``), so a name such as
+``$x^$`` is printed as typed instead of failing to parse, and text is kept as text in the SVG
+(``svg.fonttype = none``), so names in any script render with the browser's fonts even where matplotlib's own
+font has no glyph. Each figure is drawn once: its margins are computed from the lengths of its labels
+(:func:`_place`) instead of by ``bbox_inches="tight"`` or a layout engine, which both draw a figure twice (the
+plots were most of a cold HTML report's time).
 """
 
 from __future__ import annotations
 
 import io
 import math
-from typing import Any, Literal
+import unicodedata
+import warnings
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 import matplotlib
 import numpy as np
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
+from matplotlib.typing import RcKeyType
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 Scale = Literal["auto", "z", "raw"]
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.hashsalt": "memeval",
     "svg.fonttype": "none",
+    "text.parse_math": False,
     "font.size": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,
@@ -39,14 +54,64 @@ def _resolve(result: dict[str, Any], scale: Scale) -> str:
 
 def _svg(fig: Figure) -> str:
     buf = io.StringIO()
-    with matplotlib.rc_context(_RC):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    with matplotlib.rc_context(_RC), warnings.catch_warnings():
+        # Glyphs missing from matplotlib's font (e.g. CJK names) only affect its size estimate of the text: the
+        # SVG keeps the characters as text and the browser renders them.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Matplotlib currently does not support", category=UserWarning)
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     return buf.getvalue()
 
 
-def _figure(width: float, height: float) -> Figure:
+def _figure() -> Figure:
     with matplotlib.rc_context(_RC):
-        return Figure(figsize=(width, height))
+        return Figure()
+
+
+def _text_width(text: str, size: float = 9.0) -> float:
+    """Estimated width in inches of ``text`` at ``size`` points: about 0.62 em per character in DejaVu Sans, a
+    full em for wide (e.g. CJK) characters. Generous on purpose: a margin too wide wastes a little white space,
+    one too narrow cuts a label."""
+    em = sum(1.0 if unicodedata.east_asian_width(ch) in "WF" else 0.62 for ch in text)
+    return em * size / 72
+
+
+def _widest(texts: Iterable[str], size: float = 9.0) -> float:
+    return max((_text_width(t, size) for t in texts), default=0.0)
+
+
+def _place(
+    fig: Figure,
+    ax: Any,
+    *,
+    width: float,
+    height: float,
+    left: float,
+    right: float,
+    bottom: float,
+    top: float,
+    title: str = "",
+    title_size: float = 9.0,
+) -> None:
+    """Give the axes ``width`` x ``height`` inches and the figure room around them (inches); widen both sides
+    if the title is wider than the figure."""
+    total = left + width + right
+    extra = max(0.0, _widest(title.splitlines(), title_size) + 0.2 - (width + 2 * min(left, right)))
+    left, right = left + extra / 2, right + extra / 2
+    total = left + width + right
+    fig.set_size_inches(total, bottom + height + top)
+    ax.set_position((left / total, bottom / (bottom + height + top), width / total, height / (bottom + height + top)))
+
+
+def _legend_width(labels: Iterable[str]) -> float:
+    return _widest(labels, 8) + 0.55
+
+
+def _rotated(labels: list[str], degrees: float, size: float = 9.0) -> tuple[float, float]:
+    """(height, leftward reach) of tick labels rotated by ``degrees`` and anchored at their right end."""
+    w = _widest(labels, size)
+    rad = math.radians(degrees)
+    return w * math.sin(rad) + size / 72 * math.cos(rad) + 0.1, w * math.cos(rad)
 
 
 def _num(v: Any) -> float:
@@ -65,7 +130,7 @@ def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale 
     if not rows:
         raise ValueError("the analysis has no session column")
     with matplotlib.rc_context(_RC):
-        fig = _figure(5.5, 3.4)
+        fig = _figure()
         ax = fig.add_subplot()
         arms = result["arm_order"]
         sessions = sorted({r["session"] for r in rows}, key=lambda s: (isinstance(s, str), s))
@@ -73,7 +138,9 @@ def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale 
         width = 0.5 / max(len(arms), 1)
         for k, a in enumerate(arms):
             pts = [r for r in rows if r["arm"] == a]
-            xs, ys, errs = [], [], ([], [])
+            xs: list[float] = []
+            ys: list[float] = []
+            errs: tuple[list[float], list[float]] = ([], [])
             for r in pts:
                 entry = _entry(r, metric, sc)
                 y = _num(entry[0])
@@ -86,10 +153,13 @@ def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale 
         ax.set_xticks(range(len(sessions)), [str(s) for s in sessions])
         ax.set_xlabel("session")
         ax.set_ylabel(f"mean {'z-score' if sc == 'z' else 'score (0-100)'}")
-        ax.set_title(f"{metric}: per-session means, 95% CI")
+        title = f"{metric}: per-session means, 95% CI"
+        ax.set_title(title)
         if sc == "z":
             ax.axhline(0, color="#999", lw=0.6)
         ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _place(fig, ax, width=4.0, height=2.6, left=0.85, right=_legend_width(arms) + 0.1, bottom=0.55, top=0.35,
+               title=title)  # fmt: skip
         return _svg(fig)
 
 
@@ -106,7 +176,7 @@ def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
     arms = result["arm_order"]
     metrics = [*result["params"]["metrics"], "overall"]
     with matplotlib.rc_context(_RC):
-        fig = _figure(max(5.5, 0.9 * len(metrics) + 1.5), 3.4)
+        fig = _figure()
         ax = fig.add_subplot()
         width = 0.8 / max(len(arms), 1)
         for k, a in enumerate(arms):
@@ -122,10 +192,16 @@ def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
             ax.bar(xs, means, width=width * 0.95, yerr=[lo, hi], capsize=2, label=a, error_kw={"lw": 0.8})
         ax.set_xticks(range(len(metrics)), metrics, rotation=20, ha="right")
         ax.set_ylabel("mean z-score" if sc == "z" else "mean score (0-100)")
-        ax.set_title(f"{'standardized' if sc == 'z' else 'absolute'} scores per arm, 95% CI")
+        title = f"{'standardized' if sc == 'z' else 'absolute'} scores per arm, 95% CI"
+        ax.set_title(title)
         if sc == "z":
             ax.axhline(0, color="#333", lw=0.6)
         ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        axes_w = max(4.0, 0.75 * len(metrics))
+        below, reach = _rotated(metrics, 20)
+        first_tick = axes_w / len(metrics) / 2  # the first label hangs left of its tick, past the axes if long
+        _place(fig, ax, width=axes_w, height=2.6, left=max(0.85, reach - first_tick + 0.15),
+               right=_legend_width(arms) + 0.1, bottom=below + 0.15, top=0.35, title=title)  # fmt: skip
         return _svg(fig)
 
 
@@ -149,8 +225,7 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         if not one_sided:
             matrix[j, i] = matrix[i, j]
     with matplotlib.rc_context(_RC):
-        size = 1.2 + 0.55 * len(arms)
-        fig = _figure(size + 1.2, size)
+        fig = _figure()
         ax = fig.add_subplot()
         img = ax.imshow(np.where(np.isnan(matrix), 1.0, matrix), cmap=_P_CMAP, vmin=0, vmax=0.1)
         for i in range(len(arms)):
@@ -167,12 +242,11 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         ax.set_xticks(range(len(arms)), arms, rotation=45, ha="right")
         ax.set_yticks(range(len(arms)), arms)
         what = "row > column" if one_sided else "row vs column"
-        ax.set_title(
-            f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})"
-            + (f", session {session}" if session is not None else ""),
-            fontsize=9,
+        title = f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})" + (
+            f", session {session}" if session is not None else ""
         )
-        fig.colorbar(img, ax=ax, shrink=0.8, label="p")
+        ax.set_title(title, fontsize=9)
+        _square(fig, ax, img, arms, title, "p")
         return _svg(fig)
 
 
@@ -192,8 +266,7 @@ def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
     if n is None:
         raise ValueError(f"no correlations at level {level!r}")
     with matplotlib.rc_context(_RC):
-        size = 1.5 + 0.6 * len(metrics)
-        fig = _figure(size + 1.2, size)
+        fig = _figure()
         ax = fig.add_subplot()
         img = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1)
         for i in range(len(metrics)):
@@ -202,9 +275,23 @@ def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
                     ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right")
         ax.set_yticks(range(len(metrics)), metrics)
-        ax.set_title(f"{level}-level correlations (n = {n})\nPearson above, Spearman below the diagonal", fontsize=9)
-        fig.colorbar(img, ax=ax, shrink=0.8, label="r")
+        title = f"{level}-level correlations (n = {n})\nPearson above, Spearman below the diagonal"
+        ax.set_title(title, fontsize=9)
+        _square(fig, ax, img, metrics, title, "r")
         return _svg(fig)
+
+
+def _square(fig: Figure, ax: Any, img: Any, labels: list[str], title: str, bar_label: str) -> None:
+    """Lay out a labelled square matrix with its colour bar on the right."""
+    side = 0.5 * len(labels) + 0.3
+    below, reach = _rotated(labels, 45)
+    left = max(_widest(labels) + 0.2, reach - side / len(labels) / 2 + 0.15)
+    top = 0.2 + 0.18 * len(title.splitlines())
+    _place(fig, ax, width=side, height=side, left=left, right=1.0, bottom=below + 0.1, top=top, title=title)
+    fig_w, fig_h = fig.get_size_inches()
+    x0, y0, w, h = ax.get_position().bounds
+    cax = fig.add_axes((x0 + w + 0.15 / fig_w, y0 + 0.1 * h, 0.15 / fig_w, 0.8 * h))
+    fig.colorbar(img, cax=cax, label=bar_label)
 
 
 def all_plots(result: dict[str, Any]) -> dict[str, str]:

@@ -17,9 +17,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis.data import ARM, WORKER
+from analysis.spec import ALPHA
 from analysis.standardize import worker_moments
-
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -35,49 +34,66 @@ class WorkerQC:
 def quality_control(
     frame: pd.DataFrame, *, qc_arm: str, qc_metrics: Sequence[str], all_metrics: Sequence[str], alpha: float = ALPHA
 ) -> list[WorkerQC]:
-    """Test every worker of the canonical ``frame``; returns one :class:`WorkerQC` per worker, in first-seen order."""
+    """Test every worker of the canonical ``frame``; returns one :class:`WorkerQC` per worker, in first-seen order.
+
+    Vectorised: workers with the same numbers of QC and other scores (and the same presence of ties) are tested
+    in one scipy call, with the method chosen exactly as scipy's "auto" would choose it per worker (exact for
+    small samples without ties, asymptotic otherwise), so batching changes no p-value.
+    """
     qc_metrics = list(qc_metrics)
-    moments = worker_moments(frame, all_metrics)
-    is_qc = (frame[ARM] == qc_arm).to_numpy()
-    values = frame[qc_metrics].to_numpy(dtype=float)
     workers = frame[WORKER].to_numpy()
     order = pd.unique(workers)
-    codes = pd.Categorical(workers, categories=order).codes
-    sort = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[sort], np.arange(len(order) + 1))
-    out: dict[int, WorkerQC] = {}
-    # Workers are tested in batches of equal sample sizes (one vectorised scipy call per batch); the method
-    # is chosen per batch exactly as scipy's "auto" would choose it per worker (exact for small samples
-    # without ties, asymptotic otherwise), so batching does not change any p-value.
-    batches: dict[tuple[int, int, bool], list[tuple[int, np.ndarray, np.ndarray]]] = {}
-    for k, worker in enumerate(order):
-        rows = sort[bounds[k] : bounds[k + 1]]
-        qc_vals = values[rows][is_qc[rows]].ravel()
-        other_vals = values[rows][~is_qc[rows]].ravel()
-        qc_vals = qc_vals[~np.isnan(qc_vals)]
-        other_vals = other_vals[~np.isnan(other_vals)]
-        n1, n2 = qc_vals.size, other_vals.size
-        sd = moments["sd"].get(worker, np.nan)
-        if not np.isfinite(sd) or sd == 0:
-            out[k] = WorkerQC(worker, False, None, n1, n2, "zero variance")
-        elif n1 == 0:
-            out[k] = WorkerQC(worker, False, None, 0, n2, f"no ratings of the QC arm {qc_arm!r}")
-        elif n2 == 0:
-            out[k] = WorkerQC(worker, False, None, n1, 0, "no ratings of any other arm")
+    codes = pd.Categorical(workers, categories=order).codes.astype(np.int64)
+    n_workers = len(order)
+    sd = worker_moments(frame, all_metrics)["sd"].reindex(order).to_numpy(dtype=float)
+    # one entry per (row, QC metric) score that is present: worker, whether it is a QC-arm score, value
+    values = frame[qc_metrics].to_numpy(dtype=float)
+    is_qc = np.repeat((frame[ARM] == qc_arm).to_numpy(), len(qc_metrics))
+    w = np.repeat(codes, len(qc_metrics))
+    v = values.ravel()
+    present = ~np.isnan(v)
+    w, is_qc, v = w[present], is_qc[present], v[present]
+    n1 = np.bincount(w[is_qc], minlength=n_workers)
+    n2 = np.bincount(w[~is_qc], minlength=n_workers)
+    # sort by worker, other scores before QC scores (stable: input order within each), then cut per worker
+    sort = np.lexsort((is_qc, w))
+    w, is_qc, v = w[sort], is_qc[sort], v[sort]
+    start = np.searchsorted(w, np.arange(n_workers))
+    lo = np.full(n_workers, np.inf)
+    hi = np.full(n_workers, -np.inf)
+    np.minimum.at(lo, w, v)
+    np.maximum.at(hi, w, v)
+    out: list[WorkerQC | None] = [None] * n_workers
+    testable = np.zeros(n_workers, dtype=bool)
+    for k in range(n_workers):
+        worker = order[k]
+        if not np.isfinite(sd[k]) or sd[k] == 0:
+            out[k] = WorkerQC(worker, False, None, int(n1[k]), int(n2[k]), "zero variance")
+        elif n1[k] == 0:
+            out[k] = WorkerQC(worker, False, None, 0, int(n2[k]), f"no ratings of the QC arm {qc_arm!r}")
+        elif n2[k] == 0:
+            out[k] = WorkerQC(worker, False, None, int(n1[k]), 0, "no ratings of any other arm")
+        elif lo[k] == hi[k]:
+            out[k] = WorkerQC(worker, False, None, int(n1[k]), int(n2[k]), "identical scores on the QC metrics")
         else:
-            pooled = np.sort(np.concatenate([qc_vals, other_vals]))
-            if pooled[0] == pooled[-1]:
-                out[k] = WorkerQC(worker, False, None, n1, n2, "identical scores on the QC metrics")
+            testable[k] = True
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i in np.flatnonzero(testable):
+        groups.setdefault((int(n1[i]), int(n2[i])), []).append(int(i))
+    for (a, b), members in groups.items():
+        ks = np.asarray(members)
+        other = v[start[ks][:, None] + np.arange(b)]  # each worker's other scores come first ...
+        qc_vals = v[start[ks][:, None] + b + np.arange(a)]  # ... then its QC scores
+        pooled = np.sort(np.hstack([qc_vals, other]), axis=1)
+        ties = (np.diff(pooled, axis=1) == 0).any(axis=1)
+        for has_ties in (False, True):
+            rows = np.flatnonzero(ties == has_ties)
+            if not rows.size:
                 continue
-            ties = bool((np.diff(pooled) == 0).any())
-            batches.setdefault((n1, n2, ties), []).append((k, qc_vals, other_vals))
-    for (n1, n2, ties), members in batches.items():
-        method = "asymptotic" if (n1 > 8 and n2 > 8) or ties else "exact"
-        x = np.vstack([m[1] for m in members])
-        y = np.vstack([m[2] for m in members])
-        pvalues = np.atleast_1d(stats.mannwhitneyu(x, y, alternative="less", axis=1, method=method).pvalue)
-        for (k, _, _), p in zip(members, pvalues, strict=True):
-            passed = bool(p < alpha)
-            reason = "" if passed else f"QC arm not rated lower (p = {p:.3g} >= {alpha})"
-            out[k] = WorkerQC(order[k], passed, float(p), n1, n2, reason)
-    return [out[k] for k in range(len(order))]
+            method = "asymptotic" if (a > 8 and b > 8) or has_ties else "exact"
+            result = stats.mannwhitneyu(qc_vals[rows], other[rows], alternative="less", axis=1, method=method)
+            for k, p in zip(ks[rows], np.atleast_1d(result.pvalue), strict=True):
+                passed = bool(p < alpha)
+                reason = "" if passed else f"QC arm not rated lower (p = {p:.3g} >= {alpha})"
+                out[k] = WorkerQC(order[k], passed, float(p), a, b, reason)
+    return [c for c in out if c is not None]

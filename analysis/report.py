@@ -3,44 +3,59 @@
 :func:`analyze` is the public entry point; :func:`run` returns the same dict plus the scored ratings
 (every rating with its z-score and its worker's QC status) for the CSV export.
 
-Pipeline (docs/analysis.md has the long version):
+Pipeline (docs/analysis.md has the long version), one function per step:
 
-1. validate and normalise the table (:mod:`analysis.data`), reverse the reversed metrics (100 - x);
-2. z-score per worker over all of that worker's scores, QC arm included (:mod:`analysis.standardize`);
-3. QC: one-sided Mann-Whitney U per worker, QC arm vs the other arms (:mod:`analysis.qc`); failed workers
-   and the QC arm are then dropped;
-4. aggregate to the unit of analysis, one *unit* = one (worker, unit, arm) combination: an episode in
-   memeval, a (HIT, system) conversation in Ji et al.; a unit's overall score is the mean of all its z-scores
-   (all metrics, all sessions);
-5. per arm and per arm x session: means and 95% t-intervals over units; pairwise tests between arms per
-   metric and overall (and per session) with Holm correction per family; correlations between metrics
-   at the rating, unit and arm levels;
-6. design diagnostics: when every worker rated a single arm, per-worker z is identically 0 per arm, so
-   arm-level z is withheld (null) and a mixed model on raw scores is fitted instead.
+1. :func:`load`: validate and normalise the table (:mod:`analysis.data`), reverse the reversed metrics;
+2. :func:`apply_exclusions`: drop the workers (or rows) flagged in the exclusion columns;
+3. :func:`standardize`: z-score per worker over all of that worker's scores, QC arm included;
+4. :func:`check_quality`: one-sided Mann-Whitney U per worker, QC arm vs the other arms (:mod:`analysis.qc`);
+   failed workers and the QC arm are then dropped;
+5. :func:`unit_table`: aggregate to the unit of analysis, one *unit* = one (worker, unit, arm) combination (an
+   episode in memeval, a (HIT, system) conversation in Ji et al.); a unit's overall score is the mean of all
+   its scores (all metrics, all sessions), on the raw and on its worker's z scale;
+6. :func:`diagnose`: which design the data have; when every worker rated a single arm, per-worker z is
+   identically 0 per arm, so arm-level z is withheld (null) and raw scores and a mixed model are used;
+7. :func:`pairwise_section` (tests with Holm families), tables of means with 95% t-intervals,
+   correlations, :func:`mixed_section`, the pre-registration check and the methods paragraph.
+
+:func:`prepare` runs steps 1-6 and returns a :class:`Prepared`, which the calibration reuses to run several
+tests on one simulated study without repeating the common steps.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from itertools import combinations, permutations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame
-from analysis.qc import ALPHA, quality_control
-from analysis.standardize import zscore_per_worker
-from analysis.stats import TESTS, Test, compare, correlate, grouped_mean_ci, holm, mixedlm_arm_effects
+from analysis.data import (
+    ARM,
+    SESSION,
+    UNIT,
+    WORKER,
+    RatingsError,
+    canonical_frame,
+    check_arms,
+    data_warnings,
+    flag_column,
+)
+from analysis.qc import quality_control
+from analysis.spec import ALPHA, OVERALL, AnalysisSpec, Family, Test
+from analysis.standardize import standardize_values, worker_moments, zscore_per_worker
+from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm, mixedlm_arm_effects
 
-OVERALL = "overall"
+__all__ = ["OVERALL", "Analysis", "AnalysisSpec", "Prepared", "analyze", "prepare", "run", "to_jsonable"]
+
 # z-scores (and per-unit mean z) are rounded to this many decimals, far below any reported precision, so
 # that scores that are equal in exact arithmetic are equal as floats (ties stay ties in rank tests).
 Z_DECIMALS = 12
-_UID = "_uid"
+_UID, _WID = "_uid", "_wid"
 
 
 @dataclass
@@ -51,101 +66,213 @@ class Analysis:
     ratings: pd.DataFrame
 
 
-def analyze(
-    df: pd.DataFrame,
-    *,
-    worker: str,
-    unit: str,
-    arm: str,
-    metrics: Sequence[str],
-    session: str | None = None,
-    reverse: Iterable[str] = (),
-    qc_arm: str | None = None,
-    qc_metrics: Iterable[str] = (),
-    test: Test = "mwu-greater",
-    metric_col: str | None = None,
-    value_col: str | None = None,
-    mixedlm: bool | None = None,
-    reference_arm: str | None = None,
-) -> dict[str, Any]:
+@dataclass
+class Prepared:
+    """The data after steps 1-6, ready for tables and tests."""
+
+    spec: AnalysisSpec
+    scored: pd.DataFrame  # every kept rating (QC arm included) with z_* and qc_passed
+    excluded: pd.DataFrame  # the ratings removed by the exclusion filters (canonical columns)
+    data: pd.DataFrame  # the analysed ratings: QC passed, QC arm removed
+    units: pd.DataFrame  # one row per unit: raw_<m>, z_<m> for every metric and "overall"
+    arms: list[str]
+    design: dict[str, Any]
+    qc: dict[str, Any]
+    exclusions: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    moments: pd.DataFrame | None = None
+    _session_units: pd.DataFrame | None = None
+
+    @property
+    def z_valid(self) -> bool:
+        return bool(self.design["z_valid"])
+
+    @property
+    def prefix(self) -> str:
+        """Column prefix of the scale tests use: z when the design allows it, raw otherwise."""
+        return "z_" if self.z_valid else "raw_"
+
+    @property
+    def session_units(self) -> pd.DataFrame:
+        """One row per (unit, session), computed once on first use."""
+        if self._session_units is None:
+            self._session_units = unit_table(self.data, self.spec, self.moments, by=[_UID, SESSION])
+        return self._session_units
+
+
+def analyze(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> dict[str, Any]:
     """Analyse a ratings table and return the report as a JSON-serialisable dict.
 
-    ``df`` is wide (one column per metric) or long (``metric_col``/``value_col`` given, or columns named
-    ``metric`` and ``score``); ``worker``, ``unit``, ``arm`` and ``session`` name its columns. ``reverse``
-    lists metrics to turn into 100 - x first. ``qc_arm``/``qc_metrics`` enable quality control (QC metrics
-    default to all metrics). ``test`` is ``"mwu-greater"`` (one-sided, every ordered pair of arms, as Ji et
-    al.), ``"mwu-two-sided"`` or ``"welch"``. ``mixedlm``: fit the mixed model for the overall score and every
-    metric (True), never (False), or for the overall score only when the design needs it (None). Raises :class:`analysis.data.RatingsError` for unusable input.
+    Give an :class:`~analysis.spec.AnalysisSpec` or its fields as keyword arguments: ``worker``, ``unit``,
+    ``arm`` and ``session`` name the columns of ``df``, which is wide (one column per metric) or long
+    (``metric_col``/``value_col`` given, or columns named ``metric`` and ``score``); ``metrics``, ``reverse``
+    (metrics turned into 100 - x first), ``qc_arm``/``qc_metrics`` (quality control), ``test`` (default
+    ``"cluster-t"``; ``"mwu-greater"`` is Ji et al.'s replication mode, also ``"mwu-two-sided"``, ``"welch"``),
+    ``family`` (Holm family: ``"metric"``, ``"all-metrics"``, ``"all"``), ``mixedlm`` (True: fit the mixed model
+    for the overall score and every metric; False: never; None: for the overall score when the design needs
+    it), ``reference_arm``, ``exclude``/``exclude_rows`` (boolean filter columns, see the spec) and
+    ``preregistration``. Raises :class:`analysis.data.RatingsError` for unusable input.
     """
-    return run(
-        df,
-        worker=worker,
-        unit=unit,
-        arm=arm,
-        metrics=metrics,
-        session=session,
-        reverse=reverse,
-        qc_arm=qc_arm,
-        qc_metrics=qc_metrics,
-        test=test,
-        metric_col=metric_col,
-        value_col=value_col,
-        mixedlm=mixedlm,
-        reference_arm=reference_arm,
-    ).result
+    return run(df, spec, **options).result
 
 
-def run(
-    df: pd.DataFrame,
-    *,
-    worker: str,
-    unit: str,
-    arm: str,
-    metrics: Sequence[str],
-    session: str | None = None,
-    reverse: Iterable[str] = (),
-    qc_arm: str | None = None,
-    qc_metrics: Iterable[str] = (),
-    test: Test = "mwu-greater",
-    metric_col: str | None = None,
-    value_col: str | None = None,
-    mixedlm: bool | None = None,
-    reference_arm: str | None = None,
-) -> Analysis:
+def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> Analysis:
     """Like :func:`analyze`, also returning the scored ratings (see :class:`Analysis`)."""
-    if test not in TESTS:
-        raise RatingsError(f"unknown test {test!r}; choose one of {', '.join(TESTS)}")
-    metrics = list(metrics)
-    reverse = list(reverse)
-    qc_metrics = list(qc_metrics)
-    frame = canonical_frame(
-        df,
-        worker=worker,
-        unit=unit,
-        arm=arm,
-        metrics=metrics,
-        session=session,
-        reverse=reverse,
-        metric_col=metric_col,
-        value_col=value_col,
+    spec = AnalysisSpec.of(spec, options)
+    prep = prepare(df, spec)
+    arms_section: dict[str, Any] = {}
+    by_session: list[dict[str, Any]] = []
+    if prep.arms:
+        arms_section = _arm_table(prep.units, prep.arms, list(spec.metrics), prep.z_valid)
+        if spec.session is not None:
+            by_session = _session_table(prep.session_units, prep.arms, list(spec.metrics), prep.z_valid)
+    pairwise, pairwise_by_session, families = pairwise_section(prep)
+    correlations = _correlations(prep) if prep.arms else []
+    mixed = mixed_section(prep)
+    if mixed is not None:
+        prep.warnings += [f"mixed model ({m}): {w}" for m, fit in mixed["models"].items() for w in fit["warnings"]]
+    result: dict[str, Any] = {
+        "params": spec.params(),
+        "exclusions": prep.exclusions,
+        "qc": prep.qc,
+        "design": prep.design,
+        "arm_order": prep.arms,
+        "arms": arms_section,
+        "by_session": by_session,
+        "pairwise": pairwise,
+        "pairwise_by_session": pairwise_by_session,
+        "families": families,
+        "correlations": correlations,
+        "mixedlm": mixed,
+        "warnings": prep.warnings,
+    }
+    if spec.preregistration is not None:
+        from analysis.prereg import check_preregistration
+
+        result["preregistration"] = check_preregistration(spec.preregistration, spec, prep)
+        result["warnings"] += result["preregistration"]["warnings"]
+    result["methods"] = methods_text(result)
+    return Analysis(result=to_jsonable(result), ratings=_ratings_export(prep))
+
+
+# ---------------------------------------------------------------------------------------------- steps 1-6
+def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
+    """Steps 1-6: validation, exclusions, z-scores, QC, units and design diagnostics."""
+    frame = load(df, spec)
+    frame, excluded, exclusions = apply_exclusions(frame, spec)
+    warnings_ = data_warnings(frame, spec) if len(frame) else []
+    scored, moments = standardize(frame, spec, warnings_)
+    qc = check_quality(scored, spec)
+    keep = scored["qc_passed"] & ((scored[ARM] != spec.qc_arm) if spec.qc_arm is not None else True)
+    data = scored[keep].copy()
+    if frame.empty:
+        warnings_.append(
+            f"no ratings left after the exclusion filters: they removed all {exclusions['workers_before']} workers; "
+            "no arm tables, tests or correlations"
+        )
+    elif data.empty:
+        # Every worker failed QC (or only the QC arm was rated): no arm tables or tests, but the QC section says
+        # who failed and why, which is what a researcher needs to see then.
+        warnings_.append(
+            f"no ratings left after quality control and removing the QC arm ({qc['workers_passed']} of "
+            f"{qc['workers_total']} workers passed QC): no arm tables, tests or correlations; "
+            "the QC section lists the failed workers and their reasons"
+        )
+    arms = sorted(data[ARM].unique(), key=_natural)
+    if spec.reference_arm is not None and arms and spec.reference_arm not in arms:
+        raise RatingsError(f"reference arm {spec.reference_arm!r} is not among the analysed arms {arms}")
+    data[_UID] = data.groupby([WORKER, UNIT, ARM], sort=False).ngroup()
+    data[_WID] = pd.factorize(data[WORKER])[0]
+    units = unit_table(data, spec, moments, by=[_UID])
+    design = diagnose(data, units, arms, list(spec.metrics), warnings_)
+    return Prepared(
+        spec=spec,
+        scored=scored,
+        excluded=excluded,
+        data=data,
+        units=units,
+        arms=arms,
+        design=design,
+        qc=qc,
+        exclusions=exclusions,
+        warnings=warnings_,
+        moments=moments,
     )
+
+
+def load(df: pd.DataFrame, spec: AnalysisSpec) -> pd.DataFrame:
+    """Step 1: the canonical frame in canonical row order (see :func:`canonical_order`)."""
+    frame = canonical_frame(df, spec)
+    check_arms(spec, frame[ARM].unique().tolist())
     # Canonical row order: every sum below (worker moments, unit means) then runs in the same order whatever
     # the order of the input rows, so the results do not change in their last bits (which would move
     # Mann-Whitney's tie detection). The index keeps each row's input position for the ratings export.
-    frame = canonical_order(frame, metrics)
-    warnings_: list[str] = []
-    all_arms = sorted(frame[ARM].unique(), key=_natural)
-    if qc_arm is not None:
-        if qc_arm not in set(all_arms):
-            raise RatingsError(f"QC arm {qc_arm!r} does not occur in column {arm!r} (arms: {all_arms})")
-        qc_metrics = qc_metrics or list(metrics)
-        unknown = [m for m in qc_metrics if m not in metrics]
-        if unknown:
-            raise RatingsError(f"QC metrics {unknown} are not among the metrics {metrics}")
-    elif qc_metrics:
-        raise RatingsError("QC metrics given without a QC arm")
+    return canonical_order(frame, spec.metrics)
 
-    # 2. per-worker z over every score of the worker (QC arm included, as Ji et al.)
+
+def canonical_order(frame: pd.DataFrame, metrics: tuple[str, ...] | list[str]) -> pd.DataFrame:
+    """``frame`` sorted by worker, unit, arm, session and then the scores (NaN last), keeping its index.
+
+    Rows with equal keys and equal scores are interchangeable, so the result does not depend on the input order.
+    """
+    keys = [k for k in (WORKER, UNIT, ARM, SESSION) if k in frame.columns]
+    return frame.sort_values([*keys, *metrics], kind="stable", na_position="last")
+
+
+def apply_exclusions(frame: pd.DataFrame, spec: AnalysisSpec) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """Step 2: remove every worker flagged in an ``exclude`` column and every row flagged in an ``exclude_rows``
+    column. Returns the kept rows, the removed rows (with ``_excluded_by``) and the report's ``exclusions``."""
+    workers_before = int(frame[WORKER].nunique())
+    section: dict[str, Any] = {
+        "filters": [],
+        "workers_before": workers_before,
+        "workers_after": workers_before,
+        "workers_removed": 0,
+        "rows_removed": 0,
+        "removed_workers": [],
+    }
+    if not spec.exclude and not spec.exclude_rows:
+        return frame, frame.iloc[:0].assign(_excluded_by=""), section
+    drop = np.zeros(len(frame), dtype=bool)
+    reasons: list[list[str]] = [[] for _ in range(len(frame))]
+    for column, level in [*((c, "worker") for c in spec.exclude), *((c, "row") for c in spec.exclude_rows)]:
+        flagged = frame[flag_column(column)].to_numpy(dtype=bool)
+        if level == "worker":
+            flagged_workers = set(frame.loc[flagged, WORKER])
+            hit = frame[WORKER].isin(flagged_workers).to_numpy()
+            removed_workers = len(flagged_workers)
+        else:
+            hit = flagged
+            left = frame.loc[~flagged, WORKER].unique()
+            removed_workers = int(frame[WORKER].nunique() - len(left))
+        for i in np.flatnonzero(hit):
+            reasons[i].append(column)
+        drop |= hit
+        section["filters"].append(
+            {
+                "column": column,
+                "level": level,
+                "rows_flagged": int(flagged.sum()),
+                "rows_removed": int(hit.sum()),
+                "workers_removed": removed_workers,
+            }
+        )
+    kept = frame[~drop]
+    removed = frame[drop].assign(_excluded_by=[",".join(r) for r, d in zip(reasons, drop, strict=True) if d])
+    gone = sorted(set(frame[WORKER]) - set(kept[WORKER]), key=_natural)
+    section.update(
+        workers_after=int(kept[WORKER].nunique()),
+        workers_removed=len(gone),
+        rows_removed=int(drop.sum()),
+        removed_workers=gone,
+    )
+    return kept, removed, section
+
+
+def standardize(frame: pd.DataFrame, spec: AnalysisSpec, warnings_: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Step 3: per-worker z over every score of the worker (QC arm included, as Ji et al.)."""
+    metrics = list(spec.metrics)
+    moments = worker_moments(frame, metrics)
     z = zscore_per_worker(frame, metrics).round(Z_DECIMALS)
     zcols = [f"z_{m}" for m in metrics]
     scored = pd.concat([frame, z.set_axis(zcols, axis=1)], axis=1)
@@ -155,67 +282,87 @@ def run(
             f"{int(no_sd.sum())} worker(s) gave a single score, so their z-scores are undefined and they only "
             "count in raw means"
         )
+    return scored, moments
 
-    # 3. quality control
-    qc_section: dict[str, Any] = {
-        "arm": qc_arm,
-        "metrics": qc_metrics,
+
+def check_quality(scored: pd.DataFrame, spec: AnalysisSpec) -> dict[str, Any]:
+    """Step 4: the QC test per worker; sets ``scored["qc_passed"]`` and returns the report's ``qc`` section."""
+    section: dict[str, Any] = {
+        "arm": spec.qc_arm,
+        "metrics": list(spec.effective_qc_metrics),
         "alpha": ALPHA,
-        "workers_total": int(frame[WORKER].nunique()),
+        "workers_total": int(scored[WORKER].nunique()),
     }
-    if qc_arm is not None:
-        checks = quality_control(frame, qc_arm=qc_arm, qc_metrics=qc_metrics, all_metrics=metrics)
-        passed = {c.worker for c in checks if c.passed}
-        failed = [c for c in checks if not c.passed]
-        qc_section.update(
-            workers_passed=len(passed),
-            pass_rate=len(passed) / len(checks) if checks else math.nan,
-            failed_workers=[c.worker for c in failed],
-            failed_reasons={c.worker: c.reason for c in failed},
-            workers=[
-                {"worker": c.worker, "passed": c.passed, "p": c.p, "n_qc": c.n_qc, "n_other": c.n_other} for c in checks
-            ],
-        )
-        scored["qc_passed"] = scored[WORKER].isin(passed)
-    else:
-        qc_section.update(
-            workers_passed=qc_section["workers_total"], pass_rate=1.0, failed_workers=[], failed_reasons={}, workers=[]
+    if spec.qc_arm is None or scored.empty:
+        section.update(
+            workers_passed=section["workers_total"], pass_rate=1.0, failed_workers=[], failed_reasons={}, workers=[]
         )
         scored["qc_passed"] = True
-    keep = scored["qc_passed"] & (scored[ARM] != qc_arm if qc_arm is not None else True)
-    data = scored[keep].copy()
-    if qc_arm is not None:
-        qc_rows = scored[scored["qc_passed"] & (scored[ARM] == qc_arm)]
-        qc_z = qc_rows[zcols].to_numpy(dtype=float)
-        qc_section["qc_arm_overall_z"] = float(np.nanmean(qc_z)) if np.isfinite(qc_z).any() else None
-    if data.empty:
-        # Every worker failed QC (or only the QC arm was rated): no arm tables or tests, but the QC section says
-        # who failed and why, which is what a researcher needs to see at that point.
-        warnings_.append(
-            f"no ratings left after quality control and removing the QC arm ({qc_section['workers_passed']} of "
-            f"{qc_section['workers_total']} workers passed QC): no arm tables, tests or correlations; "
-            "the QC section lists the failed workers and their reasons"
-        )
+        return section
+    checks = quality_control(
+        scored, qc_arm=spec.qc_arm, qc_metrics=spec.effective_qc_metrics, all_metrics=list(spec.metrics)
+    )
+    passed = {c.worker for c in checks if c.passed}
+    failed = [c for c in checks if not c.passed]
+    section.update(
+        workers_passed=len(passed),
+        pass_rate=len(passed) / len(checks) if checks else math.nan,
+        failed_workers=[c.worker for c in failed],
+        failed_reasons={c.worker: c.reason for c in failed},
+        workers=[
+            {"worker": c.worker, "passed": c.passed, "p": c.p, "n_qc": c.n_qc, "n_other": c.n_other} for c in checks
+        ],
+    )
+    scored["qc_passed"] = scored[WORKER].isin(passed)
+    qc_z = scored.loc[scored["qc_passed"] & (scored[ARM] == spec.qc_arm), [f"z_{m}" for m in spec.metrics]]
+    values = qc_z.to_numpy(dtype=float)
+    section["qc_arm_overall_z"] = float(np.nanmean(values)) if np.isfinite(values).any() else None
+    return section
 
-    arms = sorted(data[ARM].unique(), key=_natural)
-    if reference_arm is not None and arms and reference_arm not in arms:
-        raise RatingsError(f"reference arm {reference_arm!r} is not among the analysed arms {arms}")
 
-    # 4. units
-    data[_UID] = data.groupby([WORKER, UNIT, ARM], sort=False).ngroup()
-    units = _unit_table(data, metrics, zcols, by=[_UID])
+def unit_table(data: pd.DataFrame, spec: AnalysisSpec, moments: pd.DataFrame | None, by: list[str]) -> pd.DataFrame:
+    """Step 5: per group (unit, or unit x session) the mean raw score per metric and overall (the mean of all the
+    group's scores), and the same on the worker's z scale, computed from the raw means (see
+    :func:`analysis.standardize.standardize_values`)."""
+    metrics = list(spec.metrics)
+    raw = data[metrics].to_numpy(dtype=float)
+    tmp = pd.DataFrame({k: data[k] for k in by}, index=data.index)
+    tmp[WORKER], tmp[ARM], tmp[_WID] = data[WORKER], data[ARM], data[_WID]
+    for i, m in enumerate(metrics):
+        tmp[f"raw_{m}"] = raw[:, i]
+    tmp["_s"], tmp["_c"] = np.nansum(raw, axis=1), (~np.isnan(raw)).sum(axis=1)
+    g = tmp.groupby(by, sort=False)
+    out = g[[f"raw_{m}" for m in metrics]].mean()
+    sums = g[["_s", "_c"]].sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[f"raw_{OVERALL}"] = (sums["_s"] / sums["_c"].where(sums["_c"] > 0)).astype(float)
+    first = g[[WORKER, ARM, _WID]].first()
+    out[WORKER], out[ARM], out[_WID] = first[WORKER], first[ARM], first[_WID]
+    cols = [*metrics, OVERALL]
+    if moments is not None and len(out):
+        z = standardize_values(out[[f"raw_{m}" for m in cols]], out[WORKER], moments).round(Z_DECIMALS)
+        out[[f"z_{m}" for m in cols]] = z.to_numpy()
+    else:
+        out[[f"z_{m}" for m in cols]] = np.nan
+    return out.reset_index()
 
-    # 6. design diagnostics (before reporting anything on the z scale)
+
+def diagnose(
+    data: pd.DataFrame, units: pd.DataFrame, arms: list[str], metrics: list[str], warnings_: list[str]
+) -> dict[str, Any]:
+    """Step 6: the design the data have (how many arms each worker rated) and what that allows."""
     arms_per_worker = data.groupby(WORKER)[ARM].nunique()
     single = int((arms_per_worker == 1).sum())
     z_valid = not (len(arms) > 1 and single == len(arms_per_worker))
+    kind = "within-worker" if single == 0 else ("nested" if single == len(arms_per_worker) else "mixed")
     design = {
         "workers": int(len(arms_per_worker)),
-        "units": int(units[_UID].nunique()),
+        "units": int(units[_UID].nunique()) if len(units) else 0,
         "rows": int(len(data)),
         "ratings": int(data[metrics].notna().to_numpy().sum()),
         "arms_per_worker": {str(k): int(v) for k, v in sorted(Counter(arms_per_worker).items())},
         "single_arm_workers": single,
+        "kind": kind if len(arms_per_worker) else None,
         "z_valid": z_valid,
         "scale": "z" if z_valid else "raw",
     }
@@ -230,104 +377,139 @@ def run(
             f"{single} of {len(arms_per_worker)} workers rated a single arm; their z-scores average 0 within that arm "
             "and pull every arm towards 0 (see the mixed model as a robustness check)."
         )
-    scale_prefix = "z_" if z_valid else "raw_"
-    unit_ids = units.set_index(_UID)
-    small = [a for a in arms if (unit_ids[ARM] == a).sum() < 2]
+    small = [a for a in arms if (units[ARM] == a).sum() < 2]
     if small:
         warnings_.append(f"arm(s) {small} have fewer than 2 units: no CI and no tests for them")
-
-    # 5. tables, tests, correlations
-    arms_section = _arm_table(units, arms, metrics, z_valid) if arms else {}
-    by_session: list[dict[str, Any]] = []
-    pairwise_by_session: list[dict[str, Any]] = []
-    if session is not None and arms:
-        su = _unit_table(data, metrics, zcols, by=[_UID, SESSION])
-        by_session = _session_table(su, arms, metrics, z_valid)
-        for s in sorted(su[SESSION].unique(), key=_natural):
-            pairwise_by_session += _pairwise(su[su[SESSION] == s], arms, metrics, test, scale_prefix, session=s)
-    pairwise = _pairwise(units, arms, metrics, test, scale_prefix) if arms else []
-    correlations = _correlations(data, units, metrics, scale_prefix, session is not None) if arms else []
-
-    fit_mixed = mixedlm if mixedlm is not None else not z_valid
-    mixed: dict[str, Any] | None = None
-    if fit_mixed and len(arms) > 1:
-        ref = reference_arm or arms[0]
-        mixed = {"data": "per-unit mean raw scores", "reference": ref, "models": {}}
-        named = units.rename(columns={WORKER: "worker", ARM: "arm"})
-        # statsmodels' MixedLM loops over groups in Python (seconds per fit with thousands of workers): the
-        # automatic fit for a nested design covers the overall score; an explicit request covers every metric.
-        for m in [OVERALL, *metrics] if mixedlm else [OVERALL]:
-            fit = mixedlm_arm_effects(named, score=f"raw_{m}", arm="arm", group="worker", reference=ref)
-            mixed["models"][m] = fit
-            warnings_ += [f"mixed model ({m}): {w}" for w in fit["warnings"]]
-
-    params = {
-        "worker": worker,
-        "unit": unit,
-        "arm": arm,
-        "session": session,
-        "metrics": metrics,
-        "reverse": reverse,
-        "qc_arm": qc_arm,
-        "qc_metrics": qc_metrics,
-        "test": test,
-        "confidence": 0.95,
-        "correction": "holm",
-    }
-    result = {
-        "params": params,
-        "qc": qc_section,
-        "design": design,
-        "arm_order": arms,
-        "arms": arms_section,
-        "by_session": by_session,
-        "pairwise": pairwise,
-        "pairwise_by_session": pairwise_by_session,
-        "correlations": correlations,
-        "mixedlm": mixed,
-        "warnings": warnings_,
-    }
-    result["methods"] = methods_text(result)
-    ratings = _ratings_export(scored, metrics, zcols, worker, unit, arm, session)
-    return Analysis(result=to_jsonable(result), ratings=ratings)
+    return design
 
 
-def canonical_order(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
-    """``frame`` sorted by worker, unit, arm, session and then the scores (NaN last), keeping its index.
+# ---------------------------------------------------------------------------------------------- tests
+def pairwise_section(
+    prep: Prepared,
+    test: Test | None = None,
+    family: Family | None = None,
+    sessions: bool = True,
+    units: pd.DataFrame | None = None,
+    session_units: pd.DataFrame | None = None,
+    overall_only: bool = False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Pairwise tests for the whole units and (with ``sessions``) per session, Holm-adjusted per family.
 
-    Rows with equal keys and equal scores are interchangeable, so the result does not depend on the input order.
+    Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``. ``units`` and
+    ``session_units`` default to the prepared study's; the calibration passes one simulated study's rows at a
+    time out of many prepared together; ``overall_only`` (the planner, with one family per metric) skips the
+    per-metric tests.
     """
-    keys = [k for k in (WORKER, UNIT, ARM, SESSION) if k in frame.columns]
-    return frame.sort_values([*keys, *metrics], kind="stable", na_position="last")
+    test = test or prep.spec.test
+    family = family or prep.spec.family
+    if len(prep.arms) < 1:
+        return [], [], []
+    units = prep.units if units is None else units
+    metrics = [OVERALL] if overall_only else [OVERALL, *prep.spec.metrics]
+    whole = _pairwise(units, prep, test, metrics)
+    per_session: list[dict[str, Any]] = []
+    if sessions and prep.spec.session is not None:
+        su = prep.session_units if session_units is None else session_units
+        for s, rows in sorted(su.groupby(SESSION, sort=False), key=lambda kv: _natural(kv[0])):
+            per_session += _pairwise(rows, prep, test, metrics, session=s)
+    families = _holm_families([*whole, *per_session], family)
+    return whole, per_session, families
 
 
-def _unit_table(data: pd.DataFrame, metrics: list[str], zcols: list[str], by: list[str]) -> pd.DataFrame:
-    """Per group (unit, or unit x session): mean raw and z per metric and overall (mean of all its scores)."""
-    raw = data[metrics].to_numpy(dtype=float)
-    zz = data[zcols].to_numpy(dtype=float)
-    tmp = pd.DataFrame(index=data.index)
-    for k in by:
-        tmp[k] = data[k]
-    tmp[WORKER], tmp[ARM] = data[WORKER], data[ARM]
-    for i, m in enumerate(metrics):
-        tmp[f"raw_{m}"] = raw[:, i]
-        tmp[f"z_{m}"] = zz[:, i]
-    tmp["_rs"], tmp["_rc"] = np.nansum(raw, axis=1), (~np.isnan(raw)).sum(axis=1)
-    tmp["_zs"], tmp["_zc"] = np.nansum(zz, axis=1), (~np.isnan(zz)).sum(axis=1)
-    g = tmp.groupby(by, sort=False)
-    value_cols = [f"{p}_{m}" for p in ("raw", "z") for m in metrics]
-    out = g[value_cols].mean()
-    sums = g[["_rs", "_rc", "_zs", "_zc"]].sum()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out[f"raw_{OVERALL}"] = (sums["_rs"] / sums["_rc"].where(sums["_rc"] > 0)).astype(float)
-        out[f"z_{OVERALL}"] = (sums["_zs"] / sums["_zc"].where(sums["_zc"] > 0)).astype(float)
-    zmeans = [f"z_{m}" for m in [*metrics, OVERALL]]
-    out[zmeans] = out[zmeans].round(Z_DECIMALS)
-    first = g[[WORKER, ARM]].first()
-    out[WORKER], out[ARM] = first[WORKER], first[ARM]
-    return out.reset_index()
+def _pairwise(
+    units: pd.DataFrame, prep: Prepared, test: Test, metrics: list[str], session: Any = None
+) -> list[dict[str, Any]]:
+    """Every ordered pair of arms for one-sided tests, else every pair, on every metric (no correction yet)."""
+    pairs = list(permutations(prep.arms, 2)) if test == "mwu-greater" else list(combinations(prep.arms, 2))
+    cols = [f"{prep.prefix}{m}" for m in metrics]
+    sample = "units"
+    if test != "cluster-t" and not prep.z_valid:
+        # Nested design: a worker's episodes share that worker's leniency, so they are not independent draws
+        # of the arm. Rank and Welch tests compare per-worker means (the worker is nested in the arm); the
+        # cluster test handles the dependence itself.
+        units = units.groupby([_WID, ARM], sort=False)[cols].mean().reset_index()
+        sample = "worker means"
+    arm = units[ARM].to_numpy()
+    values = units[cols].to_numpy(dtype=float)
+    wid = units[_WID].to_numpy()
+    rows = {a: np.flatnonzero(arm == a) for a in prep.arms}
+    out: list[dict[str, Any]] = []
+    scale = prep.prefix.rstrip("_")
+    for a, b in pairs:
+        ra, rb = rows[a], rows[b]
+        results = compare_columns(values[ra], values[rb], test, wid[ra], wid[rb])
+        for m, res in zip(metrics, results, strict=True):
+            entry = {"metric": m, "a": a, "b": b, "test": test, "scale": scale, "sample": sample, **res}
+            if session is not None:
+                entry["session"] = session
+            out.append(entry)
+    return out
 
 
+def _family_id(entry: dict[str, Any], family: Family) -> str:
+    scope = f"session {entry['session']}: " if "session" in entry else ""
+    if family == "metric":
+        return scope + str(entry["metric"])
+    if family == "all-metrics":
+        return scope + "all metrics"
+    return "all tests"
+
+
+def _holm_families(entries: list[dict[str, Any]], family: Family) -> list[dict[str, Any]]:
+    """Holm-adjust ``entries`` in place within each family; returns one summary per family."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        e["family"] = _family_id(e, family)
+        groups.setdefault(e["family"], []).append(e)
+    out = []
+    for fid, members in groups.items():
+        for e, p_holm in zip(members, holm([e["p"] for e in members]), strict=True):
+            e["p_holm"] = p_holm
+        out.append(
+            {
+                "id": fid,
+                "kind": family,
+                "tests": sum(1 for e in members if not _isnan(e["p"])),
+                "metrics": list(dict.fromkeys(e["metric"] for e in members)),
+                "sessions": list(dict.fromkeys(e["session"] for e in members if "session" in e)),
+                "significant": sum(1 for e in members if not _isnan(e["p_holm"]) and e["p_holm"] < ALPHA),
+            }
+        )
+    return out
+
+
+def family_description(result: Mapping[str, Any]) -> str:
+    """One sentence saying what a Holm family is in this report (for captions and the methods text)."""
+    kind = result["params"]["family"]
+    unit = "unit" if result["params"]["session"] is None else "episode"
+    scopes = f"for the whole {unit}" + (" and separately for each session" if result["params"]["session"] else "")
+    if kind == "metric":
+        return (
+            "Holm correction within each family of one metric (or the overall score): the comparisons between arms "
+            f"on that metric, {scopes}; marks in different rows or tables are not corrected for each other"
+        )
+    if kind == "all-metrics":
+        return f"Holm correction within each family of all metrics and the overall score together, {scopes}"
+    return "Holm correction over one family holding every test of the report (all metrics, the overall score, all sessions)"
+
+
+# ---------------------------------------------------------------------------------------------- mixed model
+def mixed_section(prep: Prepared) -> dict[str, Any] | None:
+    """The mixed model on per-unit mean raw scores: on request, or for the overall score in a nested design."""
+    mixedlm = prep.spec.mixedlm
+    if not (mixedlm if mixedlm is not None else not prep.z_valid) or len(prep.arms) < 2:
+        return None
+    ref = prep.spec.reference_arm or prep.arms[0]
+    mixed: dict[str, Any] = {"data": "per-unit mean raw scores", "reference": ref, "models": {}}
+    named = prep.units.rename(columns={WORKER: "worker", ARM: "arm"})
+    # statsmodels' MixedLM loops over groups in Python (seconds per fit with thousands of workers): the
+    # automatic fit for a nested design covers the overall score; an explicit request covers every metric.
+    for m in [OVERALL, *prep.spec.metrics] if mixedlm else [OVERALL]:
+        mixed["models"][m] = mixedlm_arm_effects(named, score=f"raw_{m}", arm="arm", group="worker", reference=ref)
+    return mixed
+
+
+# ---------------------------------------------------------------------------------------------- tables
 def _stats_entry(row: pd.Series, m: str, z_valid: bool) -> dict[str, Any]:
     return {
         "n": int(row[f"raw_{m}_n"]),
@@ -344,7 +526,7 @@ def _arm_table(units: pd.DataFrame, arms: list[str], metrics: list[str], z_valid
     workers = units.groupby(ARM)[WORKER].nunique()
     out: dict[str, Any] = {}
     for a in arms:
-        row = table.loc[a]
+        row = cast("pd.Series[Any]", table.loc[a])  # a unique arm label selects one row, not a frame
         overall = _stats_entry(row, OVERALL, z_valid)
         out[a] = {
             "n_units": int((units[ARM] == a).sum()),
@@ -364,7 +546,7 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
     out = []
     for a in arms:
         for s in sorted(table.loc[a].index, key=_natural):
-            row = table.loc[(a, s)]
+            row = cast(pd.Series, table.loc[(a, s)])
             overall = _stats_entry(row, OVERALL, z_valid)
             out.append(
                 {
@@ -381,40 +563,16 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
     return out
 
 
-def _pairwise(
-    units: pd.DataFrame, arms: list[str], metrics: list[str], test: Test, prefix: str, session: Any = None
-) -> list[dict[str, Any]]:
-    """One Holm family per metric (and per session): every ordered pair for one-sided tests, else every pair."""
-    pairs = list(permutations(arms, 2)) if test == "mwu-greater" else list(combinations(arms, 2))
-    by_arm = {a: g for a, g in units.groupby(ARM)}  # noqa: C416 (dict(groupby) misreads .keys)
-    empty = units.iloc[:0]
-    out: list[dict[str, Any]] = []
-    for m in [OVERALL, *metrics]:
-        col = f"{prefix}{m}"
-        family = []
-        for a, b in pairs:
-            res = compare(by_arm.get(a, empty)[col], by_arm.get(b, empty)[col], test)
-            entry = {"metric": m, "a": a, "b": b, "test": test, "scale": prefix.rstrip("_"), **res}
-            if session is not None:
-                entry["session"] = session
-            family.append(entry)
-        adjusted = holm([e["p"] for e in family])
-        for e, p_holm in zip(family, adjusted, strict=True):
-            e["p_holm"] = p_holm
-        out += family
-    return out
-
-
-def _correlations(
-    data: pd.DataFrame, units: pd.DataFrame, metrics: list[str], prefix: str, has_sessions: bool
-) -> list[dict[str, Any]]:
+def _correlations(prep: Prepared) -> list[dict[str, Any]]:
     """Metric-metric correlations, each labelled with the level its points come from."""
+    metrics = list(prep.spec.metrics)
+    prefix = prep.prefix
     scale = prefix.rstrip("_")
     rating_cols = {m: (f"z_{m}" if scale == "z" else m) for m in metrics}
-    arm_means = units.groupby(ARM)[[f"{prefix}{m}" for m in metrics]].mean()
-    levels: list[tuple[str, pd.DataFrame, dict[str, str]]] = [("rating", data, rating_cols)]
-    if has_sessions:
-        levels.append(("unit", units, {m: f"{prefix}{m}" for m in metrics}))
+    arm_means = prep.units.groupby(ARM)[[f"{prefix}{m}" for m in metrics]].mean()
+    levels: list[tuple[str, pd.DataFrame, dict[str, str]]] = [("rating", prep.data, rating_cols)]
+    if prep.spec.session is not None:
+        levels.append(("unit", prep.units, {m: f"{prefix}{m}" for m in metrics}))
     levels.append(("arm", arm_means, {m: f"{prefix}{m}" for m in metrics}))
     out = []
     for level, table, cols in levels:
@@ -426,20 +584,32 @@ def _correlations(
     return out
 
 
-def _ratings_export(
-    scored: pd.DataFrame, metrics: list[str], zcols: list[str], worker: str, unit: str, arm: str, session: str | None
-) -> pd.DataFrame:
-    cols = {WORKER: worker, UNIT: unit, ARM: arm}
-    if session is not None:
-        cols[SESSION] = session
-    out = scored[[*cols, *metrics, *zcols, "qc_passed"]].rename(columns=cols)
+def _ratings_export(prep: Prepared) -> pd.DataFrame:
+    """Every input row with its z-scores and QC status (and, with filters, which filter removed it)."""
+    spec = prep.spec
+    metrics = list(spec.metrics)
+    zcols = [f"z_{m}" for m in metrics]
+    cols = {WORKER: spec.worker, UNIT: spec.unit, ARM: spec.arm}
+    if spec.session is not None:
+        cols[SESSION] = spec.session
+    filters = {flag_column(f): f for f in (*spec.exclude, *spec.exclude_rows)}
+    scored = prep.scored
+    if filters:
+        removed = prep.excluded.assign(qc_passed=False, **dict.fromkeys(zcols, np.nan))
+        scored = pd.concat([scored.assign(_excluded_by=""), removed])
+    keep = [*cols, *metrics, *zcols, "qc_passed", *filters, *(["_excluded_by"] if filters else [])]
+    out = scored[keep].rename(columns={**cols, **filters, "_excluded_by": "excluded_by"})
     return out.sort_index().reset_index(drop=True)  # back to the input's row order
 
 
-def methods_text(result: dict[str, Any]) -> str:
-    """A methods paragraph for the report: what was standardized, QC, which test, which correction."""
+# ---------------------------------------------------------------------------------------------- methods
+def methods_text(result: Mapping[str, Any]) -> str:
+    """A methods paragraph for the report: exclusions, standardization, QC, which test, which families."""
     p, qc, design = result["params"], result["qc"], result["design"]
     parts = []
+    excl = result.get("exclusions") or {}
+    if excl.get("filters"):
+        parts.append(exclusions_text(excl))
     if p["reverse"]:
         parts.append(f"Reversed metrics ({', '.join(p['reverse'])}) were scored as 100 - x.")
     parts.append(
@@ -460,18 +630,22 @@ def methods_text(result: dict[str, Any]) -> str:
     parts.append(
         f"The unit of analysis is one ({p['unit']}, {p['arm']}) combination of a worker ({design['units']} units from "
         f"{design['workers']} workers); a unit's score on a metric is its mean over sessions and its overall score "
-        "the mean of all its z-scores. Means come with 95% Student-t confidence intervals over units."
+        "the mean of all its scores. Means come with 95% Student-t confidence intervals over units."
     )
     test = {
+        "cluster-t": "two-sided t-tests of the difference in mean scores with standard errors clustered by worker "
+        "(CR2 sandwich with Bell-McCaffrey degrees of freedom; Pustejovsky & Tipton 2018), for every pair of arms, "
+        "so that a worker's units are not treated as independent",
         "mwu-greater": "one-sided Mann-Whitney U tests (alternative: the first arm scores higher) for every ordered "
-        "pair of arms",
-        "mwu-two-sided": "two-sided Mann-Whitney U tests for every pair of arms",
-        "welch": "two-sided Welch t-tests for every pair of arms",
+        "pair of arms, treating units as independent (Ji et al.'s replication mode)",
+        "mwu-two-sided": "two-sided Mann-Whitney U tests for every pair of arms, treating units as independent",
+        "welch": "two-sided Welch t-tests for every pair of arms, treating units as independent",
     }[p["test"]]
+    sample = "per-worker mean" if p["test"] != "cluster-t" and not design["z_valid"] else "per-unit"
     parts.append(
-        f"Arms were compared on per-unit {'z' if design['z_valid'] else 'raw'} scores with {test}, per metric and "
-        "overall (and per session); p-values are reported raw and Holm-corrected within each metric (and session). "
-        f"Effect sizes: {'Hedges g' if p['test'] == 'welch' else 'rank-biserial correlation'}."
+        f"Arms were compared on {sample} {'z' if design['z_valid'] else 'raw'} scores with {test}, per metric and "
+        f"overall (and per session); p-values are reported raw and Holm-adjusted. {family_description(result)}. "
+        f"Effect sizes: {'rank-biserial correlation' if p['test'].startswith('mwu') else 'Hedges g'}."
     )
     parts.append(
         "Correlations between metrics are Pearson (95% CI by Fisher z) and Spearman, at the rating level (one point "
@@ -487,9 +661,41 @@ def methods_text(result: dict[str, Any]) -> str:
             "As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
             "was fitted on per-unit mean raw scores."
         )
+    prereg = result.get("preregistration")
+    if prereg:
+        parts.append(prereg_text(prereg))
     return " ".join(parts)
 
 
+def exclusions_text(exclusions: Mapping[str, Any]) -> str:
+    """'Exclusions (before standardization): ...' with the number of workers each filter removed."""
+    items = []
+    for f in exclusions["filters"]:
+        if f["level"] == "worker":
+            items.append(f"workers flagged in '{f['column']}' ({f['workers_removed']} removed)")
+        else:
+            items.append(
+                f"rows flagged in '{f['column']}' ({f['rows_removed']} rows; {f['workers_removed']} workers left "
+                "with nothing)"
+            )
+    return (
+        "Exclusions, applied before standardization and quality control: "
+        + "; ".join(items)
+        + f". {exclusions['workers_removed']} of {exclusions['workers_before']} workers were removed in all."
+    )
+
+
+def prereg_text(prereg: Mapping[str, Any]) -> str:
+    """One sentence on the pre-registration check."""
+    head = f"Pre-registration {str(prereg.get('sha256') or '')[:12]}"
+    if not prereg.get("hash_ok"):
+        return head + ": its hash does not match its content (the file was altered after registration)."
+    if prereg.get("matches"):
+        return head + ": the analysis settings match the registered ones."
+    return head + ": the analysis departs from it (" + "; ".join(prereg.get("differences") or []) + ")."
+
+
+# ---------------------------------------------------------------------------------------------- helpers
 def to_jsonable(obj: Any) -> Any:
     """Plain Python types only; NaN and infinities become None (JSON null)."""
     if isinstance(obj, dict):
@@ -506,6 +712,10 @@ def to_jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, str):
         return obj
     return str(obj)
+
+
+def _isnan(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
 
 
 def _natural(value: Any) -> tuple[int, Any]:

@@ -21,11 +21,21 @@ EPSILON = 1e-6
 def zscore_per_worker(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """Return a frame (same index as ``frame``) of per-worker z-scores, one column per metric."""
     metrics = list(metrics)
-    moments = worker_moments(frame, metrics)
-    mean = frame[WORKER].map(moments["mean"]).to_numpy(dtype=float)[:, None]
-    sd = frame[WORKER].map(moments["sd"]).to_numpy(dtype=float)[:, None]
-    z = (frame[metrics].to_numpy(dtype=float) - mean) / (sd + EPSILON)
-    return pd.DataFrame(z, index=frame.index, columns=metrics)
+    return standardize_values(frame[metrics], frame[WORKER], worker_moments(frame, metrics))
+
+
+def standardize_values(values: pd.DataFrame, workers: pd.Series, moments: pd.DataFrame) -> pd.DataFrame:
+    """Any scores of the workers in ``workers`` (e.g. a unit's mean raw scores) on their workers' z scale.
+
+    The z-transform is linear, so the z of a unit's raw mean equals the mean of the unit's z-scores; computing
+    it from the raw mean keeps units with equal raw means exactly equal (no rounding error of a sum of z-scores
+    can break a tie in a rank test).
+    """
+    mean = workers.map(moments["mean"]).to_numpy(dtype=float)[:, None]
+    sd = workers.map(moments["sd"]).to_numpy(dtype=float)[:, None]
+    return pd.DataFrame(
+        (values.to_numpy(dtype=float) - mean) / (sd + EPSILON), index=values.index, columns=values.columns
+    )
 
 
 def worker_moments(frame: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:

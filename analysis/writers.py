@@ -11,13 +11,15 @@ from __future__ import annotations
 import html
 import io
 import math
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
-ALPHA = 0.05
+from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 
 # ---------------------------------------------------------------- formatting helpers
@@ -76,7 +78,7 @@ def _arm_rows(
         cells = [str(i), a, str(arm["n_units"])]
         for m in metrics:
             cells.append(fmt(arm["metrics"][m][f"mean_{scale}"], digits) + mark(_marks(marks, a, m)))
-        cells.append(fmt(arm[f"overall_{scale}"], digits) + mark(_marks(marks, a, "overall")))
+        cells.append(fmt(arm[f"overall_{scale}"], digits) + mark(_marks(marks, a, OVERALL)))
         rows.append(cells)
     return header, rows
 
@@ -84,8 +86,20 @@ def _arm_rows(
 def _marks_note(result: dict[str, Any]) -> str:
     return (
         "Superscripts: the arm scores significantly higher than the numbered arms on that metric "
-        f"(Holm-adjusted p < {ALPHA}; {result['params']['test']} on per-unit {_scale(result)} scores)."
+        f"(Holm-adjusted p < {ALPHA}; {result['params']['test']} on per-unit {_scale(result)} scores; "
+        f"{family_description(result)})."
     )
+
+
+def _pairwise_note(result: dict[str, Any]) -> str:
+    test = result["params"]["test"]
+    return f"{TEST_LABELS.get(test, test)}. {family_description(result)}."
+
+
+def _exclusions_summary(result: dict[str, Any]) -> str:
+    """The active filters and what each removed, or '' when there are none."""
+    excl = result.get("exclusions") or {}
+    return exclusions_text(excl) if excl.get("filters") else ""
 
 
 def _marks(marks: dict[tuple[str, str], list[int]], arm: str, metric: str) -> str:
@@ -187,7 +201,12 @@ def to_markdown(result: dict[str, Any]) -> str:
     """The report as Markdown: methods, QC, warnings, Tables 5/9/8 shapes, tests, correlations, mixed model."""
     sc = _scale(result)
     sup = lambda s: f"<sup>{s}</sup>" if s else ""  # noqa: E731
-    out = ["# Analysis report", "", result["methods"], "", "## Quality control", ""]
+    out = ["# Analysis report", "", result["methods"], ""]
+    if _exclusions_summary(result):
+        out += ["## Exclusions", "", _exclusions_summary(result), ""]
+    if result.get("preregistration"):
+        out += ["## Pre-registration", "", prereg_text(result["preregistration"]), ""]
+    out += ["## Quality control", ""]
     qc_text, excluded = _qc_summary(result)
     out.append(qc_text)
     if excluded:
@@ -209,7 +228,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _md_table(*_session_rows(result, sc, 3 if sc == "z" else 2)),
         ]
-    out += ["", "## Pairwise tests", "", _md_table(*_pairwise_rows(result))]
+    out += ["", "## Pairwise tests", "", _pairwise_note(result), "", _md_table(*_pairwise_rows(result))]
     out += ["", "## Correlations between metrics", "", _md_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += [
@@ -233,15 +252,31 @@ _LATEX_SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
     "–": "--",
 }
+# a minus sign before a number (not a hyphen inside a name): start of cell, or after a space, "[" or "("
+_MINUS = re.compile(r"(^|[\s\[(])-(?=\d)")
 
 
 def latex_escape(text: str) -> str:
+    """Text for LaTeX's text mode: the special characters escaped (``<`` and ``>`` too, which the default OT1
+    font encoding would print as other glyphs)."""
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
 
 
-def _latex_table(header: list[str], rows: list[list[str]], caption: str, label: str, raw_cells: bool = False) -> str:
+def latex_number(text: str) -> str:
+    """A numeric cell: escaped, with real minus signs (``$-$``) instead of hyphens and ``$<$`` for "<0.001"."""
+    escaped = latex_escape(text).replace(r"\textless{}", "$<$")
+    return _MINUS.sub(lambda m: m.group(1) + "$-$", escaped)
+
+
+def _latex_table(
+    header: list[str], rows: list[list[str]], caption: str, label: str, first_number: int, marks: bool = False
+) -> str:
+    """A booktabs table; cells from column ``first_number`` on are numbers (with ``$^{...}$`` marks when
+    ``marks``, which are already LaTeX)."""
     cols = "ll" + "r" * (len(header) - 2)
     lines = [
         r"\begin{table}[t]",
@@ -253,7 +288,15 @@ def _latex_table(header: list[str], rows: list[list[str]], caption: str, label: 
         r"\midrule",
     ]
     for r in rows:
-        cells = [c if raw_cells and k >= 3 else latex_escape(c) for k, c in enumerate(r)]
+        cells = []
+        for k, c in enumerate(r):
+            if k < first_number:
+                cells.append(latex_escape(c))
+            elif marks and "$^{" in c:
+                number, mark = c.split("$^{", 1)
+                cells.append(latex_number(number) + "$^{" + mark)
+            else:
+                cells.append(latex_number(c))
         lines.append(" & ".join(cells) + r" \\")
     lines += [
         r"\bottomrule",
@@ -269,45 +312,35 @@ def to_latex(result: dict[str, Any]) -> str:
     """booktabs tables (needs ``\\usepackage{booktabs}``): Tables 5, 9 and 8 shapes plus pairwise tests."""
     sc = _scale(result)
     sup = lambda s: f"$^{{{s}}}$" if s else ""  # noqa: E731
+    head = "% generated by memeval analysis; needs \\usepackage{booktabs}\n"
+    if not all(ord(ch) < 128 for ch in "".join(result["arm_order"]) + "".join(result["params"]["metrics"])):
+        head += (
+            "% names outside ASCII: compile with xelatex or lualatex (or pdflatex with a suitable inputenc/fontenc)\n"
+        )
+    excl = _exclusions_summary(result)
+    if excl:
+        head += "% " + excl + "\n"
     if not result["arm_order"]:
-        return "% generated by memeval analysis: no arm tables (" + "; ".join(result["warnings"]) + ")\n"
-    note = " " + _marks_note(result)
+        return head + "% no arm tables (" + "; ".join(result["warnings"]) + ")\n"
+    note = " " + _marks_note(result) + (" " + excl if excl else "")
     parts = []
     if sc == "z":
         h, rows = _arm_rows(result, "z", 3, sup)
-        rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
-        parts.append(
-            _latex_table(h, rows, "Average standardized scores per arm." + note, "tab:z-scores", raw_cells=True)
-        )
+        parts.append(_latex_table(h, rows, "Average standardized scores per arm." + note, "tab:z-scores", 2, True))
     h, rows = _arm_rows(result, "raw", 2, sup)
-    rows = [[*r[:3], *[c.replace("–", "--") for c in r[3:]]] for r in rows]
-    parts.append(
-        _latex_table(
-            h,
-            rows,
-            "Average absolute scores (0-100) per arm." + (note if sc == "raw" else ""),
-            "tab:raw-scores",
-            raw_cells=True,
-        )
-    )
+    caption = "Average absolute scores (0-100) per arm." + (note if sc == "raw" else "")
+    parts.append(_latex_table(h, rows, caption, "tab:raw-scores", 2, True))
     if result["by_session"]:
-        parts.append(
-            _latex_table(
-                *_session_rows(result, sc, 3 if sc == "z" else 2),
-                caption=f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores.",
-                label="tab:sessions",
-            )
-        )
-    overall = [r for r in _pairwise_rows(result)[1] if r[0] == "overall"]
-    parts.append(
-        _latex_table(
-            _pairwise_rows(result)[0],
-            overall,
-            f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted).",
-            "tab:pairwise",
-        )
+        h, rows = _session_rows(result, sc, 3 if sc == "z" else 2)
+        caption = f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores."
+        parts.append(_latex_table(h, rows, caption, "tab:sessions", 2))
+    header, rows = _pairwise_rows(result)
+    overall = [r for r in rows if r[0] == OVERALL]
+    caption = (
+        f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted). {_pairwise_note(result)}"
     )
-    return "% generated by memeval analysis; needs \\usepackage{booktabs}\n" + "\n\n".join(parts) + "\n"
+    parts.append(_latex_table(header, overall, caption, "tab:pairwise", 4))
+    return head + "\n\n".join(parts) + "\n"
 
 
 # ---------------------------------------------------------------- HTML
@@ -357,6 +390,10 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
         f"{e(', '.join(f'{k}: {v}' for k, v in d['arms_per_worker'].items()))}; analysis scale: {e(d['scale'])}.</p>"
     )
     out += [f"<p class='warn'>{e(w)}</p>" for w in result["warnings"]]
+    if _exclusions_summary(result):
+        out += ["<h2>Exclusions</h2>", f"<p>{e(_exclusions_summary(result))}</p>"]
+    if result.get("preregistration"):
+        out += ["<h2>Pre-registration</h2>", f"<p>{e(prereg_text(result['preregistration']))}</p>"]
     out.append("<h2>Quality control</h2>")
     qc_text, excluded = _qc_summary(result)
     out.append(f"<p>{e(qc_text)}</p>")
@@ -378,7 +415,7 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
         out.append("<h2>Plots</h2>")
         for name, svg in plots.items():
             out.append(f"<figure>{_strip_xml_header(svg)}<figcaption>{e(name)}</figcaption></figure>")
-    out += ["<h2>Pairwise tests</h2>", _html_table(*_pairwise_rows(result))]
+    out += ["<h2>Pairwise tests</h2>", f"<p>{e(_pairwise_note(result))}</p>", _html_table(*_pairwise_rows(result))]
     out += ["<h2>Correlations between metrics</h2>", _html_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += ["<h2>Mixed model</h2>", _html_table(*_mixed_rows(result))]
@@ -398,11 +435,11 @@ CSV_TABLES = ("summary", "pairwise", "correlations", "qc")
 def summary_frame(result: dict[str, Any]) -> pd.DataFrame:
     """Long table: one row per arm x session ("all" for the whole episode) x metric (and "overall")."""
     rows = []
-    metrics = [*result["params"]["metrics"], "overall"]
+    metrics = [*result["params"]["metrics"], OVERALL]
 
     def add(arm: str, session: Any, entry: dict[str, Any]) -> None:
         for m in metrics:
-            if m == "overall":
+            if m == OVERALL:
                 s = {
                     "n": entry.get("n_units"),
                     "mean_raw": entry["overall_raw"],

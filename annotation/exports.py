@@ -53,7 +53,7 @@ def edited_summaries(queue: Queue) -> Iterator[dict[str, Any]]:
             {
                 "revision": lab.revision,
                 "annotator": f"annotator-{lab.annotator_id}",
-                "parent_revision": lab.parent.revision if lab.parent_id else None,
+                "parent_revision": lab.parent.revision if lab.parent is not None else None,
                 "sentences": lab.sentences,
                 "changed": lab.changed,
                 "created_at": lab.created_at.isoformat(),

@@ -30,7 +30,7 @@ class AdjudicationForm(forms.Form):
     fused_text = forms.CharField(required=False, strip=True)
 
 
-class QueueForm(forms.ModelForm):
+class QueueForm(forms.ModelForm[Queue]):
     source_file = forms.FileField(
         required=False,
         help_text="CSV or JSONL (see the columns in docs/annotation.md). Leave empty to use the study's data.",
@@ -49,6 +49,7 @@ class QueueForm(forms.ModelForm):
             "labels_per_item",
             "gold_min_votes",
             "summary_mode",
+            "stage_groups",
             "max_edit_chars",
         ]
         widgets = {"instructions": forms.Textarea(attrs={"rows": 3}), "stage_groups": forms.TextInput()}
@@ -57,7 +58,8 @@ class QueueForm(forms.ModelForm):
         }
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         n, votes = data.get("labels_per_item"), data.get("gold_min_votes")
         if n and votes and votes > n:
             self.add_error("gold_min_votes", "A label cannot need more votes than the labels per item.")
@@ -89,13 +91,14 @@ class ImportForm(forms.Form):
         self.queue = queue
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("source_file"):
             data["specs"] = parse_upload(self, data["source_file"], self.queue.kind, "source_file")
         return data
 
 
-def parse_upload(form: forms.Form, upload: Any, kind: str, field: str) -> list[dict[str, Any]] | None:
+def parse_upload(form: forms.BaseForm, upload: Any, kind: str, field: str) -> list[dict[str, Any]] | None:
     if upload.size > MAX_UPLOAD_BYTES:
         form.add_error(field, f"The file is larger than {MAX_UPLOAD_BYTES // (1024 * 1024)} MB.")
         return None

@@ -29,6 +29,7 @@ from annotation.models import (
     Label,
     Queue,
 )
+from memory.systems.memory_update import apply_operations
 
 
 def _num(x: float) -> float | None:
@@ -124,6 +125,8 @@ def per_annotator(queue: Queue) -> list[dict[str, Any]]:
         .values_list("annotator_id", "annotator__username", "created_at", "submitted_at")
     )
     for who, name, start, end in assignments:
+        if end is None:  # submitted without a time: cannot be timed (never written by submit_*)
+            continue
         r = rows.setdefault(who, {"annotator": name, "labels": 0, "seconds": [], "first": end, "last": end})
         r["labels"] += 1
         r["seconds"].append((end - start).total_seconds())
@@ -212,8 +215,6 @@ def set_level_f1(queue: Queue) -> dict[str, Any]:
     Only updates (units) whose every pair has a 4-class gold label and an operator decision count;
     the others (a FUSION or no-consensus pair, a pair not in the queue) are reported as skipped.
     """
-    from memory.systems.memory_update import apply_operations
-
     units: dict[str, list[Item]] = defaultdict(list)
     for item in Item.objects.filter(queue=queue).exclude(unit=""):
         units[item.unit].append(item)
@@ -264,8 +265,8 @@ def summary_edits(queue: Queue) -> list[dict[str, Any]]:
 
     The seed reports that only 1.4% of summaries were edited by the third group: this is that figure.
     """
-    rows = Counter()
-    changed = Counter()
+    rows: Counter[int] = Counter()
+    changed: Counter[int] = Counter()
     for revision, was_changed in Label.objects.filter(item__queue=queue).values_list("revision", "changed"):
         rows[revision] += 1
         changed[revision] += int(was_changed)

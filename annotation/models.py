@@ -69,6 +69,9 @@ class Queue(models.Model):
     active = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(default=timezone.now)
+    # When a claim last swept this queue's expired leases: claims sweep at most once per
+    # services.SWEEP_INTERVAL (whichever process wins the conditional update), not on every claim.
+    swept_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -146,7 +149,16 @@ class Item(models.Model):
                 condition=Q(required__gte=F("done_count") + F("in_flight")), name="item_slots_within_required"
             ),
         ]
-        indexes = [models.Index(fields=["queue", "status", "position"])]
+        indexes = [
+            models.Index(fields=["queue", "status", "position"]),
+            # the claim's breadth-first order over open items: the first claimable row is found by
+            # walking this index instead of sorting every open item of the queue on every claim
+            models.Index(
+                fields=["queue", "-done_count", "position", "id"],
+                condition=Q(status="open"),
+                name="item_claim_order",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"item {self.pk} of {self.queue_id}"
@@ -182,7 +194,10 @@ class Assignment(models.Model):
                 fields=["queue", "annotator"], condition=Q(status="open"), name="assignment_one_open_per_queue"
             ),
         ]
-        indexes = [models.Index(fields=["status", "expires_at"])]
+        indexes = [
+            # the sweep looks only at open leases of one queue; submitted ones (nearly all rows) stay out
+            models.Index(fields=["queue", "expires_at"], condition=Q(status="open"), name="assignment_open_by_expiry"),
+        ]
 
     def __str__(self) -> str:
         return f"assignment {self.pk} ({self.annotator_id} on item {self.item_id}, {self.status})"

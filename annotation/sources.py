@@ -15,6 +15,9 @@ from django.db import transaction
 from django.db.models import Max
 
 from annotation.models import OPERATIONS, Item, Queue
+from chat.models import MemorySnapshot
+from memory.base import operation_units
+from memory.registry import MEMORY_SYSTEMS
 
 MAX_IMPORT_ROWS = 50_000
 MAX_FIELD_CHARS = 5_000
@@ -34,12 +37,13 @@ def transcript_of(session: Any) -> list[dict[str, str]]:
 
 
 def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
-    """Item specs from the study's finished memory snapshots whose trace has operations / a summary.
+    """Item specs from the study's finished memory snapshots.
 
-    The arm name goes to ``meta`` (researchers only); annotators see the payload.
+    Only arms that declare it feed a queue: pairs come from the trace key the arm class names in
+    ``operation_pairs`` (:class:`memory.base.OperationPairs`), summaries from its
+    ``summary_sentences`` key. A trace key that merely happens to be called "operations" or
+    "summary" feeds nothing. The arm name goes to ``meta`` (researchers only); annotators see the payload.
     """
-    from chat.models import MemorySnapshot
-
     snapshots = (
         MemorySnapshot.objects.filter(session__episode__participant__study=study, status=MemorySnapshot.Status.DONE)
         .select_related("session__episode__arm")
@@ -49,6 +53,9 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
     for snap in snapshots:
         trace = snap.trace or {}
         session = snap.session
+        system = MEMORY_SYSTEMS.get(session.episode.arm.memory_system)
+        if system is None:
+            continue
         meta = {
             "arm": session.episode.arm.name,
             "memory_system": session.episode.arm.memory_system,
@@ -57,9 +64,9 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
             "episode": session.episode_id,
             "session_index": session.index,
         }
-        summary = [str(s) for s in trace.get("summary") or []]
         if kind == Queue.Kind.SUMMARIES:
-            if summary:
+            summary = [str(s) for s in trace.get(system.summary_sentences or "", None) or []]
+            if system.summary_sentences and summary:
                 specs.append(
                     {
                         "unit": f"snapshot:{snap.pk}",
@@ -69,31 +76,34 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
                     }
                 )
             continue
-        operations = trace.get("operations") or []
-        if not operations:
+        units = operation_units(system.operation_pairs, trace)
+        if not units:
             continue
         transcript = transcript_of(session)
-        memory_before = [str(m) for m in trace.get("memory_before") or []]
-        for op in operations:
-            payload = {
-                "m": str(op["m"]),
-                "s": str(op["s"]),
-                "i": op.get("i"),
-                "j": op.get("j"),
-                "memory_before": memory_before,
-                "summary": summary,
-                "transcript": transcript,
-            }
-            if op.get("op") in OPERATIONS:
-                payload["operator_op"] = op["op"]
-            specs.append(
-                {
-                    "unit": f"snapshot:{snap.pk}",
-                    "external_id": f"snapshot:{snap.pk}:{op.get('i')}:{op.get('j')}",
-                    "payload": payload,
-                    "meta": {**meta, "fallback": bool(op.get("fallback"))},
+        session_layout = system.operation_pairs is not None and system.operation_pairs.layout == "session"
+        for unit in units:
+            # memory_update's ids (one unit per snapshot) are kept as they were, so existing queues stay in sync
+            unit_id = f"snapshot:{snap.pk}" if session_layout else f"snapshot:{snap.pk}:u{unit.index}"
+            for op in unit.pairs:
+                payload = {
+                    "m": str(op["m"]),
+                    "s": str(op["s"]),
+                    "i": op.get("i"),
+                    "j": op.get("j"),
+                    "memory_before": unit.memory_before,
+                    "summary": unit.summary,
+                    "transcript": transcript,
                 }
-            )
+                if op.get("op") in OPERATIONS:
+                    payload["operator_op"] = op["op"]
+                specs.append(
+                    {
+                        "unit": unit_id,
+                        "external_id": f"{unit_id}:{op.get('i')}:{op.get('j')}",
+                        "payload": payload,
+                        "meta": {**meta, "fallback": bool(op.get("fallback"))},
+                    }
+                )
     return specs
 
 
@@ -218,7 +228,7 @@ def _spec(n: int, row: dict[str, Any], kind: str) -> dict[str, Any]:
     }
     for key in ("i", "j"):
         raw = row.get(key)
-        if raw not in (None, ""):
+        if raw is not None and raw != "":
             try:
                 payload[key] = int(raw)
             except (TypeError, ValueError):

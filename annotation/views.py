@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -21,8 +18,7 @@ from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueF
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
-
-ANNOTATOR_GROUP = "annotators"
+from studies.roles import AuthenticatedHttpRequest, annotator_required, researcher_required
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
 DEFINITIONS: list[dict[str, str]] = [
@@ -77,37 +73,11 @@ SUMMARY_GUIDELINES = [
 ]
 
 
-def is_annotator(user: Any) -> bool:
-    return user.is_authenticated and (user.is_staff or user.groups.filter(name=ANNOTATOR_GROUP).exists())
-
-
-def annotator_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_annotator(request.user):
-            raise PermissionDenied("Annotators only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @login_required
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
-            raise PermissionDenied("Researchers only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
 # --------------------------------------------------------------------------- annotators
 
 
 @annotator_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     queues = [
         {"queue": q, "progress": services.annotator_progress(q, request.user)}
         for q in Queue.objects.filter(active=True).annotate(n=Count("items")).filter(n__gt=0)
@@ -116,7 +86,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @annotator_required
-def work(request: HttpRequest, pk: int) -> HttpResponse:
+def work(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk, active=True)
     assignment = services.claim_next_item(queue, request.user)
     if assignment is None:
@@ -129,7 +99,7 @@ def work(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _render_workspace(
-    request: HttpRequest,
+    request: AuthenticatedHttpRequest,
     assignment: Assignment,
     *,
     form_data: dict[str, Any] | None = None,
@@ -164,7 +134,7 @@ def _render_workspace(
     return render(request, "annotation/summary.html", ctx, status=status)
 
 
-def _own_assignment(request: HttpRequest, pk: int) -> Assignment:
+def _own_assignment(request: AuthenticatedHttpRequest, pk: int) -> Assignment:
     assignment = get_object_or_404(Assignment.objects.select_related("queue", "item"), pk=pk)
     if assignment.annotator_id != request.user.pk:
         raise PermissionDenied("This assignment belongs to another annotator.")
@@ -173,12 +143,12 @@ def _own_assignment(request: HttpRequest, pk: int) -> Assignment:
 
 @require_POST
 @annotator_required
-def submit(request: HttpRequest, pk: int) -> HttpResponse:
+def submit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     assignment = _own_assignment(request, pk)
     queue = assignment.queue
     form = PairLabelForm(request.POST) if queue.is_pairs else SummaryEditForm(request.POST)
     if not form.is_valid():
-        first = next(iter(form.errors.values()))[0]
+        first = str(next(iter(form.errors.values()))[0])
         return _render_workspace(request, assignment, form_data=request.POST.dict(), error=first, status=400)
     try:
         if queue.is_pairs:
@@ -195,7 +165,7 @@ def submit(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @annotator_required
-def draft(request: HttpRequest, pk: int) -> JsonResponse:
+def draft(request: AuthenticatedHttpRequest, pk: int) -> JsonResponse:
     _own_assignment(request, pk)
     try:
         data = json.loads(request.body or b"{}")
@@ -212,7 +182,7 @@ def draft(request: HttpRequest, pk: int) -> JsonResponse:
 
 @require_POST
 @annotator_required
-def skip(request: HttpRequest, pk: int) -> HttpResponse:
+def skip(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     assignment = _own_assignment(request, pk)
     services.skip_assignment(assignment.pk, annotator=request.user)
     return redirect("annotation:work", pk=assignment.queue_id)
@@ -222,13 +192,13 @@ def skip(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @researcher_required
-def queues(request: HttpRequest) -> HttpResponse:
+def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
     rows = [{"queue": q, "progress": measures.queue_progress(q)} for q in Queue.objects.select_related("study")]
     return render(request, "annotation/queues.html", {"rows": rows})
 
 
 @researcher_required
-def queue_create(request: HttpRequest) -> HttpResponse:
+def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         specs = form.cleaned_data.get("specs")
@@ -247,7 +217,7 @@ def queue_create(request: HttpRequest) -> HttpResponse:
 
 
 @researcher_required
-def queue_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     report = measures.queue_report(queue)
     return render(
@@ -258,26 +228,26 @@ def queue_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @researcher_required
-def queue_report_json(request: HttpRequest, pk: int) -> JsonResponse:
+def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonResponse:
     queue = get_object_or_404(Queue, pk=pk)
     return JsonResponse(measures.queue_report(queue), json_dumps_params={"indent": 2, "default": str})
 
 
 @require_POST
 @researcher_required
-def queue_import(request: HttpRequest, pk: int) -> HttpResponse:
+def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     form = ImportForm(request.POST, request.FILES, queue=queue)
     if form.is_valid() and form.cleaned_data.get("specs"):
         messages.success(request, f"Added {add_items(queue, form.cleaned_data['specs'])} items.")
     else:
-        messages.error(request, " ".join(e for errs in form.errors.values() for e in errs) or "Nothing imported.")
+        messages.error(request, " ".join(str(e) for errs in form.errors.values() for e in errs) or "Nothing imported.")
     return redirect("annotation:queue_detail", pk=queue.pk)
 
 
 @require_POST
 @researcher_required
-def queue_pull(request: HttpRequest, pk: int) -> HttpResponse:
+def queue_pull(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     n = pull_from_study(queue)
     messages.success(request, f"Added {n} new item{'s' if n != 1 else ''} from the study.")
@@ -286,7 +256,7 @@ def queue_pull(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @researcher_required
-def queue_toggle(request: HttpRequest, pk: int) -> HttpResponse:
+def queue_toggle(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     queue.active = not queue.active
     queue.save(update_fields=["active"])
@@ -294,7 +264,7 @@ def queue_toggle(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @researcher_required
-def adjudication(request: HttpRequest, pk: int) -> HttpResponse:
+def adjudication(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     queue = get_object_or_404(Queue, pk=pk)
     items = (
         Item.objects.filter(queue=queue)
@@ -307,7 +277,7 @@ def adjudication(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @researcher_required
-def adjudicate(request: HttpRequest, pk: int) -> HttpResponse:
+def adjudicate(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     item = get_object_or_404(Item.objects.select_related("queue"), pk=pk)
     form = AdjudicationForm(request.POST)
     if not form.is_valid():
@@ -322,14 +292,14 @@ def adjudicate(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @researcher_required
-def export_gold(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+def export_gold(request: AuthenticatedHttpRequest, pk: int) -> StreamingHttpResponse:
     queue = get_object_or_404(Queue, pk=pk, kind=Queue.Kind.PAIRS)
     rows = exports.gold_pairs(queue, include_fusion=request.GET.get("fusion") == "1")
     return _jsonl_response(rows, f"queue-{queue.pk}-gold-b4.jsonl")
 
 
 @researcher_required
-def export_summaries(request: HttpRequest, pk: int) -> StreamingHttpResponse:
+def export_summaries(request: AuthenticatedHttpRequest, pk: int) -> StreamingHttpResponse:
     queue = get_object_or_404(Queue, pk=pk, kind=Queue.Kind.SUMMARIES)
     return _jsonl_response(exports.edited_summaries(queue), f"queue-{queue.pk}-summaries.jsonl")
 

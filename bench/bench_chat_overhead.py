@@ -42,8 +42,8 @@ def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
     from django.utils import timezone
 
     from chat import services
-    from studies.entry import SESSION_KEY
     from studies.models import Arm, Participant, Study
+    from studies.participants import SESSION_KEY
 
     study = Study.objects.create(
         name=f"bench {tag}", status=Study.Status.OPEN, sessions_per_episode=1, episodes_per_worker=1, min_user_turns=1

@@ -1,39 +1,69 @@
-"""Retrieval latency against memory size for ld_agent and tim, and TiM's LSH against exhaustive search.
+"""Retrieval cost against memory size for ld_agent and tim, and TiM's LSH against exhaustive search.
 
-    .venv/bin/python bench/bench_memory_retrieval.py [--sizes 100,1000,10000,100000] [--queries 200]
+    .venv/bin/python bench/bench_memory_retrieval.py [--sizes 100,1000,10000] [--queries 200]
+    .venv/bin/python bench/bench_memory_retrieval.py --sizes 100000 --queries 50 --no-curve   # slow to build
 
-Memory items are synthetic user facts ("The user <verb> <object> <detail>") embedded with the default
-embedder (wordllama, 256-d); queries are other facts from the same generator. Embeddings are computed
-once, outside the timings: the timings are the retrieval step alone (scoring, hashing, ranking), per
-query, median over the queries.
+Memory items are synthetic user facts ("The user <verb> <object> <detail> with <person>.") embedded
+with the default embedder (wordllama, 256-d); queries are other facts from the same generator.
+Milliseconds per query of CPU time of the calling thread (``time.thread_time``; run with
+OPENBLAS_NUM_THREADS=1 so that numpy's BLAS computes on that thread): the median over the queries,
+best of 3 rounds. That is the cost on a core of its own; wall time on a loaded machine adds the time
+other processes held the core, and the "(wall)" columns show it for the warm compose. Four tables:
 
-- ld_agent (paper): s_sem for every memory, topic overlap (Eq. 1) and time decay for those above γ,
-  ranking (memory/systems/ld_agent.py score_paper);
-- tim exhaustive: cosine against every thought, top-k;
-- tim LSH: hash the query (Eq. 1), cosine inside its group only, top-k (memory/systems/tim.py recall,
-  which finds the group's members by scanning the stored group labels, as the arm does);
-- tim LSH indexed: the same with the paper's hash table prebuilt (group -> indices and vectors);
-  recall@k = |LSH top-k ∩ exhaustive top-k| / k, averaged over the queries.
+1. Compose: the arm's whole ``compose()`` on a state of n items with its vector block, the way the
+   platform calls it (state as parsed JSON; the query is embedded, the model is not called):
+   "warm" = the vectors are in the process cache (every reply after the first of a process);
+   "cold" = cache cleared before each call (the block is decoded: first reply in a new process);
+   "no block" = a state without vectors (as before this change: everything is embedded, once per
+   process now, at every reply before) - wall time on 3 queries only, at most 10k items.
+2. ld_agent's scoring step alone (Eq. 1-3 given s_sem): the Python loop it replaced against the
+   vectorized version (memory/systems/ld_agent.py rank_paper with a prebuilt TopicIndex).
+3. TiM recall@5 against exhaustive search, per size, for the paper's single group and the arm's
+   default (multi-probe), with the state's seed 0; exhaustive = cosine against every thought
+   (``top_k``), timed back to back with the LSH query (``recall_tables``, the arm's code).
+4. The trade-off curve at --curve-size items: groups b x tables x probes; recall@5 averaged over
+   the projection seeds 0-4 (and its minimum), share of thoughts scored, time on seed 0.
+
+recall@5 = |top-5 found ∩ exhaustive top-5| / 5, mean over queries.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import logging
+import math
+import os
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memory.embed import make_embedder  # noqa: E402
-from memory.systems.ld_agent import score_paper  # noqa: E402
+from memory import vectors  # noqa: E402
+from memory.base import Turn  # noqa: E402
+from memory.embed import Embedder, make_embedder  # noqa: E402
+from memory.systems.common import top_k  # noqa: E402
+from memory.systems.ld_agent import LDAgent, TopicIndex, rank_paper  # noqa: E402
 from memory.systems.nouns import heuristic_nouns  # noqa: E402
-from memory.systems.tim import lsh, make_projection, recall  # noqa: E402
+from memory.systems.tim import (  # noqa: E402
+    LSHTable,
+    ThinkInMemory,
+    extra_projection,
+    lsh,
+    make_projection,
+    probe_order,
+    recall_tables,
+)
 
 VERBS = [
     "likes",
@@ -104,93 +134,274 @@ DETAILS = [
     "at the beach",
 ]
 NAMES = [f"person{i}" for i in range(400)]
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
+K = 5
+ROUNDS = 3  # timings: the best of this many medians (a shared machine's load only ever adds time)
 
 
 def facts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     combos = list(itertools.product(VERBS, OBJECTS, DETAILS))
-    out = []
+    out: list[str] = []
     while len(out) < n:
         v, o, d = rng.choice(combos)
         out.append(f"The user {v} {o} {d} with {rng.choice(NAMES)}.")
     return out
 
 
-def median_ms(samples: list[float]) -> float:
+def median_ms(samples: Sequence[float]) -> float:
     return statistics.median(samples) * 1000
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """CPU seconds of this thread spent in ``fn()``: what it costs on a core of its own. On a shared
+    machine, wall time adds whatever other processes were scheduled meanwhile (see wall_timed)."""
+    start = time.thread_time()
+    fn()
+    return time.thread_time() - start
+
+
+def wall_timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(state))
+
+
+# ------------------------------------------------------------------------------------------ states
+
+
+def ld_agent_state(items: list[str], agent: LDAgent, embedder: Embedder) -> dict[str, Any]:
+    events = [
+        {
+            "time": (NOW - timedelta(minutes=10 * (len(items) - i))).isoformat(),
+            "summary": x,
+            "topics": heuristic_nouns(x),
+        }
+        for i, x in enumerate(items)
+    ]
+    state = {**agent.initial_state(), "long_term": events}
+    state["vectors"] = vectors.extend(None, [agent.key_text(e) for e in events], embedder).block()
+    return roundtrip(state)
+
+
+def tim_state(items: list[str], embedder: Embedder) -> dict[str, Any]:
+    vecs = vectors.extend(None, items, embedder)
+    R = make_projection(vecs.dim, 8, 0)
+    groups = lsh(vecs.matrix, R).tolist()
+    thoughts = [{"text": x, "group": int(g)} for x, g in zip(items, groups, strict=True)]
+    return roundtrip({"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()})
+
+
+def compose_times(
+    system: Any,
+    state: dict[str, Any],
+    queries: list[str],
+    *,
+    cold: bool = False,
+    drop_block: bool = False,
+    clock: Callable[[Callable[[], Any]], float] = timed,
+) -> list[float]:
+    if drop_block:
+        state = {k: v for k, v in state.items() if k != "vectors"}
+    out = []
+    system.compose(state, [Turn("user", queries[0], NOW)], NOW)  # warm the embedder and the cache
+    for q in queries:
+        if cold:
+            vectors.CACHE.clear()
+        session = [Turn("user", q, NOW)]
+        out.append(clock(partial(system.compose, state, session, NOW)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- ld_agent
+
+
+def score_loop(s_sem: np.ndarray, vq: list[str], keys: list[list[str]], ages: list[float]) -> list[tuple[int, float]]:
+    """ld_agent's scoring before this change (a Python loop over the memories above γ), for comparison."""
+    candidates = np.flatnonzero(np.asarray(s_sem) > 0.25).tolist()
+    scored = []
+    for i in candidates:
+        q, k = set(vq), set(keys[i])
+        inter = len(q & k)
+        s_top = 0.5 * (inter / len(q) + inter / len(k)) if q and k else 0.0
+        scored.append((i, math.exp(-max(0.0, ages[i]) / 1e7) * (float(s_sem[i]) + s_top)))
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored[:1]
+
+
+# -------------------------------------------------------------------------------------------- main
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="100,1000,10000,100000")
+    parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--k", type=int, default=3)
-    parser.add_argument("--groups", default="8,16")
     parser.add_argument("--embedder", default="wordllama")
+    parser.add_argument("--curve-size", type=int, default=10000)
+    parser.add_argument("--no-curve", action="store_true")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     embedder = make_embedder(args.embedder)
     queries = facts(args.queries, seed=1)
     qv = embedder.embed(queries)
     qnouns = [heuristic_nouns(q) for q in queries]
-    print(f"embedder={embedder.name} queries={args.queries} k={args.k}; milliseconds per query (median)")
-    print()
-    header = (
-        "| memory size | ld_agent (paper) | tim exhaustive | "
-        + " | ".join(
-            f"tim LSH b={b} | tim LSH indexed b={b} | recall@{args.k} b={b} | group size b={b}"
-            for b in args.groups.split(",")
-        )
-        + " |"
+    agent = LDAgent(embedder=embedder)
+    tim_default = ThinkInMemory(embedder=embedder)
+    logging.getLogger("memory").setLevel(logging.WARNING)  # "no block" runs log each re-embedding
+    print(
+        f"embedder={embedder.name} queries={args.queries}; CPU milliseconds per query (median, best of {ROUNDS}); "
+        f"load average={os.getloadavg()[0]:.1f} OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
     )
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
+
+    print("\n1. compose(), model excluded\n")
+    print(
+        "| items | ld_agent warm | (wall) | ld_agent cold | ld_agent no block | tim warm | (wall) | tim cold "
+        "| tim no block | state JSON per item |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    few = queries[:3]
+    data: dict[int, tuple[list[str], np.ndarray]] = {}
     for n in sizes:
         items = facts(n, seed=2)
-        vectors = embedder.embed(items)
-        keys = [heuristic_nouns(x) for x in items]
-        ages = [float(i * 60) for i in range(n)]
-        ld_times = []
-        for i in range(len(queries)):
-            t = time.perf_counter()
-            s_sem = vectors @ qv[i]
-            score_paper(s_sem, qnouns[i], keys, ages, tau=1e7, gamma=0.25, top_n=1)
-            ld_times.append(time.perf_counter() - t)
-        ex_times, exact = [], []
-        for i in range(len(queries)):
-            t = time.perf_counter()
-            scores = vectors @ qv[i]
-            top = np.argpartition(-scores, min(args.k, n - 1))[: args.k] if n > args.k else np.arange(n)
-            top = top[np.argsort(-scores[top], kind="stable")]
-            ex_times.append(time.perf_counter() - t)
-            exact.append(set(top.tolist()))
-        row = [f"{n:,}", f"{median_ms(ld_times):.3f}", f"{median_ms(ex_times):.3f}"]
-        for b in (int(x) for x in args.groups.split(",")):
-            R = make_projection(vectors.shape[1], b, seed=0)
-            groups = lsh(vectors, R)
-            lsh_times, recalls = [], []
-            for i in range(len(queries)):
-                t = time.perf_counter()
-                found = recall(qv[i], vectors, groups, R, args.k)
-                lsh_times.append(time.perf_counter() - t)
-                recalls.append(len({j for j, _ in found} & exact[i]) / args.k)
-            # The paper's hash table: each group's indices and vectors prebuilt, so a query touches one group only.
-            table = {g: (np.flatnonzero(groups == g), vectors[groups == g]) for g in range(b)}
-            indexed_times = []
-            for i in range(len(queries)):
-                t = time.perf_counter()
-                idx, group_vectors = table[int(lsh(qv[i], R)[0])]
-                scores = group_vectors @ qv[i]
-                order = np.argsort(-scores, kind="stable")[: args.k]
-                _ = idx[order]
-                indexed_times.append(time.perf_counter() - t)
-            row += [
-                f"{median_ms(lsh_times):.3f}",
-                f"{median_ms(indexed_times):.3f}",
-                f"{statistics.mean(recalls):.2f}",
-                f"{n / b:,.0f}",
-            ]
+        lds, tims = ld_agent_state(items, agent, embedder), tim_state(items, embedder)
+        data[n] = (items, vectors.decode(tims["vectors"]).astype(np.float32))
+        row = [f"{n:,}"]
+        for system, state in ((agent, lds), (tim_default, tims)):
+            row.append(f"{min(median_ms(compose_times(system, state, queries)) for _ in range(ROUNDS)):.3f}")
+            row.append(f"{median_ms(compose_times(system, state, queries, clock=wall_timed)):.3f}")
+            row.append(f"{median_ms(compose_times(system, state, queries[:20], cold=True)):.1f}")
+            if n <= 10000:
+                vectors.CACHE.clear()
+                # wall time: the embedder may compute on several threads
+                no_block = compose_times(system, state, few, cold=True, drop_block=True, clock=wall_timed)
+                row.append(f"{median_ms(no_block):.0f} (wall)")
+            else:
+                row.append("-")
+        per_item = len(json.dumps(tims)) / n
+        no_vec = len(json.dumps({k: v for k, v in tims.items() if k != "vectors"})) / n
+        row.append(f"{per_item:,.0f} B ({no_vec:,.0f} B without vectors)")
         print("| " + " | ".join(row) + " |", flush=True)
+        vectors.CACHE.clear()
+
+    print("\n2. ld_agent scoring step alone (given s_sem), Eq. 1-3\n")
+    print("| items | Python loop (before) | vectorized (rank_paper + TopicIndex) | same result |")
+    print("|---|---|---|---|")
+    for n in sizes:
+        items, matrix = data[n]
+        keys = [heuristic_nouns(x) for x in items]
+        ages = [float(600 * (n - i)) for i in range(n)]
+        ages_arr = np.asarray(ages)
+        index = TopicIndex(keys)
+        loop_t, vec_t, same = [], [], []
+        for i in range(len(queries)):
+            s_sem = matrix @ qv[i]
+            loop_t.append(timed(partial(score_loop, s_sem, qnouns[i], keys, ages)))
+            start = time.perf_counter()
+            got = rank_paper(s_sem, index.overlap(qnouns[i]), ages_arr, tau=1e7, gamma=0.25, top_n=1)
+            vec_t.append(time.perf_counter() - start)
+            want = score_loop(s_sem, qnouns[i], keys, ages)
+            same.append([j for j, _ in got] == [j for j, _ in want])
+        print(
+            f"| {n:,} | {median_ms(loop_t):.3f} | {median_ms(vec_t):.3f} | {100 * statistics.mean(same):.0f}% |",
+            flush=True,
+        )
+
+    print(f"\n3. TiM recall@{K} and time against exhaustive search (b = 8, seed 0)\n")
+    print(
+        "| items | paper: 1 group | recall | share scored | default: probes 3 | recall | share scored "
+        "| exhaustive (timed with the default) | default vs exhaustive |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        _, matrix = data[n]
+        exact = [{i for i, _ in top_k(q, matrix, K)} for q in qv]
+        tables = [LSHTable(matrix, make_projection(matrix.shape[1], 8, 0))]
+        row = [f"{n:,}"]
+        ex_ms = lsh_ms = 0.0
+        for probes in (1, 3):
+            ex_ms, lsh_ms, recall_, share = race(qv, matrix, tables, probes, exact)
+            row += [f"{lsh_ms:.3f}", f"{recall_:.2f}", f"{share:.2f}"]
+        row.append(f"{ex_ms:.3f}")
+        row.append(f"{ex_ms / lsh_ms:.2f}x faster" if lsh_ms < ex_ms else f"{lsh_ms / ex_ms:.2f}x slower")
+        print("| " + " | ".join(row) + " |", flush=True)
+
+    if args.no_curve:
+        return
+    n = args.curve_size
+    matrix = data[n][1] if n in data else vectors.extend(None, facts(n, seed=2), embedder).matrix
+    exact = [{i for i, _ in top_k(q, matrix, K)} for q in qv]
+    print(f"\n4. TiM LSH trade-off at {n:,} items; recall@{K} mean (min) over seeds 0-4\n")
+    print(
+        "| groups b | tables | probes | recall@5 | share scored | ms per query | exhaustive, same run "
+        "| faster than exhaustive |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for b, n_tables, probes in itertools.product((8, 16, 32), (1, 2), (1, 2, 3, 4, 6)):
+        recalls_by_seed, shares, lsh_times, ex_times = [], [], [], []
+        for seed in range(5):
+            Rs = [make_projection(matrix.shape[1], b, seed)]
+            Rs += [extra_projection(matrix.shape[1], b, seed, t) for t in range(1, n_tables)]
+            tables = [LSHTable(matrix, R) for R in Rs]
+            ex_ms, lsh_ms, recall_, share = race(qv, matrix, tables, probes, exact, rounds=1 if seed else ROUNDS)
+            recalls_by_seed.append(recall_)
+            shares.append(share)
+            if seed == 0:  # timings on the arm's seed, best of ROUNDS
+                ex_times.append(ex_ms)
+                lsh_times.append(lsh_ms)
+        mark = (
+            " (default)" if (b, n_tables, probes) == (8, 1, 3) else " (paper)" if (n_tables, probes) == (1, 1) else ""
+        )
+        print(
+            f"| {b}{mark} | {n_tables} | {probes} | {statistics.mean(recalls_by_seed):.3f} ({min(recalls_by_seed):.3f}) "
+            f"| {statistics.mean(shares):.2f} | {lsh_times[0]:.3f} | {ex_times[0]:.3f} "
+            f"| {'yes' if lsh_times[0] < ex_times[0] else 'no'} |",
+            flush=True,
+        )
+
+
+def race(
+    qv: np.ndarray,
+    matrix: np.ndarray,
+    tables: list[LSHTable],
+    probes: int,
+    exact: list[set[int]],
+    rounds: int = 0,
+) -> tuple[float, float, float, float]:
+    """(exhaustive ms, LSH ms, recall@K, share of thoughts scored): each query is timed with both
+    methods back to back, the median over the queries is taken per round, and the best round kept,
+    so that the load of a shared machine biases neither side."""
+    ex_rounds, lsh_rounds = [], []
+    for _ in range(rounds or ROUNDS):
+        ex_t, lsh_t = [], []
+        for q in qv:
+            ex_t.append(timed(partial(top_k, q, matrix, K)))
+            lsh_t.append(timed(partial(recall_tables, q, tables, K, probes)))
+        ex_rounds.append(median_ms(ex_t))
+        lsh_rounds.append(median_ms(lsh_t))
+    _, recalls, shares = lsh_run(qv, tables, probes, exact, matrix.shape[0])
+    return min(ex_rounds), min(lsh_rounds), statistics.mean(recalls), statistics.mean(shares)
+
+
+def lsh_run(
+    qv: np.ndarray, tables: list[LSHTable], probes: int, exact: list[set[int]], n: int
+) -> tuple[list[float], list[float], list[float]]:
+    times, recalls, shares = [], [], []
+    for q, want in zip(qv, exact, strict=True):
+        start = time.perf_counter()
+        found = recall_tables(q, tables, K, probes)
+        times.append(time.perf_counter() - start)
+        recalls.append(len({i for i, _ in found} & want) / K)
+        groups = [set(probe_order(q, t.R, probes)) for t in tables]
+        scored = set()
+        for t, gs in zip(tables, groups, strict=True):
+            for g in gs:
+                scored.update(t.members[g].tolist())
+        shares.append(len(scored) / n)
+    return times, recalls, shares
 
 
 if __name__ == "__main__":

@@ -23,50 +23,49 @@ class ReadOnlyMixin:
         return False
 
 
-class EvidenceInline(ReadOnlyMixin):
+class EvidenceInline(ReadOnlyMixin, admin.TabularInline[Any, Any]):
     """An inline of evidence rows: every listed field read-only, no blank rows."""
 
     extra = 0
-    fields: list[str] = []
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return list(self.fields)
+        return [str(f) for f in self.fields or ()]
 
 
-class ChatSessionInline(admin.TabularInline):
+class ChatSessionInline(admin.TabularInline[ChatSession, Episode]):
     model = ChatSession
     extra = 0
-    fields = ["index", "status", "simulated_start", "started_at", "ended_at", "rated_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("index", "status", "simulated_start", "started_at", "ended_at", "rated_at")
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
-class MessageInline(EvidenceInline, admin.TabularInline):
+class MessageInline(EvidenceInline):
     model = Message
     fields = ["seq", "speaker", "text", "status", "client_id", "attempts", "created_at"]
 
 
-class RatingInline(EvidenceInline, admin.TabularInline):
+class RatingInline(EvidenceInline):
     model = Rating
     fields = ["metric", "value", "created_at"]
 
 
-class MemorySnapshotInline(EvidenceInline, admin.StackedInline):
+class MemorySnapshotInline(EvidenceInline):
     model = MemorySnapshot
+    template = "admin/edit_inline/stacked.html"  # state and trace are long JSON
     fields = ["status", "state", "trace", "error", "attempts", "created_at", "finished_at"]
 
 
-class LLMCallInline(EvidenceInline, admin.TabularInline):
+class LLMCallInline(EvidenceInline):
     model = LLMCallRecord
     fields = ["purpose", "model", "latency_ms", "prompt_tokens", "completion_tokens", "error", "created_at"]
     show_change_link = True
 
 
 @admin.register(Episode)
-class EpisodeAdmin(admin.ModelAdmin):
+class EpisodeAdmin(admin.ModelAdmin[Episode]):
     list_display = ["id", "participant", "arm", "index", "status", "created_at", "completed_at"]
     list_filter = ["status", "arm__study", "arm"]
     readonly_fields = ["participant", "arm", "index", "memory_state", "created_at"]
@@ -74,7 +73,7 @@ class EpisodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(ChatSession)
-class ChatSessionAdmin(admin.ModelAdmin):
+class ChatSessionAdmin(admin.ModelAdmin[ChatSession]):
     list_display = ["id", "episode", "index", "status", "simulated_start", "ended_at", "rated_at"]
     list_filter = ["status", "episode__arm__study"]
     readonly_fields = ["episode", "index", "simulated_start", "started_at", "ended_at", "rated_at"]
@@ -82,25 +81,25 @@ class ChatSessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class MessageAdmin(ReadOnlyMixin, admin.ModelAdmin[Message]):
     list_display = ["id", "session", "seq", "speaker", "status", "created_at"]
     list_filter = ["speaker", "status"]
     search_fields = ["text"]
 
 
 @admin.register(Rating)
-class RatingAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RatingAdmin(ReadOnlyMixin, admin.ModelAdmin[Rating]):
     list_display = ["id", "session", "metric", "value", "created_at"]
     list_filter = ["metric__study", "metric__key"]
 
 
 @admin.register(MemorySnapshot)
-class MemorySnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class MemorySnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin[MemorySnapshot]):
     list_display = ["id", "session", "status", "attempts", "finished_at"]
     list_filter = ["status"]
 
 
 @admin.register(LLMCallRecord)
-class LLMCallRecordAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class LLMCallRecordAdmin(ReadOnlyMixin, admin.ModelAdmin[LLMCallRecord]):
     list_display = ["id", "session", "purpose", "model", "latency_ms", "prompt_tokens", "completion_tokens"]
     list_filter = ["purpose", "model"]

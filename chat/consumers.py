@@ -4,7 +4,8 @@ Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
   {"type": "message", "client_id": uuid, "text": s}  -> committed, then acknowledged by echoing it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
-The reply itself is written by a job (chat.services.generate_reply) outside this socket's lifetime.
+The reply itself is written by a job (chat.services.generate_reply, run by chat.jobs) outside this
+socket's lifetime.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
-from chat import fragments, services
+from chat import fragments, jobs, services
 from chat.models import ChatSession
-from studies.entry import participant_ids_in_session
+from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
 
@@ -50,8 +51,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not await _db(self._owned)():
             await self.close(code=4403)  # before accept: the handshake is refused
             return
-        services.register_event_loop(asyncio.get_running_loop())
-        self.group = f"chat-session-{self.session_id}"
+        jobs.register_event_loop(asyncio.get_running_loop())
+        self.group = jobs.group_name(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
@@ -98,7 +99,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
                 html += fragments.controls(services.user_turns(session), study.min_user_turns)
                 if created:
-                    services.broadcast(session.pk, html)  # the worker's other tabs
+                    jobs.broadcast(session.pk, html)  # the worker's other tabs
                 return fragments.clear_error() + html
         except services.ChatError as exc:
             return fragments.error(str(exc))

@@ -1,38 +1,42 @@
-"""HTML fragments pushed over the websocket (htmx ws extension: every top-level element is an
-out-of-band swap). Views render the same message partial, so a reload looks like the live page."""
+"""The HTML the socket sends: partials of ``chat/session.html`` (the page renders the same partials,
+so a reload looks like the live page). Over the socket every top-level element is an out-of-band swap
+(htmx ws extension); chat.js replaces a message element that arrives again with the same id."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.template.loader import render_to_string
-from django.utils.html import format_html
 
 from chat.models import Message
 
+PAGE = "chat/session.html"
+
 
 def message(msg: Message, *, retrying: bool = False, max_attempts: int | None = None) -> str:
-    """A message, appended to the transcript (chat.js replaces an element with the same id in place)."""
-    inner = render_to_string("chat/_message.html", {"m": msg, "retrying": retrying, "max_attempts": max_attempts})
-    return f'<div hx-swap-oob="beforeend:#messages">{inner}</div>'
+    """A message, appended to the transcript; ``retrying`` shows the attempt counter of a pending reply."""
+    return messages([msg], retrying=retrying, max_attempts=max_attempts)
 
 
-def messages(msgs: list[Message]) -> str:
-    return "".join(message(m) for m in msgs)
+def messages(msgs: Iterable[Message], *, retrying: bool = False, max_attempts: int | None = None) -> str:
+    ctx = {"messages_list": list(msgs), "retrying": retrying, "max_attempts": max_attempts}
+    return render_to_string(f"{PAGE}#messages-oob", ctx)
 
 
 def token(seq: int, piece: str) -> str:
     """One streamed piece of a reply, appended to its (escaped) text."""
-    return format_html('<div hx-swap-oob="beforeend:#msg-{}-text"><span>{}</span></div>', seq, piece)
+    return render_to_string(f"{PAGE}#token-oob", {"seq": seq, "piece": piece})
 
 
 def error(text: str) -> str:
-    return format_html('<div id="chat-error" class="chat-error" role="alert" hx-swap-oob="true">{}</div>', text)
+    """The error line under the transcript (an empty text clears it)."""
+    return render_to_string(f"{PAGE}#error", {"error": text, "oob": True})
 
 
 def clear_error() -> str:
-    return '<div id="chat-error" class="chat-error" role="alert" hx-swap-oob="true"></div>'
+    return error("")
 
 
 def controls(turns: int, min_turns: int) -> str:
     """The turn counter and the "End session" button (enabled once the minimum is met)."""
-    ctx = {"turns": turns, "min_turns": min_turns, "oob": True}
-    return render_to_string("chat/_turn_info.html", ctx) + render_to_string("chat/_end_button.html", ctx)
+    return render_to_string(f"{PAGE}#controls-oob", {"turns": turns, "min_turns": min_turns, "oob": True})

@@ -59,10 +59,6 @@ class ChatSession(models.Model):
     def __str__(self) -> str:
         return f"session {self.index} of episode {self.episode_id}"
 
-    @property
-    def group_name(self) -> str:
-        return f"chat-session-{self.pk}"
-
 
 class Message(models.Model):
     """A committed utterance. ``seq`` orders a session; ``client_id`` makes a user's send idempotent."""

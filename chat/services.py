@@ -5,7 +5,7 @@ A chat turn flows like this::
     browser --ws--> ChatConsumer.receive --> post_user_message()   (user row + bot placeholder, committed)
                                          --> ack (the user's message, with its seq) back to the browser
             on_commit --> enqueue_reply() --> generate_reply()      (Celery task, or a thread when embedded)
-                          tokens --> broadcast() --> channel group --> every socket of the session
+                          tokens --> jobs.broadcast() --> channel group --> every socket of the session
                           final reply committed to the DB, then broadcast; after_turn() of the arm
 
 Nothing is ever only in a socket: a browser that reconnects sends the last seq it saw and gets every
@@ -14,31 +14,27 @@ later message from the database (:func:`messages_after`), including a reply gene
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from chat import fragments
+from chat.jobs import broadcast, dispatch, retry_delays
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory.base import MemorySystem, Turn
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
-from studies.models import Arm, Metric, Participant, Study
+from studies.models import Arm, Participant, Study
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +51,18 @@ def build_llm(arm: Arm) -> LLM:
     tests use to script replies and failures)."""
     backend = arm.llm_backend or settings.LLM_BACKEND
     model = arm.llm_model or settings.LLM_MODEL
-    options: dict[str, Any] = {}
-    if backend == "openai":
-        options = {
-            "api_key": settings.OPENAI_API_KEY,
-            "base_url": settings.OPENAI_BASE_URL,
-            "timeout": settings.LLM_TIMEOUT_SECONDS,
-        }
-    return make_llm(backend, model, **options)
+    return make_llm(backend, model, **_endpoint_options(backend))
+
+
+def _endpoint_options(backend: str) -> dict[str, Any]:
+    """The site's OpenAI-compatible endpoint, for the backends that call one."""
+    if backend != "openai":
+        return {}
+    return {
+        "api_key": settings.OPENAI_API_KEY,
+        "base_url": settings.OPENAI_BASE_URL,
+        "timeout": settings.LLM_TIMEOUT_SECONDS,
+    }
 
 
 _EMBEDDERS: dict[str, Embedder] = {}
@@ -70,12 +70,15 @@ _EMBEDDER_LOCK = threading.Lock()
 
 
 def get_embedder() -> Embedder:
-    """One embedder per process (wordllama loads its weights once)."""
-    name = settings.EMBEDDER
+    """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
+    endpoint and key), one per process: wordllama loads its weights once."""
+    backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
+    options = _endpoint_options(backend)
+    key = f"{backend}:{model}:{options.get('base_url', '')}"
     with _EMBEDDER_LOCK:
-        if name not in _EMBEDDERS:
-            _EMBEDDERS[name] = make_embedder(name)
-        return _EMBEDDERS[name]
+        if key not in _EMBEDDERS:
+            _EMBEDDERS[key] = make_embedder(backend, model, **options)
+        return _EMBEDDERS[key]
 
 
 def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:
@@ -126,7 +129,7 @@ def assign_episode(participant: Participant) -> Episode:
             participant=participant, arm=arm, index=index, memory_state=system.initial_state()
         )
         ChatSession.objects.create(
-            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(index, 1)
+            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
     return episode
 
@@ -148,6 +151,40 @@ def current_session(participant: Participant) -> ChatSession | None:
     if episode is None:
         return None
     return episode.sessions.exclude(status=ChatSession.Status.DONE).order_by("index").first()
+
+
+class StudyClosed(ChatError):
+    pass
+
+
+def next_session(participant: Participant) -> ChatSession | None:
+    """Where the participant is: the current session, or the first of a new episode (a fresh arm)
+    when the last one is over; ``None`` when nothing is left for them. Raises :class:`StudyClosed`
+    when a new episode would be needed while the study is a draft again."""
+    session = current_session(participant)
+    if session is not None:
+        return session
+    if participant.completed_at or not episodes_left(participant):
+        return None
+    if participant.study.status == Study.Status.DRAFT:
+        raise StudyClosed("This study is not taking participants at the moment.")
+    try:
+        assign_episode(participant)
+    except NoArmAvailable:
+        return None
+    return current_session(participant)
+
+
+def finish_participant(participant: Participant) -> bool:
+    """Record that the participant has finished the study (idempotent); ``False`` while they still
+    have a session to do."""
+    if participant.completed_at is not None:
+        return True
+    if current_session(participant) is not None or episodes_left(participant):
+        return False
+    participant.completed_at = timezone.now()
+    participant.save(update_fields=["completed_at"])
+    return True
 
 
 # ------------------------------------------------------------------------------------ the session
@@ -174,26 +211,19 @@ def user_turns(session: ChatSession) -> int:
     return session.messages.filter(speaker=Message.Speaker.USER).count()
 
 
-def can_end(session: ChatSession) -> bool:
-    return (
-        session.status == ChatSession.Status.CHATTING
-        and user_turns(session) >= session.episode.participant.study.min_user_turns
-    )
-
-
 def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]:
     """The session as the memory systems see it: user messages and completed bot replies, in order."""
     qs = session.messages.filter(Q(speaker=Message.Speaker.USER) | Q(status=Message.Status.COMPLETE))
     if upto_seq is not None:
         qs = qs.filter(seq__lte=upto_seq)
     at = session.simulated_start
-    return [Turn(m.speaker, m.text, at) for m in qs.order_by("seq")]
+    return [Turn("user" if m.speaker == Message.Speaker.USER else "bot", m.text, at) for m in qs.order_by("seq")]
 
 
 def stale_reply_seconds() -> float:
     """How long a reply may stay pending before we assume its job died (a restart, a lost task):
     every attempt timing out, plus the backoff, plus a margin."""
-    delays = _retry_delays()
+    delays = retry_delays()
     return (len(delays) + 1) * float(settings.LLM_TIMEOUT_SECONDS) + sum(delays) + 30
 
 
@@ -298,7 +328,7 @@ def end_session(session: ChatSession) -> ChatSession:
                 index=locked.index + 1,
                 defaults={
                     "status": ChatSession.Status.PREPARING,
-                    "simulated_start": study.session_start(locked.episode.index, locked.index + 1),
+                    "simulated_start": study.session_start(locked.index + 1),
                 },
             )
         transaction.on_commit(lambda: enqueue_memory_update(locked.pk))
@@ -306,31 +336,6 @@ def end_session(session: ChatSession) -> ChatSession:
 
 
 # -------------------------------------------------------------------------------------- ratings
-
-
-def validate_ratings(metrics: Iterable[Metric], data: dict[str, Any]) -> tuple[dict[int, int], dict[str, str]]:
-    """Parse slider values: ``data[key]`` an integer 0-100 and ``data["touched_"+key] == "1"``.
-
-    Returns ``(values by metric id, errors by metric key)``."""
-    values: dict[int, int] = {}
-    errors: dict[str, str] = {}
-    for m in metrics:
-        raw = data.get(m.key)
-        if raw is None or str(raw).strip() == "":
-            errors[m.key] = "Please rate this statement."
-            continue
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            errors[m.key] = "The rating must be a whole number from 0 to 100."
-            continue
-        if not 0 <= value <= 100:
-            errors[m.key] = "The rating must be between 0 and 100."
-        elif str(data.get(f"touched_{m.key}", "")) != "1":
-            errors[m.key] = "Please move this slider to give your rating (even if you then set it back to 50)."
-        else:
-            values[m.pk] = value
-    return values, errors
 
 
 def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
@@ -364,87 +369,18 @@ def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
 
 # -------------------------------------------------------------------------------- reply generation
 
-_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
-_main_loop: asyncio.AbstractEventLoop | None = None
-
-
-def register_event_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Called by the consumer: broadcasts from job threads are scheduled on the server's loop
-    (the in-memory channel layer is not thread-safe across event loops)."""
-    global _main_loop
-    _main_loop = loop
-
-
-def broadcast(session_id: int, html: str) -> None:
-    """Push an HTML fragment to every socket of the session (best effort: the DB is the truth)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    event = {"type": "chat.event", "html": html}
-    group = f"chat-session-{session_id}"
-    loop = _main_loop
-    try:
-        if loop is not None and loop.is_running() and not _in_loop(loop):
-            asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop).result(timeout=5)
-        else:
-            async_to_sync(layer.group_send)(group, event)
-    except Exception:  # a dropped push is recovered by the next resume
-        log.warning("broadcast to %s failed", group, exc_info=True)
-
-
-def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
-
-
-def reply_mode() -> str:
-    """``celery`` (workers), ``thread`` (embedded: eager Celery would block the socket) or ``inline``."""
-    mode = getattr(settings, "CHAT_JOB_MODE", "")
-    if mode:
-        return mode
-    return "thread" if settings.CELERY_TASK_ALWAYS_EAGER else "celery"
-
-
-def _in_thread(fn: Callable[..., Any], *args: Any) -> None:
-    def run() -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("background job %s%r failed", fn.__name__, args)
-        finally:
-            close_old_connections()
-
-    _executor.submit(run)
+REPLY_TASK = "chat.tasks.generate_reply_task"
+MEMORY_UPDATE_TASK = "chat.tasks.update_memory"
 
 
 def enqueue_reply(message_id: int) -> None:
-    mode = reply_mode()
-    if mode == "celery":
-        from chat.tasks import generate_reply_task
-
-        generate_reply_task.delay(message_id)
-    elif mode == "thread":
-        _in_thread(generate_reply, message_id)
-    else:
-        generate_reply(message_id)
+    """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here)."""
+    dispatch(REPLY_TASK, message_id, local=generate_reply)
 
 
 def enqueue_memory_update(session_id: int) -> None:
-    mode = reply_mode()
-    if mode == "celery":
-        from chat.tasks import update_memory
-
-        update_memory.delay(session_id)
-    elif mode == "thread":
-        _in_thread(update_memory_with_retries, session_id)
-    else:
-        update_memory_with_retries(session_id)
-
-
-def _retry_delays() -> list[float]:
-    return list(getattr(settings, "CHAT_RETRY_DELAYS", [1.0, 2.0, 4.0]))
+    """Have an ended session's memory update run (a Celery task, or here with the task's retries)."""
+    dispatch(MEMORY_UPDATE_TASK, session_id, local=update_memory_with_retries)
 
 
 _WORD = re.compile(r"\w")
@@ -509,7 +445,7 @@ def generate_reply(message_id: int) -> None:
     episode = session.episode
     system, llm = build_arm(episode.arm)
     max_tokens = settings.LLM_MAX_TOKENS
-    delays = _retry_delays()
+    delays = retry_delays()
     max_attempts = len(delays) + 1
     while True:
         # Claim the attempt (compare-and-set): two jobs for the same reply never both write it.
@@ -533,7 +469,13 @@ def generate_reply(message_id: int) -> None:
             # first one at once); what is still buffered at the end arrives with the final message.
             buffered: list[str] = []
             last_flush = 0.0
-            for piece in llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply"):
+            # An arm may give its reply itself (the quality-control arm): it is sent as is, with no LLM call.
+            stream = (
+                [prompt.reply]
+                if prompt.reply is not None
+                else llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply")
+            )
+            for piece in stream:
                 pieces.append(piece)
                 buffered.append(piece)
                 if time.monotonic() - last_flush >= flush_every:
@@ -671,8 +613,7 @@ def recover_stale_update(next_session: ChatSession) -> bool:
 
 def update_memory_with_retries(session_id: int) -> MemorySnapshot:
     """Embedded mode: the retries the Celery task does, in the job thread."""
-    delays = _retry_delays()
-    for delay in delays:
+    for delay in retry_delays():
         try:
             return update_memory(session_id, final=False)
         except MemoryUpdateFailed:

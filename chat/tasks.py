@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from chat import services
 
@@ -14,9 +14,9 @@ def generate_reply_task(message_id: int) -> None:
 
 
 @shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=3)
-def update_memory(self, session_id: int) -> None:  # type: ignore[no-untyped-def]
+def update_memory(self: Task[[int], None], session_id: int) -> None:
     """The arm's end-of-session memory update, keyed by session: running it twice applies it once."""
-    final = self.request.retries >= self.max_retries
+    final = self.max_retries is not None and self.request.retries >= self.max_retries  # None: retry forever
     try:
         services.update_memory(session_id, final=final)
     except services.MemoryUpdateFailed as exc:

@@ -1,4 +1,5 @@
-"""The worker's chat, rating and "one week later" pages. Thin: authorise, call chat.services, render."""
+"""The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end.
+Thin: authorise, call chat.services, render."""
 
 from __future__ import annotations
 
@@ -6,10 +7,45 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from chat import services
+from chat.forms import RatingForm
 from chat.models import ChatSession
-from studies.entry import participant_ids_in_session, resume_url
+from studies.participants import bound_participant, participant_ids_in_session, resume_url
+from studies.roles import HtmxHttpRequest
+
+
+def next_step(request: HttpRequest, slug: str) -> HttpResponse:
+    """Send the worker to wherever they are: consent, chat, rating, "one week later", or the end."""
+    study, participant = bound_participant(request, slug)
+    if participant.consented_at is None:
+        return redirect("studies:consent", study.slug)
+    try:
+        session = services.next_session(participant)
+    except services.StudyClosed as exc:
+        return render(
+            request, "studies/worker/message.html", {"study": study, "title": "This study is closed", "text": str(exc)}
+        )
+    if session is None:
+        return redirect("chat:done", study.slug)
+    if session.status == ChatSession.Status.RATING:
+        return redirect("chat:rate", session.pk)
+    if session.status == ChatSession.Status.CHATTING or (session.index == 1 and session.episode.index == 1):
+        return redirect("chat:session", session.pk)
+    return redirect("chat:wait", session.pk)
+
+
+def done(request: HttpRequest, slug: str) -> HttpResponse:
+    """The thank-you page with the completion code, once the server has recorded completion."""
+    study, participant = bound_participant(request, slug)
+    if not services.finish_participant(participant):
+        return redirect("chat:next", study.slug)
+    return render(
+        request, "studies/worker/done.html",
+        {"study": study, "participant": participant, "prolific": participant.source == participant.Source.PROLIFIC,
+         "completion_url": study.completion_url()},
+    )  # fmt: skip
 
 
 def _own_session(request: HttpRequest, session_id: int) -> ChatSession:
@@ -45,7 +81,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     if session.status == ChatSession.Status.RATING:
         return redirect("chat:rate", session.pk)
     if session.status == ChatSession.Status.DONE:
-        return redirect("studies:next", session.episode.participant.study.slug)
+        return redirect("chat:next", session.episode.participant.study.slug)
     session = services.start_session(session)
     study = session.episode.participant.study
     return render(
@@ -75,37 +111,26 @@ def end(request: HttpRequest, session_id: int) -> HttpResponse:
 def rate(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     study = session.episode.participant.study
-    metrics = list(study.metrics.all())
-    slug = study.slug
     if session.status == ChatSession.Status.DONE:
         if request.method == "POST":  # a double submission: the first one counted
             messages.info(request, "Your ratings for this session were already saved.")
-        return redirect("studies:next", slug)
-    errors: dict[str, str] = {}
-    values: dict[str, str] = {}
-    if request.method == "POST":
-        if session.status != ChatSession.Status.RATING:
-            return render(request, "chat/rate.html", _ctx(session, not_ended=True, metrics=[]), status=400)
-        parsed, errors = services.validate_ratings(metrics, request.POST)
-        if not errors:
-            try:
-                services.submit_ratings(session, parsed)
-            except services.ChatError as exc:
-                messages.error(request, str(exc))
-            return redirect("studies:next", slug)
-        values = {m.key: request.POST.get(m.key, "") for m in metrics}
-    elif session.status != ChatSession.Status.RATING:
+        return redirect("chat:next", study.slug)
+    if session.status != ChatSession.Status.RATING:
+        if request.method == "POST":
+            return render(request, "chat/rate.html", _ctx(session, not_ended=True), status=400)
         return redirect("chat:session", session.pk)
-    rows = []
-    for m in metrics:
-        raw = values.get(m.key, "")
-        value = int(raw) if raw.isdigit() and int(raw) <= 100 else 50
-        touched = request.POST.get(f"touched_{m.key}") == "1" and m.key not in errors
-        rows.append({"metric": m, "value": value, "touched": touched, "error": errors.get(m.key, "")})
-    return render(request, "chat/rate.html", _ctx(session, rows=rows, errors=errors), status=400 if errors else 200)
+    form = RatingForm(study.metrics.all(), request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            services.submit_ratings(session, form.values())
+        except services.ChatError as exc:
+            messages.error(request, str(exc))
+        return redirect("chat:next", study.slug)
+    return render(request, "chat/rate.html", _ctx(session, form=form), status=400 if form.errors else 200)
 
 
-def wait(request: HttpRequest, session_id: int) -> HttpResponse:
+@vary_on_headers("HX-Request")  # htmx's poll of the same URL gets the status partial only
+def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     """Between sessions: "One week later…" until the memory update has made the session ready."""
     session = _own_session(request, session_id)
     if session.status in (ChatSession.Status.CHATTING, ChatSession.Status.RATING, ChatSession.Status.DONE):

@@ -2,35 +2,34 @@
 
 With no environment at all it runs the embedded default: SQLite, the in-memory channel layer, eager
 Celery, the local SmolLM2 model and wordllama embeddings. Production differs only in env vars
-(see the table in README.md).
+(see the table in README.md). Every value is parsed strictly (evalsite/env.py): a value that is not
+understood stops the process with a message naming the variable, instead of becoming a default.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
+from evalsite.env import Env
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-
-def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [x.strip() for x in os.environ.get(name, default).split(",") if x.strip()]
-
+env = Env()
+django_stubs_ext.monkeypatch()  # lets Django's generic classes take type parameters at run time: ModelAdmin[Study]
 
 DEV_SECRET_KEY = "dev-only-insecure-key-do-not-use-in-production"
-SECRET_KEY = os.environ.get("SECRET_KEY", DEV_SECRET_KEY)
-DEBUG = env_bool("DEBUG", True)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
-SITE_URL = os.environ.get("SITE_URL", "http://localhost:8000")
+SECRET_KEY = env.text("SECRET_KEY", DEV_SECRET_KEY)
+DEBUG = env.boolean("DEBUG", True)
+if not DEBUG and SECRET_KEY == DEV_SECRET_KEY:
+    # Refused here, not only by `check --deploy`: daphne, Celery and every manage.py command stop at once.
+    raise ImproperlyConfigured("DEBUG is off but SECRET_KEY is not set: set SECRET_KEY to a long random string.")
+ALLOWED_HOSTS = env.strings("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env.strings("CSRF_TRUSTED_ORIGINS")
+SITE_URL = env.text("SITE_URL", "http://localhost:8000")
 
 INSTALLED_APPS = [
     "daphne",
@@ -86,7 +85,7 @@ ASGI_APPLICATION = "evalsite.asgi.application"
 # --- database: SQLite (WAL) by default, PostgreSQL (psycopg 3) from DATABASE_URL
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0, conn_health_checks=True
+        env.text("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"), conn_max_age=0, conn_health_checks=True
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -97,11 +96,12 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channels and Celery: Redis from REDIS_URL, else in-memory layer and eager tasks
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = env.text("REDIS_URL")
+_eager = env.boolean("CELERY_TASK_ALWAYS_EAGER", False)  # parsed even where it is forced, so a typo still shows
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+    CELERY_TASK_ALWAYS_EAGER = _eager
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
@@ -118,20 +118,20 @@ CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
-CHAT_JOB_MODE = os.environ.get("CHAT_JOB_MODE", "")
-CHAT_RETRY_DELAYS = [float(x) for x in env_list("CHAT_RETRY_DELAYS", "1,2,4")]  # back-off (s) before each LLM retry
-CHAT_TOKEN_FLUSH_SECONDS = float(os.environ.get("CHAT_TOKEN_FLUSH_SECONDS", "0.05"))  # coalesce streamed pieces
-CHAT_STALE_UPDATE_SECONDS = float(os.environ.get("CHAT_STALE_UPDATE_SECONDS", "300"))  # re-enqueue a lost memory update
+CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
+CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
+CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
+CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 300.0)  # re-enqueue a lost memory update
 
 # --- LLM and embeddings (memory/llm.py, memory/embed.py). The arm's own backend/model win when set.
-LLM_BACKEND = os.environ.get("LLM_BACKEND", "local")  # local | openai | scripted
-LLM_MODEL = os.environ.get("LLM_MODEL", "")
-OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
-OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
-LLM_TIMEOUT_SECONDS = float(os.environ.get("LLM_TIMEOUT_SECONDS", "60"))
-LLM_MAX_TOKENS = int(os.environ.get("LLM_MAX_TOKENS", "120"))
-EMBEDDER = os.environ.get("EMBEDDER", "wordllama")  # wordllama | openai | minilm | hashing
-EMBEDDING_MODEL = os.environ.get("EMBEDDING_MODEL", "")
+LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"])
+LLM_MODEL = env.text("LLM_MODEL")
+OPENAI_API_KEY = env.text("OPENAI_API_KEY")
+OPENAI_BASE_URL = env.text("OPENAI_BASE_URL")
+LLM_TIMEOUT_SECONDS = env.number("LLM_TIMEOUT_SECONDS", 60.0, minimum=0.001)
+LLM_MAX_TOKENS = env.integer("LLM_MAX_TOKENS", 120, minimum=1)
+EMBEDDER = env.choice("EMBEDDER", "wordllama", ["wordllama", "openai", "minilm", "hashing"])
+EMBEDDING_MODEL = env.text("EMBEDDING_MODEL")
 
 # --- auth, sessions, security
 LOGIN_URL = "login"
@@ -154,9 +154,9 @@ SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_SSL_REDIRECT = env.boolean("SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_SECONDS = env.integer("SECURE_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
@@ -182,6 +182,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {
+        "handlers": ["console"],
+        "level": env.choice("LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
+    },
     "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
 }

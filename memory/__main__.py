@@ -1,4 +1,7 @@
-"""Command line: ``python -m memory arms``, ``python -m memory replay`` and ``python -m memory preflight``.
+"""Command line: ``python -m memory arms``, ``python -m memory replay``, ``python -m memory preflight`` and
+``python -m memory eval``.
+
+``eval`` scores an arm on GVD or LoCoMo (see :mod:`memory.evaluation`).
 
 ``arms`` lists the registered arms with their parameters, defaults and sources.
 
@@ -65,8 +68,10 @@ def load_memorybank(path: Path, probes: Path | None) -> list[Dialogue]:
         for line in probes.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 questions.update(json.loads(line))
+    questions = {user.strip(): qs for user, qs in questions.items()}
     out = []
-    for user, record in data.items():
+    for key, record in data.items():
+        user = key.strip()  # four GVD user keys carry surrounding spaces (" Jason ", " Linda", ...)
         d = Dialogue(user)
         for day, pairs in sorted(record.get("history", {}).items()):
             turns: list[dict[str, str]] = []
@@ -152,7 +157,12 @@ def cmd_arms(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         json.dump(
             {
-                k: {"label": c.label, "params": {n: p.as_dict() for n, p in c.params.items()}}
+                k: {
+                    "label": c.label,
+                    "source": c.source,
+                    "is_qc": c.is_qc,
+                    "params": {n: p.as_dict() for n, p in c.params.items()},
+                }
                 for k, c in MEMORY_SYSTEMS.items()
             },
             out,
@@ -161,7 +171,7 @@ def cmd_arms(args: argparse.Namespace, out: TextIO) -> int:
         out.write("\n")
         return 0
     for name, cls in MEMORY_SYSTEMS.items():
-        out.write(f"{name}  ({cls.label})\n")
+        out.write(f"{name}  ({cls.label}){'  [quality control]' if cls.is_qc else ''}\n    source: {cls.source}\n")
         for pname, p in cls.params.items():
             out.write(f"    {pname} = {p.default!r}: {p.help}" + (f" [{p.source}]" if p.source else "") + "\n")
         if not cls.params:
@@ -185,7 +195,8 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     system = build_system(args.arm, llm=llm, embedder=make_embedder(args.embedder), **params)
     dialogues = load(Path(args.file), Path(args.probes) if args.probes else None)
     if args.dialogue:
-        dialogues = [d for d in dialogues if d.name in args.dialogue]
+        wanted = {x.strip() for x in args.dialogue}
+        dialogues = [d for d in dialogues if d.name in wanted]
         if not dialogues:
             print(f"no dialogue named {args.dialogue}", file=sys.stderr)
             return 2
@@ -248,8 +259,10 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
         print(f"cannot build the LLM: {exc}", file=sys.stderr)
         return 2
 
+    memory_log = logging.getLogger("memory")
+    level = memory_log.level
     if not args.verbose:  # the arms log every fallback; the report already says what went wrong
-        logging.getLogger("memory").setLevel(logging.ERROR)
+        memory_log.setLevel(logging.ERROR)
 
     def progress(done: int, total: int, label: str) -> None:
         if args.progress:
@@ -269,12 +282,63 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    finally:  # main() is also called in-process (tests): leave the logger as it was
+        memory_log.setLevel(level)
     if args.format == "json":
         json.dump(result.as_dict(), out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         out.write(render_text(result))
     return 0 if result.ready else 3
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
+    from memory.evaluation import DatasetError, render_markdown, run
+
+    memory_log = logging.getLogger("memory")
+    level = memory_log.level
+    if not args.verbose:  # fallbacks are counted in the report; one log line each would drown it
+        memory_log.setLevel(logging.ERROR)
+
+    params = {}
+    for item in args.param or []:
+        key, _, value = item.partition("=")
+        params[key] = _value(value)
+
+    def progress(done: int, total: int, message: str) -> None:
+        if not args.quiet:
+            print(f"[{done}/{total}] {message}", file=sys.stderr)
+
+    try:
+        result = run(
+            args.arm,
+            args.dataset,
+            args.path or None,
+            backend=args.backend,
+            model=args.model,
+            judge_model=args.judge_model,
+            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL", ""),
+            api_key=args.api_key or os.environ.get("OPENAI_API_KEY", ""),
+            embedder=args.embedder,
+            params=params,
+            dialogues=args.dialogue or (),
+            max_sessions=args.max_sessions,
+            max_questions=args.max_questions,
+            max_tokens=args.max_tokens,
+            progress=progress,
+        )
+    except (DatasetError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:  # main() is also called in-process (tests, notebooks): leave the logger as it was
+        memory_log.setLevel(level)
+    text = json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.format == "json" else render_markdown(result)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        out.write(f"wrote {args.out}\n")
+    else:
+        out.write(text)
+    return 0
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -313,11 +377,32 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     pf.add_argument("--max-probes", type=int, default=None, help="ask only the first N probing questions")
     pf.add_argument("--progress", action="store_true", help="print progress to stderr")
     pf.add_argument("--verbose", action="store_true", help="log every fallback of the arm to stderr")
+    ev = sub.add_parser("eval", help="score an arm on GVD or LoCoMo (token F1, LLM judge, tokens, latency)")
+    ev.add_argument("arm", choices=sorted(MEMORY_SYSTEMS))
+    ev.add_argument("--dataset", required=True, choices=["gvd", "locomo"])
+    ev.add_argument("path", nargs="?", default="", help="LoCoMo JSON file (required), or a GVD folder (optional)")
+    ev.add_argument("--backend", default="local", choices=["local", "openai", "scripted"])
+    ev.add_argument("--model", default="")
+    ev.add_argument("--judge-model", default="", help="judge model on the same backend (default: --model)")
+    ev.add_argument("--base-url", default="", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL)")
+    ev.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
+    ev.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])
+    ev.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
+    ev.add_argument("--dialogue", action="append", help="only this dialogue / GVD user (repeatable)")
+    ev.add_argument("--max-sessions", type=int, default=None)
+    ev.add_argument("--max-questions", type=int, default=None, help="questions per dialogue")
+    ev.add_argument("--max-tokens", type=int, default=64, help="answer length in tokens")
+    ev.add_argument("--format", default="md", choices=["md", "json"])
+    ev.add_argument("--out", default="", help="write the report here instead of printing it")
+    ev.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ev.add_argument("--verbose", action="store_true", help="log every memory fallback on stderr")
     args = parser.parse_args(argv)
     if args.command == "arms":
         return cmd_arms(args, out)
     if args.command == "preflight":
         return cmd_preflight(args, out)
+    if args.command == "eval":
+        return cmd_eval(args, out)
     return cmd_replay(args, out)
 
 

@@ -9,6 +9,7 @@ clock), never from the wall clock.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -46,10 +47,15 @@ class Prompt:
 
     ``memory`` lists the memory items the arm used for this reply (retrieved sentences, summary,
     persona lines), so researchers can see why the bot said what it said.
+
+    ``reply``, when set, is the bot's reply itself: the platform sends it as it is and calls no LLM
+    (the quality-control arm, whose replies are drawn from a corpus). ``messages`` then still shows
+    what the reply answers, for the record.
     """
 
     messages: list[ChatMessage]
     memory: list[str] = field(default_factory=list)
+    reply: str | None = None
 
     def as_dicts(self) -> list[dict[str, str]]:
         return [m.as_dict() for m in self.messages]
@@ -64,6 +70,74 @@ class Update:
 
     state: dict[str, Any]
     trace: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OperationPairs:
+    """Declares where an arm's ``end_session`` trace holds memory-operation pairs for annotation.
+
+    Each pair is ``{"m", "s", "op", "i", "j", ...}``: an existing memory sentence m_i, a new sentence s_j
+    and the arm's decision ``op`` in Keep Me Updated's labels (PASS, REPLACE, APPEND, DELETE);
+    ``raw``, ``fallback`` and other keys are kept as they are. ``layout`` says how they are grouped:
+
+    - ``"session"``: ``trace[key]`` is the list of pairs of one update, against
+      ``trace["memory_before"]`` (the m_i) and ``trace["summary"]`` (the s_j) (``memory_update``);
+    - ``"updates"``: ``trace[key]`` is a list of updates, each ``{"memory_before": [...],
+      "summary": [...], "pairs": [...]}`` (``mem0``: one update per exchange of the session).
+
+    The annotation queue reads only the traces of arms that declare this (``BaseSystem.operation_pairs``);
+    :func:`operation_units` turns a trace into its units.
+    """
+
+    key: str
+    layout: Literal["session", "updates"] = "session"
+
+
+@dataclass(frozen=True)
+class OperationUnit:
+    """One memory update's pairs: M (``memory_before``), S (``summary``) and O(m_i, s_j)."""
+
+    index: int
+    memory_before: list[str]
+    summary: list[str]
+    pairs: list[dict[str, Any]]
+
+
+def operation_units(spec: OperationPairs | None, trace: dict[str, Any]) -> list[OperationUnit]:
+    """The operation units of an update trace, as ``spec`` declares them (none if ``spec`` is None).
+
+    Raises ValueError if the trace does not have the declared shape, so a changed trace fails loudly
+    rather than feeding the annotation queue wrong pairs."""
+    if spec is None:
+        return []
+    value = trace.get(spec.key) or []
+    if not isinstance(value, list):
+        raise ValueError(f"trace[{spec.key!r}] must be a list, not {type(value).__name__}")
+    if spec.layout == "session":
+        groups = (
+            [{"memory_before": trace.get("memory_before") or [], "summary": trace.get("summary") or [], "pairs": value}]
+            if value
+            else []
+        )
+    else:
+        groups = value
+    units = []
+    for n, group in enumerate(groups):
+        if not isinstance(group, dict) or not isinstance(group.get("pairs"), list):
+            raise ValueError(f"trace[{spec.key!r}][{n}] must be an object with a list of 'pairs'")
+        for pair in group["pairs"]:
+            if not isinstance(pair, dict) or "m" not in pair or "s" not in pair:
+                raise ValueError(f"trace[{spec.key!r}]: every pair needs 'm' and 's', got {pair!r}")
+        if group["pairs"]:
+            units.append(
+                OperationUnit(
+                    index=n,
+                    memory_before=[str(m) for m in group.get("memory_before") or []],
+                    summary=[str(x) for x in group.get("summary") or []],
+                    pairs=list(group["pairs"]),
+                )
+            )
+    return units
 
 
 @dataclass(frozen=True)
@@ -89,6 +163,9 @@ class MemorySystem(Protocol):
     name: ClassVar[str]
     label: ClassVar[str]
     params: ClassVar[dict[str, Param]]
+    is_qc: ClassVar[bool]
+    operation_pairs: ClassVar[OperationPairs | None]
+    summary_sentences: ClassVar[str | None]
 
     def initial_state(self) -> dict[str, Any]:
         """The empty memory (JSON-serializable)."""
@@ -116,7 +193,8 @@ class MemorySystem(Protocol):
 
 def ensure_json(state: dict[str, Any]) -> dict[str, Any]:
     """Round-trip a state through JSON; raises TypeError if it is not plain JSON."""
-    return json.loads(json.dumps(state))
+    out: dict[str, Any] = json.loads(json.dumps(state))
+    return out
 
 
 def transcript(session: Sequence[Turn], *, user: str = "User", bot: str = "Bot") -> str:
@@ -153,12 +231,27 @@ def with_opener(prompt: Prompt, instruction: str) -> Prompt:
     return Prompt([*prompt.messages, ChatMessage("user", instruction)], memory=list(prompt.memory))
 
 
-class BaseSystem:
-    """Convenience base: stores the LLM, the embedder and the parameters (defaults filled in)."""
+class BaseSystem(ABC):
+    """Convenience base: stores the LLM, the embedder and the parameters (defaults filled in).
+    A subclass implements at least :meth:`compose`.
+
+    Class attributes an arm may set besides ``name``, ``label`` and ``params``:
+
+    - ``is_qc``: a deliberately degraded quality-control arm (the platform marks its ``Arm.is_qc``);
+    - ``operation_pairs``: where the end-of-session trace holds memory-operation pairs for the
+      annotation queue (:class:`OperationPairs`); None = the arm makes no such decisions;
+    - ``summary_sentences``: the trace key holding the session summary as a list of sentences, for
+      the summary-editing queue; None = no such summary;
+    - ``source``: the paper (and code) the arm follows, shown by ``python -m memory arms``.
+    """
 
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
+    source: ClassVar[str] = ""
     params: ClassVar[dict[str, Param]] = {}
+    is_qc: ClassVar[bool] = False
+    operation_pairs: ClassVar[OperationPairs | None] = None
+    summary_sentences: ClassVar[str | None] = None
 
     def __init__(self, *, llm: LLM | None = None, embedder: Embedder | None = None, **params: Any) -> None:
         unknown = set(params) - set(self.params)
@@ -171,14 +264,14 @@ class BaseSystem:
     def initial_state(self) -> dict[str, Any]:
         return {}
 
+    @abstractmethod
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt: ...
+
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         return Update(state=state)
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         return Update(state=state)
-
-    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
-        raise NotImplementedError
 
     def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
         """Default opener: the arm's own reply prompt for an empty session (so it shows what the arm

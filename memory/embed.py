@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from memory.llm import openai_client  # the one module that imports the openai SDK
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -86,13 +88,18 @@ class WordLlamaEmbedder:
 
 
 class OpenAIEmbedder:
-    def __init__(
-        self, model: str = "text-embedding-3-small", *, api_key: str | None = None, base_url: str | None = None
-    ):
-        import openai
+    """Any OpenAI-compatible embeddings endpoint. The key is ``api_key``, else ``OPENAI_API_KEY``."""
 
+    def __init__(
+        self,
+        model: str = "text-embedding-3-small",
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+    ):
         self.name = model
-        self.client = openai.OpenAI(api_key=api_key or "not-needed", base_url=base_url or None)
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
         self.dim = 0
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -135,7 +142,10 @@ def make_embedder(backend: str = "wordllama", model: str = "", **options: Any) -
         return HashingEmbedder(int(options.get("dim", 256)))
     if backend == "openai":
         return OpenAIEmbedder(
-            model or "text-embedding-3-small", api_key=options.get("api_key"), base_url=options.get("base_url")
+            model or "text-embedding-3-small",
+            api_key=options.get("api_key"),
+            base_url=options.get("base_url"),
+            timeout=float(options.get("timeout", 60.0)),
         )
     if backend == "minilm":
         return MiniLMEmbedder()

@@ -14,20 +14,32 @@ Every backend reports why the model stopped: :attr:`Completion.finish_reason` fo
 :attr:`TextStream.finish_reason` (set once the stream is exhausted) for ``stream``. ``"length"`` means
 the output was cut at ``max_tokens``: memory writes discard such outputs, and the platform cuts a
 reply back to its last sentence (:func:`memory.hygiene.end_at_sentence`).
+
+Tool calls: ``complete(..., tools=[...])`` offers OpenAI-style function tools; the reply's
+:attr:`Completion.tool_calls` holds the calls the model made. Backends whose ``supports_tools`` is
+false (the local model) ignore ``tools`` and answer in text, so an arm that needs actions must also
+accept a text format (``memgpt`` parses a JSON action list then).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+if TYPE_CHECKING:  # imported for real only when an openai backend is built
+    import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
 Messages = Sequence[dict[str, str]]
+Tools = Sequence[dict[str, Any]]  # OpenAI function-tool specs: {"type": "function", "function": {...}}
 
 DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
 
@@ -44,6 +56,18 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"  # the output was cut at max_tokens
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for. ``arguments`` is {} when they did not parse (see ``raw``)."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    raw: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments}
+
+
 @dataclass
 class Completion:
     """One completed LLM answer. ``finish_reason`` is ``"stop"`` (the model ended its answer),
@@ -56,6 +80,7 @@ class Completion:
     completion_tokens: int | None = None
     latency_ms: float = 0.0
     finish_reason: str | None = FINISH_STOP
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
     @property
     def cut(self) -> bool:
@@ -118,7 +143,13 @@ class LLM(Protocol):
         ...
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion: ...
 
     def stream(
@@ -164,7 +195,11 @@ def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
 
 
 class LocalLLM:
-    """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0."""
+    """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0.
+
+    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text."""
+
+    supports_tools = False
 
     def __init__(
         self,
@@ -218,7 +253,13 @@ class LocalLLM:
             raise LLMError(f"the local model refused the prompt: {exc}") from exc
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
         with _LLAMA_LOCK:
@@ -250,17 +291,35 @@ class LocalLLM:
 # -------------------------------------------------------------------------------------------- openai
 
 
+def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> openai.OpenAI:
+    """An ``openai.OpenAI`` client without retries (callers retry). The key is ``api_key``, else the
+    ``OPENAI_API_KEY`` environment variable, else a placeholder for local endpoints that need none
+    (vLLM, Ollama): the SDK refuses to start without a key."""
+    import openai
+
+    key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
+    return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=timeout, max_retries=0)
+
+
+def _chat_params(messages: Messages) -> list[ChatCompletionMessageParam]:
+    # Our messages are {"role", "content"} dicts, the shape the SDK's message TypedDicts describe.
+    return cast("list[ChatCompletionMessageParam]", [dict(m) for m in messages])
+
+
 class OpenAILLM:
-    """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0)."""
+    """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0).
+
+    Tool calls go through the endpoint's ``tools`` parameter; an endpoint without tool support answers
+    400, which surfaces as :class:`LLMError` (the caller falls back to a text format)."""
+
+    supports_tools = True
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
         import openai
 
         self.model = model
         self._openai = openai
-        self.client = openai.OpenAI(
-            api_key=api_key or "not-needed", base_url=base_url or None, timeout=timeout, max_retries=0
-        )
+        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
@@ -271,15 +330,23 @@ class OpenAILLM:
         return LLMError(f"{type(exc).__name__}: {exc}")
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        extra: dict[str, Any] = {"tools": list(tools), "tool_choice": "auto"} if tools else {}
         try:
             out = self.client.chat.completions.create(
                 model=self.model,
-                messages=list(messages),  # type: ignore[arg-type]
+                messages=_chat_params(messages),
                 max_tokens=max_tokens,
-                temperature=temperature,  # type: ignore[arg-type]
+                temperature=temperature,
+                **extra,
             )
         except self._openai.OpenAIError as exc:
             raise self._map(exc) from exc
@@ -288,13 +355,15 @@ class OpenAILLM:
         if not getattr(out, "choices", None):
             raise LLMTransientError("the endpoint returned no choices")
         usage = out.usage
+        message = out.choices[0].message
         return Completion(
-            text=(out.choices[0].message.content or "").strip(),
+            text=(message.content or "").strip(),
             model=getattr(out, "model", None) or self.model,
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             latency_ms=(time.perf_counter() - start) * 1000,
             finish_reason=getattr(out.choices[0], "finish_reason", None),
+            tool_calls=[parse_tool_call(c.function.name, c.function.arguments) for c in message.tool_calls or []],
         )
 
     def stream(
@@ -304,50 +373,70 @@ class OpenAILLM:
             try:
                 stream = self.client.chat.completions.create(
                     model=self.model,
-                    messages=list(messages),  # type: ignore[arg-type]
+                    messages=_chat_params(messages),
                     max_tokens=max_tokens,
                     temperature=temperature,
-                    stream=True,  # type: ignore[arg-type]
+                    stream=True,
                 )
-                for chunk in cast(Any, stream):
+                for chunk in stream:
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]
                     piece = choice.delta.content if choice.delta and choice.delta.content else ""
-                    yield piece, getattr(choice, "finish_reason", None)
+                    yield piece, choice.finish_reason
             except self._openai.OpenAIError as exc:
                 raise self._map(exc) from exc
 
         return TextStream(chunks())
 
 
+def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
+    """A tool call from the wire format (arguments as a JSON string); unparseable arguments give {}."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        parsed = None
+    return ToolCall(name=name, arguments=parsed if isinstance(parsed, dict) else {}, raw=arguments or "")
+
+
 # ------------------------------------------------------------------------------------------ scripted
 
 
-Script = Callable[[list[dict[str, str]]], "str | Completion"]
+# A script maps the messages to a text reply, a Completion (to set the finish reason exactly) or, when
+# tools are offered, a list of tool calls.
+Script = Callable[[list[dict[str, str]]], "str | Completion | list[ToolCall]"]
 
 
 class ScriptedLLM:
     """A deterministic fake. ``script`` is a callable (messages -> reply) or a list of replies used in
     turn (the last one repeats). With no script it echoes the last user message. Exceptions in the
-    list are raised, to simulate failures.
+    list are raised, to simulate failures. A reply may be a list of :class:`ToolCall` (the model
+    "calls tools"); ``supports_tools`` says whether arms should offer tools to this fake.
+    ``tools_seen`` records the tools offered with each call (None when none were).
 
     Like a real model it honours ``max_tokens``, counting one token per word: a longer reply is cut
     after ``max_tokens`` words with ``finish_reason="length"``. A script may also return a
     :class:`Completion` to set the text and finish reason exactly."""
 
     def __init__(
-        self, script: Script | Sequence[str | Completion | Exception] | None = None, *, model: str = "scripted"
+        self,
+        script: Script | Sequence[str | Completion | list[ToolCall] | Exception] | None = None,
+        *,
+        model: str = "scripted",
+        supports_tools: bool = False,
     ):
         self.model = model
         self.script = script
+        self.supports_tools = supports_tools
         self.i = 0
         self.calls: list[list[dict[str, str]]] = []
+        self.tools_seen: list[list[dict[str, Any]] | None] = []
 
-    def _reply(self, messages: Messages, max_tokens: int) -> Completion:
+    def _reply(self, messages: Messages, max_tokens: int, tools: Tools | None = None) -> Completion:
         msgs = [dict(m) for m in messages]
         self.calls.append(msgs)
-        item: str | Completion | Exception
+        self.tools_seen.append([dict(t) for t in tools] if tools else None)
+        item: str | Completion | list[ToolCall] | Exception
         if self.script is None:
             last = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
             item = f"You said: {last}"
@@ -360,6 +449,8 @@ class ScriptedLLM:
             raise item
         if isinstance(item, Completion):
             return item
+        if isinstance(item, list):
+            return Completion("", self.model, 0, len(item), tool_calls=list(item))
         words = list(re.finditer(r"\S+", item))
         if max_tokens > 0 and len(words) > max_tokens:
             cut = item[: words[max_tokens - 1].end()]
@@ -367,17 +458,33 @@ class ScriptedLLM:
         return Completion(item, self.model, 0, len(words), finish_reason=FINISH_STOP)
 
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
-        out = self._reply(messages, max_tokens)
+        out = self._reply(messages, max_tokens, tools)
+        if out.tool_calls and not tools:
+            raise LLMError("the script answered with tool calls, but no tools were offered")
         return Completion(
-            out.text, out.model or self.model, out.prompt_tokens, out.completion_tokens, 0.0, out.finish_reason
+            out.text,
+            out.model or self.model,
+            out.prompt_tokens,
+            out.completion_tokens,
+            0.0,
+            out.finish_reason,
+            tool_calls=list(out.tool_calls),
         )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
     ) -> TextStream:
         out = self._reply(messages, max_tokens)
+        if out.tool_calls:
+            raise LLMError("the script answered a streamed reply with tool calls")
         words = out.text.split(" ")
 
         def chunks() -> Iterator[tuple[str, str | None]]:
@@ -402,12 +509,26 @@ class RecordingLLM:
     def model(self) -> str:
         return self.inner.model
 
+    @property
+    def supports_tools(self) -> bool:
+        return bool(getattr(self.inner, "supports_tools", False))
+
     def complete(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.0, purpose: str = ""
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
         try:
-            out = self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+            # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
+            extra: dict[str, Any] = {"tools": tools} if tools else {}
+            out = self.inner.complete(
+                messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra
+            )
         except LLMError as exc:
             self._record(purpose, messages, "", start, error=str(exc))
             raise
@@ -416,7 +537,8 @@ class RecordingLLM:
                 purpose=purpose,
                 model=out.model,
                 messages=[dict(m) for m in messages],
-                reply=out.text,
+                # tool calls are stored as their JSON, so the record shows what the model asked for
+                reply=out.text or (json.dumps([c.as_dict() for c in out.tool_calls]) if out.tool_calls else ""),
                 latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
                 prompt_tokens=out.prompt_tokens,
                 completion_tokens=out.completion_tokens,

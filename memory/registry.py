@@ -7,13 +7,17 @@ from typing import Any
 from memory.base import BaseSystem, MemorySystem
 from memory.embed import Embedder
 from memory.llm import LLM
+from memory.systems.a_mem import AMem
 from memory.systems.bm25 import BM25
 from memory.systems.full_history import FullHistory
 from memory.systems.ld_agent import LDAgent
+from memory.systems.mem0 import Mem0
+from memory.systems.memgpt import MemGPT
 from memory.systems.memory_accumulate import MemoryAccumulate
 from memory.systems.memory_update import MemoryUpdate
 from memory.systems.memorybank import MemoryBank
 from memory.systems.none import NoMemory
+from memory.systems.qc import QualityControl
 from memory.systems.rsum import Rsum
 from memory.systems.tim import ThinkInMemory
 
@@ -27,6 +31,10 @@ MEMORY_SYSTEMS: dict[str, type[BaseSystem]] = {
     ThinkInMemory.name: ThinkInMemory,
     MemoryBank.name: MemoryBank,
     BM25.name: BM25,
+    Mem0.name: Mem0,
+    AMem.name: AMem,
+    MemGPT.name: MemGPT,
+    QualityControl.name: QualityControl,
 }
 
 MEMORY_CHOICES = [(k, f"{k} ({cls.label})") for k, cls in MEMORY_SYSTEMS.items()]

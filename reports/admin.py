@@ -6,7 +6,7 @@ from reports.models import ImportedDataset
 
 
 @admin.register(ImportedDataset)
-class ImportedDatasetAdmin(admin.ModelAdmin):
+class ImportedDatasetAdmin(admin.ModelAdmin[ImportedDataset]):
     list_display = ["name", "study", "n_ratings", "source_filename", "uploaded_by", "created_at"]
     list_filter = ["study"]
     readonly_fields = [

@@ -1,31 +1,48 @@
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 
-from analysis.stats import TESTS
+from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, FAMILIES, TESTS, Family, Test
 from reports.imports import Mapping, split_names
+
+if TYPE_CHECKING:
+    from reports.planning import PlanSettings
 
 MAX_UPLOAD_BYTES = 50 * 2**20  # ~1M ratings in the wide layout; the import is one request, not a background job
 
 TEST_CHOICES = [
-    ("mwu-greater", "Mann-Whitney U, one-sided (Ji et al.)"),
+    ("cluster-t", "t-test, worker-clustered standard errors (default)"),
+    ("mwu-greater", "Mann-Whitney U, one-sided (Ji et al. replication)"),
     ("mwu-two-sided", "Mann-Whitney U, two-sided"),
     ("welch", "Welch's t-test"),
 ]
 assert {c for c, _ in TEST_CHOICES} == set(TESTS)
+FAMILY_CHOICES = [
+    ("metric", "Holm within each metric (default)"),
+    ("all-metrics", "Holm across all metrics"),
+    ("all", "Holm across every test"),
+]
+assert {c for c, _ in FAMILY_CHOICES} == set(FAMILIES)
 
 
 class AnalysisOptionsForm(forms.Form):
     """The options of the analysis page (GET)."""
 
-    test = forms.ChoiceField(choices=TEST_CHOICES, required=False, initial="mwu-greater")
+    test = forms.ChoiceField(choices=TEST_CHOICES, required=False, initial=DEFAULT_TEST)
+    family = forms.ChoiceField(choices=FAMILY_CHOICES, required=False, initial=DEFAULT_FAMILY)
 
-    def chosen_test(self) -> str:
+    def chosen_test(self) -> Test:
         if self.is_valid() and self.cleaned_data.get("test"):
-            return self.cleaned_data["test"]
-        return "mwu-greater"
+            return cast(Test, self.cleaned_data["test"])
+        return DEFAULT_TEST
+
+    def chosen_family(self) -> Family:
+        if self.is_valid() and self.cleaned_data.get("family"):
+            return cast(Family, self.cleaned_data["family"])
+        return DEFAULT_FAMILY
 
 
 class ImportRatingsForm(forms.Form):
@@ -77,7 +94,8 @@ class ImportRatingsForm(forms.Form):
         return upload
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("layout") == "wide" and not split_names(data.get("metrics") or ""):
             self.add_error("metrics", "Name the metric columns of the wide table.")
         if split_names(data.get("qc_metrics") or "") and not (data.get("qc_arm") or "").strip():
@@ -100,3 +118,86 @@ class ImportRatingsForm(forms.Form):
             qc_arm=(d.get("qc_arm") or "").strip() or None,
             qc_metrics=split_names(d.get("qc_metrics") or ""),
         )
+
+
+class PlanForm(forms.Form):
+    """The planning page: where the variance components come from, the smallest effect, the target power."""
+
+    pilot = forms.ChoiceField(label="Variance components from", widget=forms.RadioSelect)
+    worker_sd = forms.FloatField(min_value=0, label="Worker leniency SD (points)")
+    scale_sd = forms.FloatField(min_value=0, max_value=2, label="SD of log range use")
+    episode_sd = forms.FloatField(min_value=0, label="Episode SD (points)")
+    session_sd = forms.FloatField(min_value=0, label="Session SD (points)")
+    residual_sd = forms.FloatField(min_value=0, label="Single rating SD (points)")
+    careless_rate = forms.FloatField(min_value=0, max_value=0.9, label="Share of careless workers")
+    effect = forms.FloatField(min_value=0.01, initial=0.3, label="Smallest effect of interest")
+    effect_unit = forms.ChoiceField(
+        choices=[("latent", "latent SD"), ("points", "slider points")],
+        initial="latent",
+        help_text="A latent SD is the SD of one rating around its arm's mean for a typical worker.",
+    )
+    target = forms.FloatField(min_value=0.5, max_value=0.99, initial=0.8, label="Target power")
+    test = forms.ChoiceField(choices=TEST_CHOICES, initial=DEFAULT_TEST)
+    family = forms.ChoiceField(choices=FAMILY_CHOICES, initial=DEFAULT_FAMILY, label="Holm family")
+    studies = forms.IntegerField(min_value=20, max_value=1000, initial=100, label="Simulated studies per size")
+    max_workers = forms.IntegerField(min_value=4, max_value=2000, initial=400, label="Largest study to try")
+
+    def __init__(self, *args: Any, datasets: Sequence[tuple[int, str]] = (), **kwargs: Any) -> None:
+        from analysis.synthetic import VarianceComponents
+
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["pilot"]).choices = [
+            ("assumed", "the values below"),
+            ("study", "this study's ratings so far, as a pilot"),
+            *((f"dataset:{pk}", f"the imported dataset “{name}”, as a pilot") for pk, name in datasets),
+        ]
+        self.fields["pilot"].initial = "assumed"
+        defaults = VarianceComponents()
+        for name in ("worker_sd", "scale_sd", "episode_sd", "session_sd", "residual_sd", "careless_rate"):
+            self.fields[name].initial = getattr(defaults, name)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if all(data.get(n) == 0 for n in ("episode_sd", "session_sd", "residual_sd")):
+            self.add_error("residual_sd", "Episode, session and rating SD cannot all be 0.")
+        return data
+
+    def settings(self) -> PlanSettings:
+        """The settings of a valid form."""
+        from analysis.synthetic import VarianceComponents
+        from reports.planning import PlanSettings
+
+        d = self.cleaned_data
+        components = VarianceComponents(
+            worker_sd=d["worker_sd"],
+            scale_sd=d["scale_sd"],
+            episode_sd=d["episode_sd"],
+            session_sd=d["session_sd"],
+            residual_sd=d["residual_sd"],
+            careless_rate=d["careless_rate"],
+        )
+        return PlanSettings(
+            pilot=d["pilot"],
+            components=components,
+            effect=d["effect"],
+            effect_unit=d["effect_unit"],
+            target=d["target"],
+            test=cast(Test, d["test"]),
+            family=cast(Family, d["family"]),
+            studies=d["studies"],
+            max_workers=d["max_workers"],
+        )
+
+
+class RegisterForm(forms.Form):
+    """Freeze a pre-registration of the study as configured now."""
+
+    test = forms.ChoiceField(choices=TEST_CHOICES, initial=DEFAULT_TEST)
+    family = forms.ChoiceField(choices=FAMILY_CHOICES, initial=DEFAULT_FAMILY, label="Holm family")
+    notes = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        label="Further exclusion rules and notes",
+        help_text="Stored verbatim in the registration (e.g. 'workers flagged for pasted messages are excluded').",
+    )
+    job = forms.CharField(required=False, widget=forms.HiddenInput)

@@ -1,21 +1,25 @@
 """Reading an external ratings CSV with a column mapping into the long frame that reports.queries stores.
 
-Pure (no ORM): validation is the analysis library's own (:func:`analysis.data.canonical_frame`), so an
-imported table is accepted exactly when the CLI would accept it, plus the checks that only matter for storing
-it (duplicate rows, QC settings that name arms or metrics the table does not have).
+Pure (no ORM): validation is the analysis library's own (:class:`analysis.spec.AnalysisSpec`,
+:func:`analysis.data.canonical_frame`, :func:`analysis.data.check_arms`), so an imported table is accepted
+exactly when the CLI would accept it.
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 import pandas as pd
 
-from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame
+from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame, check_arms
+from analysis.spec import AnalysisSpec
 
-LONG_COLUMNS = ["row", "worker", "unit", "arm", "session", "metric", "score"]
+# The long frame of one study's or dataset's ratings (reports.queries reads and writes it); an imported dataset
+# adds "row", the rated conversation's position in the uploaded file.
+LONG_COLUMNS = ["worker", "unit", "arm", "session", "metric", "score"]
+IMPORT_COLUMNS = ["row", *LONG_COLUMNS]
 
 
 @dataclass
@@ -41,7 +45,7 @@ class Mapping:
 
 @dataclass
 class ParsedImport:
-    long: pd.DataFrame  # LONG_COLUMNS, raw scores (not reversed), missing scores dropped; row = rated conversation
+    long: pd.DataFrame  # IMPORT_COLUMNS, raw scores (not reversed), missing scores dropped; row = rated conversation
     metrics: list[str]
     n_source_rows: int
     arms: list[str]
@@ -75,36 +79,22 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
             metrics = sorted(table[metric_col].dropna().astype(str).str.strip().unique())
     elif not metrics:
         raise RatingsError("name the metric columns of the wide table")
-    frame = canonical_frame(
-        table,
+    spec = AnalysisSpec(
         worker=mapping.worker,
         unit=mapping.unit,
         arm=mapping.arm,
-        metrics=metrics,
+        metrics=tuple(metrics),
         session=mapping.session or None,
-        reverse=(),  # stored raw; the analysis reverses, so the dataset can be re-analysed either way
+        reverse=tuple(mapping.reverse),
+        qc_arm=mapping.qc_arm or None,
+        qc_metrics=tuple(mapping.qc_metrics),
         metric_col=metric_col,
         value_col=value_col,
     )
-    keys = [WORKER, UNIT, ARM] + ([SESSION] if mapping.session else [])
-    dup = frame.duplicated(keys, keep=False)
-    if dup.any():
-        names = [mapping.worker, mapping.unit, mapping.arm] + ([mapping.session] if mapping.session else [])
-        raise RatingsError(
-            f"{int(dup.sum())} rows share the same ({', '.join(names)}); each rated conversation must be one row"
-        )
-    unknown_rev = [m for m in mapping.reverse if m not in metrics]
-    if unknown_rev:
-        raise RatingsError(f"reversed metric(s) {unknown_rev} are not among the metrics {metrics}")
+    # stored raw: the analysis reverses, so the dataset can be re-analysed either way
+    frame = canonical_frame(table, replace(spec, reverse=()))
     arms = sorted(frame[ARM].unique())
-    if mapping.qc_arm:
-        if mapping.qc_arm not in arms:
-            raise RatingsError(f"QC arm {mapping.qc_arm!r} does not occur in column {mapping.arm!r} (arms: {arms})")
-        unknown_qc = [m for m in mapping.qc_metrics if m not in metrics]
-        if unknown_qc:
-            raise RatingsError(f"QC metric(s) {unknown_qc} are not among the metrics {metrics}")
-    elif mapping.qc_metrics:
-        raise RatingsError("QC metrics given without a QC arm")
+    check_arms(spec, arms)
 
     frame["row"] = range(len(frame))  # canonical_frame keeps the table's row order (long tables: sorted keys)
     long = frame.melt(
@@ -117,7 +107,7 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
     long = long.rename(columns={WORKER: "worker", UNIT: "unit", ARM: "arm", SESSION: "session"})
     long["session"] = long["session"].astype(str) if "session" in long else ""
     return ParsedImport(
-        long=long[LONG_COLUMNS].reset_index(drop=True),
+        long=long[IMPORT_COLUMNS].reset_index(drop=True),
         metrics=metrics,
         n_source_rows=len(table),
         arms=arms,

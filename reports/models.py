@@ -62,3 +62,20 @@ class ImportedRating(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker}/{self.unit}/{self.arm} {self.metric}={self.score:g}"
+
+
+class Preregistration(models.Model):
+    """A frozen pre-registration of a study: design, arms, metrics, exclusion rules and analysis settings, with
+    the SHA-256 of its content (:mod:`analysis.prereg`). The study's analysis is checked against the latest one."""
+
+    study = models.ForeignKey(Study, related_name="preregistrations", on_delete=models.CASCADE)
+    content = models.JSONField(help_text="The registered document, exactly as exported (sha256 included).")
+    sha256 = models.CharField(max_length=64, db_index=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.study.slug} pre-registration {self.sha256[:12]}"

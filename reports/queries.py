@@ -1,6 +1,6 @@
 """The only ORM code of the reports app: studies and imported datasets in, tidy DataFrames out.
 
-The long frame has one row per single rating, with the columns of :data:`LONG_COLUMNS`. For a live study the
+The long frame has one row per single rating, with the columns of :data:`reports.imports.LONG_COLUMNS`. For a live study the
 *unit* is the episode (one worker x one arm over all its sessions), and each rated session contributes one
 row per metric with its session index; ``analysis.report.analyze`` groups the sessions by unit.
 """
@@ -15,11 +15,12 @@ import pandas as pd
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 
+from analysis.spec import AnalysisSpec
 from chat.models import ChatSession, Episode, Rating
-from reports.models import ImportedDataset, ImportedRating
+from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
+from reports.models import ImportedDataset, ImportedRating, Preregistration
+from reports.reporting import Source, source_spec
 from studies.models import Study
-
-LONG_COLUMNS = ["worker", "unit", "arm", "session", "metric", "score"]
 
 
 def study_ratings_frame(study: Study) -> pd.DataFrame:
@@ -48,10 +49,6 @@ def study_metrics(study: Study) -> tuple[list[str], list[str]]:
 def study_qc_arm(study: Study) -> str | None:
     """The name of the study's quality-control arm (the first one if several are marked), or None."""
     return study.arms.filter(is_qc=True).order_by("id").values_list("name", flat=True).first()
-
-
-def study_arm_names(study: Study) -> list[str]:
-    return list(study.arms.order_by("id").values_list("name", flat=True))
 
 
 def study_progress(study: Study) -> list[dict[str, Any]]:
@@ -97,9 +94,8 @@ def study_data_version(study: Study) -> str:
 def dataset_ratings_frame(dataset: ImportedDataset) -> pd.DataFrame:
     """An imported dataset's ratings as the same long frame as :func:`study_ratings_frame`, plus ``row`` (the
     rated conversation's position in the uploaded file)."""
-    columns = ["row", *LONG_COLUMNS]
-    rows = dataset.ratings.order_by("row", "id").values_list(*columns)
-    df = pd.DataFrame.from_records(list(rows), columns=columns)
+    rows = dataset.ratings.order_by("row", "id").values_list(*IMPORT_COLUMNS)
+    df = pd.DataFrame.from_records(list(rows), columns=IMPORT_COLUMNS)
     df["score"] = df["score"].astype(float)
     return df
 
@@ -123,7 +119,7 @@ def create_imported_dataset(
     source_filename: str,
     uploaded_by: Any,
 ) -> ImportedDataset:
-    """Store an already validated long frame (``row`` + :data:`LONG_COLUMNS`, no missing scores) as a dataset."""
+    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset."""
     dataset = ImportedDataset.objects.create(
         study=study,
         name=name,
@@ -140,7 +136,7 @@ def create_imported_dataset(
     ImportedRating.objects.bulk_create(
         (
             ImportedRating(dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v))
-            for r, w, u, a, s, m, v in long[["row", *LONG_COLUMNS]].itertuples(index=False, name=None)
+            for r, w, u, a, s, m, v in long[IMPORT_COLUMNS].itertuples(index=False, name=None)
         ),
         batch_size=2000,
     )
@@ -149,3 +145,43 @@ def create_imported_dataset(
 
 def delete_dataset(dataset: ImportedDataset) -> None:
     dataset.delete()
+
+
+def latest_preregistration(study: Study) -> Preregistration | None:
+    """The study's newest pre-registration, which its analysis is checked against."""
+    return study.preregistrations.order_by("-created_at", "-id").first()
+
+
+def preregistrations_for_study(study: Study) -> list[Preregistration]:
+    return list(study.preregistrations.order_by("-created_at", "-id"))
+
+
+def study_spec(study: Study) -> AnalysisSpec | None:
+    """How a live study is analysed: its metrics, reversed metrics and QC arm (None without metrics)."""
+    metrics, reverse = study_metrics(study)
+    qc_arm = study_qc_arm(study)
+    # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
+    qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
+    return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+
+
+def study_source(study: Study) -> Source:
+    """A live study's ratings and how to analyse them."""
+    return Source(title=study.name, slug=study.slug, frame=study_ratings_frame(study), spec=study_spec(study))
+
+
+def dataset_source(dataset: ImportedDataset) -> Source:
+    """An imported dataset's ratings and the analysis settings chosen at import."""
+    spec = source_spec(
+        list(dataset.metrics),
+        reverse=list(dataset.reverse_metrics),
+        has_session=dataset.has_session,
+        qc_arm=dataset.qc_arm or None,
+        qc_metrics=list(dataset.qc_metrics),
+    )
+    return Source(
+        title=f"{dataset.study.name}: {dataset.name}",
+        slug=f"{dataset.study.slug}-import-{dataset.pk}",
+        frame=dataset_ratings_frame(dataset),
+        spec=spec,
+    )

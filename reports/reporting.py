@@ -7,14 +7,15 @@ A :class:`Source` is what the views build with :mod:`reports.queries` (a live st
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
-from analysis import plots
 from analysis.data import RatingsError
 from analysis.report import run as run_analysis
+from analysis.spec import DEFAULT_TEST, AnalysisSpec, Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -28,16 +29,36 @@ FORMATS: dict[str, tuple[str, str]] = {
 
 @dataclass
 class Source:
-    """A long ratings frame (worker, unit, arm, session, metric, score) and how to analyse it."""
+    """A long ratings frame (worker, unit, arm, session, metric, score) and how to analyse it (``spec`` names the
+    frame's columns; None when there is nothing to analyse, e.g. a study without metrics)."""
 
     title: str
     slug: str  # used in download file names
     frame: pd.DataFrame
-    metrics: list[str]
-    reverse: list[str] = field(default_factory=list)
-    has_session: bool = True
-    qc_arm: str | None = None
-    qc_metrics: list[str] = field(default_factory=list)
+    spec: AnalysisSpec | None
+
+
+def source_spec(
+    metrics: Sequence[str],
+    *,
+    reverse: Sequence[str] = (),
+    has_session: bool = True,
+    qc_arm: str | None = None,
+    qc_metrics: Sequence[str] = (),
+) -> AnalysisSpec | None:
+    """The spec of a :class:`Source` frame, or None without metrics."""
+    if not metrics:
+        return None
+    return AnalysisSpec(
+        worker="worker",
+        unit="unit",
+        arm="arm",
+        session="session" if has_session else None,
+        metrics=tuple(metrics),
+        reverse=tuple(reverse),
+        qc_arm=qc_arm or None,
+        qc_metrics=tuple(qc_metrics) if qc_arm else (),
+    )
 
 
 @dataclass
@@ -56,45 +77,35 @@ class Report:
         return self.result is not None
 
 
-def build_report(source: Source, *, test: str = "mwu-greater") -> Report:
-    """Analyse ``source``; too little or unusable data gives a Report with a message instead of an exception."""
+def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -> Report:
+    """Analyse ``source`` with its spec changed by ``test`` and ``options`` (spec fields, e.g. ``family``,
+    ``preregistration``); too little or unusable data gives a Report with a message instead of an exception."""
     if source.frame.empty:
         return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.")
-    if not source.metrics:
+    if source.spec is None:
         return Report(source, test, message="The study has no metrics to analyse.")
-    frame, layout = _layout(source)
     try:
-        analysis = run_analysis(
-            frame,
-            worker="worker",
-            unit="unit",
-            arm="arm",
-            session="session" if source.has_session else None,
-            metrics=source.metrics,
-            reverse=source.reverse,
-            qc_arm=source.qc_arm or None,
-            qc_metrics=source.qc_metrics if source.qc_arm else (),
-            test=test,  # type: ignore[arg-type]
-            **layout,
-        )
+        frame, spec = analysis_frame(source, source.spec)
+        analysis = run_analysis(frame, replace(spec, test=test, **options))
     except RatingsError as exc:
         return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
     return Report(source, test, result=analysis.result, ratings=analysis.ratings)
 
 
-def _layout(source: Source) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """The frame to analyse and how. An imported dataset (it has a ``row`` column) goes back to one row per rated
-    conversation in the uploaded file's order, so the analysis sees exactly what it would see reading the file."""
+def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, AnalysisSpec]:
+    """The frame to analyse and the spec that reads it. A live study's long frame is read as is; an imported
+    dataset (it has a ``row`` column) goes back to one row per rated conversation in the uploaded file's order,
+    so the analysis sees exactly what it would see reading the file."""
     frame = source.frame
     if "row" not in frame:
-        return frame, {"metric_col": "metric", "value_col": "score"}
+        return frame, replace(spec, metric_col="metric", value_col="score")
     keys = ["row", "worker", "unit", "arm", "session"]
     wide = frame.pivot(index=keys, columns="metric", values="score").reset_index().sort_values("row")
     wide.columns.name = None
-    for m in source.metrics:
+    for m in spec.metrics:
         if m not in wide:
             wide[m] = float("nan")
-    return wide[[*keys[1:], *source.metrics]].reset_index(drop=True), {}
+    return wide[[*keys[1:], *spec.metrics]].reset_index(drop=True), spec
 
 
 def filename(report: Report, fmt: str) -> str:
@@ -121,30 +132,39 @@ def export(report: Report, fmt: str) -> str:
     raise KeyError(fmt)
 
 
-# --- plots (drawn by analysis.plots): name -> (title, function of the result; None when it does not apply)
+# --- plots (drawn by analysis.plots, imported on first use: matplotlib is slow to import)
+# name -> (title, function of the result; None when it does not apply)
 def _sessions(result: dict[str, Any]) -> str | None:
+    from analysis import plots
+
     return plots.session_means(result, "overall") if result["by_session"] else None
 
 
 def _arms(result: dict[str, Any]) -> str | None:
+    from analysis import plots
+
     return plots.arm_scores(result) if result["arm_order"] else None
 
 
 def _pvalues(result: dict[str, Any]) -> str | None:
+    from analysis import plots
+
     return plots.pvalue_heatmap(result) if len(result["arm_order"]) > 1 else None
 
 
 def _correlations(result: dict[str, Any]) -> str | None:
+    from analysis import plots
+
     if len(result["params"]["metrics"]) < 2 or not result["correlations"]:
         return None
     level = "unit" if any(c["level"] == "unit" for c in result["correlations"]) else "rating"
     return plots.correlation_matrix(result, level)
 
 
-PLOTS: dict[str, tuple[str, Any]] = {
+PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "sessions": ("Overall score per session and arm (95% CI)", _sessions),
     "arms": ("Scores per arm and metric (95% CI)", _arms),
-    "pvalues": ("Pairwise p-values, overall (Holm)", _pvalues),
+    "pvalues": ("Pairwise p-values, overall score (Holm-adjusted within its family)", _pvalues),
     "correlations": ("Metric correlations", _correlations),
 }
 PLOT_NAMES = tuple(PLOTS)

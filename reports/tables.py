@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.spec import ALPHA, OVERALL
 from analysis.writers import fmt_p
-
-OVERALL = "overall"
 
 
 def num(x: Any, digits: int = 3, signed: bool = False) -> str:
@@ -90,8 +90,8 @@ def pairwise_rows(entries: list[dict[str, Any]], metric: str | None = None) -> l
                 "p_holm": pval(p_holm),
                 "effect": num(e.get("effect_size"), 3, True),
                 "effect_kind": (e.get("effect_size_kind") or "").replace("_", "-"),
-                "significant": p_holm is not None and p_holm < 0.05,
-                "raw_significant": p is not None and p < 0.05,
+                "significant": p_holm is not None and p_holm < ALPHA,
+                "raw_significant": p is not None and p < ALPHA,
                 "note": e.get("note", ""),
             }
         )
@@ -190,5 +190,9 @@ def dashboard(result: dict[str, Any]) -> dict[str, Any]:
         "warnings": result["warnings"],
         "methods": result.get("methods", ""),
         "test": result["params"]["test"],
+        "family_note": family_description(result),
+        "exclusions": exclusions_text(result["exclusions"]) if (result.get("exclusions") or {}).get("filters") else "",
+        "preregistration": result.get("preregistration"),
+        "preregistration_text": prereg_text(result["preregistration"]) if result.get("preregistration") else "",
         "n_arms": len(result["arm_order"]),
     }

@@ -1,17 +1,19 @@
 from django.urls import path
 
-from reports import views
+from reports import plan_views, views
 
 app_name = "reports"
 urlpatterns = [
     path("studies/<slug:slug>/analysis/", views.analysis, name="study_analysis"),
-    path("studies/<slug:slug>/analysis/results/", views.analysis_fragment, name="study_fragment"),
     path("studies/<slug:slug>/analysis/export/<str:fmt>/", views.export_file, name="study_export"),
     path("studies/<slug:slug>/analysis/plots/<str:name>.svg", views.plot, name="study_plot"),
     path("studies/<slug:slug>/analysis/import/", views.import_ratings, name="import_ratings"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/", views.analysis, name="dataset_analysis"),
-    path("studies/<slug:slug>/analysis/imports/<int:pk>/results/", views.analysis_fragment, name="dataset_fragment"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/export/<str:fmt>/", views.export_file, name="dataset_export"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/plots/<str:name>.svg", views.plot, name="dataset_plot"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/delete/", views.delete_dataset, name="dataset_delete"),
+    path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),
+    path("studies/<slug:slug>/plan/<str:key>/", plan_views.plan_job, name="study_plan_job"),
+    path("studies/<slug:slug>/preregistrations/", plan_views.register, name="study_register"),
+    path("studies/<slug:slug>/preregistrations/<int:pk>.json", plan_views.preregistration_file, name="preregistration"),
 ]

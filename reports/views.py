@@ -1,19 +1,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
+from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
 from reports import queries, tables
 from reports.forms import AnalysisOptionsForm, ImportRatingsForm
 from reports.imports import parse_ratings, read_table
@@ -22,7 +22,6 @@ from reports.reporting import (
     FORMATS,
     PLOT_NAMES,
     Report,
-    Source,
     build_report,
     export,
     filename,
@@ -30,62 +29,25 @@ from reports.reporting import (
     render_plot,
 )
 from studies.models import Study
+from studies.roles import HtmxHttpRequest, researcher_required
 
 CACHE_SECONDS = 600
 
 
-def researcher_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Anonymous visitors go to the login page; logged-in non-staff users get 403."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not request.user.is_staff:
-            raise PermissionDenied("Researchers only.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-def _study_source(study: Study) -> Source:
-    metrics, reverse = queries.study_metrics(study)
-    qc_arm = queries.study_qc_arm(study)
-    return Source(
-        title=study.name,
-        slug=study.slug,
-        frame=queries.study_ratings_frame(study),
-        metrics=metrics,
-        reverse=reverse,
-        has_session=True,
-        qc_arm=qc_arm,
-        # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
-        qc_metrics=[m for m in metrics if m not in reverse] if qc_arm else [],
-    )
-
-
-def _dataset_source(dataset: ImportedDataset) -> Source:
-    return Source(
-        title=f"{dataset.study.name}: {dataset.name}",
-        slug=f"{dataset.study.slug}-import-{dataset.pk}",
-        frame=queries.dataset_ratings_frame(dataset),
-        metrics=list(dataset.metrics),
-        reverse=list(dataset.reverse_metrics),
-        has_session=dataset.has_session,
-        qc_arm=dataset.qc_arm or None,
-        qc_metrics=list(dataset.qc_metrics),
-    )
-
-
 def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> Report:
-    """The analysis for the page's data and test, cached until the ratings change (the page polls every 10 s)."""
-    test = AnalysisOptionsForm(request.GET).chosen_test()
+    """The analysis for the page's data and options, cached until the ratings change (the page polls every 10 s).
+
+    A live study's report is checked against the study's latest pre-registration, if any."""
+    options = AnalysisOptionsForm(request.GET)
+    test, family = options.chosen_test(), options.chosen_family()
+    prereg = queries.latest_preregistration(study) if dataset is None else None
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
-    key = f"reports:report:{version}:{test}"
-    report = cache.get(key)
+    key = f"reports:report:{version}:{test}:{family}:{prereg.sha256 if prereg else ''}"
+    report: Report | None = cache.get(key)
     if report is None:
-        source = _dataset_source(dataset) if dataset else _study_source(study)
-        report = build_report(source, test=test)
+        source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
+        extra = {"preregistration": prereg.content} if prereg else {}
+        report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
         cache.set(key, report, CACHE_SECONDS)
     return report
@@ -97,13 +59,17 @@ def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
     return study, dataset
 
 
-def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str, Any]:
+def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str) -> dict[str, Any]:
     args: list[Any] = [study.slug] if dataset is None else [study.slug, dataset.pk]
     prefix = "reports:study_" if dataset is None else "reports:dataset_"
-    query = "" if test == "mwu-greater" else f"?test={test}"
+    chosen = {
+        k: v
+        for k, v in (("test", test), ("family", family))
+        if v != {"test": DEFAULT_TEST, "family": DEFAULT_FAMILY}[k]
+    }
+    query = ("?" + urlencode(chosen)) if chosen else ""
     return {
         "page": reverse(f"{prefix}analysis", args=args) + query,
-        "fragment": reverse(f"{prefix}fragment", args=args) + query,
         "exports": [
             {"fmt": fmt, "label": label, "url": reverse(f"{prefix}export", args=[*args, fmt]) + query}
             for fmt, label in [
@@ -130,17 +96,18 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str) -> dict[str,
 
 def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
     report = _report(request, study, dataset)
+    options = AnalysisOptionsForm(request.GET)
     ctx: dict[str, Any] = {
         "study": study,
         "dataset": dataset,
         "report": report,
         "live": dataset is None,
-        "urls": _urls(study, dataset, report.test),
-        "options": AnalysisOptionsForm(initial={"test": report.test}),
+        "urls": _urls(study, dataset, report.test, options.chosen_family()),
+        "options": AnalysisOptionsForm(initial={"test": report.test, "family": options.chosen_family()}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
-    if report.ok:
+    if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
         for entry in ctx["urls"]["plots"]:
@@ -158,7 +125,7 @@ def _plot_svg(report: Report, name: str) -> str | None:
 
 def _cached(key: str, make: Callable[[], str]) -> str:
     """Plots and export files, cached under the key of the report they are drawn from."""
-    text = cache.get(key)
+    text: str | None = cache.get(key)
     if text is None:
         text = make()
         cache.set(key, text, CACHE_SECONDS)
@@ -167,16 +134,11 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 
 @require_GET
 @researcher_required
-def analysis(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
+@vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
+def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
     study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html", _context(request, study, dataset))
-
-
-@require_GET
-@researcher_required
-def analysis_fragment(request: HttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
-    return render(request, "reports/analysis.html#results", _context(request, study, dataset))
+    template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
+    return render(request, template, _context(request, study, dataset))
 
 
 @require_GET

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth.models import User
 from django.db import models
 from django.http import HttpRequest
 
@@ -12,13 +13,13 @@ from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, Metric, Participant, Study
 
 
-class ArmInline(admin.TabularInline):
+class ArmInline(admin.TabularInline[Arm, Study]):
     model = Arm
     form = ArmForm  # the same parameter validation as the researcher page
     extra = 0
 
 
-class MetricInline(admin.TabularInline):
+class MetricInline(admin.TabularInline[Metric, Study]):
     model = Metric
     extra = 0
 
@@ -32,7 +33,7 @@ class StudyAdminForm(StudyForm):
 
 
 @admin.register(Study)
-class StudyAdmin(admin.ModelAdmin):
+class StudyAdmin(admin.ModelAdmin[Study]):
     form = StudyAdminForm
     list_display = ["name", "slug", "status", "sessions_per_episode", "episodes_per_worker", "quota", "created_at"]
     list_filter = ["status"]
@@ -48,20 +49,20 @@ class StudyAdmin(admin.ModelAdmin):
             study.add_default_metrics()
 
     def save_model(self, request: HttpRequest, obj: Study, form: Any, change: bool) -> None:
-        if obj.created_by_id is None:
-            obj.created_by = request.user  # type: ignore[assignment]
+        if obj.created_by_id is None and isinstance(request.user, User):  # the admin is staff-only
+            obj.created_by = request.user
         super().save_model(request, obj, form, change)
 
 
 @admin.register(Arm)
-class ArmAdmin(admin.ModelAdmin):
+class ArmAdmin(admin.ModelAdmin[Arm]):
     form = ArmForm
     list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
     list_filter = ["study", "memory_system", "active"]
 
 
 @admin.register(Participant)
-class ParticipantAdmin(admin.ModelAdmin):
+class ParticipantAdmin(admin.ModelAdmin[Participant]):
     list_display = ["id", "study", "external_id", "source", "consented_at", "completed_at"]
     list_filter = ["study", "source"]
     search_fields = ["external_id"]

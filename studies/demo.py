@@ -23,6 +23,8 @@ from typing import Any
 
 from django.db import transaction
 
+from annotation.models import Queue
+from annotation.sources import pull_from_study
 from chat.models import ChatSession, Episode, MemorySnapshot, Message, Rating
 from chat.services import store_llm_calls
 from memory.base import Turn
@@ -200,7 +202,7 @@ def _simulate_episode(
     )
     for k in range(1, SESSIONS + 1):
         began = wall + dt.timedelta(days=k - 1)
-        clock = study.session_start(index, k)
+        clock = study.session_start(k)
         session = ChatSession.objects.create(
             episode=episode,
             index=k,
@@ -257,11 +259,8 @@ def _simulate_episode(
     episode.save(update_fields=["memory_state"])
 
 
-def seed_simulated_queue(study: Study, created_by: Any = None) -> tuple[Any, int]:
+def seed_simulated_queue(study: Study, created_by: Any = None) -> tuple[Queue, int]:
     """The pairs queue built from the simulated study's memory_update traces ("from study" source)."""
-    from annotation.models import Queue
-    from annotation.sources import pull_from_study
-
     queue, created = Queue.objects.get_or_create(
         name=QUEUE_NAME,
         kind=Queue.Kind.PAIRS,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
+from django.forms.formsets import DELETION_FIELD_NAME
 
-from chat.models import Episode
 from memory.registry import MEMORY_SYSTEMS
 from studies.models import Arm, Metric, Study
 
@@ -39,7 +39,7 @@ ARM_FROZEN_FIELDS = ("memory_system", "params", "llm_backend", "llm_model")
 STUDY_FROZEN_FIELDS = ("sessions_per_episode", "episodes_per_worker", "gap_days", "simulated_start")
 
 
-class StudyForm(forms.ModelForm):
+class StudyForm(forms.ModelForm[Study]):
     prolific_completion_url = forms.URLField(
         required=False,
         assume_scheme="https",
@@ -49,7 +49,7 @@ class StudyForm(forms.ModelForm):
 
     class Meta:
         model = Study
-        fields = STUDY_FIELDS
+        fields: list[str] | str = STUDY_FIELDS
         labels = {
             "gap_days": "Gap between sessions (days)",
             "min_user_turns": "Min. user turns per session",
@@ -66,8 +66,9 @@ class StudyForm(forms.ModelForm):
         }
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        if self.instance.pk and Episode.objects.filter(participant__study=self.instance).exists():
+        super().clean()
+        data = self.cleaned_data
+        if self.instance.pk and self.instance.has_episodes():
             for name in STUDY_FROZEN_FIELDS:
                 if name in self.changed_data:
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
@@ -123,7 +124,7 @@ class NewStudyForm(StudyForm):
     )
 
 
-class ArmForm(forms.ModelForm):
+class ArmForm(forms.ModelForm[Arm]):
     params = ParamsField(required=False, help_text="JSON overrides of the system's defaults.")
 
     class Meta:
@@ -132,7 +133,8 @@ class ArmForm(forms.ModelForm):
         labels = {"llm_backend": "LLM backend", "llm_model": "LLM model", "is_qc": "Quality-control arm"}
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         system = data.get("memory_system")
         if system in MEMORY_SYSTEMS and "params" in data:
             try:
@@ -149,20 +151,22 @@ class ArmForm(forms.ModelForm):
         return data
 
 
-class KeptFormsMixin:
-    def _kept_forms(self) -> list[forms.ModelForm]:
+class DesignFormSet(BaseInlineFormSet[Any, Study, Any]):
+    """The arms or the metrics of a study: which of the forms will exist after saving."""
+
+    def _kept_forms(self) -> list[forms.ModelForm[Any]]:
         """The forms that will exist after saving: filled in (or already saved) and not marked for deletion."""
-        return [
-            f
-            for f in self.forms  # type: ignore[attr-defined]
-            if (f.has_changed() or f.instance.pk) and not (self.can_delete and self._should_delete_form(f))  # type: ignore[attr-defined]
-        ]
+        return [f for f in self.forms if (f.has_changed() or f.instance.pk) and not self._marked_for_deletion(f)]
 
-    def _deleting_saved(self, form: forms.ModelForm) -> bool:
-        return bool(self.can_delete and self._should_delete_form(form) and form.instance.pk)  # type: ignore[attr-defined]
+    def _deleting_saved(self, form: forms.ModelForm[Any]) -> bool:
+        return self._marked_for_deletion(form) and bool(form.instance.pk)
+
+    def _marked_for_deletion(self, form: forms.ModelForm[Any]) -> bool:
+        # What Django's private BaseFormSet._should_delete_form reads.
+        return bool(self.can_delete and getattr(form, "cleaned_data", {}).get(DELETION_FIELD_NAME))
 
 
-class BaseArmFormSet(KeptFormsMixin, BaseInlineFormSet):
+class BaseArmFormSet(DesignFormSet):
     def clean(self) -> None:
         super().clean()
         for form in self.forms:
@@ -175,7 +179,7 @@ class BaseArmFormSet(KeptFormsMixin, BaseInlineFormSet):
         return sum(1 for f in self._kept_forms() if f.cleaned_data.get("active"))
 
 
-class MetricForm(forms.ModelForm):
+class MetricForm(forms.ModelForm[Metric]):
     class Meta:
         model = Metric
         fields = ["key", "statement", "low_label", "high_label", "reversed", "order"]
@@ -183,7 +187,7 @@ class MetricForm(forms.ModelForm):
         widgets = {"order": forms.NumberInput(attrs={"min": 0, "style": "width:4.5rem"})}
 
 
-class BaseMetricFormSet(KeptFormsMixin, BaseInlineFormSet):
+class BaseMetricFormSet(DesignFormSet):
     def clean(self) -> None:
         super().clean()
         for form in self.forms:
@@ -194,9 +198,14 @@ class BaseMetricFormSet(KeptFormsMixin, BaseInlineFormSet):
         return len(self._kept_forms())
 
 
-ArmFormSet = inlineformset_factory(Study, Arm, form=ArmForm, formset=BaseArmFormSet, extra=1, can_delete=True)
-MetricFormSet = inlineformset_factory(
-    Study, Metric, form=MetricForm, formset=BaseMetricFormSet, extra=1, can_delete=True
+# The factory returns a subclass of the formset= class; its stub only says BaseInlineFormSet.
+ArmFormSet = cast(
+    type[BaseArmFormSet],
+    inlineformset_factory(Study, Arm, form=ArmForm, formset=BaseArmFormSet, extra=1, can_delete=True),
+)
+MetricFormSet = cast(
+    type[BaseMetricFormSet],
+    inlineformset_factory(Study, Metric, form=MetricForm, formset=BaseMetricFormSet, extra=1, can_delete=True),
 )
 
 
@@ -249,7 +258,8 @@ class InviteForm(forms.Form):
     )
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("invite_id") and (data.get("count") or 1) > 1:
             self.add_error("count", "One id makes one link: leave the id empty to make several.")
         return data

@@ -130,9 +130,13 @@ class Study(models.Model):
             "https://app.prolific.com/submissions/complete?" + urlencode({"cc": self.completion_code})
         )
 
-    def session_start(self, episode_index: int, session_index: int) -> dt.datetime:
-        """The simulated clock at the start of session k (1-based) of any episode."""
+    def session_start(self, session_index: int) -> dt.datetime:
+        """The simulated clock at the start of session k (1-based): the same in every episode."""
         return self.simulated_start + dt.timedelta(days=self.gap_days * (session_index - 1))
+
+    def has_episodes(self) -> bool:
+        """Whether any worker has started an episode (the design is frozen from then on)."""
+        return self.participants.filter(episodes__isnull=False).exists()
 
     def add_default_metrics(self) -> None:
         for i, (key, statement) in enumerate(DEFAULT_METRICS):
@@ -205,3 +209,9 @@ class Participant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.study.slug}:{self.external_id}"
+
+    def give_consent(self) -> None:
+        """Record the worker's consent; the first time counts."""
+        if self.consented_at is None:
+            self.consented_at = timezone.now()
+            self.save(update_fields=["consented_at"])

@@ -1,9 +1,9 @@
-from django.urls import path
+from django.urls import URLPattern, path
 
-from studies import views
+from studies import entry, views
 
 app_name = "studies"
-urlpatterns: list = [
+urlpatterns: list[URLPattern] = [
     # researcher pages (staff only)
     path("studies/", views.study_list, name="list"),
     path("studies/new/", views.study_create, name="create"),
@@ -13,16 +13,9 @@ urlpatterns: list = [
     path("studies/<slug:slug>/default-metrics/", views.study_add_default_metrics, name="default_metrics"),
     path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
-]
-
-from studies import entry  # noqa: E402
-
-# The crowdworker's pages (studies/entry.py).
-urlpatterns += [
+    # the crowdworker's way in (studies/entry.py); from consent on, the worker's pages are chat's
     path("s/<slug:slug>/", entry.entry, name="entry"),
     path("s/<slug:slug>/join/<str:token>/", entry.invite, name="join"),
     path("s/<slug:slug>/resume/<str:token>/", entry.resume, name="resume"),
     path("s/<slug:slug>/consent/", entry.consent, name="consent"),
-    path("s/<slug:slug>/next/", entry.next_step, name="next"),
-    path("s/<slug:slug>/done/", entry.done, name="done"),
 ]

@@ -21,11 +21,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
+from memory import vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies.entry import invite_url
 from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
 from studies.models import Arm, Study
-from studies.roles import researcher_required
+from studies.participants import invite_url
+from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -45,7 +46,7 @@ def study_list(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/researcher/list.html", {"studies": studies})
 
 
-def _save_study(request: HttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
     with transaction.atomic():
         study = form.save(commit=False)
         if study.created_by_id is None:
@@ -73,7 +74,7 @@ def _systems_help() -> list[dict[str, Any]]:
     ]
 
 
-def _edit(request: HttpRequest, study: Study | None) -> HttpResponse:
+def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpResponse:
     form_class = NewStudyForm if study is None else StudyForm
     instance = study or Study()
     data = request.POST if request.method == "POST" else None
@@ -91,12 +92,12 @@ def _edit(request: HttpRequest, study: Study | None) -> HttpResponse:
 
 
 @researcher_required
-def study_create(request: HttpRequest) -> HttpResponse:
+def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _edit(request, None)
 
 
 @researcher_required
-def study_edit(request: HttpRequest, slug: str) -> HttpResponse:
+def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _edit(request, get_object_or_404(Study, slug=slug))
 
 
@@ -196,8 +197,8 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @researcher_required
-def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
-    """Signed invite links for in-house workers (the signer lives in studies.entry)."""
+def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Signed invite links for in-house workers (the signer lives in studies.participants)."""
     study = get_object_or_404(Study, slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
@@ -205,7 +206,7 @@ def study_invite(request: HttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         context["invites"] = [(i, _public_url(invite_url(study, i))) for i in form.ids()]
     template = "studies/researcher/detail.html"
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         template += "#invite"
     return render(request, template, context, status=200 if form.is_valid() else 400)
 
@@ -244,7 +245,7 @@ def _session_view(session: ChatSession) -> SessionView:
     )
     if snapshot is not None:
         trace = snapshot.trace or {}
-        view.state_json = _pretty(snapshot.state)
+        view.state_json = _pretty(vectors.redacted(snapshot.state))  # embeddings: kilobytes of base64, not for reading
         view.summary = list(trace.get("summary") or [])
         view.operations = list(trace.get("operations") or [])
         # Two kinds of fallback: an operation whose reply did not parse, and a step that fell back

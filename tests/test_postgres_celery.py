@@ -84,11 +84,11 @@ def _ended_session(study: Study) -> ChatSession:
     episode = Episode.objects.create(participant=participant, arm=arm, index=1)
     now = dt.datetime.now(dt.UTC)
     session = ChatSession.objects.create(
-        episode=episode, index=1, status=ChatSession.Status.RATING, simulated_start=study.session_start(1, 1),
+        episode=episode, index=1, status=ChatSession.Status.RATING, simulated_start=study.session_start(1),
         started_at=now - dt.timedelta(minutes=5), ended_at=now,
     )  # fmt: skip
     ChatSession.objects.create(
-        episode=episode, index=2, status=ChatSession.Status.PREPARING, simulated_start=study.session_start(1, 2)
+        episode=episode, index=2, status=ChatSession.Status.PREPARING, simulated_start=study.session_start(2)
     )
     Message.objects.create(session=session, seq=1, client_id="c1", speaker="user", text="I adopted a cat named Miso.")
     Message.objects.create(session=session, seq=2, speaker="bot", text="How lovely!")

@@ -118,3 +118,10 @@ def test_per_category_kappa_is_high_for_a_well_separated_class() -> None:
 def test_majority_label_reports_a_three_way_split_as_a_tie() -> None:
     assert majority_label(["APPEND", "DELETE", "REPLACE"]) == (None, True)
     assert majority_label(["APPEND", "DELETE", "APPEND"]) == ("APPEND", False)
+
+
+def test_majority_label_needs_the_minimum_number_of_votes() -> None:
+    assert majority_label(["PASS", "PASS", "APPEND"], min_votes=2) == ("PASS", False)
+    assert majority_label(["PASS", "PASS", "APPEND"], min_votes=3) == (None, False)
+    assert majority_label(["PASS", "APPEND"], min_votes=1) == (None, True)
+    assert majority_label([], min_votes=1) == (None, False)

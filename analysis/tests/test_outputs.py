@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,11 @@ def test_every_plot_is_a_well_formed_svg_naming_the_arms(result: dict[str, Any])
 
 
 def test_plots_are_deterministic(result: dict[str, Any]) -> None:
-    assert plots.session_means(result, "engagingness") == plots.session_means(result, "engagingness")
+    """Byte-identical SVG on every run (cached and diffed reports): no date, no random element ids."""
+    first, again = plots.all_plots(result), plots.all_plots(result)
+    assert first == again and len(first) >= 4
+    for svg in first.values():
+        assert "<dc:date>" not in svg
 
 
 def test_a_z_plot_is_refused_when_the_design_erases_arm_level_z(nested_result: dict[str, Any]) -> None:
@@ -74,9 +78,11 @@ def test_markdown_has_the_paper_tables_with_significance_marks(result: dict[str,
 def test_significance_marks_follow_the_holm_adjusted_tests(result: dict[str, Any]) -> None:
     marks = writers.significance_marks(result)
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
+    assert result["params"]["test"] == "cluster-t"  # two-sided: the mark goes to the arm with the higher mean
     for e in result["pairwise"]:
-        beaten = marks.get((e["a"], e["metric"]), [])
-        assert (number[e["b"]] in beaten) == (e["p_holm"] < 0.05)
+        winner, loser = (e["a"], e["b"]) if e["mean_diff"] > 0 else (e["b"], e["a"])
+        assert (number[loser] in marks.get((winner, e["metric"]), [])) == (e["p_holm"] < 0.05)
+        assert number[winner] not in marks.get((loser, e["metric"]), [])
 
 
 def test_latex_escapes_names_and_uses_booktabs() -> None:
@@ -148,7 +154,8 @@ def test_the_cli_prints_the_json_contract(study_csv: Path, capsys: pytest.Captur
     assert {"mean_raw", "mean_z", "ci95_z"} <= set(arm["metrics"]["memorability"])
     assert {"metric", "a", "b", "test", "p", "p_holm", "effect_size"} <= set(out["pairwise"][0])
     assert any(e["metric"] == "overall" for e in out["pairwise"])
-    assert isinstance(out["correlations"], list) and isinstance(out["warnings"], list)
+    assert {"level", "a", "b", "pearson_r", "pearson_p", "spearman_rho", "spearman_p"} <= set(out["correlations"][0])
+    assert isinstance(out["warnings"], list)
 
 
 def test_the_cli_reads_a_long_csv(study: pd.DataFrame, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -170,33 +177,24 @@ def test_the_cli_writes_every_format_to_a_file(study_csv: Path, tmp_path: Path, 
     assert marker in out.read_text()
 
 
-def test_the_cli_exits_2_with_a_message_for_an_unknown_column(tmp_path: Path) -> None:
+def test_the_cli_exits_2_with_a_message_for_an_unknown_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "r.csv"
     path.write_text("worker,episode,arm,score_a\nw1,e1,x,50\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis",
-            "report",
-            str(path),
-            "--worker",
-            "worker",
-            "--unit",
-            "episode",
-            "--arm",
-            "arm",
-            "--metrics",
-            "coherence",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
-    assert proc.returncode == 2
-    assert "unknown column(s) ['coherence']" in proc.stderr
-    assert proc.stdout == ""
+    argv = ["report", str(path), "--worker", "worker", "--unit", "episode", "--arm", "arm", "--metrics", "coherence"]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert "unknown column(s) ['coherence']" in out.err
+    assert out.out == ""
+
+
+def test_python_m_analysis_runs_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(sys.modules, "analysis.__main__", raising=False)  # run it fresh, as python -m does
+    monkeypatch.setattr(sys, "argv", ["analysis", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("analysis", run_name="__main__")
+    assert done.value.code == 0 and "report" in capsys.readouterr().out
 
 
 def test_the_cli_rejects_a_non_numeric_score_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,3 +215,38 @@ def test_a_single_arm_single_metric_study_still_gives_every_output() -> None:
     assert writers.to_markdown(res) and writers.to_latex(res)
     for table in writers.CSV_TABLES:
         assert pd.read_csv(io.StringIO(writers.to_csv(res, table=table))).columns.size > 0
+
+
+@pytest.mark.filterwarnings("error")
+def test_arm_and_metric_names_with_dollar_signs_or_non_latin_letters_are_drawn_as_typed() -> None:
+    # "$x^$" used to go to matplotlib's mathtext parser and fail every plot (issue 11); Cyrillic and CJK names
+    # must reach the SVG as text even though matplotlib's DejaVu Sans has no CJK glyphs.
+    df = synthetic_ratings(300, seed=13).rename(columns={"humanness": "$y_1$"})
+    df["arm"] = df["arm"].replace({"update": "$x^$", "none": "память", "accumulate": "記憶"})
+    metrics = [m if m != "humanness" else "$y_1$" for m in METRICS]
+    res = analyze(df, qc_arm="qc", **{**SYN, "metrics": metrics})
+    figures = plots.all_plots(res)
+    assert len(figures) == 9
+    for name, svg in figures.items():
+        ElementTree.fromstring(svg.encode())
+        if not name.startswith("correlations"):
+            assert all(arm in svg for arm in ("$x^$", "память", "記憶")), name
+    assert "$y_1$" in figures["arm_scores"]
+    page = writers.to_html(res, plots=figures)
+    assert "記憶" in page and "$x^$" in page
+
+
+def test_each_figure_is_drawn_once(result: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    draws = 0
+    original = Figure.draw
+
+    def counting(self: Figure, renderer: Any) -> None:
+        nonlocal draws
+        draws += 1
+        original(self, renderer)
+
+    monkeypatch.setattr(Figure, "draw", counting)
+    figures = plots.all_plots(result)
+    assert draws == len(figures)

@@ -121,16 +121,21 @@ def test_the_arm_with_the_largest_true_effect_wins_significantly(within_result: 
     z = {a: v["overall_z"] for a, v in within_result["arms"].items()}
     assert z["update"] > z["accumulate"] > z["none"]
     p = {(e["a"], e["b"]): e for e in within_result["pairwise"] if e["metric"] == "overall"}
-    assert p[("update", "none")]["p_holm"] < 0.001
-    assert p[("none", "update")]["p"] > 0.99
-    assert p[("update", "none")]["effect_size"] > 0.3
+    assert set(p) == {("accumulate", "none"), ("accumulate", "update"), ("none", "update")}  # unordered pairs
+    assert p[("none", "update")]["test"] == "cluster-t" and p[("none", "update")]["p_holm"] < 0.001
+    assert p[("none", "update")]["mean_diff"] < 0 and p[("none", "update")]["effect_size"] < -0.3
 
 
-def test_one_sided_tests_cover_every_ordered_pair_and_holm_corrects_within_a_metric(
-    within_result: dict[str, Any],
+def test_the_one_sided_replication_mode_tests_every_ordered_pair_and_holm_corrects_within_a_metric(
+    within: pd.DataFrame,
 ) -> None:
-    fam = [e for e in within_result["pairwise"] if e["metric"] == "memorability"]
+    res = analyze(within, qc_arm="qc", test="mwu-greater", **SYN)
+    p = {(e["a"], e["b"]): e for e in res["pairwise"] if e["metric"] == "overall"}
+    assert p[("update", "none")]["p_holm"] < 0.001 and p[("none", "update")]["p"] > 0.99
+    assert p[("update", "none")]["effect_size"] > 0.3
+    fam = [e for e in res["pairwise"] if e["metric"] == "memorability"]
     assert len(fam) == 6 and {e["test"] for e in fam} == {"mwu-greater"}
+    assert {e["family"] for e in fam} == {"memorability"}
     expected = multipletests([e["p"] for e in fam], method="holm")[1]
     assert [e["p_holm"] for e in fam] == pytest.approx(list(expected))
     assert all(e["p_holm"] >= e["p"] for e in fam)

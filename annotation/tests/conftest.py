@@ -24,6 +24,21 @@ def make_annotators(db: Any) -> Callable[[int], list[User]]:
     return make
 
 
+def queue_form_data(study: Any, **fields: Any) -> dict[str, Any]:
+    """What the new-queue form posts for a queue taking its items from ``study`` (defaults of the page)."""
+    return {
+        "name": "From study",
+        "kind": "pairs",
+        "study": study.pk,
+        "labels_per_item": 3,
+        "gold_min_votes": 2,
+        "summary_mode": "chain",
+        "max_edit_chars": 2000,
+        "lease_minutes": 20,
+        **fields,
+    }
+
+
 def pair_spec(
     m: str,
     s: str,

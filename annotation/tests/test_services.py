@@ -74,6 +74,28 @@ def test_an_expired_lease_returns_the_slot_to_the_pool(pair_queue, make_annotato
     assert Item.objects.get(pk=fourth.item_id).in_flight == 3
 
 
+def test_claims_sweep_a_queue_at_most_once_per_sweep_interval(pair_queue, make_annotators):
+    a, b, c = make_annotators(3)
+    held = services.claim_next_item(pair_queue, a)  # the queue's first claim sweeps and stamps swept_at
+    Assignment.objects.filter(pk=held.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert services.claim_next_item(pair_queue, b) is not None  # items are left: no sweep on this claim
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.OPEN
+    later = timezone.now() + services.SWEEP_INTERVAL + dt.timedelta(seconds=1)
+    assert services.claim_next_item(pair_queue, c, now=later) is not None
+    assert Assignment.objects.get(pk=held.pk).status == Assignment.Status.EXPIRED
+    assert Item.objects.get(pk=held.item_id).in_flight == 2  # b's lease and c's; a's slot came back
+
+
+def test_an_annotator_whose_own_lease_lapsed_gets_another_item_and_the_slot_returns(pair_queue, annotator):
+    first = services.claim_next_item(pair_queue, annotator)
+    Assignment.objects.filter(pk=first.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    second = services.claim_next_item(pair_queue, annotator)
+    assert second is not None and second.item_id != first.item_id  # never the same item twice
+    assert Assignment.objects.get(pk=first.pk).status == Assignment.Status.EXPIRED
+    assert Item.objects.get(pk=first.item_id).in_flight == 0
+    assert Assignment.objects.filter(annotator=annotator, status=Assignment.Status.OPEN).count() == 1
+
+
 def test_the_expire_command_sweeps_stale_leases(pair_queue, annotator):
     from django.core.management import call_command
 

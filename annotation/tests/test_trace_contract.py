@@ -39,7 +39,9 @@ def test_a_memory_update_trace_becomes_pairs_whose_gold_reproduces_the_arms_memo
     assert update.trace["operations"], "memory_update no longer records its pairwise operations"
 
     participant = Participant.objects.create(study=study, external_id="P9", source="invite")
-    episode = Episode.objects.create(participant=participant, arm=study.arms.first(), index=1)
+    # the arm must be a memory_update arm: only arms that declare operation pairs feed the queue
+    arm = study.arms.create(name="Memory update", memory_system="memory_update")
+    episode = Episode.objects.create(participant=participant, arm=arm, index=1)
     chat = ChatSession.objects.create(episode=episode, index=2, simulated_start=timezone.now())
     for k, turn in enumerate(session, start=1):
         Message.objects.create(session=chat, seq=k, speaker=turn.speaker, text=turn.text)

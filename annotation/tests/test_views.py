@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from annotation import services
 from annotation.models import Assignment, Draft, Item, Label, Queue
+from annotation.tests.conftest import queue_form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -221,7 +222,7 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     from chat.models import ChatSession, Episode, MemorySnapshot, Message
     from studies.models import Participant
 
-    arm = study.arms.first()
+    arm = study.arms.create(name="Memory update", memory_system="memory_update")  # declares its pairs
     participant = Participant.objects.create(study=study, external_id="P1", source="invite")
     episode = Episode.objects.create(participant=participant, arm=arm, index=1)
     session = ChatSession.objects.create(episode=episode, index=2, simulated_start=timezone.now())
@@ -253,19 +254,7 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     }
     MemorySnapshot.objects.create(session=session, status="done", trace=trace)
     login(client, researcher)
-    response = client.post(
-        reverse("annotation:queue_create"),
-        {
-            "name": "From study",
-            "kind": "pairs",
-            "study": study.pk,
-            "labels_per_item": 3,
-            "gold_min_votes": 2,
-            "summary_mode": "chain",
-            "max_edit_chars": 2000,
-            "lease_minutes": 20,
-        },
-    )
+    response = client.post(reverse("annotation:queue_create"), queue_form_data(study))
     assert response.status_code == 302
     queue = Queue.objects.get(name="From study")
     items = list(queue.items.order_by("position"))
@@ -277,17 +266,7 @@ def test_a_queue_is_built_from_a_studys_memory_update_traces(client, researcher,
     assert items[0].meta["arm"] == arm.name and items[0].unit == items[1].unit
     summaries = client.post(
         reverse("annotation:queue_create"),
-        {
-            "name": "Summaries of study",
-            "kind": "summaries",
-            "study": study.pk,
-            "labels_per_item": 3,
-            "gold_min_votes": 2,
-            "summary_mode": "parallel",
-            "max_edit_chars": 2000,
-            "lease_minutes": 20,
-            "stage_groups": "",  # the empty box a browser sends
-        },
+        queue_form_data(study, name="Summaries of study", kind="summaries", summary_mode="parallel", stage_groups=""),
     )
     assert summaries.status_code == 302
     assert Queue.objects.get(name="Summaries of study").items.get().payload["summary"] == ["Cold is all better now"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from unittest import mock
@@ -9,11 +10,11 @@ from unittest import mock
 import pytest
 from django.test import Client
 
-from chat import services, tasks
+from chat import fragments, services, tasks
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
-from studies.entry import invite_url, resume_url
 from studies.models import Participant, Study
+from studies.participants import invite_url, resume_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,7 +63,8 @@ def test_an_expired_invite_link_gets_a_clear_410_page(client: Client, study: Stu
 def test_an_invite_link_of_another_study_is_refused(client: Client, study: Study) -> None:
     other = Study.objects.create(name="Other", status=Study.Status.OPEN)
     path = invite_url(other, "x").replace("http://localhost:8000", "").replace(f"/s/{other.slug}/", f"/s/{study.slug}/")
-    assert client.get(path).status_code == 403
+    response = client.get(path)
+    assert response.status_code == 403 and "This link belongs to another study." in response.content.decode()
 
 
 def test_a_resume_link_brings_the_worker_back_in_another_browser(client: Client, study: Study) -> None:
@@ -135,7 +137,30 @@ def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(clien
         assert f'name="{m.key}" id="r-{m.key}" value="50"' in page
     assert page.count('type="range" min="0" max="100"') == 5
     assert "Strongly disagree" in page and "Strongly agree" in page
-    assert 'id="submit-ratings" class="primary-wide" disabled' in page
+
+
+def test_a_screen_reader_hears_the_slider_end_labels(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    page = client.get(f"/chat/{session.pk}/rate/").content.decode()
+    assert 'aria-hidden="true">Strongly' not in page
+    for m in study.metrics.all():
+        assert f'aria-describedby="low-{m.key} high-{m.key}"' in page
+        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+
+
+def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(client: Client, study: Study) -> None:
+    session = ended(client, study)
+    page = client.get(f"/chat/{session.pk}/rate/").content.decode()
+    assert re.search(r'<button type="submit" id="submit-ratings" class="primary-wide">', page)  # not disabled
+    assert page.count("<noscript><label") == 5
+    # what a browser without JavaScript posts: the untouched hidden field, then the ticked box
+    data: dict[str, Any] = {}
+    for m in study.metrics.all():
+        data[m.key] = "35"
+        data[f"touched_{m.key}"] = ["", "1"]
+    assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
+    assert sorted(Rating.objects.filter(session=session).values_list("value", flat=True)) == [35] * 5
 
 
 @pytest.mark.parametrize(
@@ -227,7 +252,7 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
         def fail(*args: Any) -> Any:
             raise ValueError("the model returned nonsense")
 
-        system.end_session = fail  # type: ignore[method-assign]
+        system.end_session = fail  # type: ignore[method-assign]  # the arm's update breaks on purpose
         return system, llm
 
     monkeypatch.setattr(services, "build_arm", broken)
@@ -297,3 +322,22 @@ def test_an_expired_resume_link_gets_a_clear_410_page(client: Client, study: Stu
         path = resume_url(session.episode.participant).replace("http://localhost:8000", "")
     response = Client().get(path)
     assert response.status_code == 410 and "This link has expired" in response.content.decode()
+
+
+def test_the_chat_page_loads_htmx_and_its_ws_extension_from_django_htmx(client: Client, study: Study) -> None:
+    session = start(client, study)
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    assert '<script src="/static/django_htmx/htmx-2.min.js" defer></script>' in page
+    assert '<script src="/static/django_htmx/ext/hx-ws-2.min.js" defer></script>' in page
+    assert page.index("htmx-2.min.js") < page.index("hx-ws-2.min.js") < page.index("js/chat.js")
+    consent = client.get(f"/s/{study.slug}/consent/").content.decode()  # other pages: htmx without the extension
+    assert "django_htmx/htmx-2.min.js" in consent and "hx-ws" not in consent
+
+
+def test_a_message_on_the_page_and_over_the_socket_is_the_same_partial(client: Client, study: Study) -> None:
+    session = start(client, study)
+    msg, _ = services.post_user_message(session, "c1", "hello <b>there</b>")
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    pushed = fragments.message(msg)
+    inner = re.fullmatch(r'<div hx-swap-oob="beforeend:#messages">(.*)</div>', pushed, re.S)
+    assert inner and inner.group(1) in page and "hello &lt;b&gt;there&lt;/b&gt;" in inner.group(1)

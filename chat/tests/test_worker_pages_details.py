@@ -13,8 +13,8 @@ from django.utils import timezone
 from chat import services
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
-from studies.entry import invite_url
 from studies.models import Participant, Study
+from studies.participants import invite_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,8 +66,8 @@ def test_each_slider_shows_its_current_value_and_both_labelled_ends(client: Clie
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():
         assert f'<output id="v-{m.key}" for="r-{m.key}">50</output>' in page
-        assert f'<span class="end low" aria-hidden="true">{m.low_label}</span>' in page
-        assert f'<span class="end high" aria-hidden="true">{m.high_label}</span>' in page
+        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
 
 
 def test_a_prolific_worker_is_sent_back_to_the_studys_own_completion_url(client: Client, study: Study) -> None:

@@ -50,6 +50,7 @@ def bm25_rank(
 class BM25(BaseSystem):
     name = "bm25"
     label = "BM25 retrieval"
+    source = "Rsum §6.4 (Chatgpt-B25), Figure 14; bm25s"
     params = {
         "k": Param(5, "Past utterances retrieved per reply.", "Rsum §6.4 (top 5)"),
         "k1": Param(1.5, "BM25 term-frequency saturation.", "bm25s default"),

@@ -20,6 +20,7 @@ def approx_tokens(text: str) -> int:
 class FullHistory(BaseSystem):
     name = "full_history"
     label = "History accumulate"
+    source = "Keep Me Updated (Bae et al. 2022) 'History accumulate', Appendix D"
     params = {
         "max_history_tokens": Param(
             2500,

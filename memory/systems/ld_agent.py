@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
+from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
 from memory.systems.common import (
@@ -40,6 +43,7 @@ from memory.systems.common import (
     iso,
     parse_iso,
     split_sentences,
+    top_indices,
     turn_time,
 )
 from memory.systems.nouns import topic_nouns
@@ -108,6 +112,59 @@ def time_decay(age_seconds: float, tau: float) -> float:
     return math.exp(-max(0.0, age_seconds) / tau)
 
 
+class TopicIndex:
+    """Eq. 1 for every key at once: the keys holding each noun (postings) and each key's noun count."""
+
+    def __init__(self, keys: Sequence[Sequence[str]]) -> None:
+        postings: dict[str, list[int]] = {}
+        self.sizes = np.zeros(len(keys), dtype=np.float64)
+        for i, key in enumerate(keys):
+            nouns = set(key)
+            self.sizes[i] = len(nouns)
+            for noun in nouns:
+                postings.setdefault(noun, []).append(i)
+        self.postings = {noun: np.asarray(ix, dtype=np.intp) for noun, ix in postings.items()}
+        self.divisors = np.where(self.sizes > 0, self.sizes, 1.0)  # a key without nouns overlaps nothing: 0/1
+        self.nbytes = int(self.sizes.nbytes) * 2 + sum(ix.nbytes for ix in self.postings.values())
+
+    def overlap(self, vq: Sequence[str]) -> np.ndarray:
+        """s_top of ``vq`` against every key (the same arithmetic as :func:`topic_overlap`)."""
+        q = set(vq)
+        inter = np.zeros(len(self.sizes), dtype=np.float64)
+        for noun in q:
+            ix = self.postings.get(noun)
+            if ix is not None:
+                inter[ix] += 1.0
+        if not q:
+            return inter
+        return 0.5 * (inter / len(q) + inter / self.divisors)
+
+
+def rank_paper(
+    s_sem: np.ndarray, s_top: np.ndarray, ages: np.ndarray, *, tau: float, gamma: float, top_n: int
+) -> list[tuple[int, float]]:
+    """Eq. 2-3 on arrays: candidates with s_sem > γ, ranked by λ_t (s_sem + s_top), top_n (ties: older first)."""
+    sem = np.asarray(s_sem, dtype=np.float64)
+    candidates = np.flatnonzero(sem > gamma)
+    if not candidates.size or top_n <= 0:
+        return []
+    decay = np.exp(-np.maximum(np.asarray(ages, dtype=np.float64)[candidates], 0.0) / tau)
+    score = decay * (sem[candidates] + np.asarray(s_top, dtype=np.float64)[candidates])
+    return [(int(candidates[o]), float(score[o])) for o in top_indices(score, top_n, candidates)]
+
+
+def rank_code(
+    s_sem: np.ndarray, vq: Sequence[str], keys: Sequence[Sequence[str]], ages: np.ndarray, *, tau: float, top_n: int
+) -> list[tuple[int, float]]:
+    """The official code on arrays: the top_n nearest keys, scored λ_t · s_top, kept iff overlap > 0."""
+    out = []
+    for i in (int(x) for x in top_indices(np.asarray(s_sem), top_n)):
+        if set(vq) & set(keys[i]):
+            out.append((i, time_decay(float(ages[i]), tau) * topic_overlap(vq, keys[i])))
+    out.sort(key=lambda x: (-x[1], x[0]))
+    return out
+
+
 def score_paper(
     s_sem: np.ndarray,
     vq: Sequence[str],
@@ -119,10 +176,8 @@ def score_paper(
     top_n: int,
 ) -> list[tuple[int, float]]:
     """Eq. 2-3: candidates with s_sem > γ, ranked by λ_t (s_sem + s_top); top_n of them (ties: older first)."""
-    candidates = np.flatnonzero(np.asarray(s_sem) > gamma).tolist()
-    scored = [(i, time_decay(ages[i], tau) * (float(s_sem[i]) + topic_overlap(vq, keys[i]))) for i in candidates]
-    scored.sort(key=lambda x: (-x[1], x[0]))
-    return scored[:top_n]
+    s_top = TopicIndex(keys).overlap(vq)
+    return rank_paper(s_sem, s_top, np.asarray(ages, dtype=np.float64), tau=tau, gamma=gamma, top_n=top_n)
 
 
 def score_code(
@@ -135,13 +190,20 @@ def score_code(
     top_n: int,
 ) -> list[tuple[int, float]]:
     """The official code: the top_n nearest keys by embedding, scored λ_t · s_top, kept iff overlap > 0."""
-    order = np.argsort(-np.asarray(s_sem), kind="stable")[:top_n]
-    out = []
-    for i in (int(x) for x in order):
-        if set(vq) & set(keys[i]):
-            out.append((i, time_decay(ages[i], tau) * topic_overlap(vq, keys[i])))
-    out.sort(key=lambda x: (-x[1], x[0]))
-    return out
+    return rank_code(s_sem, vq, keys, np.asarray(ages, dtype=np.float64), tau=tau, top_n=top_n)
+
+
+class EventIndex:
+    """What retrieval needs about the stored events, built once per process and memory: the event
+    times (seconds since the epoch, to compute ages without parsing dates per reply) and the topic
+    index. Spot-checked against the events' times on use; an event is written once and never edited."""
+
+    def __init__(self, events: Sequence[dict[str, Any]]) -> None:
+        self.times = tuple(str(e["time"]) for e in events)
+        self.epochs = np.array([parse_iso(x).timestamp() for x in self.times], dtype=np.float64)
+        self.keys = [list(e["topics"]) for e in events]
+        self.topics = TopicIndex(self.keys)
+        self.nbytes = int(self.epochs.nbytes) + self.topics.nbytes
 
 
 def humanize_age(seconds: float) -> str:
@@ -166,6 +228,7 @@ def gap_exceeds(last: str, t: datetime, beta: float) -> bool:
 class LDAgent(BaseSystem):
     name = "ld_agent"
     label = "LD-Agent"
+    source = "Li et al., NAACL 2025 (Hello Again!), Eq. 1-5, Appendix E; code leolee99/LD-Agent@20c1a67"
     params = {
         "retrieval": Param(
             "paper",
@@ -236,27 +299,66 @@ class LDAgent(BaseSystem):
             st = []
         return lt, st
 
-    def retrieve(self, long_term: list[dict[str, Any]], query: str, t: datetime) -> list[tuple[dict[str, Any], float]]:
+    def key_text(self, event: dict[str, Any]) -> str:
+        """What is embedded for an event: its summary (paper), or its comma-joined nouns (code)."""
+        if self.p["retrieval"] == "paper":
+            return str(event["summary"])
+        if self.p["retrieval"] == "code":
+            return ", ".join(event["topics"])
+        raise ValueError(f"ld_agent: retrieval must be 'paper' or 'code', not {self.p['retrieval']!r}")
+
+    def stored_events(self, state: dict[str, Any]) -> Iterable[dict[str, Any]]:
+        """The events whose vectors the state keeps: M_L, then the pending summary (which view() may
+        append to M_L), so that any view of M_L is a prefix of this list."""
+        pending = state.get("pending")
+        return chain(state.get("long_term", []), [pending] if pending else [])
+
+    def key_texts(self, events: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+        """:meth:`key_text` of every event (one pass: compose calls it on the whole bank)."""
+        if self.p["retrieval"] == "paper":
+            return tuple(map(itemgetter("summary"), events))
+        return tuple(self.key_text(e) for e in events)
+
+    def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
+        return vectors.load(state.get("vectors"), self.key_texts(self.stored_events(state)), self.embedder)
+
+    def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        """``after`` with the vectors of its stored events, embedding only the events that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
+        base = self.stored_vectors(before) if before.get("long_term") or before.get("pending") else None
+        texts = self.key_texts(self.stored_events(after))
+        return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}
+
+    def retrieve(
+        self, long_term: list[dict[str, Any]], query: str, t: datetime, stored: vectors.Vectors | None = None
+    ) -> list[tuple[dict[str, Any], float]]:
+        """Eq. 1-3 (or the code's variant) over ``long_term``; ``stored`` holds the vectors of a list of
+        events of which ``long_term`` is a prefix (embedded here if not given)."""
         if not long_term or not query.strip():
             return []
         vq = self.nouns(query)
-        keys = [e["topics"] for e in long_term]
-        ages = [(t - parse_iso(e["time"])).total_seconds() for e in long_term]
+        if stored is None or len(stored) < len(long_term):
+            stored = vectors.load(None, self.key_texts(long_term), self.embedder)
+        n = len(long_term)
+        # Events are never edited once written, so spot-checking times (first, middle, last) is enough
+        # to catch a bank that is not the one the index was built from; the texts were checked by load().
+        probes = sorted({0, n // 2, n - 1})
+        index = stored.derived(
+            ("ld_agent", "events"),
+            lambda: EventIndex(long_term),
+            valid=lambda ix: len(ix.times) >= n and all(ix.times[i] == long_term[i]["time"] for i in probes),
+        )
+        q = embed_texts(self.embedder, [query if self.p["retrieval"] == "paper" else ", ".join(vq)])[0]
+        s_sem = stored.matrix[:n] @ q
+        ages = t.timestamp() - index.epochs[:n]
         if self.p["retrieval"] == "code":
-            texts = [", ".join(vq), *(", ".join(k) for k in keys)]
-        elif self.p["retrieval"] == "paper":
-            texts = [query, *(e["summary"] for e in long_term)]
+            ranked = rank_code(s_sem, vq, index.keys, ages, tau=float(self.p["tau"]), top_n=int(self.p["top_n"]))
         else:
-            raise ValueError(f"ld_agent: retrieval must be 'paper' or 'code', not {self.p['retrieval']!r}")
-        vectors = embed_texts(self.embedder, texts)
-        s_sem = vectors[1:] @ vectors[0]
-        if self.p["retrieval"] == "code":
-            ranked = score_code(s_sem, vq, keys, ages, tau=float(self.p["tau"]), top_n=int(self.p["top_n"]))
-        else:
-            ranked = score_paper(
+            s_top = index.topics.overlap(vq)[:n]
+            ranked = rank_paper(
                 s_sem,
-                vq,
-                keys,
+                s_top,
                 ages,
                 tau=float(self.p["tau"]),
                 gamma=float(self.p["gamma"]),
@@ -295,7 +397,8 @@ class LDAgent(BaseSystem):
             for i, e in enumerate(entries, 1)
         )
         if session:
-            found = [e for e, _ in self.retrieve(lt, query_turn.text, t)]
+            stored = self.stored_vectors(state) if lt else None
+            found = [e for e, _ in self.retrieve(lt, query_turn.text, t, stored)]
         else:  # the bot opens the session: no utterance to match, so the latest events
             found = sorted(lt, key=lambda e: e["time"])[-int(self.p["top_n"]) :] if int(self.p["top_n"]) else []
         memories = [
@@ -406,15 +509,17 @@ class LDAgent(BaseSystem):
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         cached = int(state.get("cached_turns", 0))
+        before = state
         state = self.ingest(state, session[cached:], now, trace)
         state["cached_turns"] = len(session)
-        return Update(state=state, trace=trace)
+        return Update(state=self.with_vectors(before, state), trace=trace)
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         cached = int(state.get("cached_turns", 0))
+        before = state
         state = self.ingest(state, session[cached:], now, trace)
         state["pending"] = self.summarize(state["short_term"], trace) if state["short_term"] else None
         state["cached_turns"] = 0
         trace["pending_summary"] = state["pending"]["summary"] if state["pending"] else ""
-        return Update(state=state, trace=trace)
+        return Update(state=self.with_vectors(before, state), trace=trace)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
 from memory.hygiene import DATA_RULE, clean_memory_lines, data_block
 from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, parse_lines, top_k
@@ -82,6 +83,8 @@ def trim_fifo(memory: list[str], cap: int, trace: dict[str, Any]) -> list[str]:
 class MemoryAccumulate(BaseSystem):
     name = "memory_accumulate"
     label = "Memory accumulate"
+    source = "Keep Me Updated (Bae et al. 2022) §4.1-4.2, Appendix B.3"
+    summary_sentences = "summary"
     params = {
         "k": Param(5, "Memory sentences retrieved for each reply.", "Keep Me Updated, Appendix B.3 (k = 5)"),
         "query_turns": Param(
@@ -100,19 +103,35 @@ class MemoryAccumulate(BaseSystem):
     def initial_state(self) -> dict[str, Any]:
         return {"memory": [], "sessions": 0}
 
-    def retrieve(self, memory: list[str], session: Sequence[Turn]) -> list[str]:
-        """Top-k memory sentences by cosine similarity to the dialogue context (ties: older first)."""
+    def memory_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
+        """The stored embeddings of the memory sentences (embedded only if the state has none)."""
+        return vectors.load(state.get("vectors"), list(state.get("memory", [])), self.embedder)
+
+    def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        """``after`` with the vectors of its memory, embedding only the sentences that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
+        base = self.memory_vectors(before) if before.get("memory") else None
+        return {**after, "vectors": vectors.extend(base, after["memory"], self.embedder).block()}
+
+    def retrieve(self, memory: list[str], session: Sequence[Turn], stored: vectors.Vectors | None = None) -> list[str]:
+        """Top-k memory sentences by cosine similarity to the dialogue context (ties: older first);
+        ``stored`` holds the sentences' vectors (embedded here if not given)."""
         if not memory:
             return []
         if not session:  # the bot opens the session: nothing to match yet, so the latest memories
             return memory[-int(self.p["k"]) :]
         n = int(self.p["query_turns"])
         context = transcript(session[-n:] if n else session)
-        vectors = embed_texts(self.embedder, [context, *memory])
-        return [memory[i] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["k"]))]
+        rows = stored.rows(memory) if stored is not None else None
+        if rows is None:
+            rows = vectors.load(None, memory, self.embedder).matrix
+        query = embed_texts(self.embedder, [context])[0]
+        return [memory[i] for i, _ in top_k(query, rows, int(self.p["k"]))]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
-        retrieved = self.retrieve(state.get("memory", []), session)
+        memory = state.get("memory", [])
+        retrieved = self.retrieve(memory, session, self.memory_vectors(state) if memory and session else None)
         block = memory_block(retrieved)
         if self.p["short_replies"]:
             block = f"{block}\n\n{SHORT_REPLIES}".strip()
@@ -134,4 +153,5 @@ class MemoryAccumulate(BaseSystem):
         after = before + [s for s in summary if s not in before]  # union: APPEND only
         after = trim_fifo(after, int(self.p["max_memory"]), trace)
         trace.update({"summary": summary, "memory_before": before, "memory_after": after})
-        return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)
+        new_state = {"memory": after, "sessions": int(state.get("sessions", 0)) + 1}
+        return Update(state=self.with_vectors(state, new_state), trace=trace)

@@ -16,9 +16,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import Param, Turn, Update
+import numpy as np
+
+from memory import vectors
+from memory.base import OperationPairs, Param, Turn, Update
 from memory.hygiene import data_block, inline_data
-from memory.systems.common import ask, embed_texts, fallback
+from memory.systems.common import ask, fallback, top_indices
 from memory.systems.memory_accumulate import MemoryAccumulate, trim_fifo
 
 OPS = ("PASS", "REPLACE", "APPEND", "DELETE")
@@ -92,25 +95,25 @@ def apply_operations(M: Sequence[str], S: Sequence[str], ops: dict[tuple[int, in
 
     Lines 3-8: an R or D against any s deletes m_i; a D also deletes s_j. Line 9: M ← M − M_del.
     Lines 10-13: a P against a *surviving* m_i deletes s_j. Line 15: M' = M ∪ (S − S_del), in order.
-    APPEND keeps both sentences (no concatenation). Pairs missing from ``ops`` count as APPEND."""
+    APPEND keeps both sentences (no concatenation). Pairs missing from ``ops`` count as APPEND.
+
+    Only the listed pairs are visited (an APPEND changes nothing), so the cost is O(|M| + |S| + |ops|)."""
     m_del: set[int] = set()
     s_del: set[int] = set()
-    for i in range(len(M)):
-        for j in range(len(S)):
-            op = ops.get((i, j), "APPEND")
-            if op in ("REPLACE", "DELETE"):
-                m_del.add(i)
-                if op == "DELETE":
-                    s_del.add(j)
-    kept = [i for i in range(len(M)) if i not in m_del]
-    for j in range(len(S)):
-        for i in kept:
-            if ops.get((i, j), "APPEND") == "PASS":
+    for (i, j), op in ops.items():
+        if 0 <= i < len(M) and 0 <= j < len(S) and op in ("REPLACE", "DELETE"):
+            m_del.add(i)
+            if op == "DELETE":
                 s_del.add(j)
-    out = [M[i] for i in kept]
+    for (i, j), op in ops.items():
+        if op == "PASS" and 0 <= i < len(M) and 0 <= j < len(S) and i not in m_del:
+            s_del.add(j)
+    out = [m for i, m in enumerate(M) if i not in m_del]
+    present = set(out)
     for j, s in enumerate(S):
-        if j not in s_del and s not in out:
+        if j not in s_del and s not in present:
             out.append(s)
+            present.add(s)
     return out
 
 
@@ -120,6 +123,8 @@ Decider = Callable[[str, str], tuple[str, str, bool]]
 class MemoryUpdate(MemoryAccumulate):
     name = "memory_update"
     label = "Memory update"
+    source = "Keep Me Updated (Bae et al. 2022) §4.3, Algorithm 1"
+    operation_pairs = OperationPairs("operations", "session")
     params = {
         **MemoryAccumulate.params,
         "operation_max_tokens": Param(6, "Token budget of each operation decision.", "our choice (one label)"),
@@ -131,8 +136,16 @@ class MemoryUpdate(MemoryAccumulate):
         ),
         "operation_mode": Param(
             "pairwise",
-            "pairwise: one LLM call per (m_i, s_j), as the paper; batched: one call per s_j listing every m_i.",
+            "pairwise: one LLM call per (m_i, s_j), as the paper; batched: one call per s_j listing the "
+            "memory sentences closest to it (batch_candidates).",
             "paper (pairwise); batched is our cheaper variant",
+        ),
+        "batch_candidates": Param(
+            10,
+            "In batched mode, each s_j is compared with its this many nearest memory sentences (cosine); "
+            "the other pairs are APPEND without a call, so a session end costs |S| calls of bounded "
+            "length however large the memory. 0 = list every memory sentence (grows with the memory).",
+            "ours; mem0 (v1) compares each new fact with its top-5 retrieved memories",
         ),
     }
 
@@ -171,27 +184,32 @@ class MemoryUpdate(MemoryAccumulate):
             )
         return [(found[i], raw or "", False) if i in found else (FALLBACK_OP, raw or "", True) for i in range(len(M))]
 
-    def operations(self, M: list[str], S: list[str], trace: dict[str, Any]) -> list[dict[str, Any]]:
+    def similarities(
+        self, M: list[str], S: list[str], stored: vectors.Vectors | None, new: vectors.Vectors | None
+    ) -> np.ndarray:
+        """cos(m_i, s_j) as an |M| x |S| array, from the vectors of M and of S when given."""
+        m = stored.rows(M) if stored is not None else None
+        s = new.rows(S) if new is not None else None
+        m = vectors.extend(None, M, self.embedder, also=stored).matrix if m is None else m
+        s = vectors.extend(None, S, self.embedder, also=new).matrix if s is None else s
+        sims: np.ndarray = m @ s.T
+        return sims
+
+    def operations(
+        self,
+        M: list[str],
+        S: list[str],
+        trace: dict[str, Any],
+        stored: vectors.Vectors | None = None,
+        new: vectors.Vectors | None = None,
+    ) -> list[dict[str, Any]]:
+        """O(m_i, s_j) for the pairs that are decided (every pair, except in batched mode with
+        ``batch_candidates``, where only each s_j's nearest memory sentences are). ``stored`` and
+        ``new`` hold the vectors of M and of S, if the caller has them."""
         if self.p["operation_mode"] == "batched":
-            decided = {j: self.decide_batched(M, s, trace) for j, s in enumerate(S)} if M else {}
-            return [
-                {
-                    "i": i,
-                    "j": j,
-                    "m": m,
-                    "s": s,
-                    "op": decided[j][i][0],
-                    "raw": decided[j][i][1],
-                    "fallback": decided[j][i][2],
-                }
-                for i, m in enumerate(M)
-                for j, s in enumerate(S)
-            ]
+            return self.operations_batched(M, S, trace, stored, new)
         threshold = float(self.p["prefilter_min_similarity"])
-        sims = None
-        if threshold > 0 and M and S:
-            vectors = embed_texts(self.embedder, [*M, *S])
-            sims = vectors[: len(M)] @ vectors[len(M) :].T
+        sims = self.similarities(M, S, stored, new) if threshold > 0 and M and S else None
         out = []
         for i, m in enumerate(M):
             for j, s in enumerate(S):
@@ -213,12 +231,43 @@ class MemoryUpdate(MemoryAccumulate):
                 out.append({"i": i, "j": j, "m": m, "s": s, "op": op, "raw": raw, "fallback": fb})
         return out
 
+    def operations_batched(
+        self,
+        M: list[str],
+        S: list[str],
+        trace: dict[str, Any],
+        stored: vectors.Vectors | None,
+        new: vectors.Vectors | None,
+    ) -> list[dict[str, Any]]:
+        """One call per s_j, listing its candidates in memory order. Pairs outside the candidates are
+        not listed in the result (Algorithm 1 treats a missing pair as APPEND); their number is in
+        ``trace["pairs_not_compared"]``."""
+        if not M:
+            return []
+        cap = int(self.p["batch_candidates"])
+        sims = self.similarities(M, S, stored, new) if 0 < cap < len(M) else None
+        out: list[dict[str, Any]] = []
+        for j, s in enumerate(S):
+            listed = list(range(len(M))) if sims is None else sorted(int(i) for i in top_indices(sims[:, j], cap))
+            decided = self.decide_batched([M[i] for i in listed], s, trace)
+            for i, (op, raw, fb) in zip(listed, decided, strict=True):
+                out.append({"i": i, "j": j, "m": M[i], "s": s, "op": op, "raw": raw, "fallback": fb})
+        trace["pairs_not_compared"] = len(M) * len(S) - len(out)
+        return sorted(out, key=lambda o: (o["i"], o["j"]))
+
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         before = list(state.get("memory", []))
         summary = self.summarize(session, trace)
-        ops = self.operations(before, summary, trace)
+        # M's vectors are stored; S is embedded once, for the similarities and for the new state.
+        embedding = self.embedder is not None  # without an embedder the state keeps no vectors (pairwise needs none)
+        stored = self.memory_vectors(state) if before and embedding else None
+        new = vectors.extend(None, summary, self.embedder) if embedding else None
+        ops = self.operations(before, summary, trace, stored, new)
         after = apply_operations(before, summary, {(o["i"], o["j"]): o["op"] for o in ops})
         after = trim_fifo(after, int(self.p["max_memory"]), trace)
         trace.update({"summary": summary, "memory_before": before, "memory_after": after, "operations": ops})
-        return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)
+        new_state: dict[str, Any] = {"memory": after, "sessions": int(state.get("sessions", 0)) + 1}
+        if embedding:
+            new_state["vectors"] = vectors.extend(stored, after, self.embedder, also=new).block()
+        return Update(state=new_state, trace=trace)

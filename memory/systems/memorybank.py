@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
+from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
 from memory.systems.common import (
@@ -243,6 +244,7 @@ def pairs_of(session: Sequence[Turn]) -> list[tuple[str, str]]:
 class MemoryBank(BaseSystem):
     name = "memorybank"
     label = "MemoryBank"
+    source = "Zhong et al., AAAI 2024; code zhongwanjun/MemoryBank-SiliconFriend@cf61c41"
     params = {
         "k": Param(2, "Memory units retrieved per reply.", "code: memory_search_top_k = 2"),
         "forgetting": Param(
@@ -289,17 +291,35 @@ class MemoryBank(BaseSystem):
             time_scale_days=float(self.p["forgetting_time_scale_days"]),
         )
 
-    def search(self, state: dict[str, Any], query: str) -> list[tuple[str, str]]:
+    def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
+        """The stored embeddings of the state's units (embedded only if the state has none for them)."""
+        return vectors.load(state.get("vectors"), [text for _, text in units(state)], self.embedder)
+
+    def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+        """``after`` with the vectors of its units, embedding only the units that are new."""
+        if self.embedder is None:  # no embedder, no vectors: compose() embeds once it has one
+            return {k: v for k, v in after.items() if k != "vectors"}
+        base = self.stored_vectors(before) if units(before) else None
+        texts = [text for _, text in units(after)]
+        return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}
+
+    def search(self, state: dict[str, Any], query: str, stored: vectors.Vectors | None = None) -> list[tuple[str, str]]:
+        """The top-k units for ``query``; ``stored`` holds vectors of (a superset of) the units."""
         found = units(state)
         if not found or not query.strip():
             return []
-        vectors = embed_texts(self.embedder, [query, *(text for _, text in found)])
-        return [found[i] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["k"]))]
+        texts = [text for _, text in found]
+        rows = stored.rows(texts) if stored is not None else None
+        if rows is None:
+            rows = vectors.load(None, texts, self.embedder).matrix
+        q = embed_texts(self.embedder, [query])[0]
+        return [found[i] for i, _ in top_k(q, rows, int(self.p["k"]))]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        stored = self.stored_vectors(state)
         state, _ = self.loaded(state, f"{aware(now):%Y-%m-%d}")
         if session:
-            related = self.search(state, last_user_text(session))
+            related = self.search(state, last_user_text(session), stored)
         else:  # the bot opens the session: nothing to search with, so the latest day's summary
             days = [u for u in units(state) if u[0].endswith("_summary")]
             related = days[-1:]
@@ -328,14 +348,16 @@ class MemoryBank(BaseSystem):
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         """Persist what compose() did: the day's forgetting, and the recall of the retrieved units."""
         day = f"{aware(now):%Y-%m-%d}"
+        before, stored = state, self.stored_vectors(state)
         state, gone = self.loaded(state, day)
         recalled = [
             i
             for i, _ in self.search(
-                state, last_user_text(session[:-1] if session and session[-1].speaker == "bot" else session)
+                state, last_user_text(session[:-1] if session and session[-1].speaker == "bot" else session), stored
             )
         ]
-        return Update(state=strengthen(state, recalled, day), trace={"forgotten": gone, "recalled": recalled})
+        new_state = self.with_vectors(before, strengthen(state, recalled, day))
+        return Update(state=new_state, trace={"forgotten": gone, "recalled": recalled})
 
     def summarize(self, prompt: str, purpose: str, trace: dict[str, Any], session: Sequence[Turn] = ()) -> str:
         """One of the code's summaries; its sentences pass :func:`memory.hygiene.clean_memory_lines`
@@ -365,11 +387,12 @@ class MemoryBank(BaseSystem):
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         day = f"{aware(now):%Y-%m-%d}"
+        before = state
         state, gone = self.loaded(state, day)
         trace["forgotten"] = gone
         pairs = pairs_of(session)
         if not pairs:
-            return Update(state=state, trace=trace)
+            return Update(state=self.with_vectors(before, state), trace=trace)
         history = {d: list(us) for d, us in state.get("history", {}).items()}
         day_units = history.setdefault(day, [])
         start = len(day_units) and max(int(u["memory_id"].rsplit("_", 1)[1]) for u in day_units) + 1
@@ -430,4 +453,4 @@ class MemoryBank(BaseSystem):
             "overall_personality": overall_personality,
         }
         trace.update({"day": day, "pairs_added": len(pairs)})
-        return Update(state=new_state, trace=trace)
+        return Update(state=self.with_vectors(before, new_state), trace=trace)

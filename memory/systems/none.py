@@ -13,6 +13,7 @@ from memory.systems.prompts import system_prompt
 class NoMemory(BaseSystem):
     name = "none"
     label = "Without memory"
+    source = "Keep Me Updated (Bae et al. 2022) 'Without memory'; Rsum 'W/O memory'"
     params = {}
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:

@@ -85,6 +85,7 @@ def test_input(memory: str, session: Sequence[Turn], ending: str) -> str:
 class Rsum(BaseSystem):
     name = "rsum"
     label = "Recursive summarization (LLM-Rsum)"
+    source = "Wang et al., Neurocomputing 2025 (arXiv 2308.15022), Figure 12; code qingyue2014/Rsum"
     params = {
         "max_sentences": Param(20, "Memory cap in sentences (oldest dropped first).", "Rsum Figure 12 (20 sentences)"),
         "initial_memory": Param(

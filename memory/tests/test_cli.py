@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -33,9 +33,13 @@ def test_arms_lists_every_registered_arm_with_its_parameters() -> None:
     assert json.loads(run("arms", "--json"))["ld_agent"]["params"]["beta"]["default"] == 3600
 
 
-def test_the_module_runs_as_a_command() -> None:
-    done = subprocess.run([sys.executable, "-m", "memory", "arms"], capture_output=True, text=True, check=True)
-    assert "memory_update  (Memory update)" in done.stdout
+def test_the_module_runs_as_a_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delitem(sys.modules, "memory.__main__", raising=False)  # run it fresh, as python -m does
+    monkeypatch.setattr(sys, "argv", ["memory", "arms"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("memory", run_name="__main__")  # what `python -m memory arms` runs, in this process
+    assert done.value.code == 0
+    assert "memory_update  (Memory update)" in capsys.readouterr().out
 
 
 def write_jsonl(path: Path) -> Path:
@@ -198,3 +202,17 @@ def test_replay_talks_to_an_openai_compatible_endpoint(tmp_path: Path) -> None:
         and seen[0]["model"] == "tiny"
     )
     assert records[-1]["reply"] == "Updated memory: The user has a dog named Rex."
+
+
+def test_arms_lists_every_arm_with_its_label_and_source() -> None:
+    import io
+
+    from memory.__main__ import main
+    from memory.registry import MEMORY_SYSTEMS
+
+    out = io.StringIO()
+    assert main(["arms"], out) == 0
+    text = out.getvalue()
+    for name, cls in MEMORY_SYSTEMS.items():
+        assert f"{name}  ({cls.label})" in text and f"source: {cls.source}" in text
+    assert "qc  (Quality control (degraded, no LLM))  [quality control]" in text

@@ -7,13 +7,15 @@ from typing import Any
 
 import pytest
 
-from memory.base import Param, Prompt
+from memory.base import Param, Prompt, operation_units
 from memory.embed import HashingEmbedder
 from memory.registry import MEMORY_SYSTEMS, build_system, param_defaults
 from memory.tests.dialogue import SESSIONS, run_dialogue
 from memory.tests.fake_llm import fake_llm
 
 ARMS = sorted(MEMORY_SYSTEMS)
+# arms that keep nothing about the user on purpose: no memory, and the degraded quality-control bot
+NO_MEMORY = {name for name, cls in MEMORY_SYSTEMS.items() if cls.is_qc} | {"none"}
 
 
 def run(name: str, **params: Any):
@@ -26,13 +28,22 @@ def remembered(state: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("name", ARMS)
-def test_every_arm_declares_a_name_label_and_documented_parameters(name: str) -> None:
+def test_every_arm_declares_a_name_label_source_and_documented_parameters(name: str) -> None:
     cls = MEMORY_SYSTEMS[name]
-    assert cls.name == name and cls.label
+    assert cls.name == name and cls.label and cls.source
     for key, spec in cls.params.items():
-        assert isinstance(spec, Param) and spec.help, key
+        assert isinstance(spec, Param) and spec.help and spec.source, key
         json.dumps(spec.default)
-    assert param_defaults(name) == {k: p.default for k, p in cls.params.items()}
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_every_arm_starts_from_its_documented_defaults_and_takes_an_override(name: str) -> None:
+    system = build_system(name, llm=fake_llm(), embedder=HashingEmbedder())
+    assert system.p == param_defaults(name)  # type: ignore[attr-defined]
+    for key, spec in MEMORY_SYSTEMS[name].params.items():
+        other = (not spec.default) if isinstance(spec.default, bool) else "x" if isinstance(spec.default, str) else 3
+        changed = build_system(name, llm=fake_llm(), embedder=HashingEmbedder(), **{key: other})
+        assert changed.p == {**param_defaults(name), key: other}  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", ARMS)
@@ -59,7 +70,7 @@ def test_every_arm_is_deterministic_given_a_deterministic_llm(name: str) -> None
     assert run(name).states == run(name).states
 
 
-@pytest.mark.parametrize("name", [a for a in ARMS if a != "none"])
+@pytest.mark.parametrize("name", [a for a in ARMS if a not in NO_MEMORY])
 def test_every_memory_arm_keeps_something_from_the_first_session(name: str) -> None:
     result = run(name)
     assert "Rex" in remembered(result.states[0])
@@ -73,13 +84,38 @@ def test_memorybank_forgets_the_first_session_when_the_study_days_are_taken_as_t
 
 
 # TiM recalls only inside the query's LSH group, which need not hold the dog: test_memory_tim.py covers it.
-@pytest.mark.parametrize("name", [a for a in ARMS if a not in ("none", "tim")])
+@pytest.mark.parametrize("name", [a for a in ARMS if a not in NO_MEMORY | {"tim"}])
 def test_every_memory_arm_brings_the_dog_into_the_prompt_of_the_last_session(name: str) -> None:
     # MemoryBank's Ebbinghaus curve may forget a 4-week-old unit (R = e^-4 at strength 1): switched off here
     result = run(name, **({"forgetting": False} if name == "memorybank" else {}))
     question = result.prompts[4][0]  # "Do you remember my dog Rex?"
     memory_text = "\n".join(question.memory)
     assert "Rex" in memory_text or "rex" in memory_text.lower(), question.memory
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_only_quality_control_arms_answer_without_the_llm(name: str) -> None:
+    result = run(name)
+    fixed = [p.reply for ps in result.prompts for p in ps]
+    if MEMORY_SYSTEMS[name].is_qc:
+        assert all(isinstance(r, str) and r.strip() for r in fixed)
+    else:
+        assert fixed == [None] * len(fixed)
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_declared_operation_pairs_are_in_the_trace_and_undeclared_arms_have_none(name: str) -> None:
+    cls = MEMORY_SYSTEMS[name]
+    units = [u for trace in run(name).traces for u in operation_units(cls.operation_pairs, trace)]
+    if cls.operation_pairs is None:
+        assert units == []
+        return
+    assert units, f"{name} declares operation pairs but produced none over five sessions"
+    for unit in units:
+        assert {p["op"] for p in unit.pairs} <= {"PASS", "REPLACE", "APPEND", "DELETE"}
+        assert len(unit.pairs) == len(unit.memory_before) * len(unit.summary)
+        for p in unit.pairs:
+            assert unit.memory_before[p["i"]] == p["m"] and unit.summary[p["j"]] == p["s"]
 
 
 def test_the_arm_without_memory_keeps_no_state_and_shows_no_memory() -> None:

@@ -100,3 +100,21 @@ def test_a_summary_that_repeats_the_instruction_is_discarded_whole() -> None:
     update = system.end_session({"memory": ["Likes tea"], "sessions": 1}, SESSION, NOW)
     assert update.state["memory"] == ["Likes tea"]
     assert "repeats the prompt" in update.trace["fallbacks"][0]["reason"]
+
+
+def test_full_history_drops_the_oldest_turns_first_and_keeps_sessions_in_order() -> None:
+    from datetime import UTC, datetime
+
+    from memory.base import Turn
+    from memory.registry import build_system
+
+    system = build_system("full_history", max_history_tokens=12)
+    now = datetime(2026, 3, 9, 18, tzinfo=UTC)
+    state = system.initial_state()
+    for text in ("old words about a cat", "newer words about a dog"):
+        state = system.end_session(state, [Turn("user", text, now)], now).state
+    assert state["sessions"][0]["turns"] == [{"speaker": "user", "text": "old words about a cat"}]
+    kept = system.compose(state, [Turn("user", "hi", now)], now).memory
+    assert kept == ["User: newer words about a dog"]  # the oldest lines went first (budget: 12 tokens)
+    everything = build_system("full_history").compose(state, [Turn("user", "hi", now)], now).memory
+    assert everything[0] == "[Session 1, 2026-03-09]" and everything[-1] == "User: newer words about a dog"

@@ -44,7 +44,7 @@ def add_ratings(
             ep = Episode.objects.create(participant=p, arm=arm, index=i, status=Episode.Status.COMPLETED)
             for s in range(1, sessions + 1):
                 cs = ChatSession.objects.create(
-                    episode=ep, index=s, status=ChatSession.Status.DONE, simulated_start=study.session_start(i, s)
+                    episode=ep, index=s, status=ChatSession.Status.DONE, simulated_start=study.session_start(s)
                 )
                 Rating.objects.bulk_create(
                     Rating(session=cs, metric=m, value=int(np.clip(round(scorer(w, arm.name, s, m.key)), 0, 100)))

@@ -19,11 +19,15 @@ def url(study: Study, name: str = "study_analysis", *args: Any) -> str:
     return reverse(f"reports:{name}", args=[study.slug, *args])
 
 
+def poll(client: Client, study: Study) -> Any:
+    """What htmx's every-10s poll of the results gets."""
+    return client.get(url(study), headers={"HX-Request": "true"})
+
+
 @pytest.mark.parametrize(
     "name,args",
     [
         ("study_analysis", ()),
-        ("study_fragment", ()),
         ("study_export", ("json",)),
         ("study_plot", ("arms",)),
         ("import_ratings", ()),
@@ -39,7 +43,6 @@ def test_anonymous_visitors_are_sent_to_the_login_page(client: Client, study: St
     "name,args",
     [
         ("study_analysis", ()),
-        ("study_fragment", ()),
         ("study_export", ("csv",)),
         ("study_plot", ("arms",)),
         ("import_ratings", ()),
@@ -60,7 +63,7 @@ def test_a_study_without_ratings_shows_a_clear_message_and_no_tables(researcher_
     assert "No ratings yet" in text
     assert 'id="table-raw"' not in text
     assert "No memory" in text  # the progress table still lists the arms
-    fragment = researcher_client.get(url(study, "study_fragment"))
+    fragment = poll(researcher_client, study)
     assert fragment.status_code == 200 and "No ratings yet" in fragment.content.decode()
     export = researcher_client.get(url(study, "study_export", "json"))
     assert export.status_code == 409
@@ -118,10 +121,14 @@ def test_the_page_shows_the_tables_of_the_library_result(researcher_client: Clie
 def test_the_results_fragment_polls_every_ten_seconds_and_counts_episodes_per_arm(
     researcher_client: Client, rated_study: Study
 ) -> None:
-    text = researcher_client.get(url(rated_study, "study_fragment")).content.decode()
+    response = poll(researcher_client, rated_study)
+    text = response.content.decode()
     assert 'hx-trigger="every 10s"' in text
-    assert f'hx-get="{url(rated_study, "study_fragment")}"' in text
-    assert "<html" not in text  # a fragment, not a page
+    assert f'hx-get="{url(rated_study)}"' in text  # the page's own URL answers the poll
+    assert text.lstrip().startswith('<div id="results"') and "<html" not in text  # the partial, not the page
+    assert response["Vary"] == "HX-Request, Cookie"  # a cache never serves the partial for the page
+    page = researcher_client.get(url(rated_study)).content.decode()
+    assert "<html" in page and 'id="results"' in page
     progress = queries.study_progress(rated_study)
     assert [(r["arm"], r["episodes"], r["completed"], r["rated_sessions"]) for r in progress] == [
         ("No memory", 8, 8, 16),
@@ -130,9 +137,9 @@ def test_the_results_fragment_polls_every_ten_seconds_and_counts_episodes_per_ar
 
 
 def test_new_ratings_show_up_on_the_next_poll(researcher_client: Client, study: Study) -> None:
-    assert "No ratings yet" in researcher_client.get(url(study, "study_fragment")).content.decode()
+    assert "No ratings yet" in poll(researcher_client, study).content.decode()
     add_ratings(study, workers=6)
-    text = researcher_client.get(url(study, "study_fragment")).content.decode()
+    text = poll(researcher_client, study).content.decode()
     assert "No ratings yet" not in text and 'id="table-z"' in text
 
 
@@ -175,7 +182,7 @@ def test_the_test_can_be_chosen_on_the_page(researcher_client: Client, rated_stu
     assert data["params"]["test"] == "welch"
     assert {p["test"] for p in data["pairwise"]} == {"welch"}
     page = researcher_client.get(url(rated_study) + "?test=welch").content.decode()
-    assert "results/?test=welch" in page  # the poll keeps the choice
+    assert f'hx-get="{url(rated_study)}?test=welch"' in page  # the poll keeps the choice
 
 
 @pytest.mark.parametrize(

@@ -26,10 +26,10 @@ def make_finished_episode(study: Study) -> Episode:
     arm = study.arms.get(memory_system="full_history")
     episode = Episode.objects.create(participant=participant, arm=arm, index=1)
     s1 = ChatSession.objects.create(
-        episode=episode, index=1, status=ChatSession.Status.DONE, simulated_start=study.session_start(1, 1)
+        episode=episode, index=1, status=ChatSession.Status.DONE, simulated_start=study.session_start(1)
     )
     ChatSession.objects.create(
-        episode=episode, index=2, status=ChatSession.Status.READY, simulated_start=study.session_start(1, 2)
+        episode=episode, index=2, status=ChatSession.Status.READY, simulated_start=study.session_start(2)
     )
     Message.objects.create(session=s1, seq=1, client_id="c1", speaker="user", text="I adopted a cat <b>Miso</b>.")
     bot = Message.objects.create(session=s1, seq=2, speaker="bot", text="How lovely! How old is Miso?")

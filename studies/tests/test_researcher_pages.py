@@ -11,7 +11,9 @@ from django.core import signing
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import Episode
+from chat.models import Episode, MemorySnapshot
+from memory import vectors
+from memory.embed import HashingEmbedder
 from studies.models import Participant, Study
 
 pytestmark = pytest.mark.django_db
@@ -118,6 +120,18 @@ def test_the_episode_page_shows_ratings_snapshot_trace_and_llm_calls(
     assert second.snapshot is None and "The memory is updated when the session ends." in body
 
 
+def test_the_episode_page_shows_a_note_instead_of_the_memory_embeddings(
+    rclient: Client, study: Study, finished_episode: Episode
+) -> None:
+    block = vectors.extend(None, ["The user adopted a cat."], HashingEmbedder()).block()
+    MemorySnapshot.objects.filter(session__episode=finished_episode).update(
+        state={"memory": ["The user adopted a cat."], "vectors": block}
+    )
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "1 x 256 float16 vectors (hashing-256), not shown" in body
+    assert block["data"] not in body
+
+
 def test_the_episode_page_is_404_for_an_episode_of_another_study(
     rclient: Client, study: Study, finished_episode: Episode
 ) -> None:
@@ -134,7 +148,7 @@ def test_adding_the_default_metrics_keeps_existing_ones(rclient: Client, researc
 
 
 def test_it_generates_a_signed_invite_link_for_an_in_house_worker(rclient: Client, study: Study, settings: Any) -> None:
-    from studies.entry import INVITE_SALT
+    from studies.participants import INVITE_SALT
 
     settings.SITE_URL = "https://memeval.example.org"
 
@@ -152,7 +166,7 @@ def test_an_empty_invite_id_gets_a_random_one_and_htmx_gets_the_fragment(rclient
     url = reverse("studies:invite", args=[study.slug])
     first = rclient.post(url, {"invite_id": ""}, headers={"HX-Request": "true"})
     second = rclient.post(url, {"invite_id": ""}, headers={"HX-Request": "true"})
-    ids = [re.search(r"Invite link for <code>([^<]+)</code>", r.content.decode()).group(1) for r in (first, second)]  # type: ignore[union-attr]
+    ids = [re.findall(r"Invite link for <code>([^<]+)</code>", r.content.decode())[0] for r in (first, second)]
     assert ids[0].startswith("inv-") and ids[0] != ids[1]
     body = first.content.decode()
     assert body.lstrip().startswith('<div id="invite">') and "<html" not in body
@@ -165,11 +179,11 @@ def test_it_rejects_an_invite_id_with_spaces(rclient: Client, study: Study) -> N
 
 
 def test_it_makes_many_random_invite_links_at_once(rclient: Client, study: Study) -> None:
-    from studies.entry import INVITE_SALT
+    from studies.participants import INVITE_SALT
 
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "", "count": 25})
     body = response.content.decode()
-    rows = re.search(r'<textarea id="invite-links"[^>]*>([^<]*)</textarea>', body).group(1).split()  # type: ignore[union-attr]
+    rows = re.findall(r'<textarea id="invite-links"[^>]*>([^<]*)</textarea>', body)[0].split()
     assert len(rows) == 25 and len({r.split(",")[0] for r in rows}) == 25
     for row in rows:
         invite_id, link = row.split(",")

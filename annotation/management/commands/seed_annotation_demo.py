@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand
 
 from annotation.models import Queue
 from annotation.sources import add_items
+from studies.roles import ANNOTATOR_GROUP
 
 MEMORY = ["Couldn't sleep well", "Has a dog", "Back hurts but hasn't seen a doctor yet", "Had sore throat"]
 SUMMARY = ["Sleeping well after taking sleeping tablets", "The dog likes carrots", "Throat is fully recovered"]
@@ -24,7 +25,7 @@ class Command(BaseCommand):
     help = "Create two small demo annotation queues (pairs and summaries) unless they exist."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        Group.objects.get_or_create(name="annotators")
+        Group.objects.get_or_create(name=ANNOTATOR_GROUP)
         pairs, created = Queue.objects.get_or_create(
             name="Demo: memory operations",
             kind=Queue.Kind.PAIRS,

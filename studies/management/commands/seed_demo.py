@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand
 
 from studies import demo
 from studies.models import Arm, Study
+from studies.roles import ANNOTATOR_GROUP
 
 DEMO_PASSWORD = "memeval-demo"
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         if created:
             annotator.set_password(DEMO_PASSWORD)
             annotator.save()
-        annotator.groups.add(Group.objects.get_or_create(name="annotators")[0])
+        annotator.groups.add(Group.objects.get_or_create(name=ANNOTATOR_GROUP)[0])
 
         study, created = Study.objects.get_or_create(
             slug="demo",

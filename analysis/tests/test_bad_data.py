@@ -1,0 +1,125 @@
+"""Bad data is never silent (issue 10, item 6): refused with a clear message, or analysed with a warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import writers
+from analysis.__main__ import main
+from analysis.data import RatingsError, read_csv
+from analysis.report import analyze, prepare
+from analysis.spec import AnalysisSpec
+from analysis.synthetic import DEFAULT_METRICS, synthetic_ratings
+
+METRICS = list(DEFAULT_METRICS)
+SYN = {"worker": "worker", "unit": "episode", "arm": "arm", "session": "session", "metrics": METRICS}
+
+
+def small() -> pd.DataFrame:
+    return synthetic_ratings(300, seed=21, qc_arm=None, careless_rate=0.0)
+
+
+def test_a_doubled_wide_file_is_refused_instead_of_shrinking_every_p_value() -> None:
+    df = small()
+    with pytest.raises(RatingsError, match=r"rows share the same \(worker, episode, arm, session\)"):
+        analyze(pd.concat([df, df]), **SYN)
+
+
+def test_a_wide_file_without_a_session_column_but_several_rows_per_unit_says_how_to_fix_it() -> None:
+    with pytest.raises(RatingsError, match="name the session column"):
+        analyze(small(), worker="worker", unit="episode", arm="arm", metrics=METRICS)
+
+
+def test_a_constant_worker_without_a_qc_arm_is_kept_with_a_warning() -> None:
+    df = small()
+    df.loc[df["worker"] == "w3", METRICS] = 50
+    res = analyze(df, **SYN)
+    assert any("1 worker(s) gave the same score to everything (w3)" in w for w in res["warnings"])
+    assert res["design"]["workers"] == df["worker"].nunique()  # kept, as the warning says
+
+
+def test_with_a_qc_arm_a_constant_worker_fails_qc_instead() -> None:
+    df = synthetic_ratings(300, seed=21, careless_rate=0.0)
+    df.loc[df["worker"] == "w3", METRICS] = 50
+    res = analyze(df, qc_arm="qc", **SYN)
+    assert res["qc"]["failed_reasons"]["w3"] == "zero variance"
+    assert not any("same score to everything" in w for w in res["warnings"])
+
+
+def test_a_metric_missing_in_one_arm_warns_that_its_overall_score_is_not_comparable() -> None:
+    df = small().astype({"memorability": float})
+    df.loc[df["arm"] == "update", "memorability"] = np.nan
+    res = analyze(df, **SYN)
+    (warning,) = [w for w in res["warnings"] if "'memorability' has no scores for arm(s)" in w]
+    assert "['update']" in warning and "other 4 metric(s)" in warning
+
+
+def test_an_empty_metric_is_named_in_a_warning() -> None:
+    df = small().astype({"humanness": float})
+    df["humanness"] = np.nan
+    res = analyze(df, **SYN)
+    assert any("metric(s) ['humanness'] have no scores at all" in w for w in res["warnings"])
+
+
+def test_scores_on_a_1_to_5_scale_are_flagged() -> None:
+    df = small()
+    df[METRICS] = (df[METRICS] // 25 + 1).clip(1, 5)
+    res = analyze(df, **SYN)
+    assert any("looks like a 1-5 rating scale, not 0-100 sliders" in w for w in res["warnings"])
+    assert not any("rating scale" in w for w in analyze(small(), **SYN)["warnings"])
+
+
+def test_a_directory_given_as_the_csv_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(RatingsError, match="is a directory, not a CSV file"):
+        read_csv(tmp_path)
+    assert main(["report", str(tmp_path), "--worker", "w", "--unit", "u", "--arm", "a", "--metrics", "m"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_a_missing_or_binary_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(RatingsError, match="no such file"):
+        read_csv(tmp_path / "nope.csv")
+    binary = tmp_path / "ratings.csv"
+    binary.write_bytes(b"\xff\xfe\x00w\x00o\x00r\x00k\x00e\x00r")
+    with pytest.raises(RatingsError, match="not a readable CSV file"):
+        read_csv(binary)
+
+
+def test_units_with_equal_raw_means_get_exactly_equal_z_so_rank_tests_see_the_tie() -> None:
+    # One worker, two units whose integer scores are permutations of each other: equal raw means. Averaging the
+    # worker's (rounded) per-rating z-scores gives unequal floats for these values; z of the raw mean does not.
+    a = [8, 82, 71, 30, 79, 97, 80, 69, 32, 61]
+    b = [30, 69, 82, 71, 80, 97, 61, 8, 32, 79]
+    c = [17, 0, 43, 75, 29, 86, 20, 14, 39, 71]
+    rows = []
+    for unit, arm, scores in (("u1", "x", a), ("u2", "y", b), ("u3", "z", c)):
+        for s in (0, 1):
+            rows.append({"w": "w1", "u": unit, "a": arm, "s": s + 1, **{f"m{k}": scores[5 * s + k] for k in range(5)}})
+    df = pd.DataFrame(rows)
+    spec = AnalysisSpec(worker="w", unit="u", arm="a", session="s", metrics=tuple(f"m{k}" for k in range(5)))
+    units = prepare(df, spec).units.set_index("_arm")
+    assert units.loc["x", "z_overall"] == units.loc["y", "z_overall"]
+    values = np.array(a + b + c, dtype=float)
+    z = np.round((values - values.mean()) / (values.std(ddof=1) + 1e-6), 12)
+    assert np.round(z[:10].mean(), 12) != np.round(z[10:20].mean(), 12)  # the old way breaks the tie
+
+
+def test_latex_escapes_less_than_and_prints_minus_signs() -> None:
+    res = analyze(small(), **SYN)
+    tex = writers.to_latex(res)
+    body = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
+    assert "$<$0.001" in body and "<" not in body.replace("$<$", "")  # p < 0.001 in the pairwise table
+    assert r"p \textless{} 0.05" in body  # in the captions' text
+    assert "$-$0." in body  # negative z-scores and differences
+    assert " -0." not in body and "& -" not in body
+
+
+def test_latex_says_how_to_compile_non_ascii_names() -> None:
+    df = small()
+    df["arm"] = df["arm"].replace({"update": "память"})
+    tex = writers.to_latex(analyze(df, **SYN))
+    assert "память" in tex and "xelatex or lualatex" in tex

@@ -1,0 +1,105 @@
+"""What a claim and a submit cost in SQL statements, so the cost cannot creep back (issue 12, item 6).
+
+A claim used to be 10 statements and swept the queue's expired leases every time. The counts below
+include BEGIN/COMMIT (Django logs them) and are the whole cost as a view pays it: ``transaction=True``
+so no test transaction wraps the calls in savepoints. PostgreSQL takes the one-statement paths of
+``annotation.services``; SQLite the ORM path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from annotation import services
+from annotation.models import Assignment, Item, Queue
+from annotation.sources import add_items
+
+from .conftest import pair_spec
+
+# statements per call, BEGIN/COMMIT included
+CLAIM = {"postgresql": 1, "sqlite": 5}
+SUBMIT = {"postgresql": 1, "sqlite": 6}
+# the submit that brings an item to N labels also reads the votes and stores gold
+SUBMIT_COMPLETING = {"postgresql": 3, "sqlite": 7}
+
+
+def statements(call: Callable[[], Any]) -> tuple[Any, list[str]]:
+    with CaptureQueriesContext(connection) as ctx:
+        result = call()
+    return result, [q["sql"] for q in ctx.captured_queries]
+
+
+def queue_with_stale_leases(make_annotators: Callable[..., list[User]], n_items: int, n_stale: int) -> Queue:
+    """A pairs queue (N=3) where ``n_stale`` other annotators hold leases that expired a minute ago.
+
+    The queue was swept a moment ago, so no claim is due to sweep it for another SWEEP_INTERVAL.
+    """
+    queue = Queue.objects.create(name=f"{n_items} items", kind=Queue.Kind.PAIRS, labels_per_item=3)
+    add_items(queue, [pair_spec(f"m{k}", f"s{k}") for k in range(n_items)])
+    holders = make_annotators(n_stale, prefix=f"holder{n_items}-")
+    for user in holders:
+        assert services.claim_next_item(queue, user) is not None
+    Assignment.objects.filter(queue=queue).update(expires_at=timezone.now() - dt.timedelta(minutes=1))
+    Queue.objects.filter(pk=queue.pk).update(swept_at=timezone.now())
+    queue.refresh_from_db()
+    return queue
+
+
+def expected(counts: dict[str, int]) -> int:
+    if connection.vendor not in counts:
+        pytest.skip(f"no statement budget recorded for {connection.vendor}")
+    return counts[connection.vendor]
+
+
+@pytest.mark.django_db(transaction=True)
+class ClaimCost:
+    def test_a_claim_costs_the_same_few_statements_however_many_leases_have_expired(self, make_annotators):
+        for n_items, n_stale in ((5, 1), (40, 30)):
+            queue = queue_with_stale_leases(make_annotators, n_items, n_stale)
+            (user,) = make_annotators(1, prefix=f"new{n_items}-")
+            assignment, sql = statements(lambda q=queue, u=user: services.claim_next_item(q, u))
+            assert assignment is not None
+            assert len(sql) == expected(CLAIM), "\n".join(sql)
+            # the stale leases were left for the next due sweep, not swept on this claim's path
+            assert Assignment.objects.filter(queue=queue, status=Assignment.Status.EXPIRED).count() == 0
+
+    def test_asking_again_for_the_held_item_is_cheap_too(self, make_annotators):
+        queue = queue_with_stale_leases(make_annotators, 5, 1)
+        (user,) = make_annotators(1, prefix="again-")
+        first = services.claim_next_item(queue, user)
+        again, sql = statements(lambda: services.claim_next_item(queue, user))
+        assert again.pk == first.pk
+        assert len(sql) <= expected(CLAIM) + 1, "\n".join(sql)
+
+    def test_a_pair_submit_costs_a_fixed_number_of_statements(self, make_annotators):
+        queue = queue_with_stale_leases(make_annotators, 5, 0)
+        first, second, third = make_annotators(3, prefix="sub-")
+        held = [services.claim_next_item(queue, u) for u in (first, second, third)]
+        assert len({a.item_id for a in held}) == 1  # breadth-first: all three on the same item
+        for user, assignment in ((first, held[0]), (second, held[1])):
+            _, sql = statements(lambda u=user, a=assignment: services.submit_label(a.pk, annotator=u, op="APPEND"))
+            assert len(sql) == expected(SUBMIT), "\n".join(sql)
+        result, sql = statements(lambda: services.submit_label(held[2].pk, annotator=third, op="APPEND"))
+        assert len(sql) == expected(SUBMIT_COMPLETING), "\n".join(sql)
+        item = Item.objects.get(pk=held[2].item_id)
+        assert (item.status, item.gold_label, item.done_count, item.in_flight) == ("complete", "APPEND", 3, 0)
+        assert result.created and result.label.revision == 3
+
+
+# The same class runs in the SQLite pass and, marked, in the PostgreSQL pass.
+class TestClaimCostOnTheDefaultDatabase(ClaimCost):
+    pass
+
+
+@pytest.mark.postgres
+class TestClaimCostOnPostgres(ClaimCost):
+    def test_it_runs_on_postgresql(self):
+        assert connection.vendor == "postgresql"

@@ -1,0 +1,100 @@
+"""How chat work leaves the request: background jobs, and pushes to the sockets of a session.
+
+Two kinds of plumbing, neither of which knows what a reply or a memory update is:
+
+* :func:`dispatch` runs a job the way the deployment wants (``settings.CHAT_JOB_MODE``): as a Celery
+  task on the workers (production), in a small thread pool of the web process (embedded: eager Celery
+  would run inside the socket's consumer and nothing would stream), or inline (tests). Tasks are named,
+  not imported, so the workflows in ``chat.services`` do not import ``chat.tasks``, which imports them.
+* :func:`broadcast` pushes an HTML fragment to every socket of a chat session through the channel
+  layer. Job threads have no event loop of their own; the consumer registers the server's loop
+  (:func:`register_event_loop`) and pushes from threads are scheduled on it, because the in-memory
+  channel layer is not thread-safe across event loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import async_to_sync
+from celery import signature
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+
+_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
+_main_loop: asyncio.AbstractEventLoop | None = None
+
+
+def group_name(session_id: int) -> str:
+    """The channel-layer group of a chat session's sockets."""
+    return f"chat-session-{session_id}"
+
+
+def job_mode() -> str:
+    """``celery`` (workers), ``thread`` (embedded: eager Celery would block the socket) or ``inline``."""
+    if settings.CHAT_JOB_MODE:
+        return str(settings.CHAT_JOB_MODE)
+    return "thread" if settings.CELERY_TASK_ALWAYS_EAGER else "celery"
+
+
+def retry_delays() -> list[float]:
+    """Seconds of back-off before each retry of a chat job (``settings.CHAT_RETRY_DELAYS``)."""
+    return [float(x) for x in settings.CHAT_RETRY_DELAYS]
+
+
+def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object]) -> None:
+    """Run a job: the Celery task ``task_name`` on the workers, or ``local(job_id)`` in this process
+    (a pool thread, or inline). ``local`` is what the task itself runs, plus the retries that Celery
+    would otherwise do."""
+    mode = job_mode()
+    if mode == "celery":
+        signature(task_name, args=(job_id,)).delay()
+    elif mode == "thread":
+        _executor.submit(_guarded, local, job_id)
+    else:
+        local(job_id)
+
+
+def _guarded(fn: Callable[[int], object], job_id: int) -> None:
+    try:
+        fn(job_id)
+    except Exception:  # nobody waits for a pool thread: log it, the database keeps the state
+        log.exception("background job %s(%r) failed", getattr(fn, "__name__", fn), job_id)
+    finally:
+        close_old_connections()
+
+
+def register_event_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the consumer: broadcasts from job threads are scheduled on the server's loop."""
+    global _main_loop
+    _main_loop = loop
+
+
+def broadcast(session_id: int, html: str) -> None:
+    """Push an HTML fragment to every socket of the session (best effort: the database is the truth)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = {"type": "chat.event", "html": html}
+    group = group_name(session_id)
+    loop = _main_loop
+    try:
+        if loop is not None and loop.is_running() and not _in_loop(loop):
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop).result(timeout=5)
+        else:
+            async_to_sync(layer.group_send)(group, event)
+    except Exception:  # a dropped push is recovered by the browser's next resume
+        log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

@@ -1,0 +1,327 @@
+"""``memgpt``: self-editing memory in the style of MemGPT / Letta (Packer et al. 2023, arXiv 2310.08560).
+
+Core memory: two in-context blocks, ``persona`` (the bot) and ``human`` (the user), each limited to
+2,000 characters (MemGPT's ``CORE_MEMORY_*_CHAR_LIMIT``), always in the reply prompt. The model edits
+them with ``core_memory_append(label, content)`` and ``core_memory_replace(label, old_content,
+new_content)`` (empty new content deletes), and stores facts with ``archival_memory_insert(content)``
+into archival memory, an embedding-searched store (Letta's function set, Apache-2.0,
+``letta/functions/function_sets/base.py``: same names, arguments and semantics).
+
+Platform choices (compose() may not call the LLM):
+- The memory edits run in a separate call after each reply (``edit_timing="turn"``, as MemGPT edits
+  during the conversation) or once at the end of the session (``"session"``), not inside the reply
+  call: the reply is streamed as plain text. This is Letta's "sleep-time" arrangement.
+- Archival search is done for the model: each reply prompt holds the top-k archival entries for the
+  user's message (MemGPT lets the agent decide to call ``archival_memory_search``).
+- Actions are tool calls where the LLM supports them (``action_format="auto"``/``"tools"``); otherwise,
+  or when the endpoint refuses tools, the same functions are asked for as a JSON list.
+- Recall memory (``conversation_search``) and heartbeats (chained calls) are not implemented.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
+from memory.llm import LLMError, LLMTransientError, ToolCall
+from memory.systems.common import SHORT_REPLIES, embed_texts, fallback, iso, render_lines, top_k, turn_time
+from memory.systems.prompts import system_prompt
+
+LABELS = ("persona", "human")
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "core_memory_append",
+            "description": "Append to the contents of core memory.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "label": {
+                        "type": "string",
+                        "enum": list(LABELS),
+                        "description": "Section of the memory to be edited.",
+                    },
+                    "content": {"type": "string", "description": "Content to write to the memory."},
+                },
+                "required": ["label", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "core_memory_replace",
+            "description": "Replace the contents of core memory. To delete memories, use an empty string for new_content.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "label": {
+                        "type": "string",
+                        "enum": list(LABELS),
+                        "description": "Section of the memory to be edited.",
+                    },
+                    "old_content": {"type": "string", "description": "String to replace. Must be an exact match."},
+                    "new_content": {"type": "string", "description": "Content to write to the memory."},
+                },
+                "required": ["label", "old_content", "new_content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "archival_memory_insert",
+            "description": "Add information to long-term archival memory for later retrieval. Store self-contained "
+            "facts or summaries, not conversational fragments.",
+            "parameters": {
+                "type": "object",
+                "properties": {"content": {"type": "string", "description": "The information to store."}},
+                "required": ["content"],
+            },
+        },
+    },
+]
+FUNCTIONS = {t["function"]["name"] for t in TOOLS}
+
+EDIT_SYSTEM = (
+    "You are the memory manager of a chatbot that talks with one user over many sessions. The chatbot's core "
+    "memory has two blocks that are always in its context: 'persona' (who the chatbot is) and 'human' (what it "
+    "knows about the user). Each block holds at most {limit} characters. Keep the human block up to date with "
+    "the user's name, facts, preferences, plans and changes (replace what is no longer true); store details that "
+    "do not fit the core memory in archival memory. Edit memory only through the functions. If nothing needs "
+    "to change, call no function."
+)
+JSON_INSTRUCTION = (
+    "Answer with a JSON list of function calls and nothing else, like:\n"
+    '[{{"function": "core_memory_append", "arguments": {{"label": "human", "content": "Has a dog named Rex."}}}}]\n'
+    "Functions: core_memory_append(label, content); core_memory_replace(label, old_content, new_content) "
+    '(new_content "" deletes); archival_memory_insert(content). Labels: persona, human. '
+    "Answer [] if nothing needs to change."
+)
+
+
+def render_core(state: dict[str, Any], limit: int) -> str:
+    """The core memory as MemGPT shows it in context: one tagged block per label with its size."""
+    return "\n".join(
+        f'<{label} characters="{len(state.get(label, ""))}/{limit}">\n{state.get(label, "")}\n</{label}>'
+        for label in LABELS
+    )
+
+
+def parse_actions(reply: str | None) -> list[ToolCall] | None:
+    """The JSON action format: ``[{"function": name, "arguments": {...}}]`` (or one such object);
+    None if the reply holds no such JSON."""
+    if reply is None:
+        return None
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip(), flags=re.MULTILINE).strip()
+    start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    end = max(text.rfind("]"), text.rfind("}"))
+    try:
+        value = json.loads(text[start : end + 1])
+    except (json.JSONDecodeError, ValueError):
+        return None
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        name = item.get("function") or item.get("name")
+        args = item.get("arguments", {})
+        if not isinstance(name, str) or not isinstance(args, dict):
+            return None
+        out.append(ToolCall(name=name, arguments=args))
+    return out
+
+
+def apply_action(state: dict[str, Any], call: ToolCall, *, limit: int, now: str) -> tuple[dict[str, Any], str | None]:
+    """Apply one function call (pure). Returns (new state, error); on error the state is unchanged,
+    as Letta returns the error to the agent instead of editing."""
+    args = call.arguments
+    if call.name not in FUNCTIONS:
+        return state, f"unknown function {call.name!r}"
+    if call.name == "archival_memory_insert":
+        content = str(args.get("content") or "").strip()
+        if not content:
+            return state, "archival_memory_insert without content"
+        next_id = int(state["next_id"])
+        entry = {"id": next_id, "text": content, "created": now}
+        return {**state, "archive": [*state["archive"], entry], "next_id": next_id + 1}, None
+    label = args.get("label")
+    if label not in LABELS:
+        return state, f"{call.name}: no core memory block {label!r}"
+    current = str(state.get(label, ""))
+    if call.name == "core_memory_append":
+        content = str(args.get("content") or "").strip()
+        if not content:
+            return state, "core_memory_append without content"
+        value = f"{current}\n{content}" if current else content
+    else:
+        old = str(args.get("old_content") or "")
+        if not old or old not in current:
+            return state, f"core_memory_replace: {old!r} not found in {label}"
+        value = current.replace(old, str(args.get("new_content") or ""))
+        value = "\n".join(line for line in value.split("\n") if line.strip())
+    if len(value) > limit:
+        return state, f"{call.name}: {label} would hold {len(value)} characters > {limit}"
+    return {**state, label: value}, None
+
+
+class MemGPT(BaseSystem):
+    name = "memgpt"
+    label = "MemGPT / Letta (self-editing core memory)"
+    source = (
+        "Packer et al. 2023 (arXiv 2310.08560) §2; Letta function set letta/functions/function_sets/base.py "
+        "(Apache-2.0)"
+    )
+    params = {
+        "persona": Param(
+            "I am a friendly chatbot. I like hearing about people's lives and I remember what they tell me.",
+            "Initial persona block.",
+            "ours (MemGPT ships example personas; a study sets its own)",
+        ),
+        "human": Param(
+            "",
+            "Initial human block (what the bot knows about the user at the start).",
+            "ours (MemGPT: a human template)",
+        ),
+        "core_limit": Param(
+            2000,
+            "Characters per core memory block.",
+            "MemGPT memgpt/constants.py CORE_MEMORY_PERSONA/HUMAN_CHAR_LIMIT = 2000",
+        ),
+        "archival_k": Param(
+            5,
+            "Archival entries shown per reply (searched with the user's message).",
+            "ours (MemGPT pages archival search results)",
+        ),
+        "edit_timing": Param(
+            "turn",
+            "turn: an edit call after every reply; session: one at the session end.",
+            "turn follows MemGPT (edits during the conversation); session is cheaper",
+        ),
+        "action_format": Param(
+            "auto",
+            "auto: tool calls if the LLM supports them, else JSON; tools; json.",
+            "issue 13: tool calls where the endpoint has them, JSON otherwise",
+        ),
+        "edit_max_tokens": Param(300, "Token budget of a memory-edit call.", "ours"),
+        "short_replies": Param(
+            True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
+        ),
+    }
+
+    def initial_state(self) -> dict[str, Any]:
+        return {
+            "persona": str(self.p["persona"]),
+            "human": str(self.p["human"]),
+            "archive": [],
+            "next_id": 0,
+            "sessions": 0,
+        }
+
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        state = {**self.initial_state(), **state}
+        query = next((t.text for t in reversed(session) if t.speaker == "user"), "")
+        archive = state["archive"]
+        found: list[str] = []
+        if archive and query.strip():
+            vectors = embed_texts(self.embedder, [query, *(e["text"] for e in archive)])
+            found = [archive[i]["text"] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["archival_k"]))]
+        block = "Core memory (always in context):\n" + render_core(state, int(self.p["core_limit"]))
+        if found:
+            block += "\n\nArchival memory search results for the user's message:\n" + render_lines(found)
+        if self.p["short_replies"]:
+            block += f"\n\n{SHORT_REPLIES}"
+        shown = [f"{label}: {line}" for label in LABELS for line in state[label].split("\n") if line.strip()]
+        return Prompt(
+            [ChatMessage("system", system_prompt(now, block)), *chat_turns(session)],
+            memory=shown + [f"archival: {x}" for x in found],
+        )
+
+    def use_tools(self) -> bool:
+        fmt = self.p["action_format"]
+        if fmt not in ("auto", "tools", "json"):
+            raise ValueError(f"memgpt: action_format must be auto, tools or json, not {fmt!r}")
+        return fmt == "tools" or (fmt == "auto" and bool(getattr(self.llm, "supports_tools", False)))
+
+    def actions(self, messages: list[dict[str, str]], trace: dict[str, Any]) -> list[ToolCall]:
+        """The function calls of one edit step: as tool calls, or parsed from the JSON format."""
+        if self.llm is None:
+            fallback(trace, "memgpt_edit", "no LLM configured")
+            return []
+        budget = int(self.p["edit_max_tokens"])
+        if self.use_tools():
+            try:
+                out = self.llm.complete(
+                    messages, max_tokens=budget, temperature=0.0, purpose="memgpt_edit", tools=TOOLS
+                )
+            except LLMTransientError:
+                raise
+            except LLMError as exc:
+                fallback(trace, "memgpt_edit", f"tool call refused ({exc}): asked for the JSON format instead")
+            else:
+                if out.tool_calls:
+                    return out.tool_calls
+                parsed = parse_actions(out.text)  # some endpoints put the calls in the text
+                return parsed or []
+        json_messages = [
+            *messages[:-1],
+            {"role": "user", "content": f"{messages[-1]['content']}\n\n{JSON_INSTRUCTION}"},
+        ]
+        try:
+            text = self.llm.complete(json_messages, max_tokens=budget, temperature=0.0, purpose="memgpt_edit").text
+        except LLMTransientError:
+            raise
+        except LLMError as exc:
+            fallback(trace, "memgpt_edit", f"LLM error: {exc}")
+            return []
+        parsed = parse_actions(text)
+        if parsed is None:
+            fallback(trace, "memgpt_edit", "no JSON action list in the reply: memory unchanged", text)
+            return []
+        return parsed
+
+    def edit(
+        self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]
+    ) -> dict[str, Any]:
+        state = {**self.initial_state(), **state}
+        limit = int(self.p["core_limit"])
+        messages = [
+            {"role": "system", "content": EDIT_SYSTEM.format(limit=limit)},
+            {
+                "role": "user",
+                "content": f"Core memory:\n{render_core(state, limit)}\n\n"
+                f"New messages ({now:%Y-%m-%d}):\n{transcript(turns, user='User', bot='Chatbot')}",
+            },
+        ]
+        for call in self.actions(messages, trace):
+            state, error = apply_action(state, call, limit=limit, now=iso(now))
+            trace.setdefault("actions", []).append({**call.as_dict(), "error": error or ""})
+            if error:
+                fallback(trace, "memgpt_edit", f"action not applied: {error}", json.dumps(call.as_dict()))
+        return state
+
+    def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        if self.p["edit_timing"] != "turn" or len(session) < 2 or session[-1].speaker != "bot":
+            return Update(state=state, trace=trace)
+        return Update(state=self.edit(state, session[-2:], turn_time(session[-1], now), trace), trace=trace)
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        trace: dict[str, Any] = {"fallbacks": []}
+        state = {**self.initial_state(), **state}
+        if self.p["edit_timing"] == "session" and session:
+            state = self.edit(state, session, now, trace)
+        elif self.p["edit_timing"] not in ("turn", "session"):
+            raise ValueError(f"memgpt: edit_timing must be turn or session, not {self.p['edit_timing']!r}")
+        state["sessions"] = int(state.get("sessions", 0)) + 1
+        trace["core_after"] = {label: state[label] for label in LABELS}
+        return Update(state=state, trace=trace)

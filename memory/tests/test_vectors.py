@@ -1,0 +1,230 @@
+"""Embeddings kept with the state (memory/vectors.py): each memory item is embedded once, when it is
+written; compose() embeds the query only; a block that does not match its texts is never trusted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory import vectors
+from memory.base import Turn
+from memory.embed import HashingEmbedder
+from memory.registry import build_system
+from memory.systems.memorybank import units
+from memory.tests.dialogue import SESSIONS, run_dialogue
+from memory.tests.fake_llm import fake_llm
+
+NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
+EMBEDDING_ARMS = ["ld_agent", "memory_accumulate", "memory_update", "memorybank", "tim"]
+
+
+class CountingEmbedder:
+    """The hashing embedder, recording every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder()
+        self.name = self.inner.name
+        self.dim = self.inner.dim
+        self.texts: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.texts += list(texts)
+        return self.inner.embed(texts)
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    vectors.CACHE.clear()
+    yield
+    vectors.CACHE.clear()
+
+
+def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(state))
+
+
+def params(name: str) -> dict[str, Any]:
+    return {"forgetting": False} if name == "memorybank" else {}
+
+
+def built_state(name: str, embedder: CountingEmbedder) -> dict[str, Any]:
+    """The state after the scripted 4 first sessions, written by the arm itself."""
+    llm = fake_llm()
+    run = run_dialogue(build_system(name, llm=llm, embedder=embedder, **params(name)), llm, SESSIONS[:4])
+    return run.states[-1]
+
+
+def stored_texts(name: str, state: dict[str, Any]) -> list[str]:
+    if name == "tim":
+        return [t["text"] for t in state["thoughts"]]
+    if name == "ld_agent":
+        return [e["summary"] for e in [*state["long_term"], *([state["pending"]] if state["pending"] else [])]]
+    if name == "memorybank":
+        return [text for _, text in units(state)]
+    return list(state["memory"])
+
+
+@pytest.mark.parametrize("name", EMBEDDING_ARMS)
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+def test_compose_embeds_the_query_and_no_stored_item(name: str, cache: str) -> None:
+    embedder = CountingEmbedder()
+    state = roundtrip(built_state(name, embedder))
+    assert state["vectors"]["count"] == len(stored_texts(name, state)) > 0
+    if cache == "cold":
+        vectors.CACHE.clear()  # a new process: the block is decoded, not re-embedded
+    embedder.texts.clear()
+    system = build_system(name, llm=fake_llm(), embedder=embedder, **params(name))
+    at = NOW + timedelta(days=28, minutes=1)
+    system.compose(state, [Turn("user", "Do you remember my dog Rex?", at)], at)
+    assert len(embedder.texts) == 1, embedder.texts
+    assert not set(embedder.texts) & set(stored_texts(name, state))
+
+
+@pytest.mark.parametrize("name", EMBEDDING_ARMS)
+def test_each_stored_item_is_embedded_once_over_a_whole_dialogue(name: str) -> None:
+    embedder = CountingEmbedder()
+    state = built_state(name, embedder)
+    items = stored_texts(name, state)
+    embedded_items = [t for t in embedder.texts if t in set(items)]
+    assert sorted(embedded_items) == sorted(set(embedded_items)), "an item was embedded twice"
+
+
+@pytest.mark.parametrize("name", EMBEDDING_ARMS)
+def test_a_state_without_vectors_is_embedded_once_per_process_and_answers_the_same(name: str) -> None:
+    embedder = CountingEmbedder()
+    state = roundtrip(built_state(name, embedder))
+    system = build_system(name, llm=fake_llm(), embedder=embedder, **params(name))
+    at = NOW + timedelta(days=28, minutes=1)
+    turn = [Turn("user", "Do you remember my dog Rex?", at)]
+    with_block = system.compose(state, turn, at)
+    legacy = {k: v for k, v in state.items() if k != "vectors"}  # a state written before vectors were kept
+    vectors.CACHE.clear()
+    embedder.texts.clear()
+    first = system.compose(legacy, turn, at)
+    assert len(embedder.texts) == len(set(stored_texts(name, state))) + 1
+    embedder.texts.clear()
+    second = system.compose(legacy, turn, at)
+    assert len(embedder.texts) == 1
+    assert first.memory == second.memory == with_block.memory
+
+
+def test_a_block_that_does_not_match_its_texts_is_not_trusted() -> None:
+    embedder = CountingEmbedder()
+    texts = ["The user has a dog named Rex.", "The user works at a bakery."]
+    block = vectors.extend(None, texts, embedder).block()
+    edited = ["The user has a cat named Tom.", "The user works at a bakery."]  # edited behind the arm's back
+    got = vectors.load(block, edited, embedder)
+    assert np.array_equal(got.matrix, vectors.as_stored(HashingEmbedder().embed(edited)))
+    vectors.CACHE.clear()
+    assert np.array_equal(vectors.load(block, edited, embedder).matrix, got.matrix)  # digest check on decode
+
+
+def test_a_malformed_block_is_reported_and_the_texts_are_embedded_instead(caplog: pytest.LogCaptureFixture) -> None:
+    embedder = CountingEmbedder()
+    texts = ["The user has a dog named Rex."]
+    block = dict(vectors.extend(None, texts, embedder).block())
+    vectors.CACHE.clear()
+    block["data"] = block["data"][:-8]
+    with pytest.raises(vectors.VectorBlockError, match="bytes"):
+        vectors.decode(block)
+    got = vectors.load(block, texts, embedder)
+    assert np.array_equal(got.matrix, vectors.as_stored(HashingEmbedder().embed(texts)))
+    assert "vector block ignored" in caplog.text
+    with pytest.raises(vectors.VectorBlockError, match="malformed"):
+        vectors.decode({"count": 1, "dim": 2, "data": "not base64!"})
+    with pytest.raises(vectors.VectorBlockError, match="dtype"):
+        vectors.decode({"count": 0, "dim": 2, "data": "", "dtype": "float64"})
+
+
+def test_the_block_round_trips_float16_values_exactly() -> None:
+    embedder = HashingEmbedder()
+    texts = ["one fact", "another fact", "one fact"]
+    vecs = vectors.extend(None, texts, embedder)
+    block = roundtrip(vecs.block())
+    assert block["count"] == 3 and block["dim"] == embedder.dim and block["dtype"] == "float16"
+    assert np.array_equal(vectors.decode(block), vecs.matrix)
+    assert np.array_equal(vecs.matrix, vectors.as_stored(embedder.embed(texts)))
+    assert len(block["data"]) == 4 * ((3 * embedder.dim * 2 + 2) // 3)
+
+
+def test_extend_embeds_only_the_new_texts_and_keeps_the_order_asked() -> None:
+    embedder = CountingEmbedder()
+    base = vectors.extend(None, ["a dog", "a cat"], embedder)
+    embedder.texts.clear()
+    grown = vectors.extend(base, ["a cat", "a bird", "a dog", "a bird"], embedder)
+    assert embedder.texts == ["a bird"]
+    assert grown.texts == ("a cat", "a bird", "a dog", "a bird")
+    assert np.array_equal(grown.matrix[0], base.matrix[1]) and np.array_equal(grown.matrix[2], base.matrix[0])
+    assert vectors.extend(grown, grown.texts, embedder) is grown
+
+
+def test_rows_are_a_view_for_a_prefix_and_none_for_an_unknown_text() -> None:
+    vecs = vectors.extend(None, ["a", "b", "c"], HashingEmbedder())
+    rows = vecs.rows(["a", "b"])
+    assert rows is not None and rows.base is not None and np.array_equal(rows, vecs.matrix[:2])
+    picked = vecs.rows(["c", "a"])
+    assert picked is not None and np.array_equal(picked, vecs.matrix[[2, 0]])
+    assert vecs.rows(["a", "z"]) is None
+
+
+def test_the_cache_keeps_at_most_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = 10 * 256 * (4 + 2)  # float32 and float16 copies of 10 rows
+    cache = vectors._Cache(max_bytes=3 * entry)
+    for i in range(5):
+        cache.put(vectors.Vectors("m", [f"t{i}-{j}" for j in range(10)], np.zeros((10, 256), dtype=np.float16)))
+    assert sum(v.nbytes for v in cache._items.values()) <= cache.max_bytes
+    assert len(cache._items) == 3
+    monkeypatch.setenv("MEMEVAL_VECTOR_CACHE_MB", "lots")
+    with pytest.raises(ValueError, match="MEMEVAL_VECTOR_CACHE_MB"):
+        vectors._max_bytes()
+
+
+def test_a_cached_entry_is_served_only_for_its_own_texts() -> None:
+    embedder = CountingEmbedder()
+    block = vectors.extend(None, ["a dog"], embedder).block()
+    forged = {**block}  # same digest and count, other texts
+    embedder.texts.clear()
+    got = vectors.load(forged, ["a cat"], embedder)
+    assert got.texts == ("a cat",) and embedder.texts == ["a cat"]
+
+
+def test_redacted_replaces_the_vector_data_with_a_note() -> None:
+    state = {"memory": ["a dog"], "vectors": vectors.extend(None, ["a dog"], HashingEmbedder()).block()}
+    shown = vectors.redacted(state)
+    assert shown["memory"] == ["a dog"] and "data" not in shown["vectors"]
+    assert shown["vectors"]["note"] == "1 x 256 float16 vectors (hashing-256), not shown"
+    assert "data" in state["vectors"]
+
+
+def test_an_append_adds_a_piece_to_the_block_and_a_removal_rewrites_it() -> None:
+    embedder = CountingEmbedder()
+    first = roundtrip(vectors.extend(None, ["a dog", "a cat"], embedder).block())
+    vectors.CACHE.clear()
+    loaded = vectors.load(first, ["a dog", "a cat"], embedder)
+    grown = vectors.extend(loaded, ["a dog", "a cat", "a bird"], embedder)
+    block = roundtrip(grown.block())
+    assert isinstance(block["data"], list) and block["data"][0] == first["data"] and len(block["data"]) == 2
+    assert np.array_equal(vectors.decode(block).astype(np.float32), grown.matrix)
+    shrunk = vectors.extend(grown, ["a cat", "a bird"], embedder).block()
+    assert isinstance(shrunk["data"], str)
+    many = loaded
+    for i in range(vectors.MAX_SEGMENTS + 1):
+        many = vectors.extend(many, [*many.texts, f"fact {i}"], embedder)
+    assert isinstance(many.block()["data"], str)  # compacted
+    assert np.array_equal(vectors.decode(many.block()).astype(np.float32), many.matrix)
+
+
+@pytest.mark.parametrize("name", ["ld_agent", "memory_accumulate", "memory_update"])
+def test_an_arm_without_an_embedder_still_updates_and_keeps_no_vectors(name: str) -> None:
+    llm = fake_llm()
+    system = build_system(name, llm=llm)
+    session = [Turn("user", "I have a dog named Rex.", NOW), Turn("bot", "Nice!", NOW)]
+    state = {**system.initial_state(), "vectors": {"stale": True}}
+    state = system.after_turn(state, session, NOW).state
+    update = system.end_session(state, session, NOW + timedelta(minutes=5))
+    assert "Rex" in json.dumps(update.state) and "vectors" not in update.state

@@ -1,0 +1,107 @@
+"""Planning before launch: the power simulation page and pre-registrations (services in reports.planning)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from analysis.spec import Family, RatingsError, Test
+from reports import planning, queries
+from reports.forms import PlanForm, RegisterForm
+from reports.models import ImportedDataset, Preregistration
+from studies.models import Study
+from studies.roles import researcher_required
+
+
+def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None) -> dict[str, Any]:
+    state = planning.plan_status(job) if job else None
+    return {
+        "study": study,
+        "design": planning.study_design(study),
+        "form": form,
+        "job": job if state is not None else None,
+        "state": state,
+        "register_form": RegisterForm(initial={"job": job or "", **_plan_choices(state)}),
+        "registrations": queries.preregistrations_for_study(study),
+    }
+
+
+def _plan_choices(state: dict[str, Any] | None) -> dict[str, Any]:
+    if state and state.get("status") == "done":
+        return {"test": state["plan"]["test"], "family": state["plan"]["family"]}
+    return {}
+
+
+def _datasets(study: Study) -> list[tuple[int, str]]:
+    return [(d.pk, d.name) for d in queries.datasets_for_study(study)]
+
+
+@require_http_methods(["GET", "POST"])
+@researcher_required
+def plan(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    form = PlanForm(request.POST or None, datasets=_datasets(study))
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = planning.start_plan(study, form.settings())
+        except (RatingsError, ImportedDataset.DoesNotExist) as exc:
+            form.add_error(None, f"The simulation could not start: {exc}")
+        else:
+            return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")
+    return render(request, "reports/plan.html", _context(request, study, form, request.GET.get("job")))
+
+
+@require_GET
+@researcher_required
+def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
+    """The result part of the page (polled by htmx while the simulation runs)."""
+    study = get_object_or_404(Study, slug=slug)
+    if planning.plan_status(key) is None:
+        raise Http404("no such simulation (it may have expired)")
+    ctx = _context(request, study, PlanForm(datasets=_datasets(study)), key)
+    return render(request, "reports/plan.html#result", ctx)
+
+
+@require_POST
+@researcher_required
+def register(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    form = RegisterForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
+        return redirect("reports:study_plan", study.slug)
+    state = planning.plan_status(form.cleaned_data["job"]) if form.cleaned_data["job"] else None
+    plan_result = state["plan"] if state and state.get("status") == "done" else None
+    try:
+        document = planning.preregistration_document(
+            study,
+            test=cast(Test, form.cleaned_data["test"]),
+            family=cast(Family, form.cleaned_data["family"]),
+            notes=form.cleaned_data["notes"],
+            plan=plan_result,
+        )
+    except RatingsError as exc:
+        messages.error(request, f"The registration could not be made: {exc}")
+        return redirect("reports:study_plan", study.slug)
+    entry = planning.register(study, document, request.user)
+    messages.success(
+        request,
+        f"Registered {entry.sha256[:12]}. The study's analysis is now checked against it; download it and deposit "
+        "it (e.g. on OSF) before launch.",
+    )
+    return redirect("reports:study_plan", study.slug)
+
+
+@require_GET
+@researcher_required
+def preregistration_file(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    study = get_object_or_404(Study, slug=slug)
+    entry = get_object_or_404(Preregistration, study=study, pk=pk)
+    response = JsonResponse(entry.content, json_dumps_params={"indent": 1, "ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{study.slug}-preregistration-{entry.sha256[:12]}.json"'
+    return response

@@ -1,0 +1,140 @@
+"""The planning page (power by simulation) and pre-registrations that the study's analysis checks itself against."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from analysis.prereg import digest
+from reports import planning
+from reports.models import Preregistration
+from studies.models import Study
+
+pytestmark = pytest.mark.django_db
+
+SMALL = {  # a quick simulation: few studies, small sizes, a large effect
+    "pilot": "assumed",
+    "worker_sd": 11.5,
+    "scale_sd": 0.2,
+    "episode_sd": 10,
+    "session_sd": 10,
+    "residual_sd": 22,
+    "careless_rate": 0.05,
+    "effect": 1.5,
+    "effect_unit": "latent",
+    "target": 0.8,
+    "test": "cluster-t",
+    "family": "metric",
+    "studies": 20,
+    "max_workers": 16,
+}
+
+
+class InlineExecutor:
+    """Runs the background job at once, so a test sees its result on the next request."""
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        fn(*args)
+
+
+@pytest.fixture(autouse=True)
+def _inline_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planning, "_executor", InlineExecutor())
+
+
+def plan_url(study: Study) -> str:
+    return reverse("reports:study_plan", args=[study.slug])
+
+
+def test_the_study_page_links_to_the_planning_page(researcher_client: Client, study: Study) -> None:
+    page = researcher_client.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert plan_url(study) in page
+
+
+def test_planning_and_registration_are_for_researchers_only(client: Client, study: Study, annotator: Any) -> None:
+    assert client.get(plan_url(study)).status_code == 302
+    client.force_login(annotator)
+    assert client.get(plan_url(study)).status_code == 403
+    assert client.post(plan_url(study), SMALL).status_code == 403
+    assert client.post(reverse("reports:study_register", args=[study.slug]), {"test": "cluster-t"}).status_code == 403
+    assert not Preregistration.objects.exists()
+
+
+def test_the_page_describes_the_study_design_it_simulates(researcher_client: Client, study: Study) -> None:
+    text = " ".join(researcher_client.get(plan_url(study)).content.decode().split())
+    assert "2 arms" in text and "2 episodes (each with a different arm)" in text and "5 metrics" in text
+    assert 'value="11.5"' in text  # the default components are offered
+
+
+def test_a_simulation_with_assumed_components_reports_the_workers_needed(
+    researcher_client: Client, study: Study
+) -> None:
+    response = researcher_client.post(plan_url(study), SMALL)
+    assert response.status_code == 302 and "?job=" in response["Location"]
+    page = researcher_client.get(response["Location"]).content.decode()
+    assert "Workers needed" in page and "Simulated power" in page
+    key = response["Location"].split("job=")[1].split("#")[0]
+    state = planning.plan_status(key)
+    assert state is not None and state["status"] == "done"
+    assert 16 in [p["workers"] for p in state["plan"]["curve"]]  # the study's default start, capped at 16
+    fragment = researcher_client.get(reverse("reports:study_plan_job", args=[study.slug, key])).content.decode()
+    assert 'id="plan-result"' in fragment and "<html" not in fragment and "every 2s" not in fragment
+
+
+def test_a_running_simulation_is_polled(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(planning, "_executor", type("Idle", (), {"submit": lambda self, *a: None})())
+    response = researcher_client.post(plan_url(study), SMALL)
+    page = researcher_client.get(response["Location"]).content.decode()
+    assert "Simulating studies of this design" in page and 'hx-trigger="every 2s"' in page
+
+
+def test_the_pilot_can_be_the_studys_own_ratings(researcher_client: Client, rated_study: Study) -> None:
+    response = researcher_client.post(plan_url(rated_study), {**SMALL, "pilot": "study"})
+    page = " ".join(researcher_client.get(response["Location"]).content.decode().split())
+    assert "Estimated from a pilot of 8 workers and 16 episodes" in page
+
+
+def test_a_pilot_without_ratings_fails_with_a_message(researcher_client: Client, study: Study) -> None:
+    response = researcher_client.post(plan_url(study), {**SMALL, "pilot": "study"})
+    page = researcher_client.get(response["Location"]).content.decode()
+    assert "The simulation failed: the pilot has no ratings" in page
+
+
+def test_bad_settings_are_refused_with_a_message(researcher_client: Client, study: Study) -> None:
+    page = researcher_client.post(plan_url(study), {**SMALL, "effect": 0, "target": 1.5}).content.decode()
+    assert page.count('class="error"') >= 2
+    assert "?job=" not in page
+
+
+def test_a_registration_is_frozen_hashed_and_checked_by_the_analysis(
+    researcher_client: Client, rated_study: Study
+) -> None:
+    job = researcher_client.post(plan_url(rated_study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    response = researcher_client.post(
+        reverse("reports:study_register", args=[rated_study.slug]),
+        {"test": "cluster-t", "family": "metric", "notes": "pasted messages exclude a worker", "job": job},
+    )
+    assert response.status_code == 302
+    entry = Preregistration.objects.get()
+    download = researcher_client.get(reverse("reports:preregistration", args=[rated_study.slug, entry.pk]))
+    doc = json.loads(download.content)
+    assert doc == entry.content and doc["sha256"] == entry.sha256 == digest(doc)
+    assert download["Content-Disposition"].endswith(f'-preregistration-{entry.sha256[:12]}.json"')
+    assert [a["name"] for a in doc["arms"]] == ["No memory", "Full history"]
+    assert doc["analysis"]["test"] == "cluster-t" and doc["planning"]["test"] == "cluster-t"
+    assert doc["exclusion_rules"]["notes"] == "pasted messages exclude a worker"
+
+    analysis_url = reverse("reports:study_analysis", args=[rated_study.slug])
+    page = " ".join(researcher_client.get(analysis_url).content.decode().split())
+    assert f"Pre-registration {entry.sha256[:12]}: the analysis settings match the registered ones." in page
+    export = json.loads(researcher_client.get(reverse("reports:study_export", args=[rated_study.slug, "json"])).content)
+    assert export["preregistration"]["matches"] and export["preregistration"]["sha256"] == entry.sha256
+    other = " ".join(researcher_client.get(analysis_url + "?test=welch").content.decode().split())
+    assert "the analysis departs from it (test: registered &#x27;cluster-t&#x27;, used &#x27;welch&#x27;)" in other
