@@ -228,7 +228,7 @@ def with_opener(prompt: Prompt, instruction: str) -> Prompt:
     """``prompt`` plus the instruction to open the session, as a final user-role message (the chat
     templates of most models need a user message before the assistant's; the bot's opening message
     then becomes the first turn of the session)."""
-    return Prompt([*prompt.messages, ChatMessage("user", instruction)], memory=list(prompt.memory))
+    return Prompt([*prompt.messages, ChatMessage("user", instruction)], memory=list(prompt.memory), reply=prompt.reply)
 
 
 class BaseSystem(ABC):

@@ -46,6 +46,9 @@ DATA_TAGS: tuple[str, ...] = (
     "traits",
     "context",
     "summaries",
+    "facts",
+    "persona",
+    "human",
 )
 
 #: One sentence for the instructions of every prompt that carries data blocks.
@@ -242,8 +245,13 @@ ECHO_MIN_WORDS = 15
 ECHO_SHARE = 0.4
 
 
-def echoes_prompt(output: str, messages: Iterable[Any]) -> PromptLeak | None:
-    """The longest prompt run in a memory-task ``output`` if the output echoes its prompt, else None."""
+def echoes_prompt(output: str, messages: Iterable[Any], *, structured: bool = False) -> PromptLeak | None:
+    """The longest prompt run in a memory-task ``output`` if the output echoes its prompt, else None.
+
+    ``structured``: the output is JSON in a format the prompt shows by example (mem0, A-Mem, MemGPT),
+    so a short answer shares most of its words with the example by construction; only a run of
+    ECHO_MIN_WORDS+ words (or a data tag) counts then. Example *contents* copied into the answer are
+    caught by the memory-write validation instead."""
     messages = list(messages)
     leaks = prompt_leaks(output, messages)
     if not leaks:
@@ -251,6 +259,8 @@ def echoes_prompt(output: str, messages: Iterable[Any]) -> PromptLeak | None:
     longest = max(leaks, key=lambda x: x.words)
     share = sum(x.words for x in leaks) / max(1, len(words(output)))
     tags = any(x.source == "data tag" for x in leaks)
+    if structured:
+        return longest if tags or longest.words >= ECHO_MIN_WORDS else None
     return longest if tags or longest.words >= ECHO_MIN_WORDS or share >= ECHO_SHARE else None
 
 

@@ -42,6 +42,7 @@ def ask(
     trace: dict[str, Any],
     temperature: float = 0.0,
     allow_cut: bool = False,
+    structured: bool = False,
 ) -> str | None:
     """One completion for a memory task; ``None`` (with a recorded fallback) when there is no usable
     output, so the caller keeps its previous state:
@@ -52,7 +53,8 @@ def ask(
       answer comes first (an operation label);
     - the output repeats the prompt's instructions (:func:`memory.hygiene.echoes_prompt`: a run of
       15+ words of them, or 7-word runs making up 40% of the output): a model that echoes its
-      prompt has not done the task.
+      prompt has not done the task. ``structured=True`` for JSON answers in a format the prompt
+      shows by example: only the long run counts then (see :func:`memory.hygiene.echoes_prompt`).
 
     Transient errors (timeouts, rate limits, 5xx) propagate: every update is a pure function of the
     stored state, so the caller (a Celery task) can retry the whole update safely."""
@@ -69,7 +71,7 @@ def ask(
     if out.finish_reason == FINISH_LENGTH and not allow_cut:
         fallback(trace, purpose, f"output cut at the token limit ({max_tokens} tokens): discarded", out.text)
         return None
-    leak = echoes_prompt(out.text, messages)
+    leak = echoes_prompt(out.text, messages, structured=structured)
     if leak is not None:
         fallback(
             trace, purpose, f"the output repeats the prompt ({leak.words} words: {leak.text!r}): discarded", out.text

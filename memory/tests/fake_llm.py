@@ -71,17 +71,17 @@ def fake_reply(messages: list[dict[str, str]]) -> str:
         return "Summary: " + " ".join(line.removeprefix("Summary: ") for line in lines[:6]) if lines else ""
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     if "Personal Information Organizer" in system:  # mem0 fact extraction
-        return json.dumps({"facts": _sentences(_between(text, "Input:\nuser: ", "\nassistant:"))})
+        return json.dumps({"facts": _sentences(_between(_block(text, "conversation"), "user: ", "\nassistant:"))})
     if "smart memory manager" in text:  # mem0 update (ADD / UPDATE / DELETE / NONE)
         return _mem0_update(text)
     if text.endswith("Updated summary:"):  # mem0 running summary
-        prev = _between(text, "Previous summary:\n", "\n\nNew messages")
-        new = " ".join(f"{x}." for x in re.findall(r"(?:^|\n)user: (.+)", text))
-        return (("" if prev == "(none)" else prev + " ") + new).strip()
+        prev = _block(text, "notes")
+        new = " ".join(f"The user said {x.rstrip('.!?')}." for x in re.findall(r"(?:^|\n)user: (.+)", text))
+        return ((prev + " " if prev else "") + new).strip()
     if text.startswith("Generate a structured analysis"):  # A-Mem note construction
-        content = text.rsplit("Content for analysis:", 1)[-1].strip()
+        content = _block(text, "conversation")
         words = _content_words(content)
-        return json.dumps({"keywords": words[:5], "context": content.split("\n")[0][:120], "tags": words[:3]})
+        return json.dumps({"keywords": words[:5], "context": "A talk about " + ", ".join(words[:3]), "tags": words[:3]})
     if "memory evolution agent" in text:  # A-Mem link generation and evolution
         return _a_mem_evolve(text)
     if "memory manager of a chatbot" in system:  # MemGPT memory edit, JSON action format
@@ -129,10 +129,8 @@ def _sentences(text: str) -> list[str]:
 def _mem0_update(text: str) -> str:
     """NONE for every old memory, UPDATE when a fact starts like it (first 3 words), DELETE when a
     fact says it is better and shares a content word with it; every unused fact is ADDed."""
-    old_part = re.search(r"```\n\s*(\[.*?\])\n\s*```", text, re.S)
-    old = ast.literal_eval(old_part.group(1)) if old_part and "current content of my memory" in text else []
-    facts_part = re.findall(r"```\n\s*(\[.*?\])\n\s*```", text, re.S)[-1]
-    facts = ast.literal_eval(facts_part)
+    old = json.loads(_block(text, "memory")) if "current content of my memory" in text else []
+    facts = json.loads(_block(text, "facts"))
     out, used = [], set()
     for m in old:
         event, new = "NONE", m["text"]
@@ -154,7 +152,7 @@ def _mem0_update(text: str) -> str:
 def _a_mem_evolve(text: str) -> str:
     """Evolve when a neighbour shares a keyword: link to it, and add the note's first keyword to the
     tags of every neighbour (contexts unchanged)."""
-    keywords = ast.literal_eval(re.search(r"\n\s*keywords: (\[.*?\])\n", text).group(1))
+    keywords = ast.literal_eval(re.search(r"keywords: <notes>(\[.*?\])</notes>", text).group(1))
     neighbours = re.findall(
         r"memory index:(\d+)\t.*?memory context: (.*?)\t memory keywords: (\[.*?\])\t memory tags: (\[.*?\])\n",
         text,
