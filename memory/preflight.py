@@ -40,7 +40,10 @@ from memory.embed import Embedder
 from memory.hygiene import ends_a_sentence, find_prompt_leak, ngram_overlap, normalized
 from memory.llm import FINISH_LENGTH, LLM, LLMError
 from memory.registry import MEMORY_SYSTEMS, build_system
+from memory.systems.a_mem import AMem
 from memory.systems.ld_agent import LDAgent
+from memory.systems.mem0 import Mem0
+from memory.systems.memgpt import MemGPT
 from memory.systems.memory_accumulate import EXAMPLES as SUMMARY_EXAMPLES
 from memory.systems.memory_accumulate import MemoryAccumulate
 from memory.systems.memory_update import OPS, MemoryUpdate
@@ -77,6 +80,16 @@ THRESHOLDS: dict[str, float] = {
     "organize_keeps_thoughts": 1.00,
     "organize_resolves_contradictions": 0.50,
     "personality_not_empty": 0.80,
+    "facts_not_empty": 0.80,
+    "facts_kept": 0.60,
+    "facts_not_a_copy": 0.80,
+    "facts_no_bot_facts": 0.80,
+    "note_context_usable": 0.80,
+    "note_context_not_a_copy": 0.80,
+    "edits_applied": 0.80,
+    "core_facts_kept": 0.60,
+    "core_no_bot_facts": 0.80,
+    "qc_needs_no_llm": 1.00,
     "probe_answers_in_prompt": 0.20,
     "probe_answers_recalled": 0.60,
     "reply_no_prompt_text": 1.00,
@@ -238,47 +251,67 @@ def operation_task(system: MemoryUpdate) -> Task:
             op, raw, fb = system.decide(pair["m"], pair["s"], trace)
         return {"m": pair["m"], "s": pair["s"], "gold": pair["label"], "op": op, "raw": raw, "fallback": fb}
 
-    def score(records: list[dict[str, Any]]) -> list[Check]:
-        ok = [r for r in records if "error" not in r]
-        answered = [r for r in ok if not r["fallback"]]
-        right = [r.get("op") == r.get("gold") and not r.get("fallback") for r in records]
-        recalls = []
-        for label in OPS:
-            gold = [r for r in ok if r["gold"] == label]
-            recalls.append(share([r["op"] == label and not r["fallback"] for r in gold]) if gold else 0.0)
-        given = Counter(r["op"] if not r["fallback"] else "no label" for r in ok)
-        given_text = ", ".join(f"{k} {v}" for k, v in given.most_common())
-        wrong = [
-            {"m": r["m"], "s": r["s"], "expected": r["gold"], "got": r["op"], "raw": r["raw"][:120]}
-            for r in ok
-            if r["op"] != r["gold"] or r["fallback"]
-        ]
-        errors = len(records) - len(ok)
-        note = f"; {errors} call(s) failed" if errors else ""
-        return [
-            check(
-                "operation_accuracy",
-                share(right),
-                f"{sum(right)} of {len(records)} labelled pairs right (answers: {given_text}){note}",
-                wrong,
-            ),
-            check(
-                "operation_balanced_recall",
-                sum(recalls) / len(OPS),
-                "mean recall over PASS/REPLACE/APPEND/DELETE: "
-                + ", ".join(f"{label} {r:.2f}" for label, r in zip(OPS, recalls, strict=True))
-                + " (one label for every pair scores 0.25)",
-                wrong,
-            ),
-            check(
-                "operation_answered",
-                share([True] * len(answered) + [False] * (len(records) - len(answered))),
-                f"{len(answered)} of {len(records)} replies had an operation label",
-                [w for w in wrong if w["got"] == "APPEND"][:3],
-            ),
-        ]
+    return Task("memory operations", calibration()["operations"], _safe(run), operation_checks)
 
-    return Task("memory operations", calibration()["operations"], _safe(run), score)
+
+def mem0_operation_task(system: Mem0) -> Task:
+    """mem0's update call on each labelled pair: the old memory m (shown as id "0") and the fact s. Its
+    events map to Keep Me Updated's labels as the annotation queue maps them (``pairs_from_events``:
+    NONE→PASS, ADD→APPEND, UPDATE→REPLACE, DELETE→DELETE, DELETE with the fact added→REPLACE)."""
+
+    def run(pair: dict[str, str]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        state = {**system.initial_state(), "memories": [{"id": 0, "text": pair["m"]}], "next_id": 1}
+        _, unit = system.update(state, [pair["s"]], START, trace)
+        found = [p for p in unit["pairs"] if p["i"] == 0 and p["j"] == 0]
+        failed = any(f["where"] == "mem0_update" and "skipped" not in f["reason"] for f in trace.get("fallbacks", []))
+        op = found[0]["op"] if found and not failed else "APPEND"
+        raw = json.dumps(unit["events"])
+        return {"m": pair["m"], "s": pair["s"], "gold": pair["label"], "op": op, "raw": raw, "fallback": failed}
+
+    return Task("memory operations (mem0 events)", calibration()["operations"], _safe(run), operation_checks)
+
+
+def operation_checks(records: list[dict[str, Any]]) -> list[Check]:
+    """Accuracy, balanced recall and answer rate of operation labels against the calibration labels."""
+    ok = [r for r in records if "error" not in r]
+    answered = [r for r in ok if not r["fallback"]]
+    right = [r.get("op") == r.get("gold") and not r.get("fallback") for r in records]
+    recalls = []
+    for label in OPS:
+        gold = [r for r in ok if r["gold"] == label]
+        recalls.append(share([r["op"] == label and not r["fallback"] for r in gold]) if gold else 0.0)
+    given = Counter(r["op"] if not r["fallback"] else "no label" for r in ok)
+    given_text = ", ".join(f"{k} {v}" for k, v in given.most_common())
+    wrong = [
+        {"m": r["m"], "s": r["s"], "expected": r["gold"], "got": r["op"], "raw": r["raw"][:120]}
+        for r in ok
+        if r["op"] != r["gold"] or r["fallback"]
+    ]
+    errors = len(records) - len(ok)
+    note = f"; {errors} call(s) failed" if errors else ""
+    return [
+        check(
+            "operation_accuracy",
+            share(right),
+            f"{sum(right)} of {len(records)} labelled pairs right (answers: {given_text}){note}",
+            wrong,
+        ),
+        check(
+            "operation_balanced_recall",
+            sum(recalls) / len(OPS),
+            "mean recall over PASS/REPLACE/APPEND/DELETE: "
+            + ", ".join(f"{label} {r:.2f}" for label, r in zip(OPS, recalls, strict=True))
+            + " (one label for every pair scores 0.25)",
+            wrong,
+        ),
+        check(
+            "operation_answered",
+            share([True] * len(answered) + [False] * (len(records) - len(answered))),
+            f"{len(answered)} of {len(records)} replies had an operation label",
+            [w for w in wrong if w["got"] == "APPEND"][:3],
+        ),
+    ]
 
 
 def _dialogue_text(d: dict[str, Any]) -> str:
@@ -918,6 +951,180 @@ def _uses_memory(reply: str, memory: Sequence[str]) -> bool:
 # ------------------------------------------------------------------------------------------ entry
 
 
+# ------------------------------------------------------------------------------- the newer arms
+
+
+def _exchanges(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """(user message, the bot's reply or "") for every user turn of a calibration dialogue."""
+    turns = d["turns"]
+    return [
+        (t["text"], turns[i + 1]["text"] if i + 1 < len(turns) and turns[i + 1]["speaker"] == "bot" else "")
+        for i, t in enumerate(turns)
+        if t["speaker"] == "user"
+    ]
+
+
+def _written_checks(records: list[dict[str, Any]], noun: str, names: dict[str, str]) -> list[Check]:
+    """For what an arm wrote from each dialogue (``record["written"]``, a list of texts), like the
+    summary checks: ``names`` maps "not_empty", "kept", "copy", "no_bot" to the check names to run."""
+    ok = [r for r in records if "error" not in r]
+    informative = [r for r in ok if r["dialogue"]["facts"]]
+    n_inf = max(1, sum(1 for d in calibration()["dialogues"] if d["facts"]))
+
+    def text(r: dict[str, Any]) -> str:
+        return "\n".join(r["written"])
+
+    def example(r: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "dialogue": r["dialogue"]["id"],
+            "written": r["written"][:5],
+            "rejected": r["trace"].get("rejected", [])[:3],
+            "fallbacks": [f["reason"] for f in r["trace"].get("fallbacks", [])][:2],
+        }
+
+    stored = [r for r in informative if r["written"]]
+    kept = [facts_kept(text(r), r["dialogue"]["facts"]) for r in informative]
+    clean = [r for r in stored if not copies(text(r), _dialogue_text(r["dialogue"]))]
+    no_bot = [r for r in stored if not any(mentions(text(r), [b]) for b in r["dialogue"]["bot_facts"])]
+    checks = []
+    if "not_empty" in names:
+        checks.append(
+            check(
+                names["not_empty"],
+                len(stored) / n_inf,
+                f"{len(stored)} of {n_inf} informative dialogues left {noun} after validation",
+                [example(r) for r in informative if not r["written"]],
+            )
+        )
+    checks.append(
+        check(
+            names["kept"],
+            sum(kept) / n_inf,
+            f"mean share of the labelled facts found in {noun}: {sum(kept) / n_inf:.2f}",
+            [example(r) for r, k in zip(informative, kept, strict=True) if k < 1],
+        )
+    )
+    if "copy" in names:
+        checks.append(
+            check(
+                names["copy"],
+                len(clean) / n_inf,
+                f"{len(clean)} of {n_inf} dialogues have {noun} that does not copy the dialogue",
+                [example(r) for r in informative if r not in clean],
+            )
+        )
+    checks.append(
+        check(
+            names["no_bot"],
+            len(no_bot) / n_inf,
+            f"{len(no_bot)} of {n_inf} dialogues have {noun} that does not give what the bot said about itself "
+            "as facts about the user",
+            [example(r) for r in informative if r not in no_bot],
+        )
+    )
+    return checks
+
+
+FACT_CHECKS = {"not_empty": "facts_not_empty", "kept": "facts_kept", "copy": "facts_not_a_copy",
+               "no_bot": "facts_no_bot_facts"}  # fmt: skip
+CORE_CHECKS = {"kept": "core_facts_kept", "no_bot": "core_no_bot_facts"}
+
+
+def mem0_facts_task(system: Mem0) -> Task:
+    """mem0's fact extraction on each exchange of the calibration dialogues (no summary, no history)."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        written: list[str] = []
+        for pair in _exchanges(d):
+            written += system.extract(pair, [], "", START, trace)
+        return {"dialogue": d, "written": written, "trace": trace}
+
+    return Task(
+        "fact extraction",
+        calibration()["dialogues"],
+        _safe(run),
+        lambda r: _written_checks(r, "stored facts", FACT_CHECKS),
+    )
+
+
+def a_mem_notes_task(system: AMem) -> Task:
+    """A-Mem's note construction on each exchange: a context sentence the arm keeps (not the code's
+    "General" fallback, not a copy of the exchange)."""
+    items = [(d, pair) for d in calibration()["dialogues"] for pair in _exchanges(d)]
+
+    def run(item: tuple[dict[str, Any], tuple[str, str]]) -> dict[str, Any]:
+        d, (user, bot) = item
+        trace: dict[str, Any] = {}
+        content = f"User: {user}\nAssistant: {bot}" if bot else f"User: {user}"
+        note = system.analyze(content, trace)
+        return {"dialogue": d["id"], "content": content, "note": note, "trace": trace}
+
+    def score(records: list[dict[str, Any]]) -> list[Check]:
+        ok = [r for r in records if "error" not in r]
+        n = max(1, len(records))
+        usable = [r for r in ok if r["note"]["context"] != "General" and r["note"]["keywords"]]
+        clean = [r for r in usable if not copies(r["note"]["context"], r["content"])]
+
+        def example(r: dict[str, Any]) -> dict[str, Any]:
+            return {"content": r["content"][:160], "note": r["note"], "rejected": r["trace"].get("rejected", [])[:2]}
+
+        return [
+            check(
+                "note_context_usable",
+                len(usable) / n,
+                f"{len(usable)} of {len(records)} notes have keywords and a context sentence the arm kept",
+                [example(r) for r in ok if r not in usable],
+            ),
+            check(
+                "note_context_not_a_copy",
+                len(clean) / n,
+                f"{len(clean)} of {len(records)} notes have a context that does not copy the exchange",
+                [example(r) for r in usable if r not in clean],
+            ),
+        ]
+
+    return Task("note construction", items, _safe(run), score)
+
+
+def memgpt_edit_task(system: MemGPT) -> Task:
+    """MemGPT's memory edit over each calibration dialogue (one edit call for the whole dialogue): the
+    human block and the archive must keep the labelled facts and not the bot's."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        before = ensure_json(system.initial_state())
+        state = system.edit(before, turns_of(d["turns"], START), START, trace)
+        written = [x for x in str(state["human"]).split("\n") if x.strip()] + [e["text"] for e in state["archive"]]
+        applied = [a for a in trace.get("actions", []) if not a["error"]]
+        return {"dialogue": d, "written": written, "trace": trace, "applied": len(applied)}
+
+    def score(records: list[dict[str, Any]]) -> list[Check]:
+        ok = [r for r in records if "error" not in r]
+        informative = [r for r in ok if r["dialogue"]["facts"]]
+        n_inf = max(1, sum(1 for d in calibration()["dialogues"] if d["facts"]))
+        edited = [r for r in informative if r["applied"]]
+        return [
+            check(
+                "edits_applied",
+                len(edited) / n_inf,
+                f"{len(edited)} of {n_inf} informative dialogues led to at least one memory edit that applied",
+                [
+                    {
+                        "dialogue": r["dialogue"]["id"],
+                        "actions": r["trace"].get("actions", [])[:3],
+                        "fallbacks": [f["reason"] for f in r["trace"].get("fallbacks", [])][:2],
+                    }  # fmt: skip
+                    for r in informative
+                    if not r["applied"]
+                ],
+            ),
+            *_written_checks(records, "the human block and the archive", CORE_CHECKS),
+        ]
+
+    return Task("memory edits", calibration()["dialogues"], _safe(run), score)
+
+
 def llm_tasks(system: BaseSystem) -> list[Task]:
     """The arm's own LLM memory tasks (subclasses inherit their parent's)."""
     tasks: list[Task] = []
@@ -933,11 +1140,17 @@ def llm_tasks(system: BaseSystem) -> list[Task]:
         tasks += [tim_think_task(system), tim_organize_task(system)]
     if isinstance(system, MemoryBank):
         tasks.append(memorybank_task(system))
+    if isinstance(system, Mem0):
+        tasks += [mem0_facts_task(system), mem0_operation_task(system)]
+    if isinstance(system, AMem):
+        tasks.append(a_mem_notes_task(system))
+    if isinstance(system, MemGPT):
+        tasks.append(memgpt_edit_task(system))
     return tasks
 
 
 def has_memory(system: MemorySystem) -> bool:
-    return bool(ensure_json(system.initial_state()))
+    return not getattr(system, "is_qc", False) and bool(ensure_json(system.initial_state()))
 
 
 def preflight(
@@ -961,6 +1174,12 @@ def preflight(
     started = time.perf_counter()
     system = build_system(arm, llm=llm, embedder=embedder, **(params or {}))
     assert isinstance(system, BaseSystem)
+    if system.is_qc:
+        # The quality-control arm draws degraded replies from a corpus without any LLM call: there is no
+        # model to check, and its replies are bad on purpose.
+        qc = Check("qc_needs_no_llm", 1.0, THRESHOLDS["qc_needs_no_llm"], True,
+                   "the quality-control arm makes no LLM call (degraded replies drawn from the GVD set, on purpose)")  # fmt: skip
+        return Readiness(arm, backend, llm.model, True, [qc], dict(system.p), time.perf_counter() - started)
     states: States = []
     probe_records: list[dict[str, Any]] = []
     tasks = llm_tasks(system)

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from memory.base import OPENER
-from memory.hygiene import normalized
+from memory.hygiene import content_words, normalized
 from memory.preflight import calibration
 
 Reply = Callable[[list[dict[str, str]]], str]
@@ -119,9 +119,73 @@ def _chat_reply(messages: list[dict[str, str]]) -> str:
     return "I'd love to keep chatting with you! How has your week been?"
 
 
+def _facts_of(user_text: str) -> list[str]:
+    """What a capable extractor keeps of one user message: the reference summary lines of the
+    calibration dialogue that holds it and share a content word with it, else its salient sentences."""
+    said = normalized(user_text)
+    for d in calibration()["dialogues"]:
+        if any(t["speaker"] == "user" and normalized(t["text"]) == said for t in d["turns"]):
+            mine = set(content_words(user_text))
+            return [x for x in d["reference"]["summary"] if set(content_words(x)) & mine]
+    return [x.rstrip(".") for x in _salient(user_text)]
+
+
+def _mem0_update(text: str) -> str:
+    """mem0's update decision with the calibration labels: per old memory and fact, the labelled
+    operation as mem0's events (PASS: NONE; APPEND: ADD; REPLACE: UPDATE; DELETE: DELETE)."""
+    old = json.loads(_block(text, "memory")) if "<memory>" in text else []
+    facts = json.loads(_block(text, "facts"))
+    out, used = [], set()
+    for m in old:
+        event, new = "NONE", m["text"]
+        for j, f in enumerate(facts):
+            label = _operation(m["text"], f)
+            if label == "REPLACE":
+                event, new = "UPDATE", f
+            elif label == "DELETE":
+                event = "DELETE"
+            if label != "APPEND":
+                used.add(j)
+        out.append({"id": m["id"], "text": new, "event": event})
+    out += [{"id": str(len(old) + j), "text": f, "event": "ADD"} for j, f in enumerate(facts) if j not in used]
+    return json.dumps({"memory": out})
+
+
+def _memgpt_edit(text: str) -> str:
+    """MemGPT's edit with the calibration labels: append what a capable extractor keeps to the human
+    block, and archive it too."""
+    conversation = _block(text, "conversation")
+    d = _dialogue_for(conversation.replace("User: ", "").replace("Chatbot: ", ""))
+    users = re.findall(r"(?:^|\n)User: (.+)", conversation)
+    lines = list(d["reference"]["summary"]) if d is not None else [x for u in users for x in _facts_of(u)]
+    actions = []
+    for line in dict.fromkeys(lines):
+        actions.append({"function": "core_memory_append", "arguments": {"label": "human", "content": line}})
+        actions.append({"function": "archival_memory_insert", "arguments": {"content": line}})
+    return json.dumps(actions)
+
+
 def capable_reply(messages: list[dict[str, str]]) -> str:
     """What a capable model would answer to any prompt of any arm, given the calibration labels."""
     text = messages[-1]["content"]
+    system = messages[0]["content"] if messages[0]["role"] == "system" else ""
+    if "Personal Information Organizer" in system:  # mem0 fact extraction
+        said = re.findall(r"(?:^|\n)user: (.+)", _block(text, "conversation"))
+        return json.dumps({"facts": [f for u in said for f in _facts_of(u)]})
+    if "smart memory manager" in text:
+        return _mem0_update(text)
+    if text.endswith("Updated summary:"):  # mem0's running summary
+        return " ".join(_salient(_block(text, "conversation"))) or "The user chatted with the assistant."
+    if text.startswith("Generate a structured analysis"):  # A-Mem note
+        content = _block(text, "conversation")
+        words = sorted(content_words(content), key=len, reverse=True)[:5]
+        return json.dumps(
+            {"keywords": words, "context": f"A chat about {', '.join(words[:3]) or 'the day'}.", "tags": words[:3]}
+        )
+    if "memory evolution agent" in text:
+        return json.dumps({"should_evolve": False, "actions": [], "suggested_connections": []})
+    if "memory manager of a chatbot" in system:
+        return _memgpt_edit(text)
     if text.endswith("Operation:"):
         return _operation(_block(text, "old_sentence"), _block(text, "new_sentence"))
     if text.rstrip().endswith("Operations:"):

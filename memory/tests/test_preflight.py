@@ -20,7 +20,7 @@ from memory.preflight import THRESHOLDS, calibration, preflight
 from memory.registry import MEMORY_SYSTEMS
 from memory.tests.capable_fake import FakeOpenAI, capable_reply, echo_reply, quote_reply
 
-LLM_ARMS = ["memory_accumulate", "memory_update", "rsum", "ld_agent", "tim", "memorybank"]
+LLM_ARMS = ["memory_accumulate", "memory_update", "rsum", "ld_agent", "tim", "memorybank", "mem0", "a_mem", "memgpt"]
 # The checks of each arm's own LLM tasks: a stand-in must fail at least one of them.
 TASK_CHECKS = {
     "memory_accumulate": {"summary_not_empty", "summary_facts_kept", "summary_not_a_copy"},
@@ -29,6 +29,9 @@ TASK_CHECKS = {
     "ld_agent": {"event_summary_not_empty", "persona_trait_decision", "persona_traits_kept"},
     "tim": {"thoughts_facts_kept", "thoughts_not_a_copy", "organize_usable", "organize_resolves_contradictions"},
     "memorybank": {"summary_not_empty", "summary_facts_kept", "personality_not_empty"},
+    "mem0": {"facts_not_empty", "facts_kept", "operation_accuracy", "operation_balanced_recall"},
+    "a_mem": {"note_context_usable", "note_context_not_a_copy"},
+    "memgpt": {"edits_applied", "core_facts_kept"},
 }
 
 
@@ -181,3 +184,21 @@ def test_the_text_report_names_every_failing_check() -> None:
     code, out = cli("memory_update", "--backend", "scripted", "--embedder", "hashing", "--max-probes", "1")
     assert code == 3 and out.startswith("memory_update on scripted / scripted: NOT READY")
     assert "FAIL operation_accuracy" in out and "FAIL summary_not_empty" in out
+
+
+def test_the_quality_control_arm_needs_no_model_and_is_ready_with_one_check() -> None:
+    result = preflight("qc", ScriptedLLM(echo_reply, model="stand-in"), embedder=HashingEmbedder())
+    assert result.ready and [c.name for c in result.checks] == ["qc_needs_no_llm"]
+
+
+def test_mem0s_events_are_scored_as_the_annotation_queue_maps_them() -> None:
+    right = preflight("mem0", ScriptedLLM(capable_reply), embedder=HashingEmbedder(), max_probes=1)
+    accuracy = next(c for c in right.checks if c.name == "operation_accuracy")
+    assert accuracy.score == 1.0  # every labelled pair, read back through pairs_from_events
+    always_add = ScriptedLLM(
+        lambda m: capable_reply(m) if "smart memory manager" not in m[-1]["content"]
+        else '{"memory": [{"id": "1", "text": "x y z", "event": "ADD"}]}'
+    )  # fmt: skip
+    wrong = preflight("mem0", always_add, embedder=HashingEmbedder(), max_probes=1)
+    recall = next(c for c in wrong.checks if c.name == "operation_balanced_recall")
+    assert recall.score == 0.25 and not recall.passed  # APPEND for every pair
