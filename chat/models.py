@@ -60,6 +60,10 @@ class ChatSession(models.Model):
         return f"session {self.index} of episode {self.episode_id}"
 
 
+#: The start of ``Message.error`` for a reply failed because the model recited its prompt.
+PROMPT_LEAK_ERROR = "prompt leak"
+
+
 class Message(models.Model):
     """A committed utterance. ``seq`` orders a session; ``client_id`` makes a user's send idempotent."""
 
@@ -82,6 +86,9 @@ class Message(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     memory_used = models.JSONField(default=list, blank=True)  # what the arm put in the prompt
+    # What the arm's per-turn memory update recorded after this reply: its fallbacks and the memory
+    # writes it rejected (``{"fallbacks": [...], "rejected": [...]}``; empty when there were none).
+    memory_trace = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -93,6 +100,13 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.speaker}#{self.seq}: {self.text[:40]}"
+
+    @property
+    def failure_text(self) -> str:
+        """What the worker is told about a failed reply (never the reply itself)."""
+        if self.error.startswith(PROMPT_LEAK_ERROR):
+            return "The chatbot's answer could not be used this time. Please press Retry for a new one."
+        return "The chatbot could not answer this time."
 
 
 class Rating(models.Model):

@@ -29,9 +29,10 @@ from django.utils import timezone
 
 from chat import fragments
 from chat.jobs import broadcast, dispatch, retry_delays
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import PROMPT_LEAK_ERROR, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory.base import MemorySystem, Turn
 from memory.embed import Embedder, make_embedder
+from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, find_prompt_leak
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
 from studies.models import Arm, Participant, Study
@@ -406,6 +407,29 @@ def _check_reply(text: str) -> str:
     return text
 
 
+#: ``Message.error`` of a reply failed because the model recited its prompt twice (the worker sees
+#: ``Message.failure_text``, never the reply).
+LEAK_ERROR = PROMPT_LEAK_ERROR
+
+_TOKEN = re.compile(r"\S+")
+
+
+def shown_prefix(text: str, *, hold_back: int = LEAK_MIN_WORDS) -> int:
+    """How much of a reply being streamed may be shown yet: everything but its last ``hold_back``
+    whitespace-separated pieces. A run of prompt text is caught once it is LEAK_MIN_WORDS words long,
+    so holding back that many pieces means no word of a leak reaches the worker before it is caught."""
+    ends = [m.end() for m in _TOKEN.finditer(text)]
+    return ends[-hold_back - 1] if len(ends) > hold_back else 0
+
+
+class PromptLeakError(Exception):
+    """The reply recites the prompt (system prompt, memory header, few-shot examples or a data tag)."""
+
+    def __init__(self, leak: PromptLeak) -> None:
+        super().__init__(f"{LEAK_ERROR}: {leak.source} text in the reply ({leak.words} words: {leak.text[:120]!r})")
+        self.leak = leak
+
+
 def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
     """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows."""
     LLMCallRecord.objects.bulk_create(
@@ -435,6 +459,11 @@ def generate_reply(message_id: int) -> None:
     attempts are spent, or on a non-transient error, the placeholder becomes ``failed`` and the
     browser shows a Retry button. Idempotent: a reply that is not pending is left alone. Every LLM
     call is stored as an :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs.
+
+    Blinding: a reply that recites its prompt (:func:`memory.hygiene.find_prompt_leak`) is caught while
+    it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
+    and regenerated once; a second leak fails the reply with ``error = "prompt leak: ..."`` and the
+    Retry button. The leaked text stays only in the researcher's LLM call record.
     """
     msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
         pk=message_id
@@ -447,6 +476,7 @@ def generate_reply(message_id: int) -> None:
     max_tokens = settings.LLM_MAX_TOKENS
     delays = retry_delays()
     max_attempts = len(delays) + 1
+    leaks = 0
     while True:
         # Claim the attempt (compare-and-set): two jobs for the same reply never both write it.
         claimed = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts).update(
@@ -466,8 +496,10 @@ def generate_reply(message_id: int) -> None:
         try:
             prompt = system.compose(episode.memory_state, turns, now)
             # Pieces are pushed as they come, coalesced to one frame per ``flush_every`` seconds (the
-            # first one at once); what is still buffered at the end arrives with the final message.
-            buffered: list[str] = []
+            # first one at once), minus a held-back tail that is checked for prompt text first; what
+            # is still held back at the end arrives with the final message.
+            chat = [t.text for t in turns]
+            shown = 0
             last_flush = 0.0
             # An arm may give its reply itself (the quality-control arm): it is sent as is, with no LLM call.
             stream = (
@@ -477,12 +509,39 @@ def generate_reply(message_id: int) -> None:
             )
             for piece in stream:
                 pieces.append(piece)
-                buffered.append(piece)
-                if time.monotonic() - last_flush >= flush_every:
-                    broadcast(session.pk, fragments.token(msg.seq, "".join(buffered)))
-                    buffered.clear()
+                if prompt.reply is None and time.monotonic() - last_flush >= flush_every:
+                    so_far = "".join(pieces)
+                    leak = find_prompt_leak(so_far, prompt.messages, chat=chat)
+                    if leak is not None:
+                        raise PromptLeakError(leak)
+                    safe = shown_prefix(so_far)
+                    if safe > shown:
+                        broadcast(session.pk, fragments.token(msg.seq, so_far[shown:safe]))
+                        shown = safe
                     last_flush = time.monotonic()
             text = _check_reply("".join(pieces))
+            leak = find_prompt_leak(text, prompt.messages, chat=chat) if prompt.reply is None else None
+            if leak is not None:
+                raise PromptLeakError(leak)
+        except PromptLeakError as exc:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # stop the model writing the rest of a reply nobody will see
+            if llm.calls:
+                llm.calls[-1].error = str(exc)
+            store_llm_calls(session.pk, msg.pk, llm.drain())
+            leaks += 1
+            log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
+            if leaks < 2:  # regenerate once; the bubble is reset (nothing of the leak was shown)
+                broadcast(session.pk, fragments.message(msg))
+                continue
+            updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
+                status=Message.Status.FAILED, error=str(exc)[:500]
+            )
+            if updated:
+                msg.refresh_from_db()
+                broadcast(session.pk, fragments.message(msg))
+            return
         except LLMError as exc:
             if llm.calls and not llm.calls[-1].error:
                 llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
@@ -523,6 +582,11 @@ def _after_turn(
         store_llm_calls(session.pk, msg.pk, llm.drain())
         return
     store_llm_calls(session.pk, msg.pk, llm.drain())
+    recorded = {k: update.trace[k] for k in ("fallbacks", "rejected") if (update.trace or {}).get(k)}
+    if recorded:
+        # Rejected memory writes and fallbacks are evidence about the arm: kept with the reply they followed.
+        Message.objects.filter(pk=msg.pk).update(memory_trace=recorded)
+        log.info("after_turn of session %s: %s", session.pk, {k: len(v) for k, v in recorded.items()})
     if update.state != episode.memory_state:
         with transaction.atomic():
             ep = Episode.objects.select_for_update().get(pk=episode.pk)

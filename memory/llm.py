@@ -114,6 +114,14 @@ class TextStream(Iterator[str]):
             if piece:
                 return piece
 
+    def close(self) -> None:
+        """Stop the stream early (the caller will not read the rest); a recording wrapper records the
+        call with what was read so far."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        self.done = True
+
 
 @dataclass
 class LLMCall:
@@ -563,6 +571,12 @@ class RecordingLLM:
                     yield piece, None
             except LLMError as exc:
                 self._record(purpose, messages, "".join(pieces), start, error=str(exc))
+                raise
+            except GeneratorExit:  # the caller closed the stream early: the call still happened
+                close = getattr(inner, "close", None)
+                if close is not None:
+                    close()
+                self._record(purpose, messages, "".join(pieces), start, error="stream closed by the caller")
                 raise
             reason = finish_reason_of(inner)
             self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces), finish_reason=reason)
