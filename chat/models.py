@@ -6,7 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from studies.models import Arm, Metric, Participant
+from studies.models import Arm, Metric, Participant, gap_label
 
 
 class Episode(models.Model):
@@ -48,6 +48,9 @@ class ChatSession(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
     simulated_start = models.DateTimeField(help_text="The bot's clock for this session.")
+    # Simulated days since the previous session started (drawn from the study's range); None for the
+    # first session and for sessions made before gaps were stored.
+    gap_days = models.FloatField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     rated_at = models.DateTimeField(null=True, blank=True)
@@ -58,6 +61,13 @@ class ChatSession(models.Model):
 
     def __str__(self) -> str:
         return f"session {self.index} of episode {self.episode_id}"
+
+    @property
+    def gap_label(self) -> str:
+        """'9 days later…': this session's own gap, as the worker sees it before the session."""
+        if self.gap_days is None:
+            return self.episode.participant.study.gap_label
+        return gap_label(self.gap_days)
 
 
 #: The start of ``Message.error`` for a reply failed because the model recited its prompt.

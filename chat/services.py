@@ -199,13 +199,32 @@ def session_clock(session: ChatSession) -> datetime:
 
 
 def start_session(session: ChatSession) -> ChatSession:
-    """Mark a ready session as chatting (idempotent)."""
+    """Mark a ready session as chatting (idempotent); the bot's opening message is enqueued then."""
     if session.status == ChatSession.Status.READY:
-        ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
-            status=ChatSession.Status.CHATTING, started_at=timezone.now()
-        )
+        with transaction.atomic():
+            started = ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
+                status=ChatSession.Status.CHATTING, started_at=timezone.now()
+            )
+            if started:
+                add_opener(session)
         session.refresh_from_db()
     return session
+
+
+def opens_with_bot(session: ChatSession) -> bool:
+    """Whether the bot writes this session's first message: every session after the first, when
+    the study says so (Keep Me Updated's protocol: the bot brings up what it remembers)."""
+    return session.index > 1 and session.episode.participant.study.bot_opens_sessions
+
+
+def add_opener(session: ChatSession) -> Message | None:
+    """The pending placeholder of the bot's opening message (seq 1, replying to nothing), enqueued
+    after commit; None when the worker writes first or the session has messages already."""
+    if not opens_with_bot(session) or session.messages.exists():
+        return None
+    bot = Message.objects.create(session=session, seq=1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING)
+    transaction.on_commit(lambda: enqueue_reply(bot.pk))
+    return bot
 
 
 def user_turns(session: ChatSession) -> int:
@@ -267,6 +286,8 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
                 f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
             )
         if locked.status == ChatSession.Status.READY:
+            if opens_with_bot(locked):  # the session page starts it, with the bot's first message
+                raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
             locked.status, locked.started_at = ChatSession.Status.CHATTING, timezone.now()
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
@@ -302,6 +323,12 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
     return msg
 
 
+def draw_gap(study: Study, session: ChatSession) -> float:
+    """The simulated days between ``session`` and the next one, drawn from the study's range. Seeded by
+    the study, the episode and the session, so a replayed end (or a test) draws the same gap."""
+    return study.draw_gap(random.Random(f"gap:{study.pk}:{session.episode_id}:{session.index}"))
+
+
 def end_session(session: ChatSession) -> ChatSession:
     """End a chatting session once the minimum number of user turns is met (idempotent).
 
@@ -324,12 +351,14 @@ def end_session(session: ChatSession) -> ChatSession:
         )
         MemorySnapshot.objects.get_or_create(session=locked)
         if locked.index < study.sessions_per_episode:
+            gap = draw_gap(study, locked)
             ChatSession.objects.get_or_create(
                 episode=locked.episode,
                 index=locked.index + 1,
                 defaults={
                     "status": ChatSession.Status.PREPARING,
-                    "simulated_start": study.session_start(locked.index + 1),
+                    "simulated_start": locked.simulated_start + timedelta(days=gap),
+                    "gap_days": gap,
                 },
             )
         transaction.on_commit(lambda: enqueue_memory_update(locked.pk))
@@ -494,7 +523,11 @@ def generate_reply(message_id: int) -> None:
         pieces: list[str] = []
         flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
         try:
-            prompt = system.compose(episode.memory_state, turns, now)
+            opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
+            if opener:
+                prompt = system.compose_opening(episode.memory_state, now)
+            else:
+                prompt = system.compose(episode.memory_state, turns, now)
             # Pieces are pushed as they come, coalesced to one frame per ``flush_every`` seconds (the
             # first one at once), minus a held-back tail that is checked for prompt text first; what
             # is still held back at the end arrives with the final message.
@@ -566,7 +599,7 @@ def generate_reply(message_id: int) -> None:
         )
         msg.refresh_from_db()
         broadcast(session.pk, fragments.message(msg))
-        if updated:
+        if updated and msg.reply_to_id is not None:  # an opener follows no exchange to learn from
             _after_turn(session, episode, system, llm, msg, now)
         return
 

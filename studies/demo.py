@@ -143,6 +143,7 @@ def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
             episodes_per_worker=2,
             min_user_turns=2,
             gap_days=7,
+            gap_max_days=None,  # a fixed week: the demo's memories were computed on that clock
             completion_code="SIMULATED",
             created_by=created_by,
             description=(
@@ -208,6 +209,7 @@ def _simulate_episode(
             index=k,
             status=ChatSession.Status.DONE,
             simulated_start=clock,
+            gap_days=study.gap_days if k > 1 else None,
             started_at=began,
             ended_at=began + dt.timedelta(minutes=8),
             rated_at=began + dt.timedelta(minutes=10),

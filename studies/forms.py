@@ -19,6 +19,8 @@ STUDY_FIELDS = [
     "description",
     "sessions_per_episode",
     "gap_days",
+    "gap_max_days",
+    "bot_opens_sessions",
     "min_user_turns",
     "episodes_per_worker",
     "quota",
@@ -36,7 +38,14 @@ ARM_FROZEN_FIELDS = ("memory_system", "params", "llm_backend", "llm_model")
 
 
 # Changing these once workers have started would mix two designs in one data set.
-STUDY_FROZEN_FIELDS = ("sessions_per_episode", "episodes_per_worker", "gap_days", "simulated_start")
+STUDY_FROZEN_FIELDS = (
+    "sessions_per_episode",
+    "episodes_per_worker",
+    "gap_days",
+    "gap_max_days",
+    "bot_opens_sessions",
+    "simulated_start",
+)
 
 
 class StudyForm(forms.ModelForm[Study]):
@@ -51,7 +60,9 @@ class StudyForm(forms.ModelForm[Study]):
         model = Study
         fields: list[str] | str = STUDY_FIELDS
         labels = {
-            "gap_days": "Gap between sessions (days)",
+            "gap_days": "Gap between sessions (days; the shortest if a range)",
+            "gap_max_days": "Longest gap between sessions (days)",
+            "bot_opens_sessions": "The bot opens each session after the first",
             "min_user_turns": "Min. user turns per session",
             "max_message_chars": "Max. message length (characters)",
             "simulated_start": "Bot's clock at the first session",
@@ -72,6 +83,9 @@ class StudyForm(forms.ModelForm[Study]):
             for name in STUDY_FROZEN_FIELDS:
                 if name in self.changed_data:
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        low, high = data.get("gap_days"), data.get("gap_max_days")
+        if low is not None and high is not None and high < low:
+            self.add_error("gap_max_days", f"The longest gap must be at least the shortest ({low:g} days).")
         return data
 
 
