@@ -22,11 +22,20 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 1000 memeval
+# numpy's BLAS single-threaded in every process of the image (web, workers, beat): each process
+# already runs several requests or tasks at once, and BLAS threads then wait for cores the others
+# hold. Measured (docs/memory-systems.md, "Run numpy single-threaded"; bench/bench_memory_retrieval.py):
+# a 10k x 256 matrix-vector product took 10.9 ms with OpenBLAS's default threads on a busy 2-core
+# host, 0.3 ms with one. MKL and BLIS builds read their own variables. OMP_NUM_THREADS is left alone on
+# purpose: llama.cpp (the embedded model) parallelises with OpenMP and sizes its own thread count.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    DJANGO_SETTINGS_MODULE=evalsite.settings
+    DJANGO_SETTINGS_MODULE=evalsite.settings \
+    OPENBLAS_NUM_THREADS=1 \
+    MKL_NUM_THREADS=1 \
+    BLIS_NUM_THREADS=1
 COPY --from=build /wheels /wheels
 # Exactly the wheels of the lock (checked against its hashes above; llama-cpp-python's is built here).
 RUN pip install --no-index --no-deps /wheels/*.whl && rm -rf /wheels

@@ -3,7 +3,12 @@
 * 95% CIs: Student-t interval over unit (episode/conversation) means, ``scipy.stats.t.interval``.
 * Pairwise tests: the default ``cluster-t`` (difference in means, worker-clustered standard errors, see
   :func:`cluster_t`), ``scipy.stats.mannwhitneyu`` (one- or two-sided) or Welch's ``scipy.stats.ttest_ind``
-  (``equal_var=False``); Holm correction with ``statsmodels.stats.multitest.multipletests``.
+  (``equal_var=False``); Holm correction as ``statsmodels.stats.multitest.multipletests(method="holm")``.
+
+``scipy.stats`` and statsmodels are imported only where a computation needs them (the exact Mann-Whitney
+distribution, Welch's test, the mixed model): the t intervals, the asymptotic Mann-Whitney test, the
+correlations and Holm's step-down are computed bit-identically to scipy/statsmodels by
+:mod:`analysis.lightstats` and :func:`holm`, so a cold command-line report does not pay for loading them.
 * Effect sizes: for Mann-Whitney the rank-biserial correlation r = 2 U_a / (n_a n_b) - 1 and the common
   language effect size U_a / (n_a n_b) (the probability that a random unit of arm a outscores one of b,
   ties counted half), both read off scipy's U; for the t-tests, Hedges' g (pooled SD, small-sample corrected).
@@ -14,17 +19,16 @@
 
 from __future__ import annotations
 
-import gc
 import math
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import special
 
+from analysis import lightstats
 from analysis.spec import CONFIDENCE, TESTS, Test
 
 __all__ = ["CONFIDENCE", "TESTS", "Test", "compare", "compare_columns", "cluster_t", "correlate", "grouped_mean_ci",
@@ -45,10 +49,10 @@ def mean_ci(values: Any, confidence: float = CONFIDENCE) -> tuple[float, float, 
     mean = float(x.mean())
     if n < 2:
         return mean, math.nan, math.nan, n
-    sem = float(stats.sem(x))
+    sem = float(np.std(x, ddof=1) / n**0.5)  # scipy.stats.sem
     if sem == 0:
         return mean, mean, mean, n
-    lo, hi = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
+    lo, hi = lightstats.t_interval(confidence, n - 1, loc=mean, scale=sem)
     return mean, float(lo), float(hi), n
 
 
@@ -64,7 +68,7 @@ def grouped_mean_ci(
         sem = sd[c].to_numpy(dtype=float) / np.sqrt(nn)
         m = mean[c].to_numpy(dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
-            lo, hi = stats.t.interval(
+            lo, hi = lightstats.t_interval(
                 confidence, np.where(nn >= 2, nn - 1, np.nan), loc=m, scale=np.where(sem > 0, sem, np.nan)
             )
         zero = (sem == 0) & (nn >= 2)
@@ -186,17 +190,34 @@ def _mwu_auto(x: np.ndarray, y: np.ndarray, test: Test) -> list[dict[str, Any]]:
 
 
 def _mwu(x: np.ndarray, y: np.ndarray, test: Test, method: str) -> list[dict[str, Any]]:
-    alternative = "greater" if test == "mwu-greater" else "two-sided"
-    r = stats.mannwhitneyu(x, y, alternative=alternative, axis=0, method=method)
+    alternative: lightstats.Alternative = "greater" if test == "mwu-greater" else "two-sided"
+    statistic, pvalue = mannwhitneyu(x.T, y.T, alternative, method)
     n = x.shape[0] * y.shape[0]
     return [
         {"statistic": float(u), "p": float(p), "effect_size": 2 * float(u) / n - 1, "effect_size_kind": "rank_biserial",
          "cles": float(u) / n}
-        for u, p in zip(np.atleast_1d(r.statistic), np.atleast_1d(r.pvalue), strict=True)
+        for u, p in zip(np.atleast_1d(statistic), np.atleast_1d(pvalue), strict=True)
     ]  # fmt: skip
 
 
+def mannwhitneyu(
+    x: np.ndarray, y: np.ndarray, alternative: lightstats.Alternative, method: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """U of x and p of ``scipy.stats.mannwhitneyu(x, y, alternative=..., method=...)`` along the last axis
+    ("asymptotic" or "exact", NaN-free input). The asymptotic test, the one studies of any size need, is
+    computed without importing scipy.stats (bit-identical, :mod:`analysis.lightstats`); the exact null
+    distribution (small samples without ties) is scipy's."""
+    if method == "asymptotic":
+        return lightstats.mannwhitneyu_asymptotic(x, y, alternative)
+    from scipy import stats
+
+    r = stats.mannwhitneyu(x, y, alternative=alternative, axis=-1, method=method)
+    return np.asarray(r.statistic), np.asarray(r.pvalue)
+
+
 def _welch(x: np.ndarray, y: np.ndarray, confidence: float) -> list[dict[str, Any]]:
+    from scipy import stats
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # constant samples: scipy returns NaN, we report it
         r = stats.ttest_ind(x, y, equal_var=False, axis=0)
@@ -297,33 +318,27 @@ def _cluster_t(x: np.ndarray, y: np.ndarray, gx: np.ndarray, gy: np.ndarray, con
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (statsmodels ``multipletests``); NaNs stay NaN and are not counted."""
+    """Holm-adjusted p-values; NaNs stay NaN and are not counted.
+
+    The step-down exactly as ``statsmodels.stats.multitest.multipletests(p, method="holm")[1]`` computes it
+    (sort, multiply the i-th smallest by m - i, running maximum, cap at 1, unsort; the tests compare the two
+    with ``==``). Written out because statsmodels' Holm branch calls ``gc.collect()`` on every call, which with
+    dozens of families per report cost more than the analysis, and importing it loads scipy.stats.
+    """
     p = np.asarray(pvalues, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = ~np.isnan(p)
     if ok.any():
-        with _cheap_gc():
-            from statsmodels.stats.multitest import multipletests
-
-            out[ok] = multipletests(p[ok], method="holm")[1]
+        valid = p[ok]
+        order = np.argsort(valid)
+        ranked = np.take(valid, order)
+        adjusted_sorted = np.maximum.accumulate(ranked * np.arange(ranked.size, 0, -1))
+        adjusted_sorted[adjusted_sorted > 1] = 1
+        adjusted_valid = np.empty_like(adjusted_sorted)
+        adjusted_valid[order] = adjusted_sorted
+        out[ok] = adjusted_valid
     adjusted: list[float] = out.tolist()
     return adjusted
-
-
-@contextmanager
-def _cheap_gc() -> Iterator[None]:
-    """statsmodels' Holm branch calls ``gc.collect()`` on every call (~70 ms in a process that has imported
-    pandas/scipy, far more in a web server); with dozens of test families per report that dominated the
-    run time. Freezing the existing objects makes that collection cheap without changing any result. If the
-    application already froze objects (e.g. a pre-forking server), we leave its freeze alone."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def correlate(x: Any, y: Any) -> dict[str, Any]:
@@ -342,8 +357,7 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
     }
     if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
         return out
-    pr = stats.pearsonr(a, b)
-    r = float(pr.statistic)
+    r, pearson_p, ci_lo, ci_hi = lightstats.pearsonr(a, b, CONFIDENCE)
     if abs(r) == 1.0:
         # Fisher's z = atanh(+-1) is infinite: scipy's CI computes inf - inf (a RuntimeWarning) when n = 3. The
         # interval degenerates to [r, r] when n > 3; with n = 3 its width is undefined as well (SE = 1/sqrt(0)).
@@ -354,16 +368,9 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
             lo = hi = math.nan
             out["note"] = "perfect correlation with n = 3: no Fisher-z 95% CI"
     else:
-        ci = pr.confidence_interval(CONFIDENCE)
-        lo, hi = float(ci.low), float(ci.high)
-    sr = stats.spearmanr(a, b)
-    out.update(
-        pearson_r=r,
-        pearson_p=float(pr.pvalue),
-        pearson_ci95=[lo, hi],
-        spearman_rho=float(sr.statistic),
-        spearman_p=float(sr.pvalue),
-    )
+        lo, hi = ci_lo, ci_hi
+    rho, spearman_p = lightstats.spearmanr(a, b)
+    out.update(pearson_r=r, pearson_p=pearson_p, pearson_ci95=[lo, hi], spearman_rho=rho, spearman_p=spearman_p)
     return out
 
 

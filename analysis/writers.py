@@ -471,9 +471,34 @@ def summary_frame(result: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV injection"); worker ids,
+# arm names and imported values are typed by people, so text cells starting with them get a leading "'".
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_cell(value: Any) -> Any:
+    """``value`` with a leading ``'`` when it is text that a spreadsheet would run as a formula; anything else
+    (numbers, negative ones included) unchanged."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+
+
+def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy in which every text cell and column name that a spreadsheet would run as a formula starts with
+    ``'`` (shown as text, the ``'`` hidden). Numbers, negative ones included, are left alone."""
+    safe = neutralise_cell
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object or isinstance(out[col].dtype, pd.StringDtype):
+            out[col] = out[col].map(safe)
+    out.columns = [safe(c) for c in out.columns]
+    return out
+
+
 def to_csv(obj: dict[str, Any] | pd.DataFrame, table: str = "summary") -> str:
     """CSV text of a DataFrame (e.g. ``analysis.report.run(...).ratings``, the ratings with z-scores) or of one
-    table of a result: ``summary`` (arm x session x metric means and CIs), ``pairwise``, ``correlations``, ``qc``."""
+    table of a result: ``summary`` (arm x session x metric means and CIs), ``pairwise``, ``correlations``, ``qc``.
+
+    Text cells that a spreadsheet would run as a formula are prefixed with ``'`` (:func:`neutralise_formulas`)."""
     if isinstance(obj, pd.DataFrame):
         frame = obj
     elif table == "summary":
@@ -497,5 +522,5 @@ def to_csv(obj: dict[str, Any] | pd.DataFrame, table: str = "summary") -> str:
     else:
         raise ValueError(f"unknown table {table!r}; choose one of {CSV_TABLES}")
     buf = io.StringIO()
-    frame.to_csv(buf, index=False, lineterminator="\n")
+    neutralise_formulas(frame).to_csv(buf, index=False, lineterminator="\n")
     return buf.getvalue()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
+from django.forms import ModelChoiceField
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,6 +19,8 @@ from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueF
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
+from studies.limits import accepts_upload
+from studies.models import Study
 from studies.roles import AuthenticatedHttpRequest, annotator_required, researcher_required
 
 # Definitions shown one click (or "?") away, from §4.3 and Appendix C.2 of the seed; examples from Table 7.
@@ -169,7 +172,7 @@ def draft(request: AuthenticatedHttpRequest, pk: int) -> JsonResponse:
     _own_assignment(request, pk)
     try:
         data = json.loads(request.body or b"{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's stack
         return JsonResponse({"ok": False, "error": "The draft is not JSON."}, status=400)
     try:
         saved = services.save_draft(pk, annotator=request.user, data=data)
@@ -197,9 +200,12 @@ def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "annotation/queues.html", {"rows": rows})
 
 
+@accepts_upload
 @researcher_required
 def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, request.FILES or None)
+    # a queue copies transcripts out of the study: only from studies this researcher may see
+    cast(ModelChoiceField[Study], form.fields["study"]).queryset = Study.objects.visible_to(request.user)
     if request.method == "POST" and form.is_valid():
         specs = form.cleaned_data.get("specs")
         if specs is None:
@@ -233,6 +239,7 @@ def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonRespons
     return JsonResponse(measures.queue_report(queue), json_dumps_params={"indent": 2, "default": str})
 
 
+@accepts_upload
 @require_POST
 @researcher_required
 def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:

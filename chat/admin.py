@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from studies.models import Study
 
 
 class ReadOnlyMixin:
@@ -21,6 +22,17 @@ class ReadOnlyMixin:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class StudyScoped:
+    """Rows of the studies the admin user may see only (``Study.objects.visible_to``): transcripts,
+    ratings and memory traces of another researcher's study are not listed, and their pages are 404."""
+
+    study_path = "session__episode__arm__study"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        visible = Study.objects.visible_to(request.user)
+        return super().get_queryset(request).filter(**{f"{self.study_path}__in": visible})  # type: ignore[misc]
 
 
 class EvidenceInline(ReadOnlyMixin, admin.TabularInline[Any, Any]):
@@ -65,7 +77,8 @@ class LLMCallInline(EvidenceInline):
 
 
 @admin.register(Episode)
-class EpisodeAdmin(admin.ModelAdmin[Episode]):
+class EpisodeAdmin(StudyScoped, admin.ModelAdmin[Episode]):
+    study_path = "arm__study"
     list_display = ["id", "participant", "arm", "index", "status", "created_at", "completed_at"]
     list_filter = ["status", "arm__study", "arm"]
     readonly_fields = ["participant", "arm", "index", "memory_state", "created_at"]
@@ -73,7 +86,8 @@ class EpisodeAdmin(admin.ModelAdmin[Episode]):
 
 
 @admin.register(ChatSession)
-class ChatSessionAdmin(admin.ModelAdmin[ChatSession]):
+class ChatSessionAdmin(StudyScoped, admin.ModelAdmin[ChatSession]):
+    study_path = "episode__arm__study"
     list_display = ["id", "episode", "index", "status", "simulated_start", "ended_at", "rated_at"]
     list_filter = ["status", "episode__arm__study"]
     readonly_fields = ["episode", "index", "simulated_start", "started_at", "ended_at", "rated_at"]
@@ -81,25 +95,25 @@ class ChatSessionAdmin(admin.ModelAdmin[ChatSession]):
 
 
 @admin.register(Message)
-class MessageAdmin(ReadOnlyMixin, admin.ModelAdmin[Message]):
+class MessageAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[Message]):
     list_display = ["id", "session", "seq", "speaker", "status", "created_at"]
     list_filter = ["speaker", "status"]
     search_fields = ["text"]
 
 
 @admin.register(Rating)
-class RatingAdmin(ReadOnlyMixin, admin.ModelAdmin[Rating]):
+class RatingAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[Rating]):
     list_display = ["id", "session", "metric", "value", "created_at"]
     list_filter = ["metric__study", "metric__key"]
 
 
 @admin.register(MemorySnapshot)
-class MemorySnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin[MemorySnapshot]):
+class MemorySnapshotAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[MemorySnapshot]):
     list_display = ["id", "session", "status", "attempts", "finished_at"]
     list_filter = ["status"]
 
 
 @admin.register(LLMCallRecord)
-class LLMCallRecordAdmin(ReadOnlyMixin, admin.ModelAdmin[LLMCallRecord]):
+class LLMCallRecordAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[LLMCallRecord]):
     list_display = ["id", "session", "purpose", "model", "latency_ms", "prompt_tokens", "completion_tokens"]
     list_filter = ["purpose", "model"]

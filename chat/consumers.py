@@ -2,8 +2,16 @@
 
 Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
-  {"type": "message", "client_id": uuid, "text": s}  -> committed, then acknowledged by echoing it
+  {"type": "message", "client_id": uuid, "text": s,
+   "signals": {...}}                                 -> committed, then acknowledged by echoing it; the optional
+                                                        signals (how it was composed, chat.authenticity) are
+                                                        validated and clamped, never a reason to refuse it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
+  {"type": "ping"}                                   -> nothing back; renews this socket's group membership
+A resume also re-enqueues a reply whose job is gone (chat.services.recover_replies): the page sends one
+on every (re)connect and while it waits for a reply that shows no progress.
+Group membership expires (``group_expiry`` of the Redis channel layer, settings), so a socket that died
+with its server (a daphne restart) leaves the group by itself; a live page pings to stay in it.
 The reply itself is written by a job (chat.services.generate_reply, run by chat.jobs) outside this
 socket's lifetime.
 """
@@ -20,12 +28,49 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from chat import fragments, jobs, services
+from chat.authenticity import clean_signals
 from chat.models import ChatSession
 from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
 
 MAX_FRAME_CHARS = 64_000
+NOT_UNDERSTOOD = "The chat could not understand your browser; please reload."
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number the chat accepts")
+
+
+def parse_frame(text: str) -> dict[str, Any]:
+    """The JSON object of one frame; ``ValueError`` for anything else: not JSON, not an object,
+    ``Infinity``/``NaN`` (Python's json accepts them; they are not JSON), or nested so deeply that the
+    parser runs out of stack (a 64 kB frame of ``[`` is a recursion bomb)."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def whole_number(value: Any) -> int:
+    """A sequence number from a frame: a non-negative int (absent = 0); anything else is ``ValueError``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"not a sequence number: {value!r}")
+    return int(value)
+
+
+def text_field(value: Any) -> str:
+    """A text field from a frame: a string (absent = empty); a number, list or object is ``ValueError``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError("not text")
+    return value
 
 
 def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -66,14 +111,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if not text_data or len(text_data) > MAX_FRAME_CHARS:
+        if text_data is None:  # a binary frame: the page only ever sends JSON text
+            await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
+            return
+        if len(text_data) > MAX_FRAME_CHARS:
             await self.send(text_data=fragments.error("Your message is too long."))
             return
         try:
-            data = json.loads(text_data)
-            kind = str(data.get("type") or "message")
-        except (ValueError, AttributeError):
-            await self.send(text_data=fragments.error("The chat could not understand your browser; please reload."))
+            data = parse_frame(text_data)
+        except ValueError:
+            await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
+            return
+        kind = str(data.get("type") or "message")
+        if kind in ("ping", "resume") and self.group:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        if kind == "ping":
             return
         html = await _db(self._handle)(kind, data)
         if html:
@@ -84,34 +136,35 @@ class ChatConsumer(AsyncWebsocketConsumer):
         study = session.episode.participant.study
         try:
             if kind == "resume":
-                try:
-                    last = int(data.get("last_seq") or 0)
-                except (TypeError, ValueError):
-                    last = 0
-                return self._state(session, last)
+                return self._state(session, whole_number(data.get("last_seq")))
             if kind == "retry":
-                msg = services.retry_reply(session, int(data.get("seq") or 0))
+                msg = services.retry_reply(session, whole_number(data.get("seq")))
                 return fragments.clear_error() + fragments.message(msg)
             if kind == "message":
+                session.episode.participant.touch()
+                signals = clean_signals(data.get("signals"), max_chars=int(study.max_message_chars))
                 msg, created = services.post_user_message(
-                    session, str(data.get("client_id") or ""), str(data.get("text") or "")
+                    session, text_field(data.get("client_id")), text_field(data.get("text")), signals=signals
                 )
                 html = fragments.messages(services.messages_after(session, msg.seq - 1))
-                html += fragments.controls(services.user_turns(session), study.min_user_turns)
+                html += fragments.controls(
+                    services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
+                )
                 if created:
                     jobs.broadcast(session.pk, html)  # the worker's other tabs
                 return fragments.clear_error() + html
         except services.ChatError as exc:
             return fragments.error(str(exc))
         except (TypeError, ValueError):
-            return fragments.error("The chat could not understand your browser; please reload.")
+            return fragments.error(NOT_UNDERSTOOD)
         return fragments.error("Unknown request.")
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        services.fail_stale_replies(session)
+        services.recover_replies(session)
         html = fragments.messages(services.messages_after(session, last_seq))
-        return html + fragments.controls(services.user_turns(session), study.min_user_turns)
+        turns, pending = services.user_turns(session), services.reply_pending(session)
+        return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])

@@ -37,6 +37,8 @@ def clear_error() -> str:
     return error("")
 
 
-def controls(turns: int, min_turns: int) -> str:
-    """The turn counter and the "End session" button (enabled once the minimum is met)."""
-    return render_to_string(f"{PAGE}#controls-oob", {"turns": turns, "min_turns": min_turns, "oob": True})
+def controls(turns: int, min_turns: int, *, pending: bool = False) -> str:
+    """The turn counter and the "End session" button (enabled once the minimum is met and no reply
+    is being written; chat.js keeps it disabled while a reply is pending on the page)."""
+    ctx = {"turns": turns, "min_turns": min_turns, "pending": pending, "oob": True}
+    return render_to_string(f"{PAGE}#controls-oob", ctx)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,6 +30,10 @@ from django.db import close_old_connections
 log = logging.getLogger(__name__)
 
 _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
+# Long background jobs (an arm's readiness checks or evaluation: minutes of LLM calls) get one thread of
+# their own in the embedded default, so they run one after another and never hold the threads that
+# stream the workers' replies.
+_long_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memeval-long-job")
 _main_loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -48,16 +54,34 @@ def retry_delays() -> list[float]:
     return [float(x) for x in settings.CHAT_RETRY_DELAYS]
 
 
-def dispatch(task_name: str, job_id: int, *, local: Callable[[int], object]) -> None:
+def dispatch(
+    task_name: str, job_id: int, *, local: Callable[[int], object], countdown: float = 0, long: bool = False
+) -> None:
     """Run a job: the Celery task ``task_name`` on the workers, or ``local(job_id)`` in this process
     (a pool thread, or inline). ``local`` is what the task itself runs, plus the retries that Celery
-    would otherwise do."""
+    would otherwise do. ``countdown`` delays the start (a retry's back-off) without holding a worker:
+    Celery schedules it, a thread waits on a timer, inline sleeps (tests use 0). ``long`` jobs take the
+    single long-job thread instead of the chat pool.
+
+    A broker that is down raises here; callers enqueueing after a commit catch it, and the lease
+    bookkeeping (chat/leases.py) enqueues the job again once it is overdue."""
     mode = job_mode()
     if mode == "celery":
-        signature(task_name, args=(job_id,)).delay()
+        if countdown > 0:
+            signature(task_name, args=(job_id,)).apply_async(countdown=countdown)
+        else:
+            signature(task_name, args=(job_id,)).delay()
     elif mode == "thread":
-        _executor.submit(_guarded, local, job_id)
+        pool = _long_executor if long else _executor
+        if countdown > 0:
+            timer = threading.Timer(countdown, pool.submit, args=(_guarded, local, job_id))
+            timer.daemon = True
+            timer.start()
+        else:
+            pool.submit(_guarded, local, job_id)
     else:
+        if countdown > 0:
+            time.sleep(countdown)
         local(job_id)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from studies.models import Arm, Metric, Participant, gap_label
+from studies.models import Arm, AttentionCheck, Metric, Participant, gap_label
 
 
 class Episode(models.Model):
@@ -22,6 +24,9 @@ class Episode(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based, within the participant
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     memory_state = models.JSONField(default=dict)
+    # Bumped by every write of ``memory_state``: writers compare-and-set on it (chat/state.py), so a
+    # per-turn update computed from a stale read cannot overwrite the end-of-session update.
+    state_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
 
@@ -37,6 +42,10 @@ class Episode(models.Model):
 
 
 class ChatSession(models.Model):
+    class EndedBy(models.TextChoices):
+        WORKER = "worker", "The worker"
+        TIME_LIMIT = "time_limit", "The time limit"
+
     class Status(models.TextChoices):
         PREPARING = "preparing", "Memory updating"  # the previous session's memory update is running
         READY = "ready", "Ready"
@@ -54,6 +63,7 @@ class ChatSession(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     rated_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=12, choices=EndedBy.choices, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]
@@ -61,6 +71,23 @@ class ChatSession(models.Model):
 
     def __str__(self) -> str:
         return f"session {self.index} of episode {self.episode_id}"
+
+    def deadline(self) -> datetime | None:
+        """When the session's time limit runs out (None: no limit, or not started)."""
+        limit = self.episode.participant.study.session_time_limit
+        if limit is None or self.started_at is None:
+            return None
+        return self.started_at + limit
+
+    def time_is_up(self, now: datetime | None = None) -> bool:
+        deadline = self.deadline()
+        return deadline is not None and (now or timezone.now()) >= deadline
+
+    @property
+    def position(self) -> int:
+        """The session's place in the worker's whole participation (1-based, counting across episodes)."""
+        study = self.episode.participant.study
+        return (self.episode.index - 1) * study.sessions_per_episode + self.index
 
     @property
     def gap_label(self) -> str:
@@ -72,6 +99,7 @@ class ChatSession(models.Model):
 
 #: The start of ``Message.error`` for a reply failed because the model recited its prompt.
 PROMPT_LEAK_ERROR = "prompt leak"
+REPLY_TOO_SLOW = "The chatbot took too long to answer."
 
 
 class Message(models.Model):
@@ -100,6 +128,12 @@ class Message(models.Model):
     # writes it rejected (``{"fallbacks": [...], "rejected": [...]}``; empty when there were none).
     memory_trace = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # A pending reply's job bookkeeping (chat/reply_jobs.py): the overall deadline of the reply; when
+    # its queued job should have started; until when the job that claimed the current attempt holds
+    # it (a heartbeat extends it). A lapsed lease, or a job overdue in the queue, is re-enqueued.
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -116,7 +150,51 @@ class Message(models.Model):
         """What the worker is told about a failed reply (never the reply itself)."""
         if self.error.startswith(PROMPT_LEAK_ERROR):
             return "The chatbot's answer could not be used this time. Please press Retry for a new one."
+        if self.timed_out():
+            return REPLY_TOO_SLOW
         return "The chatbot could not answer this time."
+
+    def timed_out(self) -> bool:
+        """A failed reply that missed its overall deadline (the worker is told so)."""
+        return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW
+
+
+class MessageSignals(models.Model):
+    """How the worker composed one message, as the chat page measured it (docs/worker-quality.md): pasted
+    characters, characters typed, the time from the first keystroke to sending, and the part of that time
+    the tab was hidden. Validated and clamped by ``chat.authenticity.clean_signals``; informs exclusion,
+    never rejects a message."""
+
+    message = models.OneToOneField(Message, related_name="signals", on_delete=models.CASCADE)
+    pasted = models.BooleanField(default=False)
+    paste_chars = models.PositiveIntegerField(default=0)
+    typed_chars = models.PositiveIntegerField(default=0)
+    typing_ms = models.PositiveIntegerField(default=0)
+    hidden_ms = models.PositiveIntegerField(default=0)
+    paste_blocked = models.PositiveSmallIntegerField(default=0, help_text="Pastes refused (block paste is on).")
+
+    def __str__(self) -> str:
+        return f"signals of message {self.message_id}"
+
+    @property
+    def visible_seconds(self) -> float:
+        return max(0, self.typing_ms - self.hidden_ms) / 1000
+
+
+class AttentionResponse(models.Model):
+    """A worker's answer to an instructed-response item on a session's rating page, and whether it passed."""
+
+    session = models.ForeignKey(ChatSession, related_name="attention_responses", on_delete=models.CASCADE)
+    item = models.ForeignKey(AttentionCheck, related_name="responses", on_delete=models.PROTECT)
+    value = models.PositiveSmallIntegerField(validators=[MaxValueValidator(100)])
+    passed = models.BooleanField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "item"], name="attention_unique_per_session")]
+
+    def __str__(self) -> str:
+        return f"attention check {self.item_id}: {self.value} ({'pass' if self.passed else 'fail'})"
 
 
 class Rating(models.Model):
@@ -151,6 +229,9 @@ class MemorySnapshot(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Held by the job running the update (claimed before any LLM call, so a duplicate delivery does
+    # not call the LLM again); a lapsed lease means that job died.
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"
@@ -176,3 +257,63 @@ class LLMCallRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} call {self.pk} ({self.model})"
+
+
+class ArmJobQuerySet(models.QuerySet["ArmJob"]):
+    def latest_per_arm(self, kind: str) -> dict[int, ArmJob]:
+        """The newest job of ``kind`` for each arm, by arm id."""
+        out: dict[int, ArmJob] = {}
+        for job in self.filter(kind=kind).order_by("arm_id", "-created_at", "-id"):
+            out.setdefault(job.arm_id, job)
+        return out
+
+
+class ArmJob(models.Model):
+    """A background job about one arm before or beside the study: its readiness checks
+    (``memory.preflight``) or its automatic evaluation (``memory.evaluation``). ``config`` is the arm's
+    :meth:`~studies.models.Arm.llm_config` when the job started; a result counts only while it still matches."""
+
+    class Kind(models.TextChoices):
+        READINESS = "readiness", "Readiness checks"
+        EVALUATION = "evaluation", "Automatic evaluation"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    arm = models.ForeignKey(Arm, related_name="jobs", on_delete=models.CASCADE)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    config = models.JSONField(default=dict)
+    options = models.JSONField(default=dict, blank=True)  # e.g. the evaluation's dataset and question limit
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    step = models.CharField(max_length=200, blank=True)  # what the job is doing now
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ArmJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["arm", "kind", "-created_at"], name="armjob_latest")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of arm {self.arm_id} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0
+
+    def is_current(self, arm: Arm) -> bool:
+        """Whether this job ran on the arm as it is configured now."""
+        return bool(self.config == arm.llm_config())

@@ -14,34 +14,53 @@ later message from the database (:func:`messages_after`), including a reply gene
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import re
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Max, Q
+from django.db import DatabaseError, transaction
+from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
-from chat import fragments
+from chat import fragments, leases, limits, records, replies, state
+from chat.authenticity import Signals, record_signals
 from chat.jobs import broadcast, dispatch, retry_delays
-from chat.models import PROMPT_LEAK_ERROR, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from memory.base import MemorySystem, Turn
+from chat.models import (
+    PROMPT_LEAK_ERROR,
+    REPLY_TOO_SLOW,
+    AttentionResponse,
+    ChatSession,
+    Episode,
+    LLMCallRecord,
+    MemorySnapshot,
+    Message,
+    Rating,
+)
+from memory.base import MemorySystem, Prompt, Turn
 from memory.embed import Embedder, make_embedder
-from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, find_prompt_leak
+from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, end_at_sentence, find_prompt_leak
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
 from studies.models import Arm, Participant, Study
 
 log = logging.getLogger(__name__)
+A = TypeVar("A", bound=Arm)
 
 
 class ChatError(Exception):
     """A request the worker can fix or should be told about (shown verbatim, never a server error)."""
+
+
+def reply_deadline_seconds() -> float:
+    """The overall time a reply may take, retries included (``settings.CHAT_REPLY_DEADLINE_SECONDS``)."""
+    return float(settings.CHAT_REPLY_DEADLINE_SECONDS)
 
 
 # ------------------------------------------------------------------------------------------- arms
@@ -52,17 +71,18 @@ def build_llm(arm: Arm) -> LLM:
     tests use to script replies and failures)."""
     backend = arm.llm_backend or settings.LLM_BACKEND
     model = arm.llm_model or settings.LLM_MODEL
-    return make_llm(backend, model, **_endpoint_options(backend))
+    return make_llm(backend, model, **endpoint_options(backend))
 
 
-def _endpoint_options(backend: str) -> dict[str, Any]:
+def endpoint_options(backend: str) -> dict[str, Any]:
     """The site's OpenAI-compatible endpoint, for the backends that call one."""
     if backend != "openai":
         return {}
     return {
         "api_key": settings.OPENAI_API_KEY,
         "base_url": settings.OPENAI_BASE_URL,
-        "timeout": settings.LLM_TIMEOUT_SECONDS,
+        # each read is bounded by the timeout: never longer than a whole reply may take
+        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), reply_deadline_seconds()),
     }
 
 
@@ -74,7 +94,7 @@ def get_embedder() -> Embedder:
     """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
     endpoint and key), one per process: wordllama loads its weights once."""
     backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
-    options = _endpoint_options(backend)
+    options = endpoint_options(backend)
     key = f"{backend}:{model}:{options.get('base_url', '')}"
     with _EMBEDDER_LOCK:
         if key not in _EMBEDDERS:
@@ -120,6 +140,7 @@ def assign_episode(participant: Participant) -> Episode:
                 )
             )
         )
+        arms = _qc_draw(participant, study, arms)
         if not arms:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
@@ -133,6 +154,26 @@ def assign_episode(participant: Participant) -> Episode:
             episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
     return episode
+
+
+def _qc_draw(participant: Participant, study: Study, arms: list[A]) -> list[A]:
+    """The candidates once the quality-control arm is placed: every worker meets it in exactly one whole
+    episode, at a uniformly random position among their episodes (docs/worker-quality.md, "QC arm").
+
+    While the worker has not had it, it is drawn with probability 1 / (episodes still to do), and it is
+    the only candidate for their last episode; otherwise it is never a candidate. A study with one
+    episode per worker cannot run the QC test (studies.forms.qc_design_problem), so there the QC arm
+    is never drawn."""
+    qc = [a for a in arms if a.is_qc]
+    if not qc:
+        return arms
+    others = [a for a in arms if not a.is_qc]
+    remaining = int(study.episodes_per_worker) - participant.episodes.count()
+    if study.episodes_per_worker < 2 or remaining < 1:
+        return others
+    if remaining == 1 or not others or random.random() < 1 / remaining:
+        return qc[:1]
+    return others
 
 
 def episodes_left(participant: Participant) -> bool:
@@ -198,8 +239,38 @@ def session_clock(session: ChatSession) -> datetime:
     return session.simulated_start + (timezone.now() - session.started_at)
 
 
+class ReplyPending(ChatError):
+    """The session cannot end while the bot's reply is being written."""
+
+
+class RateFirst(ChatError):
+    """A later session cannot open before the earlier ones of its episode are rated."""
+
+    def __init__(self, unrated: ChatSession) -> None:
+        super().__init__(_rate_first(unrated))
+        self.unrated = unrated
+
+
+def _rate_first(unrated: ChatSession) -> str:
+    return f"Please rate session {unrated.index} before you continue."
+
+
+def unrated_earlier(session: ChatSession) -> ChatSession | None:
+    """The first earlier session of the episode that is not rated yet (``None`` when all are)."""
+    return (
+        ChatSession.objects.filter(episode_id=session.episode_id, index__lt=session.index)
+        .exclude(status=ChatSession.Status.DONE)
+        .order_by("index")
+        .first()
+    )
+
+
 def start_session(session: ChatSession) -> ChatSession:
-    """Mark a ready session as chatting (idempotent); the bot's opening message is enqueued then."""
+    """Mark a ready session as chatting (idempotent). Raises :class:`RateFirst` while an earlier
+    session of the episode is not rated. The bot's opening message is enqueued when it starts."""
+    unrated = unrated_earlier(session)
+    if unrated is not None:
+        raise RateFirst(unrated)
     if session.status == ChatSession.Status.READY:
         with transaction.atomic():
             started = ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
@@ -231,6 +302,11 @@ def user_turns(session: ChatSession) -> int:
     return session.messages.filter(speaker=Message.Speaker.USER).count()
 
 
+def reply_pending(session: ChatSession) -> bool:
+    """Whether the bot is still writing a reply in this session."""
+    return session.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists()
+
+
 def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]:
     """The session as the memory systems see it: user messages and completed bot replies, in order."""
     qs = session.messages.filter(Q(speaker=Message.Speaker.USER) | Q(status=Message.Status.COMPLETE))
@@ -241,18 +317,40 @@ def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]
 
 
 def stale_reply_seconds() -> float:
-    """How long a reply may stay pending before we assume its job died (a restart, a lost task):
-    every attempt timing out, plus the backoff, plus a margin."""
+    """How long a reply without a deadline (stored before deadlines existed) may stay pending before
+    we assume its job died: every attempt timing out, plus the backoff, plus a margin."""
     delays = retry_delays()
     return (len(delays) + 1) * float(settings.LLM_TIMEOUT_SECONDS) + sum(delays) + 30
 
 
 def fail_stale_replies(session: ChatSession) -> int:
-    """Turn replies whose job died into failed ones, so the worker gets a Retry button, not a wait forever."""
-    cutoff = timezone.now() - timedelta(seconds=stale_reply_seconds())
-    return session.messages.filter(status=Message.Status.PENDING, created_at__lt=cutoff).update(
-        status=Message.Status.FAILED, error="The reply was interrupted."
+    """Turn replies past their deadline into failed ones, so the worker gets a Retry button, not a
+    wait forever. A live job fails its reply itself at the deadline; this catches the dead ones."""
+    now = timezone.now()
+    past = Q(deadline_at__lt=now - timedelta(seconds=leases.lease_seconds())) | Q(
+        deadline_at__isnull=True, created_at__lt=now - timedelta(seconds=stale_reply_seconds())
     )
+    return session.messages.filter(past, status=Message.Status.PENDING).update(
+        status=Message.Status.FAILED, error=REPLY_TOO_SLOW, lease_until=None
+    )
+
+
+def recover_replies(session: ChatSession) -> int:
+    """Enqueue again the pending replies whose job is gone (a lapsed lease: the worker or server died;
+    or never started although due: a lost broker message, a failed enqueue). Safe to call often:
+    each one is re-enqueued once per lease, and the job's claim keeps a reply from running twice."""
+    fail_stale_replies(session)
+    lost = leases.lost(due_field="due_at")
+    ids = list(session.messages.filter(lost, status=Message.Status.PENDING).values_list("pk", flat=True))
+    count = 0
+    for pk in ids:
+        if Message.objects.filter(lost, pk=pk, status=Message.Status.PENDING).update(
+            lease_until=None, due_at=timezone.now()
+        ):
+            log.info("re-enqueueing reply %s of session %s: its job is gone", pk, session.pk)
+            enqueue_reply(pk)
+            count += 1
+    return count
 
 
 def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
@@ -260,12 +358,16 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
 
 
-def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[Message, bool]:
+def post_user_message(
+    session: ChatSession, client_id: str, text: str, *, signals: Signals | None = None
+) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
     Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
     with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
     message, a message while a reply is still being written, or a session that is not chatting.
+    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``)
+    are stored with a new message as a related row; they never make a message fail.
     """
     client_id = (client_id or "").strip()
     if not client_id or len(client_id) > 64:
@@ -285,6 +387,9 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             raise ChatError(
                 f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
             )
+        unrated = unrated_earlier(locked)
+        if unrated is not None:
+            raise ChatError(_rate_first(unrated))
         if locked.status == ChatSession.Status.READY:
             if opens_with_bot(locked):  # the session page starts it, with the bot's first message
                 raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
@@ -292,16 +397,26 @@ def post_user_message(session: ChatSession, client_id: str, text: str) -> tuple[
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
+        if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
+            raise ChatError("The time for this session is up; please go on to the rating.")
         fail_stale_replies(locked)
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
+        try:
+            limits.check_can_post(locked, study)
+        except limits.LimitReached as exc:
+            raise ChatError(str(exc)) from exc
         seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
         user = Message.objects.create(
             session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text
         )
+        now = timezone.now()
         bot = Message.objects.create(
-            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user
-        )
+            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
+            deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now,
+        )  # fmt: skip
+        if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
+            record_signals(user, signals)
         transaction.on_commit(lambda: enqueue_reply(bot.pk))
     return user, True
 
@@ -317,8 +432,10 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
             return msg
         if session.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended.")
+        now = timezone.now()
         msg.status, msg.attempts, msg.error = Message.Status.PENDING, 0, ""
-        msg.save(update_fields=["status", "attempts", "error"])
+        msg.deadline_at, msg.due_at, msg.lease_until = now + timedelta(seconds=reply_deadline_seconds()), now, None
+        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until"])
         transaction.on_commit(lambda: enqueue_reply(msg.pk))
     return msg
 
@@ -329,9 +446,12 @@ def draw_gap(study: Study, session: ChatSession) -> float:
     return study.draw_gap(random.Random(f"gap:{study.pk}:{session.episode_id}:{session.index}"))
 
 
-def end_session(session: ChatSession) -> ChatSession:
+def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WORKER) -> ChatSession:
     """End a chatting session once the minimum number of user turns is met (idempotent).
 
+    Raises :class:`ReplyPending` while the bot's reply is still being written, unless the session's
+    time limit has passed: ``ended_by=TIME_LIMIT`` (``chat.timing.end_if_time_up``) waives the minimum
+    and fails a reply still pending, which is then not part of the session the memory sees.
     Creates the next session (``preparing``) and enqueues the memory update after commit.
     """
     with transaction.atomic():
@@ -341,14 +461,22 @@ def end_session(session: ChatSession) -> ChatSession:
         if locked.status in (ChatSession.Status.RATING, ChatSession.Status.DONE):
             return locked
         study = locked.episode.participant.study
-        if locked.status != ChatSession.Status.CHATTING or user_turns(locked) < study.min_user_turns:
+        timed_out = ended_by == ChatSession.EndedBy.TIME_LIMIT and locked.time_is_up()
+        if locked.status != ChatSession.Status.CHATTING or (
+            user_turns(locked) < study.min_user_turns and not timed_out
+        ):
             raise ChatError(f"Please send at least {study.min_user_turns} messages before ending the session.")
+        # The reply being written is part of the session the worker rates and the memory sees.
+        fail_stale_replies(locked)
+        if reply_pending(locked) and not timed_out:
+            raise ReplyPending("Please wait for the chatbot's reply before ending the session.")
         locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
-        locked.save(update_fields=["status", "ended_at"])
-        # A reply still pending is abandoned: it would not be part of the session the memory sees.
-        locked.messages.filter(status=Message.Status.PENDING).update(
-            status=Message.Status.FAILED, error="The session ended before the reply was written."
-        )
+        locked.ended_by = ChatSession.EndedBy.TIME_LIMIT if timed_out else ChatSession.EndedBy.WORKER
+        locked.save(update_fields=["status", "ended_at", "ended_by"])
+        if timed_out:
+            locked.messages.filter(status=Message.Status.PENDING).update(
+                status=Message.Status.FAILED, error="The session ended before the reply was written."
+            )
         MemorySnapshot.objects.get_or_create(session=locked)
         if locked.index < study.sessions_per_episode:
             gap = draw_gap(study, locked)
@@ -368,10 +496,12 @@ def end_session(session: ChatSession) -> ChatSession:
 # -------------------------------------------------------------------------------------- ratings
 
 
-def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
+def submit_ratings(session: ChatSession, values: dict[int, int], attention: dict[int, int] | None = None) -> bool:
     """Store the ratings of an ended session; ``False`` when it was rated already (idempotent).
 
-    Completes the episode after its last session, and the participant after their last episode."""
+    ``attention`` holds the answers to the session's attention checks by check id; each is stored with
+    whether it passed (never as a rating). Completes the episode after its last session, and the
+    participant after their last episode."""
     with transaction.atomic():
         locked = (
             ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
@@ -382,6 +512,11 @@ def submit_ratings(session: ChatSession, values: dict[int, int]) -> bool:
             raise ChatError("This session has not ended yet; please finish the conversation first.")
         for metric_id, value in values.items():
             Rating.objects.update_or_create(session=locked, metric_id=metric_id, defaults={"value": value})
+        checks = {c.pk: c for c in locked.episode.participant.study.attention_checks.all()}
+        for check_id, value in (attention or {}).items():
+            AttentionResponse.objects.update_or_create(
+                session=locked, item_id=check_id, defaults={"value": value, "passed": checks[check_id].passes(value)}
+            )
         now = timezone.now()
         locked.status, locked.rated_at = ChatSession.Status.DONE, now
         locked.save(update_fields=["status", "rated_at"])
@@ -403,14 +538,22 @@ REPLY_TASK = "chat.tasks.generate_reply_task"
 MEMORY_UPDATE_TASK = "chat.tasks.update_memory"
 
 
-def enqueue_reply(message_id: int) -> None:
-    """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here)."""
-    dispatch(REPLY_TASK, message_id, local=generate_reply)
+def enqueue_reply(message_id: int, *, countdown: float = 0) -> None:
+    """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here),
+    after ``countdown`` seconds. A broker that is down is logged, not raised: the reply is enqueued
+    again once it is overdue (:func:`recover_replies`)."""
+    try:
+        dispatch(REPLY_TASK, message_id, local=generate_reply, countdown=countdown)
+    except Exception:  # kombu's errors when Redis is down; nothing is lost, the row is the truth
+        log.warning("could not enqueue reply %s; it will be re-enqueued when overdue", message_id, exc_info=True)
 
 
 def enqueue_memory_update(session_id: int) -> None:
     """Have an ended session's memory update run (a Celery task, or here with the task's retries)."""
-    dispatch(MEMORY_UPDATE_TASK, session_id, local=update_memory_with_retries)
+    try:
+        dispatch(MEMORY_UPDATE_TASK, session_id, local=update_memory_with_retries)
+    except Exception:  # broker down: the waiting page re-enqueues it (recover_stale_update)
+        log.warning("could not enqueue the memory update of session %s", session_id, exc_info=True)
 
 
 _WORD = re.compile(r"\w")
@@ -460,7 +603,8 @@ class PromptLeakError(Exception):
 
 
 def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
-    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows."""
+    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows; a reply's
+    earlier turns are stored once, in the transcript, not again with every call (chat/records.py)."""
     LLMCallRecord.objects.bulk_create(
         [
             LLMCallRecord(
@@ -468,7 +612,7 @@ def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[st
                 message_id=message_id,
                 purpose=c.get("purpose") or "",
                 model=c.get("model") or "",
-                messages=c.get("messages") or [],
+                messages=records.compact_messages(c.get("messages") or [], c.get("purpose") or ""),
                 reply=c.get("reply") or "",
                 latency_ms=c.get("latency_ms") or 0,
                 prompt_tokens=c.get("prompt_tokens"),
@@ -480,237 +624,342 @@ def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[st
     )
 
 
-def generate_reply(message_id: int) -> None:
-    """Write the bot reply of a pending placeholder, streaming tokens to the session's sockets.
+class _Superseded(Exception):
+    """Another job took this reply over (our lease lapsed): stop and write nothing."""
 
-    Transient LLM failures (timeout, 429, 5xx, empty or garbage output) are retried with backoff
-    (``settings.CHAT_RETRY_DELAYS``); the browser sees a "retrying" state meanwhile. When the
-    attempts are spent, or on a non-transient error, the placeholder becomes ``failed`` and the
-    browser shows a Retry button. Idempotent: a reply that is not pending is left alone. Every LLM
-    call is stored as an :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs.
+
+def generate_reply(message_id: int) -> None:
+    """Write one attempt of the bot reply of a pending placeholder, streaming tokens to the sockets.
+
+    The job claims the reply (a lease, chat/leases.py) before any LLM call, so a duplicate delivery
+    does nothing, and a heartbeat keeps the claim while it streams. Transient LLM failures (timeout,
+    429, 5xx, a stream that breaks off, empty or garbage output) are retried after the back-off of
+    ``settings.CHAT_RETRY_DELAYS`` by enqueueing the job again with a countdown (no worker waits);
+    the browser sees a "retrying" state meanwhile. The reply has an overall deadline
+    (``settings.CHAT_REPLY_DEADLINE_SECONDS``): past it, or when the attempts are spent, or on a
+    non-transient error, the placeholder becomes ``failed`` and the browser shows a Retry button.
+    A reply cut at the token cap ends at its last complete sentence. Every LLM call is stored as an
+    :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs (compare-and-set write).
+    Database errors propagate, for the Celery task to retry.
 
     Blinding: a reply that recites its prompt (:func:`memory.hygiene.find_prompt_leak`) is caught while
     it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
-    and regenerated once; a second leak fails the reply with ``error = "prompt leak: ..."`` and the
-    Retry button. The leaked text stays only in the researcher's LLM call record.
+    and regenerated once within the same attempt (same lease, same deadline); a second leak fails the
+    reply with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
+    researcher's LLM call record.
+
+    The bot's opening message of a session (a placeholder replying to nothing, see :func:`add_opener`)
+    is written from ``compose_opening``; no ``after_turn`` follows it.
     """
     msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
         pk=message_id
     )
     session = msg.session
-    if msg.status != Message.Status.PENDING:
+    if msg.status != Message.Status.PENDING or session.status != ChatSession.Status.CHATTING:
+        return
+    attempt = msg.attempts + 1
+    if not leases.claim(
+        Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts), attempts=attempt
+    ):
+        return  # another job is writing it (a duplicate delivery), or it moved on
+    msg.attempts = attempt
+    held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=attempt)
+    try:
+        _reply_attempt(msg, held)
+    except DatabaseError:
+        with contextlib.suppress(DatabaseError):  # the database may still be down: then the lease lapses
+            held.update(lease_until=None)
+        raise
+
+
+def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
+    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it)."""
+    session = msg.session
+    attempt = msg.attempts
+    deadline = msg.deadline_at or msg.created_at + timedelta(seconds=reply_deadline_seconds())
+    if timezone.now() >= deadline:
+        _fail_reply(msg, held, REPLY_TOO_SLOW)
         return
     episode = session.episode
-    system, llm = build_arm(episode.arm)
-    max_tokens = settings.LLM_MAX_TOKENS
+    try:
+        system, llm = build_arm(episode.arm)
+    except DatabaseError:
+        raise
+    except Exception as exc:  # a misconfigured arm (unknown backend, missing model): retrying cannot help
+        log.exception("reply %s: the arm of session %s could not be built", msg.pk, session.pk)
+        _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
+        return
     delays = retry_delays()
     max_attempts = len(delays) + 1
-    leaks = 0
-    while True:
-        # Claim the attempt (compare-and-set): two jobs for the same reply never both write it.
-        claimed = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts).update(
-            attempts=msg.attempts + 1
-        )
-        if not claimed:
-            return
-        msg.attempts += 1
-        session.refresh_from_db(fields=["status"])
-        if session.status != ChatSession.Status.CHATTING:
-            return
-        turns = turns_of(session, upto_seq=msg.seq - 1)
-        now = session_clock(session)
-        prompt = None
-        pieces: list[str] = []
-        flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
-        try:
-            opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
+    start_state = (dict(episode.memory_state or {}), episode.state_version)
+    now = session_clock(session)
+    opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
+    prompt = None
+    try:
+        with leases.heartbeat(held) as beat:
+            turns = turns_of(session, upto_seq=msg.seq - 1)
             if opener:
                 prompt = system.compose_opening(episode.memory_state, now)
             else:
                 prompt = system.compose(episode.memory_state, turns, now)
-            # Pieces are pushed as they come, coalesced to one frame per ``flush_every`` seconds (the
-            # first one at once), minus a held-back tail that is checked for prompt text first; what
-            # is still held back at the end arrives with the final message.
             chat = [t.text for t in turns]
-            shown = 0
-            last_flush = 0.0
-            # An arm may give its reply itself (the quality-control arm): it is sent as is, with no LLM call.
-            stream = (
-                [prompt.reply]
-                if prompt.reply is not None
-                else llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply")
-            )
-            for piece in stream:
-                pieces.append(piece)
-                if prompt.reply is None and time.monotonic() - last_flush >= flush_every:
-                    so_far = "".join(pieces)
-                    leak = find_prompt_leak(so_far, prompt.messages, chat=chat)
-                    if leak is not None:
-                        raise PromptLeakError(leak)
-                    safe = shown_prefix(so_far)
-                    if safe > shown:
-                        broadcast(session.pk, fragments.token(msg.seq, so_far[shown:safe]))
-                        shown = safe
-                    last_flush = time.monotonic()
-            text = _check_reply("".join(pieces))
-            leak = find_prompt_leak(text, prompt.messages, chat=chat) if prompt.reply is None else None
-            if leak is not None:
-                raise PromptLeakError(leak)
-        except PromptLeakError as exc:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()  # stop the model writing the rest of a reply nobody will see
-            if llm.calls:
-                llm.calls[-1].error = str(exc)
-            store_llm_calls(session.pk, msg.pk, llm.drain())
-            leaks += 1
-            log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
-            if leaks < 2:  # regenerate once; the bubble is reset (nothing of the leak was shown)
-                broadcast(session.pk, fragments.message(msg))
-                continue
-            updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
-                status=Message.Status.FAILED, error=str(exc)[:500]
-            )
-            if updated:
-                msg.refresh_from_db()
-                broadcast(session.pk, fragments.message(msg))
-            return
-        except LLMError as exc:
-            if llm.calls and not llm.calls[-1].error:
-                llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
-            store_llm_calls(session.pk, msg.pk, llm.drain())
-            transient = isinstance(exc, LLMTransientError)
-            if transient and msg.attempts < max_attempts:
-                Message.objects.filter(pk=msg.pk).update(error=str(exc)[:500])
+            for leaks in (1, 2):
+                try:
+                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat)
+                    break
+                except PromptLeakError as exc:
+                    if llm.calls:
+                        llm.calls[-1].error = str(exc)
+                    store_llm_calls(session.pk, msg.pk, llm.drain())
+                    log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
+                    if leaks == 2:
+                        _fail_reply(msg, held, str(exc))
+                        return
+                    # Regenerate once; the bubble is reset (nothing of the leak was shown).
+                    broadcast(session.pk, fragments.message(msg))
+    except _Superseded:
+        store_llm_calls(session.pk, msg.pk, llm.drain())
+        return
+    except LLMError as exc:
+        if llm.calls and not llm.calls[-1].error:
+            llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
+        store_llm_calls(session.pk, msg.pk, llm.drain())
+        delay = delays[attempt - 1] if attempt < max_attempts else None
+        retry_at = timezone.now() + timedelta(seconds=delay or 0)
+        if isinstance(exc, LLMTransientError) and delay is not None and retry_at < deadline:
+            if held.update(error=str(exc)[:500], lease_until=None, due_at=retry_at):
                 msg.error = str(exc)
                 broadcast(session.pk, fragments.message(msg, retrying=True, max_attempts=max_attempts))
-                time.sleep(delays[msg.attempts - 1])
-                continue
-            updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
-                status=Message.Status.FAILED, error=str(exc)[:500]
-            )
-            if updated:
-                msg.refresh_from_db()
-                broadcast(session.pk, fragments.message(msg))
+                enqueue_reply(msg.pk, countdown=delay)
             return
-        store_llm_calls(session.pk, msg.pk, llm.drain())
-        updated = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING).update(
-            status=Message.Status.COMPLETE, text=text, error="", memory_used=prompt.memory if prompt else []
-        )
-        msg.refresh_from_db()
-        broadcast(session.pk, fragments.message(msg))
-        if updated and msg.reply_to_id is not None:  # an opener follows no exchange to learn from
-            _after_turn(session, episode, system, llm, msg, now)
+        _fail_reply(msg, held, REPLY_TOO_SLOW if timezone.now() >= deadline else str(exc))
         return
+    except DatabaseError:
+        raise  # generate_reply releases the reply; the task retries
+    except Exception as exc:  # a bug in an arm or a backend: fail visibly instead of staying pending
+        log.exception("reply %s of session %s failed", msg.pk, session.pk)
+        store_llm_calls(session.pk, msg.pk, llm.drain())
+        _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
+        return
+    store_llm_calls(session.pk, msg.pk, llm.drain())
+    updated = held.update(
+        status=Message.Status.COMPLETE, text=text, error="", memory_used=prompt.memory if prompt else [],
+        lease_until=None,
+    )  # fmt: skip
+    msg.refresh_from_db()
+    broadcast(session.pk, fragments.message(msg))
+    if updated and not opener:  # an opener follows no exchange to learn from
+        _after_turn(session, episode, system, llm, msg, now, start_state)
+
+
+def _stream_reply(
+    msg: Message,
+    llm: RecordingLLM,
+    prompt: Prompt,
+    *,
+    chat: list[str],
+    deadline: datetime,
+    beat: leases.Heartbeat,
+) -> str:
+    """Stream one reply to the session's sockets and return its cleaned text.
+
+    Pieces are pushed as they come, coalesced to one frame per ``CHAT_TOKEN_FLUSH_SECONDS`` (the
+    first one at once), minus a held-back tail that is checked for prompt text first
+    (:class:`PromptLeakError`, the stream closed); what is still held back at the end arrives with
+    the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
+    it is sent as is, with no LLM call and no leak check.
+    """
+    max_tokens = settings.LLM_MAX_TOKENS
+    flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
+    fixed = prompt.reply
+    stream: Iterator[str] = (
+        iter([fixed]) if fixed is not None else llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply")
+    )
+
+    def stop() -> None:
+        close = getattr(stream, "close", None)
+        if close:
+            close()  # stop the model writing the rest of a reply nobody will see
+
+    pieces: list[str] = []
+    shown = 0
+    last_flush = 0.0
+    for piece in stream:
+        if beat.lost:
+            raise _Superseded()
+        if timezone.now() >= deadline:  # a trickling stream: every read in time, the whole reply not
+            stop()
+            raise LLMError(REPLY_TOO_SLOW)
+        pieces.append(piece)
+        if time.monotonic() - last_flush >= flush_every:
+            so_far = "".join(pieces)
+            if fixed is None and (leak := find_prompt_leak(so_far, prompt.messages, chat=chat)) is not None:
+                stop()
+                raise PromptLeakError(leak)
+            safe = shown_prefix(so_far) if fixed is None else len(so_far)
+            if safe > shown:
+                broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
+                shown = safe
+            last_flush = time.monotonic()
+    text = _check_reply("".join(pieces))
+    if fixed is not None:
+        return text
+    leak = find_prompt_leak(text, prompt.messages, chat=chat)
+    if leak is not None:
+        raise PromptLeakError(leak)
+    return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
+
+
+def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
+    """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
+    if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
+        msg.refresh_from_db()
+        broadcast(msg.session_id, fragments.message(msg))
 
 
 def _after_turn(
-    session: ChatSession, episode: Episode, system: MemorySystem, llm: RecordingLLM, msg: Message, now: datetime
+    session: ChatSession,
+    episode: Episode,
+    system: MemorySystem,
+    llm: RecordingLLM,
+    msg: Message,
+    now: datetime,
+    start_state: tuple[dict[str, Any], int],
 ) -> None:
-    """The arm's per-turn update; a failure is recorded and the previous state kept."""
+    """The arm's per-turn update, written with compare-and-set: if the state changed since the reply
+    read it (the end-of-session update ran meanwhile), the update is computed again from the new
+    state. A failure is recorded and the previous state kept."""
+    turns = turns_of(session, upto_seq=msg.seq)
     try:
-        update = system.after_turn(episode.memory_state, turns_of(session, upto_seq=msg.seq), now)
+        applied = state.apply(episode.pk, lambda current: system.after_turn(current, turns, now), start=start_state)
     except Exception as exc:
         log.warning("after_turn failed for session %s: %s", session.pk, exc)
         store_llm_calls(session.pk, msg.pk, llm.drain())
         return
     store_llm_calls(session.pk, msg.pk, llm.drain())
-    recorded = {k: update.trace[k] for k in ("fallbacks", "rejected") if (update.trace or {}).get(k)}
+    trace = applied.update.trace or {}
+    recorded = {k: trace[k] for k in ("fallbacks", "rejected") if trace.get(k)}
     if recorded:
         # Rejected memory writes and fallbacks are evidence about the arm: kept with the reply they followed.
         Message.objects.filter(pk=msg.pk).update(memory_trace=recorded)
         log.info("after_turn of session %s: %s", session.pk, {k: len(v) for k, v in recorded.items()})
-    if update.state != episode.memory_state:
-        with transaction.atomic():
-            ep = Episode.objects.select_for_update().get(pk=episode.pk)
-            ep.memory_state = update.state
-            ep.save(update_fields=["memory_state"])
-        episode.memory_state = update.state
+    episode.memory_state, episode.state_version = applied.update.state, applied.version
 
 
 # ------------------------------------------------------------------------------ memory update
 
+MEMORY_ATTEMPTS = 4  # the first run and three retries
+
 
 class MemoryUpdateFailed(Exception):
-    pass
+    """A memory update attempt failed and should be retried after ``countdown`` seconds."""
+
+    def __init__(self, message: str, countdown: float = 5) -> None:
+        super().__init__(message)
+        self.countdown = countdown
 
 
-def update_memory(session_id: int, *, final: bool = True) -> MemorySnapshot:
+def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapshot:
     """The arm's end-of-session memory update for an ended session (idempotent).
 
     Runs ``end_session`` on the simulated clock, stores :class:`MemorySnapshot` (state and trace,
-    with ``trace["llm_calls"]``), copies the state to the episode and makes the next session ready.
-    A second run after success changes nothing. On failure: if ``final``, the error is recorded,
-    the previous state is kept and the next session is made ready anyway (the worker is never
-    stuck); otherwise :class:`MemoryUpdateFailed` is raised so the caller retries.
+    with ``trace["llm_calls"]``), writes the state to the episode with compare-and-set (recomputed
+    from the newer state if a late per-turn update wrote in between) and makes the next session
+    ready. The job claims the snapshot (a lease) before any LLM call, so a duplicate delivery makes
+    no LLM call. A second run after success changes nothing. On failure: if ``final`` (by default,
+    when the attempts are spent), the error is recorded, the previous state is kept and the next
+    session is made ready anyway (the worker is never stuck); otherwise :class:`MemoryUpdateFailed`
+    is raised so the caller retries.
     """
     session = ChatSession.objects.select_related("episode__arm", "episode__participant__study").get(pk=session_id)
     snapshot, _ = MemorySnapshot.objects.get_or_create(session=session)
     if snapshot.status == MemorySnapshot.Status.DONE:
         return snapshot
+    pending = MemorySnapshot.objects.filter(pk=snapshot.pk, status=MemorySnapshot.Status.PENDING)
+    if not leases.claim(pending):
+        return snapshot  # another job holds it (a duplicate delivery), or it is finished
+    snapshot.refresh_from_db()
+    if final is None:
+        final = snapshot.attempts + 1 >= MEMORY_ATTEMPTS
     episode = session.episode
-    before = episode.memory_state
     now = session.simulated_start
     if session.started_at and session.ended_at:
         now += session.ended_at - session.started_at  # the bot's clock when the session ended
     llm: RecordingLLM | None = None
-    try:
-        system, llm = build_arm(episode.arm)
-        update = system.end_session(before, turns_of(session), now)
-        state, trace = update.state, dict(update.trace or {})
-        error = ""
-    except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
-        calls = llm.drain() if llm else []
-        store_llm_calls(session.pk, None, calls)
-        MemorySnapshot.objects.filter(pk=snapshot.pk).update(
-            attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000]
-        )
-        if not final:
-            raise MemoryUpdateFailed(str(exc)) from exc
-        state, trace, error = before, {"llm_calls": calls}, f"{type(exc).__name__}: {exc}"
-        log.warning("memory update of session %s failed; keeping the previous state: %s", session_id, exc)
-    else:
-        calls = llm.drain()
-        store_llm_calls(session.pk, None, calls)
-        trace["llm_calls"] = calls
-    with transaction.atomic():
-        snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)
-        if snap.status == MemorySnapshot.Status.DONE:
-            return snap
-        snap.state, snap.trace, snap.finished_at = state, trace, timezone.now()
-        snap.attempts += 1 if not error else 0
-        snap.status = MemorySnapshot.Status.FAILED if error else MemorySnapshot.Status.DONE
-        snap.error = error[:2000]
-        snap.save()
-        if not error:
-            Episode.objects.filter(pk=episode.pk).update(memory_state=state)
-        ChatSession.objects.filter(
-            episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
-        ).update(status=ChatSession.Status.READY)
-    return snap
+    turns = turns_of(session)
+    calls: list[dict[str, Any]] = []  # of every round: a round lost to a concurrent write made calls too
+    with leases.heartbeat(pending):
+        current, version = state.read(episode.pk)
+        before = current
+        for _round in range(state.MAX_ROUNDS):
+            try:
+                if llm is None:
+                    system, llm = build_arm(episode.arm)
+                update = system.end_session(current, turns, now)
+                new_state, trace = update.state, dict(update.trace or {})
+                error = ""
+            except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
+                calls += llm.drain() if llm else []
+                store_llm_calls(session.pk, None, calls)
+                pending.update(
+                    attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000], lease_until=None
+                )
+                if not final:
+                    raise MemoryUpdateFailed(str(exc), countdown=min(60, 5 * 2**snapshot.attempts)) from exc
+                new_state, trace, error = before, {"llm_calls": calls}, f"{type(exc).__name__}: {exc}"
+                log.warning("memory update of session %s failed; keeping the previous state: %s", session_id, exc)
+            else:
+                calls += llm.drain()
+                trace["llm_calls"] = calls
+            with transaction.atomic():
+                snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)
+                if snap.status == MemorySnapshot.Status.DONE:
+                    return snap
+                if not error and not state.write(episode.pk, new_state, version):
+                    # A late per-turn update wrote in between: compute again from its state.
+                    current, version = state.read(episode.pk)
+                    continue
+                store_llm_calls(session.pk, None, [] if error else trace["llm_calls"])
+                snap.state, snap.trace, snap.finished_at = new_state, trace, timezone.now()
+                snap.attempts += 1 if not error else 0
+                snap.status = MemorySnapshot.Status.FAILED if error else MemorySnapshot.Status.DONE
+                snap.error = error[:2000]
+                snap.lease_until = None
+                snap.save()
+                ChatSession.objects.filter(
+                    episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
+                ).update(status=ChatSession.Status.READY)
+                return snap
+    pending.update(lease_until=None)
+    raise MemoryUpdateFailed("the memory state kept changing during the update", countdown=1)
 
 
 def recover_stale_update(next_session: ChatSession) -> bool:
-    """Re-enqueue the memory update a waiting session depends on if it looks lost (its job died).
-    Safe because the update is idempotent."""
+    """Re-enqueue the memory update a waiting session depends on if its job is gone: its lease lapsed
+    (the worker died), or it was never started ``CHAT_STALE_UPDATE_SECONDS`` after it was due (a lost
+    broker message). Safe because the update is claimed and idempotent."""
     if next_session.status != ChatSession.Status.PREPARING:
         return False
-    cutoff = timezone.now() - timedelta(seconds=float(getattr(settings, "CHAT_STALE_UPDATE_SECONDS", 300)))
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=float(getattr(settings, "CHAT_STALE_UPDATE_SECONDS", 60)))
+    lost = Q(lease_until__lt=now) | Q(lease_until__isnull=True, created_at__lt=cutoff)
     stale = MemorySnapshot.objects.filter(
-        session__episode=next_session.episode_id, session__index=next_session.index - 1,
-        status=MemorySnapshot.Status.PENDING, created_at__lt=cutoff,
+        lost, session__episode=next_session.episode_id, session__index=next_session.index - 1,
+        status=MemorySnapshot.Status.PENDING,
     )  # fmt: skip
     snapshot = stale.first()
     if snapshot is None:
         return False
-    MemorySnapshot.objects.filter(pk=snapshot.pk).update(created_at=timezone.now())  # one re-enqueue per period
+    # one re-enqueue per period (created_at is the "due" time of the unclaimed job)
+    MemorySnapshot.objects.filter(pk=snapshot.pk).update(created_at=now, lease_until=None)
     enqueue_memory_update(snapshot.session_id)
     return True
 
 
 def update_memory_with_retries(session_id: int) -> MemorySnapshot:
     """Embedded mode: the retries the Celery task does, in the job thread."""
-    for delay in retry_delays():
+    delays = retry_delays()
+    for delay in delays[: MEMORY_ATTEMPTS - 1]:
         try:
             return update_memory(session_id, final=False)
         except MemoryUpdateFailed:

@@ -1,23 +1,59 @@
-"""Celery tasks: ids in, one service call, retries at the edge. Both are idempotent."""
+"""Celery tasks: ids in, one service call, retries at the edge. Each is idempotent; the reply and memory jobs and claim their
+row before calling an LLM, so a duplicate delivery makes no LLM call.
+
+Retries never sleep in a worker: the reply job enqueues its own next attempt with a countdown
+(chat.services.generate_reply), and these tasks retry database errors (a PostgreSQL restart) and
+failed memory updates with a countdown. Time limits follow the jobs' own deadlines, and the broker's
+visibility timeout (settings) exceeds them.
+"""
 
 from __future__ import annotations
 
 from celery import Task, shared_task
+from django.conf import settings
+from django.db import DatabaseError
 
-from chat import services
+from chat import armjobs, services
+
+# A reply gives up at its deadline; the hard limit only catches a job stuck outside the LLM stream.
+_REPLY_LIMIT = int(settings.CHAT_REPLY_DEADLINE_SECONDS + 60)
+_MEMORY_LIMIT = int(settings.CHAT_MEMORY_TIME_LIMIT_SECONDS)
 
 
-@shared_task(acks_late=True, ignore_result=True)
+@shared_task(
+    acks_late=True, ignore_result=True, autoretry_for=(DatabaseError,), max_retries=8,
+    retry_backoff=2, retry_backoff_max=30, retry_jitter=False,
+    soft_time_limit=_REPLY_LIMIT, time_limit=_REPLY_LIMIT + 30,
+)  # fmt: skip
 def generate_reply_task(message_id: int) -> None:
-    """The bot reply of a pending placeholder (retries of the LLM call happen inside, visibly)."""
+    """One attempt at the bot reply of a pending placeholder (later attempts are enqueued by it)."""
     services.generate_reply(message_id)
 
 
-@shared_task(bind=True, acks_late=True, ignore_result=True, max_retries=3)
+@shared_task(
+    bind=True, acks_late=True, ignore_result=True, max_retries=12,
+    soft_time_limit=_MEMORY_LIMIT, time_limit=_MEMORY_LIMIT + 30,
+)  # fmt: skip
 def update_memory(self: Task[[int], None], session_id: int) -> None:
-    """The arm's end-of-session memory update, keyed by session: running it twice applies it once."""
-    final = self.max_retries is not None and self.request.retries >= self.max_retries  # None: retry forever
+    """The arm's end-of-session memory update, keyed by session: running it twice applies it once.
+    The service decides when its attempts are spent (then it keeps the previous state)."""
     try:
-        services.update_memory(session_id, final=final)
+        services.update_memory(session_id)
     except services.MemoryUpdateFailed as exc:
-        raise self.retry(exc=exc, countdown=min(60, 5 * 2**self.request.retries)) from exc
+        raise self.retry(exc=exc, countdown=exc.countdown) from exc
+    except DatabaseError as exc:
+        raise self.retry(exc=exc, countdown=min(30, 2 ** (self.request.retries + 1))) from exc
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_arm_job(job_id: int) -> None:
+    """An arm's readiness checks or automatic evaluation (``chat.armjobs``); a second delivery is a no-op."""
+    armjobs.run(job_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_abandoned_task() -> None:
+    """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
+    from chat.timing import sweep_abandoned
+
+    sweep_abandoned()

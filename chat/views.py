@@ -6,10 +6,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
 
-from chat import services
+from chat import services, timing
 from chat.forms import RatingForm
 from chat.models import ChatSession
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
@@ -19,8 +22,11 @@ from studies.roles import HtmxHttpRequest
 def next_step(request: HttpRequest, slug: str) -> HttpResponse:
     """Send the worker to wherever they are: consent, chat, rating, "one week later", or the end."""
     study, participant = bound_participant(request, slug)
+    if participant.abandoned_at is not None:
+        return render(request, "studies/worker/message.html", {"study": study, **ABANDONED_PAGE}, status=410)
     if participant.consented_at is None:
         return redirect("studies:consent", study.slug)
+    participant.touch()
     try:
         session = services.next_session(participant)
     except services.StudyClosed as exc:
@@ -34,6 +40,13 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
     if session.status == ChatSession.Status.CHATTING or (session.index == 1 and session.episode.index == 1):
         return redirect("chat:session", session.pk)
     return redirect("chat:wait", session.pk)
+
+
+ABANDONED_PAGE = {
+    "title": "Your participation has ended",
+    "text": "You were away from the study for longer than it allows, so your place was given up. "
+    "Thank you for the time you spent; if you came from Prolific, please return the study there.",
+}
 
 
 def done(request: HttpRequest, slug: str) -> HttpResponse:
@@ -58,6 +71,7 @@ def _own_session(request: HttpRequest, session_id: int) -> ChatSession:
     )
     if session is None:
         raise Http404("no such session")
+    session.episode.participant.touch()
     return session
 
 
@@ -82,8 +96,15 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         return redirect("chat:rate", session.pk)
     if session.status == ChatSession.Status.DONE:
         return redirect("chat:next", session.episode.participant.study.slug)
-    session = services.start_session(session)
+    try:
+        session = services.start_session(session)
+    except services.RateFirst as exc:
+        messages.error(request, str(exc))
+        return redirect("chat:rate", exc.unrated.pk)
+    if timing.end_if_time_up(session):
+        return redirect("chat:rate", session.pk)
     study = session.episode.participant.study
+    deadline = session.deadline()
     return render(
         request,
         "chat/session.html",
@@ -92,6 +113,9 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
             messages_list=session.messages.order_by("seq"),
             turns=services.user_turns(session),
             min_turns=study.min_user_turns,
+            pending=services.reply_pending(session),
+            deadline_iso=deadline.isoformat() if deadline else "",
+            seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
         ),
     )
 
@@ -99,6 +123,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_POST
 def end(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
+    if timing.end_if_time_up(session):
+        return redirect("chat:rate", session.pk)
     try:
         services.end_session(session)
     except services.ChatError as exc:
@@ -119,10 +145,13 @@ def rate(request: HttpRequest, session_id: int) -> HttpResponse:
         if request.method == "POST":
             return render(request, "chat/rate.html", _ctx(session, not_ended=True), status=400)
         return redirect("chat:session", session.pk)
-    form = RatingForm(study.metrics.all(), request.POST if request.method == "POST" else None)
+    checks = list(study.attention_checks.filter(position=session.position))
+    form = RatingForm(
+        study.metrics.all(), request.POST if request.method == "POST" else None, checks=checks, seed=session.pk
+    )
     if form.is_valid():
         try:
-            services.submit_ratings(session, form.values())
+            services.submit_ratings(session, form.values(), form.attention_values())
         except services.ChatError as exc:
             messages.error(request, str(exc))
         return redirect("chat:next", study.slug)
@@ -135,6 +164,11 @@ def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if session.status in (ChatSession.Status.CHATTING, ChatSession.Status.RATING, ChatSession.Status.DONE):
         return redirect("chat:session", session.pk)
+    unrated = services.unrated_earlier(session)
+    if unrated is not None:  # "one week later" comes after rating the session before it
+        if request.htmx:
+            return HttpResponseClientRedirect(reverse("chat:rate", args=[unrated.pk]))
+        return redirect("chat:rate", unrated.pk)
     services.recover_stale_update(session)
     template = "chat/wait.html#status" if request.htmx else "chat/wait.html"
     return render(

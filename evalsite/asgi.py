@@ -1,7 +1,10 @@
 """ASGI entry point: HTTP through Django, websockets through each app's routing.
 
-Websockets pass AllowedHostsOriginValidator (a foreign Origin is refused before the consumer runs)
-and the session/auth middleware (workers are identified by their Django session).
+HTTP requests pass the body size limit first: inside daphne while the body arrives (evalsite.serverlimit),
+and in front of Django for any other ASGI server (evalsite.bodylimit): 413 before Django reads the body.
+Websockets pass the same-origin check (evalsite.origins: a foreign Origin, other port included, is
+refused before the consumer runs) and the session/auth middleware (workers are identified by their
+Django session).
 """
 
 import os
@@ -13,13 +16,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from chat.routing import websocket_urlpatterns as chat_ws  # noqa: E402
+from evalsite.bodylimit import BodySizeLimit  # noqa: E402
+from evalsite.origins import SameOriginValidator  # noqa: E402
+from evalsite.serverlimit import install as limit_daphne_bodies  # noqa: E402
+
+limit_daphne_bodies()  # daphne refuses an oversized body while it arrives (evalsite/serverlimit.py)
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([*chat_ws]))),
+        "http": BodySizeLimit(django_asgi_app),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter([*chat_ws]))),
     }
 )

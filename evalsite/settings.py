@@ -8,6 +8,7 @@ understood stops the process with a message naming the variable, instead of beco
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import dj_database_url
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "axes",
     "studies",
     "chat",
     "annotation",
@@ -57,7 +59,11 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the lockout page
 ]
+
+# AxesBackend first: it refuses a locked-out username + IP before the password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesBackend", "django.contrib.auth.backends.ModelBackend"]
 
 if not DEBUG:
     # In production WhiteNoise serves the collected static files (collectstatic at deploy);
@@ -99,7 +105,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env.text("REDIS_URL")
 _eager = env.boolean("CELERY_TASK_ALWAYS_EAGER", False)  # parsed even where it is forced, so a typo still shows
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # group_expiry: a socket that died with its server (a daphne restart) leaves its session's group after
+    # this long; live pages renew their membership every minute (static/js/chat.js pings).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300},
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = _eager
 else:
@@ -114,14 +127,41 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
 # A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
 CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
-CELERY_TASK_ROUTES = {"chat.tasks.update_memory": {"queue": "memory"}}
+CELERY_TASK_ROUTES = {
+    "chat.tasks.update_memory": {"queue": "memory"},
+    # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
+    "chat.tasks.run_arm_job": {"queue": "memory"},
+}
+# Periodic upkeep, sent by the one `celery -A evalsite beat` process (docker-compose's "beat" service):
+# workers gone too long are marked abandoned (chat/timing.py); annotation claims sweep their own queue's
+# expired leases at most every 30 s, and the beat returns stale claims in queues nobody is claiming from
+# too (docs/annotation.md). `expires`: a tick no worker picked up within its minute is dropped.
+SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+    "expire-annotation-leases": {
+        "task": "annotation.tasks.expire_leases_task",
+        "schedule": 60.0,
+        "options": {"expires": 55.0},
+    },
+}
 
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
-CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 300.0)  # re-enqueue a lost memory update
+CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
+# Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
+# lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
+CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)
+CHAT_JOB_LEASE_SECONDS = env.number("CHAT_JOB_LEASE_SECONDS", 15.0, minimum=1)
+CHAT_JOB_QUEUE_GRACE_SECONDS = env.number("CHAT_JOB_QUEUE_GRACE_SECONDS", 20.0)
+# Celery: a task a worker took but never acknowledged (the worker died) goes back to the queue after the
+# visibility timeout; it must exceed the longest task (time limits below) plus its retry countdowns.
+CHAT_MEMORY_TIME_LIMIT_SECONDS = env.number("CHAT_MEMORY_TIME_LIMIT_SECONDS", 600.0, minimum=10)
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed worker process's task is queued again at once
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(CHAT_MEMORY_TIME_LIMIT_SECONDS + 300)}
 
 # --- LLM and embeddings (memory/llm.py, memory/embed.py). The arm's own backend/model win when set.
 LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"])
@@ -160,6 +200,20 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+# --- limits on what one request may send (evalsite/bodylimit.py refuses more with 413 before reading it)
+MAX_REQUEST_BYTES = int(env.number("MAX_REQUEST_MB", 2.5, minimum=0.001) * 2**20)  # any request body
+MAX_UPLOAD_BYTES = int(env.number("MAX_UPLOAD_MB", 50.0, minimum=0.001) * 2**20)  # a file to a page that takes one
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES  # the form fields of a request, files not counted
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440  # Django's default: larger bodies and files are spooled to disk
+
+# --- login throttling (django-axes): a username + IP pair is locked out after this many failures in a row
+AXES_FAILURE_LIMIT = env.integer("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env.number("LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.01))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "evalsite.lockout.locked_out"  # 429, the wait and why
+AXES_VERBOSE = False
+
 # --- static files
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
@@ -186,5 +240,10 @@ LOGGING = {
         "handlers": ["console"],
         "level": env.choice("LOG_LEVEL", "INFO", ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]),
     },
-    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    # axes logs every successful login at INFO; its lockouts are WARNING
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+    },
 }

@@ -247,7 +247,7 @@ class LocalLLM:
             )
         return msgs
 
-    def _create(self, messages: Messages, max_tokens: int, temperature: float, stream: bool) -> Any:
+    def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
         llama = _llama(self.path, self.n_ctx, self.n_threads)
         try:
             return llama.create_chat_completion(
@@ -323,10 +323,12 @@ class OpenAILLM:
     supports_tools = True
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
+        import httpx
         import openai
 
         self.model = model
         self._openai = openai
+        self._httpx = httpx
         self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
 
     def _map(self, exc: Exception) -> LLMError:
@@ -394,6 +396,11 @@ class OpenAILLM:
                     yield piece, choice.finish_reason
             except self._openai.OpenAIError as exc:
                 raise self._map(exc) from exc
+            except (self._httpx.HTTPError, ValueError) as exc:
+                # After the response started, the SDK lets the transport's errors through: a stall
+                # (httpx.ReadTimeout), a reset (httpx.ReadError, RemoteProtocolError) or a malformed event
+                # line (json.JSONDecodeError, a ValueError). All are worth a retry.
+                raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
 
         return TextStream(chunks())
 

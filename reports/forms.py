@@ -4,14 +4,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
+from django.conf import settings
 
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, FAMILIES, TESTS, Family, Test
 from reports.imports import Mapping, split_names
 
 if TYPE_CHECKING:
     from reports.planning import PlanSettings
-
-MAX_UPLOAD_BYTES = 50 * 2**20  # ~1M ratings in the wide layout; the import is one request, not a background job
 
 TEST_CHOICES = [
     ("cluster-t", "t-test, worker-clustered standard errors (default)"),
@@ -26,6 +25,28 @@ FAMILY_CHOICES = [
     ("all", "Holm across every test"),
 ]
 assert {c for c, _ in FAMILY_CHOICES} == set(FAMILIES)
+
+
+# The live dashboard's exclusion filters: columns of the study's ratings frame (chat.quality.SIGNAL_COLUMNS).
+# "unfinished" removes rows (the ratings of episodes not finished); the others remove the whole worker.
+EXCLUSION_CHOICES = [
+    ("unfinished", "Unfinished episodes (their ratings)"),
+    ("attention_failed", "Workers who failed an attention check"),
+    ("flag_paste", "Workers flagged for pasting"),
+    ("authenticity_flagged", "Workers with any authenticity flag"),
+    ("too_fast", "Workers with a session more than 3 SD too fast"),
+]
+ROW_EXCLUSIONS = ("unfinished",)
+
+
+def chosen_exclusions(values: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ticked filters, split into worker-level (``exclude``) and row-level (``exclude_rows``) columns, in the
+    page's order; unknown names are ignored (a stale bookmark still opens the page)."""
+    chosen = [c for c, _ in EXCLUSION_CHOICES if c in set(values)]
+    return (
+        tuple(c for c in chosen if c not in ROW_EXCLUSIONS),
+        tuple(c for c in chosen if c in ROW_EXCLUSIONS),
+    )
 
 
 class AnalysisOptionsForm(forms.Form):
@@ -89,8 +110,10 @@ class ImportRatingsForm(forms.Form):
 
     def clean_file(self) -> Any:
         upload = self.cleaned_data["file"]
-        if upload.size > MAX_UPLOAD_BYTES:
-            raise forms.ValidationError(f"The file is larger than {MAX_UPLOAD_BYTES // 2**20} MB.")
+        # Larger requests are refused before they are read (evalsite.bodylimit); this names the file's own limit.
+        limit = settings.MAX_UPLOAD_BYTES
+        if upload.size > limit:
+            raise forms.ValidationError(f"The file is larger than {limit / 2**20:g} MB (MAX_UPLOAD_MB).")
         return upload
 
     def clean(self) -> dict[str, Any]:

@@ -7,7 +7,6 @@ exactly when the CLI would accept it.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
@@ -53,13 +52,17 @@ class ParsedImport:
 
 
 def read_table(fileobj: IO[bytes] | IO[str]) -> pd.DataFrame:
-    """Read an uploaded CSV with every column as text (types are checked later)."""
-    raw = fileobj.read()
-    text = raw.decode("utf-8-sig", errors="strict") if isinstance(raw, bytes) else raw
-    if not text.strip():
-        raise RatingsError("the file is empty")
+    """Read an uploaded CSV with every column as text (types are checked later).
+
+    The parser reads the file itself, in blocks (an upload larger than 2.5 MB is a temporary file on disk), instead
+    of one copy of the bytes, one of the text and one of a StringIO before parsing. Bad UTF-8 raises
+    ``UnicodeDecodeError``."""
     try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_values=[""])
+        return pd.read_csv(
+            fileobj, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig", encoding_errors="strict"
+        )
+    except pd.errors.EmptyDataError:
+        raise RatingsError("the file is empty") from None
     except pd.errors.ParserError as exc:
         raise RatingsError(f"not a readable CSV file: {exc}") from exc
 
@@ -106,6 +109,7 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
     long = long.dropna(subset=["score"])
     long = long.rename(columns={WORKER: "worker", UNIT: "unit", ARM: "arm", SESSION: "session"})
     long["session"] = long["session"].astype(str) if "session" in long else ""
+    check_lengths(long)
     return ParsedImport(
         long=long[IMPORT_COLUMNS].reset_index(drop=True),
         metrics=metrics,
@@ -113,6 +117,26 @@ def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:
         arms=arms,
         workers=int(frame[WORKER].nunique()),
     )
+
+
+# The longest value each column of an imported rating may have (reports.models.ImportedRating's max_length):
+# checked here so a long name is a message naming the column and row, not a database error (PostgreSQL).
+FIELD_LIMITS = {"worker": 200, "unit": 200, "arm": 200, "session": 50, "metric": 100}
+
+
+def check_lengths(long: pd.DataFrame) -> None:
+    """:class:`RatingsError` naming the first column whose values are longer than :data:`FIELD_LIMITS`."""
+    for column, limit in FIELD_LIMITS.items():
+        if column not in long:
+            continue
+        lengths = long[column].astype(str).str.len()
+        too_long = lengths > limit
+        if too_long.any():
+            first = long.loc[too_long.idxmax()]
+            raise RatingsError(
+                f"a value in the {column} column has {int(lengths.max())} characters; at most {limit} can be stored "
+                f"(first in data row {int(first['row']) + 1}: {str(first[column])[:40]!r}…)"
+            )
 
 
 def split_names(value: str) -> list[str]:

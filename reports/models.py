@@ -25,6 +25,9 @@ class ImportedDataset(models.Model):
     qc_metrics = models.JSONField(default=list, blank=True)
     mapping = models.JSONField(default=dict, blank=True, help_text="The column mapping used for the upload.")
     n_ratings = models.PositiveIntegerField(default=0)
+    # False while the ratings are still being written (in chunks, each its own transaction: see
+    # reports.queries.create_imported_dataset); such a dataset is listed and analysed nowhere.
+    complete = models.BooleanField(default=True)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -8,24 +8,28 @@ row per metric with its session index; ``analysis.report.analyze`` groups the se
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 import pandas as pd
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
-from chat.models import ChatSession, Episode, Rating
+from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
+from chat.quality import SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
 from studies.models import Study
 
 
-def study_ratings_frame(study: Study) -> pd.DataFrame:
+def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
     """Every rating of ``study`` as a long frame: worker (the participant's external id), unit (``e<episode id>``),
-    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed)."""
+    arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
+    boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
     rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
         "session__episode__participant__external_id",
         "session__episode_id",
@@ -33,8 +37,17 @@ def study_ratings_frame(study: Study) -> pd.DataFrame:
         "session__index",
         "metric__key",
         "value",
+        "session_id",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=LONG_COLUMNS)
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
+    df["unfinished"] = df["unit"].isin(unfinished)
+    for col in SIGNAL_COLUMNS:
+        if col == "too_fast":
+            df[col] = df["_session_id"].isin(fast)
+        elif col != "unfinished":
+            df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
+    df = df.drop(columns="_session_id")
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
@@ -86,6 +99,12 @@ def study_data_version(study: Study) -> str:
     settings_part = (
         list(study.metrics.order_by("id").values_list("key", "reversed")),
         list(study.arms.order_by("id").values_list("name", "is_qc")),
+        # the quality columns change without a new rating: an episode finished or abandoned, a message sent
+        list(Episode.objects.filter(participant__study=study).values_list("status").annotate(n=Count("id"))),
+        Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
+        AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
+        study.pilot,
+        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "status")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -101,10 +120,23 @@ def dataset_ratings_frame(dataset: ImportedDataset) -> pd.DataFrame:
 
 
 def datasets_for_study(study: Study) -> list[ImportedDataset]:
-    return list(study.imported_datasets.order_by("-created_at", "-id"))
+    return list(study.imported_datasets.filter(complete=True).order_by("-created_at", "-id"))
 
 
-@transaction.atomic
+# Ratings are written IMPORT_CHUNK_ROWS at a time, each chunk in its own transaction, so an import never holds
+# the database's write lock for longer than one chunk: on SQLite (one writer at a time) a worker's chat
+# message waits at most that long (its busy timeout is 5 s) instead of failing with "database is locked"
+# while a large file is imported. On SQLite the import also pauses between chunks for longer than SQLite's
+# longest busy-wait step (100 ms), so a waiting writer gets the lock instead of the next chunk.
+IMPORT_CHUNK_ROWS = 5000
+IMPORT_PAUSE_SECONDS = 0.12
+
+
+def _between_chunks() -> None:
+    if connection.vendor == "sqlite":
+        time.sleep(IMPORT_PAUSE_SECONDS)
+
+
 def create_imported_dataset(
     study: Study,
     *,
@@ -119,7 +151,11 @@ def create_imported_dataset(
     source_filename: str,
     uploaded_by: Any,
 ) -> ImportedDataset:
-    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset."""
+    """Store an already validated long frame (:data:`IMPORT_COLUMNS`, no missing scores) as a dataset.
+
+    The ratings are written in chunks of :data:`IMPORT_CHUNK_ROWS`, one transaction each; the dataset is
+    marked ``complete`` after the last one (until then it is listed and analysed nowhere), and deleted
+    with its ratings if any chunk fails."""
     dataset = ImportedDataset.objects.create(
         study=study,
         name=name,
@@ -131,15 +167,28 @@ def create_imported_dataset(
         qc_metrics=list(qc_metrics),
         mapping=mapping,
         n_ratings=len(long),
+        complete=False,
         uploaded_by=uploaded_by if getattr(uploaded_by, "is_authenticated", False) else None,
     )
-    ImportedRating.objects.bulk_create(
-        (
-            ImportedRating(dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v))
-            for r, w, u, a, s, m, v in long[IMPORT_COLUMNS].itertuples(index=False, name=None)
-        ),
-        batch_size=2000,
-    )
+    rows = long[IMPORT_COLUMNS].itertuples(index=False, name=None)
+    try:
+        while chunk := list(islice(rows, IMPORT_CHUNK_ROWS)):
+            with transaction.atomic():
+                ImportedRating.objects.bulk_create(
+                    [
+                        ImportedRating(
+                            dataset=dataset, row=r, worker=w, unit=u, arm=a, session=s, metric=m, score=float(v)
+                        )
+                        for r, w, u, a, s, m, v in chunk
+                    ],
+                    batch_size=1000,
+                )
+            _between_chunks()
+        dataset.complete = True
+        dataset.save(update_fields=["complete"])
+    except BaseException:
+        dataset.delete()  # nothing half-imported stays behind (the ratings cascade)
+        raise
     return dataset
 
 
@@ -165,9 +214,46 @@ def study_spec(study: Study) -> AnalysisSpec | None:
     return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
 
 
+def automatic_scores(study: Study) -> list[dict[str, Any]]:
+    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+    latest: dict[int, ArmJob] = {}
+    for job in (
+        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, status=ArmJob.Status.DONE)
+        .select_related("arm")
+        .order_by("arm_id", "-finished_at", "-id")
+    ):
+        latest.setdefault(job.arm_id, job)
+    rows = []
+    for job in latest.values():
+        result = job.result or {}
+        overall = result.get("overall") or {}
+        rows.append(
+            {
+                "arm": job.arm.name,
+                "memory_system": job.arm.memory_system,
+                "dataset": result.get("dataset", ""),
+                "backend": job.config.get("backend", ""),
+                "model": result.get("model") or job.config.get("model", ""),
+                "questions": result.get("questions", 0),
+                "f1": overall.get("f1"),
+                "judge": overall.get("judge"),
+                "judge_stand_in": bool((result.get("judge") or {}).get("stand_in")),
+                "finished_at": job.finished_at.isoformat() if job.finished_at else "",
+            }
+        )
+    return rows
+
+
 def study_source(study: Study) -> Source:
-    """A live study's ratings and how to analyse them."""
-    return Source(title=study.name, slug=study.slug, frame=study_ratings_frame(study), spec=study_spec(study))
+    """A live study's ratings and how to analyse them, with its pilot mark and automatic scores."""
+    return Source(
+        title=study.name,
+        slug=study.slug,
+        frame=study_ratings_frame(study),
+        spec=study_spec(study),
+        pilot=study.pilot,
+        automatic=automatic_scores(study),
+    )
 
 
 def dataset_source(dataset: ImportedDataset) -> Source:

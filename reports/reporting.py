@@ -7,15 +7,17 @@ A :class:`Source` is what the views build with :mod:`reports.queries` (a live st
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
+from analysis import writers
 from analysis.data import RatingsError
 from analysis.report import run as run_analysis
-from analysis.spec import DEFAULT_TEST, AnalysisSpec, Test
+from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -24,6 +26,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     "md": ("md", "text/markdown; charset=utf-8"),
     "latex": ("tex", "application/x-tex; charset=utf-8"),
     "html": ("html", "text/html; charset=utf-8"),
+    # the input of the analysis, one row per rating with every quality signal column: what the CLI reads
+    "data": ("csv", "text/csv; charset=utf-8"),
 }
 
 
@@ -36,6 +40,8 @@ class Source:
     slug: str  # used in download file names
     frame: pd.DataFrame
     spec: AnalysisSpec | None
+    pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
+    automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
 
 
 def source_spec(
@@ -110,26 +116,161 @@ def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, An
 
 def filename(report: Report, fmt: str) -> str:
     ext = FORMATS[fmt][0]
+    if fmt == "data":
+        return f"{report.source.slug}-ratings.{ext}"
     stem = f"{report.source.slug}-ratings-z" if fmt == "csv" else f"{report.source.slug}-analysis"
     return f"{stem}.{ext}"
 
 
-def export(report: Report, fmt: str) -> str:
-    """The text of one export file. ``report`` must be ok."""
-    assert report.result is not None and report.ratings is not None
-    from analysis import writers
+PILOT_MARK = "pilot: not for publication"
 
+# The automatic evaluation of each arm (``python -m memory eval`` run from the study page), as exported.
+AUTOMATIC_COLUMNS: dict[str, str] = {
+    "arm": "the arm's name",
+    "memory_system": "its memory system",
+    "dataset": "the evaluation set (gvd: MemoryBank's probing questions)",
+    "backend": "LLM backend of the arm (and of the judge)",
+    "model": "LLM model of the arm",
+    "questions": "questions asked",
+    "f1": "mean token F1 of the answers against the gold answers (headline categories)",
+    "judge": "J: share of answers the LLM judge labelled CORRECT (stand-in judge: F1 >= 0.5)",
+    "judge_stand_in": "true when no model judged (scripted backend)",
+    "finished_at": "when the evaluation finished (UTC)",
+}
+
+
+def export(report: Report, fmt: str) -> str:
+    """The text of one export file. ``report`` must be ok. A pilot study's files carry the pilot mark,
+    and the arms' automatic scores are added where the format has room for them."""
+    assert report.result is not None and report.ratings is not None
+    source = report.source
+    if fmt == "data":
+        return data_csv(report.source)
     if fmt == "csv":
-        return writers.to_csv(report.ratings)
+        text = writers.to_csv(report.ratings)
+        return f"# {PILOT_MARK}\n{text}" if source.pilot else text
     if fmt == "json":
-        return json.dumps(report.result, indent=2, allow_nan=False)
+        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
+        return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     if fmt == "md":
-        return writers.to_markdown(report.result)
+        text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
-        return writers.to_latex(report.result)
+        text = writers.to_latex(report.result) + _automatic_latex(source.automatic)
+        return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
-        return writers.to_html(report.result, title=f"{report.source.title}: analysis report")
+        text = writers.to_html(report.result, title=f"{source.title}: analysis report")
+        return _html_extras(text, source)
     raise KeyError(fmt)
+
+
+def data_csv(source: Source) -> str:
+    """The source's ratings as the analysis reads them (long: metric and score columns), signal columns included.
+    A pilot study's rows carry the pilot mark in a ``pilot`` column: a ``#`` line, as on the other CSV exports,
+    would stop ``python -m analysis`` from reading the file, and a column survives any later merge."""
+    frame = source.frame.assign(pilot=PILOT_MARK) if source.pilot else source.frame
+    return writers.to_csv(frame)  # formula-like text cells get a leading ' (cli_command names them the same way)
+
+
+def _cells(names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(writers.neutralise_cell(n) for n in names)
+
+
+def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -> str:
+    """The ``python -m analysis report`` command that reproduces this report from the "data" export."""
+    parts = [
+        "python -m analysis report",
+        f"{source.slug}-ratings.csv",
+        f"--worker {spec.worker} --unit {spec.unit} --arm {spec.arm}",
+    ]
+    if spec.session:
+        parts.append(f"--session {spec.session}")
+    # names as the export writes them: one starting with = + - @ has the leading ' there (writers.neutralise_cell)
+    spec = replace(
+        spec,
+        metrics=_cells(spec.metrics),
+        reverse=_cells(spec.reverse),
+        qc_metrics=_cells(spec.qc_metrics),
+        qc_arm=writers.neutralise_cell(spec.qc_arm),
+    )
+    parts.append("--metrics " + shlex.quote(",".join(spec.metrics)))
+    parts.append("--metric-col metric --value-col score")  # the export is long: one row per rating
+    if spec.reverse:
+        parts.append("--reverse " + shlex.quote(",".join(spec.reverse)))
+    if spec.qc_arm:
+        parts.append(f"--qc-arm {shlex.quote(spec.qc_arm)}")
+        if spec.qc_metrics:
+            parts.append("--qc-metrics " + shlex.quote(",".join(spec.qc_metrics)))
+    if test != DEFAULT_TEST:
+        parts.append(f"--test {test}")
+    if family != DEFAULT_FAMILY:
+        parts.append(f"--family {family}")
+    if spec.exclude:
+        parts.append("--exclude " + ",".join(spec.exclude))
+    if spec.exclude_rows:
+        parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    return " ".join(parts) + " --format md"
+
+
+def _score(x: Any) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    lines = [
+        "",
+        "## Automatic evaluation",
+        "",
+        "| arm | dataset | model | questions | F1 | J |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        judge = _score(r["judge"]) + (" (stand-in)" if r["judge_stand_in"] else "")
+        lines.append(
+            f"| {r['arm']} | {r['dataset']} | {r['backend']} · {r['model']} | {r['questions']} | {_score(r['f1'])} | {judge} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    return "".join("\\" + c if c in "&%$#_{}" else c for c in str(text))
+
+
+def _automatic_latex(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    body = "".join(
+        f"{_latex_escape(r['arm'])} & {_latex_escape(r['dataset'])} & {r['questions']} & {_score(r['f1'])} & "
+        f"{_score(r['judge'])} \\\\\n"
+        for r in rows
+    )
+    return (
+        "\n% Automatic evaluation (python -m memory eval)\n\\begin{tabular}{llrrr}\n\\hline\n"
+        "Arm & Dataset & Questions & F1 & J \\\\\n\\hline\n" + body + "\\hline\n\\end{tabular}\n"
+    )
+
+
+def _html_extras(text: str, source: Source) -> str:
+    import html
+
+    if source.pilot:
+        banner = f'<p class="pilot" style="color:#a00;font-weight:bold">{PILOT_MARK.capitalize()}</p>'
+        text = text.replace("<body>", "<body>\n" + banner, 1)
+    if source.automatic:
+        rows = "".join(
+            f"<tr><td>{html.escape(r['arm'])}</td><td>{html.escape(r['dataset'])}</td>"
+            f"<td>{html.escape(r['backend'])} · {html.escape(r['model'])}</td><td>{r['questions']}</td>"
+            f"<td>{_score(r['f1'])}</td><td>{_score(r['judge'])}</td></tr>"
+            for r in source.automatic
+        )
+        section = (
+            "<h2>Automatic evaluation</h2><table><thead><tr><th>Arm</th><th>Dataset</th><th>Model</th>"
+            f"<th>Questions</th><th>F1</th><th>J</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+        text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
+    return text
 
 
 # --- plots (drawn by analysis.plots, imported on first use: matplotlib is slow to import)

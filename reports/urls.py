@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reports import plan_views, views
+from reports import plan_views, quality_views, views
 
 app_name = "reports"
 urlpatterns = [
@@ -12,6 +12,8 @@ urlpatterns = [
     path("studies/<slug:slug>/analysis/imports/<int:pk>/export/<str:fmt>/", views.export_file, name="dataset_export"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/plots/<str:name>.svg", views.plot, name="dataset_plot"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/delete/", views.delete_dataset, name="dataset_delete"),
+    path("studies/<slug:slug>/quality/", quality_views.quality, name="study_quality"),
+    path("studies/<slug:slug>/data/<str:what>.<str:fmt>", views.study_data_export, name="study_data_export"),
     path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),
     path("studies/<slug:slug>/plan/<str:key>/", plan_views.plan_job, name="study_plan_job"),
     path("studies/<slug:slug>/preregistrations/", plan_views.register, name="study_register"),

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.cache import cache
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -14,8 +15,8 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import queries, tables
-from reports.forms import AnalysisOptionsForm, ImportRatingsForm
+from reports import exports, queries, tables
+from reports.forms import EXCLUSION_CHOICES, AnalysisOptionsForm, ImportRatingsForm, chosen_exclusions
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
 from reports.reporting import (
@@ -23,11 +24,13 @@ from reports.reporting import (
     PLOT_NAMES,
     Report,
     build_report,
+    cli_command,
     export,
     filename,
     plot_titles,
     render_plot,
 )
+from studies.limits import accepts_upload
 from studies.models import Study
 from studies.roles import HtmxHttpRequest, researcher_required
 
@@ -40,34 +43,43 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     A live study's report is checked against the study's latest pre-registration, if any."""
     options = AnalysisOptionsForm(request.GET)
     test, family = options.chosen_test(), options.chosen_family()
+    # exclusion filters: live studies only (an imported file has no signal columns)
+    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
     prereg = queries.latest_preregistration(study) if dataset is None else None
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
-    key = f"reports:report:{version}:{test}:{family}:{prereg.sha256 if prereg else ''}"
+    filters = ",".join([*exclude, *exclude_rows])
+    key = f"reports:report:{version}:{test}:{family}:{filters}:{prereg.sha256 if prereg else ''}"
     report: Report | None = cache.get(key)
     if report is None:
         source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
-        extra = {"preregistration": prereg.content} if prereg else {}
+        extra: dict[str, Any] = {"preregistration": prereg.content} if prereg else {}
+        if filters:
+            extra.update(exclude=exclude, exclude_rows=exclude_rows)
         report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
         cache.set(key, report, CACHE_SECONDS)
     return report
 
 
-def _objects(slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
-    study = get_object_or_404(Study, slug=slug)
-    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk) if pk is not None else None
+def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    dataset = get_object_or_404(ImportedDataset, study=study, pk=pk, complete=True) if pk is not None else None
     return study, dataset
 
 
-def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str) -> dict[str, Any]:
+def _urls(
+    study: Study, dataset: ImportedDataset | None, test: str, family: str, exclusions: Sequence[str] = ()
+) -> dict[str, Any]:
     args: list[Any] = [study.slug] if dataset is None else [study.slug, dataset.pk]
     prefix = "reports:study_" if dataset is None else "reports:dataset_"
-    chosen = {
+    chosen: dict[str, Any] = {
         k: v
         for k, v in (("test", test), ("family", family))
         if v != {"test": DEFAULT_TEST, "family": DEFAULT_FAMILY}[k]
     }
-    query = ("?" + urlencode(chosen)) if chosen else ""
+    if exclusions:
+        chosen["exclude"] = list(exclusions)
+    query = ("?" + urlencode(chosen, doseq=True)) if chosen else ""
     return {
         "page": reverse(f"{prefix}analysis", args=args) + query,
         "exports": [
@@ -78,6 +90,7 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str)
                 ("md", "Markdown tables"),
                 ("latex", "LaTeX tables"),
                 ("html", "HTML report"),
+                ("data", "Ratings with quality signals (CSV, the CLI's input)"),
             ]
         ],
         "plots": [
@@ -97,16 +110,29 @@ def _urls(study: Study, dataset: ImportedDataset | None, test: str, family: str)
 def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
     report = _report(request, study, dataset)
     options = AnalysisOptionsForm(request.GET)
+    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
+    chosen = {*exclude, *exclude_rows}
+    spec = report.source.spec
+    cli = ""
+    if spec is not None:
+        spec = replace(spec, exclude=exclude, exclude_rows=exclude_rows)
+        cli = cli_command(report.source, spec, test=report.test, family=options.chosen_family())
     ctx: dict[str, Any] = {
         "study": study,
         "dataset": dataset,
         "report": report,
         "live": dataset is None,
-        "urls": _urls(study, dataset, report.test, options.chosen_family()),
+        "exclusion_filters": [{"value": v, "label": label, "checked": v in chosen} for v, label in EXCLUSION_CHOICES]
+        if dataset is None
+        else [],
+        "cli_command": cli,
+        "urls": _urls(study, dataset, report.test, options.chosen_family(), [*exclude, *exclude_rows]),
         "options": AnalysisOptionsForm(initial={"test": report.test, "family": options.chosen_family()}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
+    if dataset is None:
+        ctx["automatic"] = _automatic_rows(report)
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
@@ -115,6 +141,20 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
             if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
                 ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg") :]})
     return ctx
+
+
+def _automatic_rows(report: Report) -> list[dict[str, Any]]:
+    """The arms' automatic scores beside their human overall score (raw 0-100 mean, when analysed)."""
+    arms = (report.result or {}).get("arms", {})
+    return [
+        {
+            **row,
+            "human": (arms.get(row["arm"]) or {}).get("overall_raw"),
+            "f1_text": tables.num(row["f1"]),
+            "judge_text": tables.num(row["judge"]),
+        }
+        for row in report.source.automatic
+    ]
 
 
 def _plot_svg(report: Report, name: str) -> str | None:
@@ -136,7 +176,7 @@ def _cached(key: str, make: Callable[[], str]) -> str:
 @researcher_required
 @vary_on_headers("HX-Request")  # the same URL answers htmx's poll with the results partial only
 def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     template = "reports/analysis.html#results" if request.htmx else "reports/analysis.html"
     return render(request, template, _context(request, study, dataset))
 
@@ -144,7 +184,7 @@ def analysis(request: HtmxHttpRequest, slug: str, pk: int | None = None) -> Http
 @require_GET
 @researcher_required
 def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if fmt not in FORMATS:
         raise Http404("unknown format")
     report = _report(request, study, dataset)
@@ -159,7 +199,7 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
 @require_GET
 @researcher_required
 def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     if name not in PLOT_NAMES:
         raise Http404("unknown plot")
     report = _report(request, study, dataset)
@@ -172,10 +212,11 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
     return response
 
 
+@accepts_upload
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = ImportRatingsForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         mapping = form.mapping()
@@ -213,8 +254,22 @@ def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study, dataset = _objects(slug, pk)
+    study, dataset = _objects(request, slug, pk)
     assert dataset is not None
     queries.delete_dataset(dataset)
     messages.success(request, f"Deleted the imported dataset “{dataset.name}”.")
     return redirect("reports:study_analysis", study.slug)
+
+
+@require_GET
+@researcher_required
+def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
+    """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    try:
+        exports.check(what, fmt)
+    except exports.ExportError as exc:
+        raise Http404(str(exc)) from exc
+    response = StreamingHttpResponse(exports.export_lines(study, what, fmt), content_type=exports.FORMATS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{exports.filename(study, what, fmt)}"'
+    return response

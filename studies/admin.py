@@ -7,10 +7,11 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.db import models
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from studies.forms import ArmForm, StudyForm
-from studies.models import Arm, Metric, Participant, Study
+from studies.models import Arm, AttentionCheck, Metric, Participant, Study
 
 
 class ArmInline(admin.TabularInline[Arm, Study]):
@@ -21,6 +22,11 @@ class ArmInline(admin.TabularInline[Arm, Study]):
 
 class MetricInline(admin.TabularInline[Metric, Study]):
     model = Metric
+    extra = 0
+
+
+class AttentionCheckInline(admin.TabularInline[AttentionCheck, Study]):
+    model = AttentionCheck
     extra = 0
 
 
@@ -39,7 +45,8 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     list_filter = ["status"]
     search_fields = ["name", "slug"]
     readonly_fields = ["created_at"]
-    inlines = [ArmInline, MetricInline]
+    inlines = [ArmInline, MetricInline, AttentionCheckInline]
+    filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     actions = ["add_default_metrics"]
 
@@ -47,6 +54,9 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     def add_default_metrics(self, request: HttpRequest, queryset: Any) -> None:
         for study in queryset:
             study.add_default_metrics()
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Study]:
+        return super().get_queryset(request).filter(pk__in=Study.objects.visible_to(request.user).values("pk"))
 
     def save_model(self, request: HttpRequest, obj: Study, form: Any, change: bool) -> None:
         if obj.created_by_id is None and isinstance(request.user, User):  # the admin is staff-only
@@ -60,10 +70,25 @@ class ArmAdmin(admin.ModelAdmin[Arm]):
     list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
     list_filter = ["study", "memory_system", "active"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Arm]:
+        return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))
+
 
 @admin.register(Participant)
 class ParticipantAdmin(admin.ModelAdmin[Participant]):
-    list_display = ["id", "study", "external_id", "source", "consented_at", "completed_at"]
+    list_display = [
+        "id",
+        "study",
+        "external_id",
+        "source",
+        "consented_at",
+        "completed_at",
+        "declined_at",
+        "abandoned_at",
+    ]
     list_filter = ["study", "source"]
     search_fields = ["external_id"]
-    readonly_fields = ["created_at"]
+    readonly_fields = ["created_at", "last_seen_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Participant]:
+        return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))

@@ -139,6 +139,7 @@ def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
             slug=SLUG,
             name=NAME,
             status=Study.Status.CLOSED,
+            pilot=True,  # simulated data: every export must say it is not for publication
             sessions_per_episode=SESSIONS,
             episodes_per_worker=2,
             min_user_turns=2,
@@ -274,3 +275,121 @@ def seed_simulated_queue(study: Study, created_by: Any = None) -> tuple[Queue, i
     )
     added = pull_from_study(queue) if created else 0
     return queue, added
+
+
+# ------------------------------------------------------------------------------- worker quality demo
+
+QUALITY_SLUG = "demo-quality"
+QUALITY_NAME = "Demo: worker quality (simulated)"
+QUALITY_WORKERS = 10
+QUALITY_SESSIONS = 2
+# The simulated careless workers (docs/worker-quality.md): what each does wrong.
+CARELESS = {
+    "quality-03": "pastes",  # every message pasted, composed in a second
+    "quality-06": "inattentive",  # random sliders, fails the attention check, rates the QC bot like the others
+    "quality-09": "rushes",  # one session of 20 seconds among ~8-minute ones
+}
+
+
+def seed_quality_study(created_by: Any = None) -> tuple[Study, bool]:
+    """A closed simulated study with a QC arm, an attention check per worker and three careless workers, so the
+    worker quality page and the analysis page's exclusion filters have something to show. Idempotent."""
+    from chat.authenticity import SPEED_MIN_CHARS
+    from chat.models import AttentionResponse, MessageSignals
+    from memory.systems.qc import draw
+    from studies.models import AttentionCheck
+
+    existing = Study.objects.filter(slug=QUALITY_SLUG).first()
+    if existing is not None:
+        return existing, False
+    rng = random.Random(SEED + 9)
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=QUALITY_SLUG,
+            name=QUALITY_NAME,
+            status=Study.Status.CLOSED,
+            sessions_per_episode=QUALITY_SESSIONS,
+            episodes_per_worker=3,
+            min_user_turns=2,
+            completion_code="QUALITY",
+            created_by=created_by,
+            description=(
+                "SIMULATED DATA for the worker quality demo: a degraded QC arm, an attention check in every "
+                "worker's first session, authenticity signals per message, and three careless workers "
+                f"({', '.join(f'{w}: {what}' for w, what in CARELESS.items())}). Closed."
+            ),
+        )
+        study.add_default_metrics()
+        metrics = list(study.metrics.all())
+        arms = [
+            Arm.objects.create(study=study, name="No memory", memory_system="none", llm_backend="scripted"),
+            Arm.objects.create(study=study, name="Full history", memory_system="full_history", llm_backend="scripted"),
+            Arm.objects.create(study=study, name="QC bot", memory_system="qc"),
+        ]
+        check = AttentionCheck.objects.create(study=study, position=1)
+        topics = sorted(TOPICS)
+        for w in range(1, QUALITY_WORKERS + 1):
+            worker = f"quality-{w:02d}"
+            kind = CARELESS.get(worker, "")
+            start = study.simulated_start + dt.timedelta(days=w)
+            participant = Participant.objects.create(
+                study=study,
+                external_id=worker,
+                source=Participant.Source.PROLIFIC,
+                consented_at=start,
+                created_at=start,
+                last_seen_at=start + dt.timedelta(hours=1),
+                completed_at=start + dt.timedelta(hours=1),
+            )
+            order = rng.sample(arms, len(arms))
+            for e, arm in enumerate(order, start=1):
+                episode = Episode.objects.create(
+                    participant=participant, arm=arm, index=e, status=Episode.Status.COMPLETED, created_at=start
+                )
+                for k in range(1, QUALITY_SESSIONS + 1):
+                    began = start + dt.timedelta(minutes=20 * (2 * (e - 1) + k - 1))
+                    minutes = 20 / 60 if (kind == "rushes" and e == 1 and k == 1) else rng.uniform(7, 9)
+                    session = ChatSession.objects.create(
+                        episode=episode,
+                        index=k,
+                        status=ChatSession.Status.DONE,
+                        simulated_start=study.session_start(k),
+                        started_at=began,
+                        ended_at=began + dt.timedelta(minutes=minutes),
+                        rated_at=began + dt.timedelta(minutes=minutes + 1),
+                        ended_by=ChatSession.EndedBy.WORKER,
+                    )
+                    said = [TOPICS[rng.choice(topics)][k - 1][0], rng.choice(SMALL_TALK)]
+                    for u, text in enumerate(said):
+                        user = Message.objects.create(
+                            session=session, seq=2 * u + 1, speaker="user", text=text, created_at=began
+                        )
+                        if arm.is_qc:
+                            reply = draw(0, k - 1, u + 1, text, candidates=8, degrade="words")
+                        else:
+                            reply = "That sounds interesting! Tell me more."
+                        Message.objects.create(
+                            session=session, seq=2 * u + 2, speaker="bot", text=reply, created_at=began
+                        )
+                        if kind == "pastes":
+                            sig = {"pasted": True, "paste_chars": len(text), "typed_chars": 0, "typing_ms": 900}
+                            sig["hidden_ms"] = 4000 if u == 0 else 0
+                        else:  # typed at 3-5 characters per second, with a few corrections
+                            typed = len(text) + rng.randint(0, 4)
+                            sig = {"typed_chars": typed, "typing_ms": int(1000 * typed / rng.uniform(3, 5))}
+                            assert typed >= SPEED_MIN_CHARS or len(text) < SPEED_MIN_CHARS
+                        MessageSignals.objects.create(message=user, **sig)
+                    for m in metrics:
+                        if kind == "inattentive":
+                            value = rng.randint(0, 100)
+                        else:
+                            effect = "none" if arm.memory_system == "none" else "memory_update"
+                            base = 20 if arm.is_qc else _rating(rng, effect, m.key, k)
+                            value = max(0, min(100, round(base + rng.gauss(0, 5))))
+                        Rating.objects.create(session=session, metric=m, value=value, created_at=began)
+                    if e == 1 and k == 1:
+                        value = rng.randint(10, 60) if kind == "inattentive" else rng.randint(78, 82)
+                        AttentionResponse.objects.create(
+                            session=session, item=check, value=value, passed=check.passes(value)
+                        )
+    return study, True

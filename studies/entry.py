@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from studies.models import Participant, Study
+from studies.models import RESUME_ALPHABET, Participant, Study
 from studies.participants import (
     INVITE_SALT,
     RESUME_SALT,
@@ -32,8 +33,19 @@ def _page(request: HttpRequest, study: Study | None, title: str, text: str, stat
     return render(request, "studies/worker/message.html", {"study": study, "title": title, "text": text}, status=status)
 
 
+def _full(request: HttpRequest, study: Study, source: str) -> HttpResponse:
+    return _page(
+        request,
+        study,
+        "This study is full",
+        "All places in this study have been taken. Thank you for your interest"
+        + ("; please return the study on Prolific." if source == Participant.Source.PROLIFIC else "."),
+    )
+
+
 def _join(request: HttpRequest, study: Study, external_id: str, source: str, **extra: str) -> HttpResponse:
-    """Find or create the participant; new ones only while the study is open and under quota."""
+    """Find or create the participant; new ones only while the study is open and has places left (a
+    place is taken at consent: ``Participant.give_consent``)."""
     participant = Participant.objects.filter(study=study, external_id=external_id).first()
     if participant is None:
         if not study.is_open:
@@ -45,14 +57,8 @@ def _join(request: HttpRequest, study: Study, external_id: str, source: str, **e
             )
         with transaction.atomic():
             locked = Study.objects.select_for_update().get(pk=study.pk)
-            if locked.quota is not None and locked.participants.count() >= locked.quota:
-                return _page(
-                    request,
-                    study,
-                    "This study is full",
-                    "All places in this study have been taken. Thank you for your interest"
-                    + ("; please return the study on Prolific." if source == Participant.Source.PROLIFIC else "."),
-                )
+            if locked.is_full():
+                return _full(request, study, source)
             try:
                 with transaction.atomic():
                     participant = Participant.objects.create(
@@ -62,8 +68,38 @@ def _join(request: HttpRequest, study: Study, external_id: str, source: str, **e
                 participant = Participant.objects.get(study=study, external_id=external_id)
     elif study.status == Study.Status.DRAFT:
         return _page(request, study, "This study is closed", "This study is not taking participants at the moment.")
+    elif source == Participant.Source.PROLIFIC and _taken_elsewhere(request, participant):
+        return _already_started(request, study, participant)
     bind_participant(request, participant)
     return redirect("chat:next", study.slug)
+
+
+def _taken_elsewhere(request: HttpRequest, participant: Participant) -> bool:
+    """One participant, one browser: a Prolific ID is not a credential (anyone can type one), so a browser
+    not bound to the participant may not take over a participation that has begun (consent given). Before
+    consent nothing is recorded, so moving to another browser then is harmless and allowed."""
+    if current_participant(request, participant.study) == participant:
+        return False
+    return participant.consented_at is not None or participant.declined_at is not None
+
+
+def _already_started(
+    request: HttpRequest, study: Study, participant: Participant, error: str = "", status: int = 409
+) -> HttpResponse:
+    return render(
+        request,
+        "studies/worker/already_started.html",
+        {"study": study, "pid": participant.external_id.removeprefix("prolific:"), "error": error},
+        status=status,
+    )
+
+
+# A resume code may be tried this many times per participant per hour (8 symbols of 31: guessing is hopeless).
+RESUME_ATTEMPTS_PER_HOUR = 10
+
+
+def _normal_code(raw: str) -> str:
+    return "".join(ch for ch in raw.upper() if ch in RESUME_ALPHABET)
 
 
 # -------------------------------------------------------------------------------------- views
@@ -99,7 +135,10 @@ def invite(request: HttpRequest, slug: str, token: str) -> HttpResponse:
         data = load_link(token, study, INVITE_SALT)
     except LinkError as exc:
         return _page(request, study, exc.title, exc.text, exc.status)
-    return _join(request, study, f"invite:{data['i']}"[:128], Participant.Source.INVITE)
+    invite_id = data.get("i")
+    if not isinstance(invite_id, str) or not invite_id:  # signed, but not by invite_url
+        return _page(request, study, "This link is not valid", "Please check that you copied the whole link.", 400)
+    return _join(request, study, f"invite:{invite_id}"[:128], Participant.Source.INVITE)
 
 
 def resume(request: HttpRequest, slug: str, token: str) -> HttpResponse:
@@ -121,12 +160,54 @@ def consent(request: HttpRequest, slug: str) -> HttpResponse:
     study, participant = bound_participant(request, slug)
     error = ""
     if request.method == "POST":
+        if request.POST.get("decline") == "yes":
+            participant.decline()
+            return redirect("studies:declined", study.slug)
         if request.POST.get("agree") == "yes":
-            participant.give_consent()
+            if not participant.give_consent():
+                return _full(request, study, participant.source)
             return redirect("chat:next", study.slug)
         error = "Please tick the box to agree before starting."
+    elif participant.consented_at is None and study.is_full():  # the last place went while they were reading
+        return _full(request, study, participant.source)
     return render(
         request, "studies/worker/consent.html",
         {"study": study, "participant": participant, "error": error, "metrics": study.metrics.all()},
         status=400 if error else 200,
     )  # fmt: skip
+
+
+@require_http_methods(["POST"])
+def resume_code(request: HttpRequest, slug: str) -> HttpResponse:
+    """Another browser comes back with the worker's Prolific ID and the resume code shown during the study."""
+    study = get_object_or_404(Study, slug=slug)
+    pid = request.POST.get("pid", "").strip()
+    if not _PID.match(pid):
+        return _page(request, study, "This link is not valid", "The Prolific ID is not valid.", 400)
+    participant = Participant.objects.filter(study=study, external_id=f"prolific:{pid}").first()
+    if participant is None:
+        return _page(request, study, "This link is not valid", "We could not find your participation.", 404)
+    key = f"studies:resume-attempts:{participant.pk}"
+    attempts = int(cache.get_or_set(key, 0, 3600) or 0)
+    if attempts >= RESUME_ATTEMPTS_PER_HOUR:
+        return _already_started(
+            request, study, participant, "Too many attempts. Please try again in an hour, or use the resume link.", 429
+        )
+    if _normal_code(request.POST.get("code", "")) != participant.resume_code:
+        cache.set(key, attempts + 1, 3600)
+        return _already_started(request, study, participant, "This resume code is not right; please check it.", 403)
+    bind_participant(request, participant)
+    return redirect("chat:next", study.slug)
+
+
+def declined(request: HttpRequest, slug: str) -> HttpResponse:
+    """The polite end for a worker who declined consent: nothing about them is recorded but the decline."""
+    study, participant = bound_participant(request, slug)
+    if participant.declined_at is None:
+        return redirect("chat:next", study.slug)
+    prolific = participant.source == Participant.Source.PROLIFIC
+    return render(
+        request,
+        "studies/worker/declined.html",
+        {"study": study, "prolific": prolific, "decline_url": study.decline_url() if prolific else ""},
+    )

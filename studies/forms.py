@@ -7,12 +7,15 @@ import secrets
 from typing import Any, cast
 
 from django import forms
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.forms import BaseInlineFormSet, inlineformset_factory
 from django.forms.formsets import DELETION_FIELD_NAME
 
+from analysis.qc import best_attainable_p
+from analysis.spec import ALPHA
 from memory.registry import MEMORY_SYSTEMS
-from studies.models import Arm, Metric, Study
+from studies.models import Arm, AttentionCheck, Metric, Study, arm_is_qc
 
 STUDY_FIELDS = [
     "name",
@@ -25,12 +28,19 @@ STUDY_FIELDS = [
     "episodes_per_worker",
     "quota",
     "max_message_chars",
+    "max_messages_per_minute",
+    "max_turns_per_session",
     "simulated_start",
     "instructions",
     "consent_text",
     "completion_code",
     "prolific_completion_url",
     "invite_max_age_days",
+    "estimated_minutes",
+    "session_time_limit_minutes",
+    "abandon_after_minutes",
+    "block_paste",
+    "prolific_decline_code",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -65,9 +75,16 @@ class StudyForm(forms.ModelForm[Study]):
             "bot_opens_sessions": "The bot opens each session after the first",
             "min_user_turns": "Min. user turns per session",
             "max_message_chars": "Max. message length (characters)",
+            "max_messages_per_minute": "Max. messages per minute",
+            "max_turns_per_session": "Max. user turns per session",
             "simulated_start": "Bot's clock at the first session",
             "invite_max_age_days": "Invite links valid for (days)",
             "quota": "Quota (participants)",
+            "estimated_minutes": "Estimated time (minutes)",
+            "session_time_limit_minutes": "Time limit per session (minutes)",
+            "abandon_after_minutes": "Abandoned after (minutes away)",
+            "block_paste": "Block pasting into the chat",
+            "prolific_decline_code": "Prolific code for declined consent",
         }
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
@@ -76,6 +93,19 @@ class StudyForm(forms.ModelForm[Study]):
             "simulated_start": forms.DateTimeInput(attrs={"placeholder": "2026-01-05 10:00"}),
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Optional in the form (a form posted without it keeps the model's default): added by issue 9. Absent when
+        # the admin shows the study read-only (a user with the view permission only).
+        if "abandon_after_minutes" in self.fields:
+            self.fields["abandon_after_minutes"].required = False
+
+    def clean_abandon_after_minutes(self) -> int:
+        value = self.cleaned_data.get("abandon_after_minutes")
+        if value is None:
+            return int(self.instance.abandon_after_minutes or Study._meta.get_field("abandon_after_minutes").default)
+        return int(value)
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
@@ -83,6 +113,9 @@ class StudyForm(forms.ModelForm[Study]):
             for name in STUDY_FROZEN_FIELDS:
                 if name in self.changed_data:
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
+        if low is not None and high is not None and high < low:
+            self.add_error("max_turns_per_session", f"Must be at least the minimum of {low} user turns.")
         low, high = data.get("gap_days"), data.get("gap_max_days")
         if low is not None and high is not None and high < low:
             self.add_error("gap_max_days", f"The longest gap must be at least the shortest ({low:g} days).")
@@ -129,6 +162,16 @@ class ParamsField(forms.JSONField):
     def prepare_value(self, value: Any) -> Any:
         return "{}" if value is None else super().prepare_value(value)
 
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        # A blank extra arm row posts the "{}" it was rendered with while its initial is None: without
+        # this, the row counts as filled in and fails on its empty name ("This field is required").
+        if initial in (None, "", {}):
+            try:
+                return bool(self.to_python(data) != {})
+            except ValidationError:
+                return True  # not JSON: the row was typed into, and its error must be shown
+        return bool(super().has_changed(initial, data))
+
 
 class NewStudyForm(StudyForm):
     add_default_metrics = forms.BooleanField(
@@ -141,10 +184,25 @@ class NewStudyForm(StudyForm):
 class ArmForm(forms.ModelForm[Arm]):
     params = ParamsField(required=False, help_text="JSON overrides of the system's defaults.")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Say what "empty" means on this site now, not "the site default".
+        # (The fields are absent when the admin shows the arm read-only: a user with the view permission only.)
+        site = Arm(llm_backend="", llm_model="")
+        if "llm_backend" in self.fields:
+            self.fields["llm_backend"].help_text = f"Empty = the site's LLM_BACKEND, now {site.resolved_backend}."
+        if "llm_model" in self.fields:
+            self.fields[
+                "llm_model"
+            ].help_text = (
+                f"Empty = the site's LLM_MODEL, now {site.resolved_model or '(none set)'} on {site.resolved_backend}."
+            )
+
     class Meta:
         model = Arm
-        fields = ["name", "memory_system", "params", "llm_backend", "llm_model", "is_qc", "active"]
-        labels = {"llm_backend": "LLM backend", "llm_model": "LLM model", "is_qc": "Quality-control arm"}
+        # No "is QC" box: Arm.is_qc follows the memory system (the degraded ``qc`` bot), see Arm.save.
+        fields = ["name", "memory_system", "params", "llm_backend", "llm_model", "active"]
+        labels = {"llm_backend": "LLM backend", "llm_model": "LLM model"}
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -192,6 +250,13 @@ class BaseArmFormSet(DesignFormSet):
     def active_arm_count(self) -> int:
         return sum(1 for f in self._kept_forms() if f.cleaned_data.get("active"))
 
+    def active_qc_arm_count(self) -> int:
+        return sum(
+            1
+            for f in self._kept_forms()
+            if f.cleaned_data.get("active") and arm_is_qc(str(f.cleaned_data.get("memory_system") or ""))
+        )
+
 
 class MetricForm(forms.ModelForm[Metric]):
     class Meta:
@@ -211,6 +276,53 @@ class BaseMetricFormSet(DesignFormSet):
     def metric_count(self) -> int:
         return len(self._kept_forms())
 
+    def positive_metric_count(self) -> int:
+        """Metrics that are not reversed: the ones the QC test uses (all of them if every one is reversed)."""
+        kept = self._kept_forms()
+        return sum(1 for f in kept if not f.cleaned_data.get("reversed")) or len(kept)
+
+
+class AttentionCheckForm(forms.ModelForm[AttentionCheck]):
+    class Meta:
+        model = AttentionCheck
+        fields = ["statement", "target", "tolerance", "position", "low_label", "high_label"]
+        labels = {
+            "position": "After session no.",
+            "target": "Target (0-100)",
+            "tolerance": "Tolerance (±)",
+            "low_label": "Label at 0",
+            "high_label": "Label at 100",
+        }
+        widgets = {
+            "target": forms.NumberInput(attrs={"min": 0, "max": 100, "style": "width:5rem"}),
+            "tolerance": forms.NumberInput(attrs={"min": 0, "max": 50, "style": "width:5rem"}),
+            "position": forms.NumberInput(attrs={"min": 1, "style": "width:5rem"}),
+        }
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        target, tolerance = data.get("target"), data.get("tolerance")
+        if target is not None and tolerance is not None and tolerance >= 50:
+            self.add_error("tolerance", "A tolerance of 50 or more lets almost any slider position pass.")
+        if target is not None and not 0 <= target <= 100:
+            self.add_error("target", "The target must be between 0 and 100.")
+        return data
+
+
+class BaseAttentionFormSet(DesignFormSet):
+    def clean(self) -> None:
+        super().clean()
+        for form in self.forms:
+            if self._deleting_saved(form) and form.instance.responses.exists():
+                raise ValidationError(
+                    "An attention check that workers have already answered cannot be deleted (its results would "
+                    "be lost)."
+                )
+
+    def positions(self) -> list[int]:
+        return [int(f.cleaned_data["position"]) for f in self._kept_forms() if f.cleaned_data.get("position")]
+
 
 # The factory returns a subclass of the formset= class; its stub only says BaseInlineFormSet.
 ArmFormSet = cast(
@@ -221,12 +333,53 @@ MetricFormSet = cast(
     type[BaseMetricFormSet],
     inlineformset_factory(Study, Metric, form=MetricForm, formset=BaseMetricFormSet, extra=1, can_delete=True),
 )
+AttentionFormSet = cast(
+    type[BaseAttentionFormSet],
+    inlineformset_factory(
+        Study, AttentionCheck, form=AttentionCheckForm, formset=BaseAttentionFormSet, extra=0, can_delete=True
+    ),
+)
+
+# Below this best attainable QC p-value the design is fine; between it and alpha the form warns (only a worker
+# who rates every QC session below every other one can pass, and real ratings have ties).
+QC_COMFORTABLE_P = ALPHA / 10
 
 
-def check_design(study_form: StudyForm, arms: BaseArmFormSet, metrics: BaseMetricFormSet) -> bool:
+def qc_design_problem(*, qc_arms: int, episodes_per_worker: int, sessions: int, qc_metrics: int) -> str:
+    """Why the design cannot run the per-worker QC test (Ji et al.), or "" when it can.
+
+    A worker meets the QC arm in one whole episode (``chat.services.assign_episode``); the test compares the
+    worker's ratings of that episode with the same worker's ratings of their other episodes."""
+    if qc_arms == 0:
+        return ""
+    if qc_arms > 1:
+        return "A study has at most one active quality-control arm (the analysis tests against one)."
+    if episodes_per_worker < 2:
+        return (
+            "With a quality-control arm every worker meets it in one of their episodes, so they need at least 2 "
+            "episodes per worker: the QC test compares a worker's QC ratings with their ratings of another arm."
+        )
+    n_qc = sessions * qc_metrics
+    best = best_attainable_p(n_qc, n_qc * (episodes_per_worker - 1))
+    if best >= ALPHA:
+        return (
+            f"With {sessions} session(s) per episode and {qc_metrics} QC metric(s) a worker gives the QC arm only "
+            f"{n_qc} rating(s): the QC test's smallest possible p-value is {best:.3g}, not below {ALPHA}, so nobody "
+            "could pass. Add sessions, metrics or episodes per worker."
+        )
+    return ""
+
+
+def check_design(
+    study_form: StudyForm,
+    arms: BaseArmFormSet,
+    metrics: BaseMetricFormSet,
+    attention: BaseAttentionFormSet | None = None,
+) -> bool:
     """Cross-form rules that neither form can check alone. Adds errors to the study form."""
     ok = True
-    per_worker = study_form.cleaned_data.get("episodes_per_worker")
+    data = study_form.cleaned_data
+    per_worker = data.get("episodes_per_worker")
     active = arms.active_arm_count()
     if per_worker and per_worker > active:
         study_form.add_error(
@@ -235,9 +388,31 @@ def check_design(study_form: StudyForm, arms: BaseArmFormSet, metrics: BaseMetri
             f"different arms); this study has {active}.",
         )
         ok = False
-    if metrics.metric_count() == 0 and not study_form.cleaned_data.get("add_default_metrics"):
+    if metrics.metric_count() == 0 and not data.get("add_default_metrics"):
         study_form.add_error(None, "Add at least one metric (or the five default ones).")
         ok = False
+    sessions = data.get("sessions_per_episode")
+    if per_worker and sessions:
+        n_metrics = metrics.positive_metric_count() or (5 if data.get("add_default_metrics") else 0)
+        problem = qc_design_problem(
+            qc_arms=arms.active_qc_arm_count(),
+            episodes_per_worker=per_worker,
+            sessions=sessions,
+            qc_metrics=n_metrics,
+        )
+        if problem:
+            study_form.add_error(None, problem)
+            ok = False
+        if attention is not None:
+            total = per_worker * sessions
+            late = sorted({p for p in attention.positions() if p > total})
+            if late:
+                study_form.add_error(
+                    None,
+                    f"Attention check(s) placed after session {', '.join(map(str, late))}, but a worker has only "
+                    f"{total} session(s).",
+                )
+                ok = False
     return ok
 
 
@@ -251,7 +426,49 @@ def open_problems(study: Study) -> list[str]:
         problems.append(f"{study.episodes_per_worker} episodes per worker need {study.episodes_per_worker} active arms")
     if not study.metrics.exists():
         problems.append("it has no metric")
+    qc = qc_design_problem(
+        qc_arms=study.arms.filter(active=True, is_qc=True).count(),
+        episodes_per_worker=study.episodes_per_worker,
+        sessions=study.sessions_per_episode,
+        qc_metrics=study.metrics.filter(reversed=False).count() or study.metrics.count(),
+    )
+    if qc:
+        problems.append(qc[0].lower() + qc[1:].rstrip("."))
     return problems
+
+
+# Prolific: one attention check for studies under 5 minutes, two or more for longer ones (a rejection may
+# only rest on failing two of them in a longer study).
+PROLIFIC_SHORT_STUDY_MINUTES = 5
+
+
+def design_warnings(study: Study) -> list[str]:
+    """What a saved study can run with but a researcher should know (shown on the study and edit pages)."""
+    out = []
+    qc = study.qc_arm()
+    n_metrics = study.metrics.filter(reversed=False).count() or study.metrics.count()
+    if qc is None:
+        out.append(
+            "No quality-control arm: the per-worker QC test (Ji et al. 2022) cannot run. Add an arm with the "
+            "memory system qc to have every worker meet a degraded bot in one of their episodes."
+        )
+    elif study.episodes_per_worker >= 2 and n_metrics:
+        n_qc = study.sessions_per_episode * n_metrics
+        best = best_attainable_p(n_qc, n_qc * (study.episodes_per_worker - 1))
+        if QC_COMFORTABLE_P <= best < ALPHA:
+            out.append(
+                f"The QC test has little room: even a worker who rates every QC session below every other one gets "
+                f"p = {best:.3g} at best (it must be below {ALPHA}); ties make it larger. Consider more sessions "
+                "or metrics."
+            )
+    checks = study.attention_checks.count()
+    needed = 1 if study.estimated_time_minutes < PROLIFIC_SHORT_STUDY_MINUTES else 2
+    if checks < needed:
+        out.append(
+            f"{checks} attention check(s): Prolific expects one for studies under {PROLIFIC_SHORT_STUDY_MINUTES} "
+            "minutes and two or more for longer ones before a failed check can count."
+        )
+    return out
 
 
 class InviteForm(forms.Form):
@@ -283,3 +500,21 @@ class InviteForm(forms.Form):
         if self.cleaned_data["invite_id"]:
             return [self.cleaned_data["invite_id"]]
         return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]
+
+
+class SharingForm(forms.ModelForm[Study]):
+    """Which other researchers (active staff users) may see and change the study."""
+
+    class Meta:
+        model = Study
+        fields = ["shared_with"]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple}
+        labels = {"shared_with": "Shared with"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = cast("forms.ModelMultipleChoiceField[User]", self.fields["shared_with"])
+        researchers = User.objects.filter(is_active=True, is_staff=True).order_by("username")
+        if self.instance.created_by_id is not None:
+            researchers = researchers.exclude(id=self.instance.created_by_id)
+        field.queryset = researchers

@@ -11,12 +11,13 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import models
+from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
-from memory.registry import MEMORY_CHOICES, param_defaults
+from memory.llm import DEFAULT_LOCAL_MODEL
+from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -63,6 +64,37 @@ def new_completion_code() -> str:
     return secrets.token_hex(4).upper()
 
 
+# A resume code is typed by a person: no 0/O or 1/I/L to confuse. 8 of 31 symbols = 39.6 bits, and it
+# is only accepted together with the worker's own Prolific ID (and attempts are throttled).
+RESUME_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
+
+
+def new_resume_code() -> str:
+    return "".join(secrets.choice(RESUME_ALPHABET) for _ in range(8))
+
+
+# The welcome page's time estimate when the researcher gives none: minutes per exchange (the worker's
+# message and the bot's reply), per rating page, and once for consent and instructions. Assumptions,
+# written down in docs/worker-quality.md; the study page shows the observed median once workers finish.
+MINUTES_PER_EXCHANGE = 1.0
+MINUTES_PER_RATING = 1.0
+MINUTES_OVERHEAD = 2.0
+
+
+class StudyQuerySet(models.QuerySet["Study"]):
+    def visible_to(self, user: Any) -> StudyQuerySet:
+        """The studies this user may see and change: the ones they created and the ones shared with them.
+
+        Superusers (the site's administrators) see every study; anyone who is not an active staff user sees
+        none. A study without a creator (made by a command, or whose creator was deleted) is for superusers."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
+
+
 class Study(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
@@ -102,10 +134,24 @@ class Study(models.Model):
     max_message_chars = models.PositiveIntegerField(
         default=2000, validators=[MinValueValidator(1), MaxValueValidator(20000)]
     )
+    # Limits that protect the study from one participant (flooding the database, or with a paid model
+    # the token bill): counted per participant; the worker is told why a message is refused.
+    max_messages_per_minute = models.PositiveSmallIntegerField(
+        default=12,
+        validators=[MinValueValidator(1), MaxValueValidator(600)],
+        help_text="Per participant, over all their sessions.",
+    )
+    max_turns_per_session = models.PositiveSmallIntegerField(
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="User messages per session; at least the minimum.",
+    )
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )
-    quota = models.PositiveIntegerField(null=True, blank=True, help_text="Maximum participants; empty = no limit.")
+    quota = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Maximum participants who consented; empty = no limit."
+    )
     completion_code = models.CharField(max_length=64, default=new_completion_code)
     prolific_completion_url = models.URLField(
         blank=True, help_text="Defaults to https://app.prolific.com/submissions/complete?cc=<code>."
@@ -114,8 +160,47 @@ class Study(models.Model):
         default=dt.datetime(2026, 1, 5, 10, 0, tzinfo=dt.UTC), help_text="The bot's clock in the first session."
     )
     invite_max_age_days = models.PositiveIntegerField(default=30)
+    # worker quality and timing (docs/worker-quality.md)
+    estimated_minutes = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Shown on the welcome page. Empty = estimated from sessions x turns.",
+    )
+    session_time_limit_minutes = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Empty = no limit. At the limit the session goes to its rating once the bot has answered.",
+    )
+    abandon_after_minutes = models.PositiveIntegerField(
+        default=120,
+        validators=[MinValueValidator(5)],
+        help_text="A worker not seen for this long is marked as having abandoned the study (frees the place).",
+    )
+    block_paste = models.BooleanField(
+        default=False, help_text="Refuse pasting into the chat box (the worker is told why)."
+    )
+    prolific_decline_code = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Optional Prolific completion code for workers who decline consent; empty = they are asked "
+        "to return the study on Prolific.",
+    )
+    pilot = models.BooleanField(
+        default=False,
+        help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="shared_studies",
+        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = StudyQuerySet.as_manager()
 
     class Meta:
         verbose_name_plural = "studies"
@@ -136,6 +221,21 @@ class Study(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("studies:detail", args=[self.slug])
+
+    def is_full(self) -> bool:
+        """Whether every place of the quota is taken by a participant who consented and still holds it: a worker
+        who declined never consented, and one the abandonment sweep marked (``chat.timing``) frees their place."""
+        if self.quota is None:
+            return False
+        return self.participants.holding_a_place().filter(consented_at__isnull=False).count() >= self.quota
+
+    def is_visible_to(self, user: Any) -> bool:
+        """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
+        return Study.objects.visible_to(user).filter(pk=self.pk).exists()
+
+    def can_share(self, user: Any) -> bool:
+        """Only the creator (or a superuser) decides who else sees the study."""
+        return bool(getattr(user, "is_superuser", False)) or (user.pk is not None and user.pk == self.created_by_id)
 
     @property
     def is_open(self) -> bool:
@@ -166,6 +266,36 @@ class Study(models.Model):
             "https://app.prolific.com/submissions/complete?" + urlencode({"cc": self.completion_code})
         )
 
+    def decline_url(self) -> str:
+        """Where a Prolific worker who declined consent is sent: the decline code's completion link, if any."""
+        if not self.prolific_decline_code:
+            return ""
+        return "https://app.prolific.com/submissions/complete?" + urlencode({"cc": self.prolific_decline_code})
+
+    @property
+    def sessions_per_worker(self) -> int:
+        return int(self.sessions_per_episode) * int(self.episodes_per_worker)
+
+    def default_estimated_minutes(self) -> int:
+        """sessions x (min. turns x minutes per exchange + the rating) + consent: the welcome page's default."""
+        per_session = int(self.min_user_turns) * MINUTES_PER_EXCHANGE + MINUTES_PER_RATING
+        return max(1, round(self.sessions_per_worker * per_session + MINUTES_OVERHEAD))
+
+    @property
+    def estimated_time_minutes(self) -> int:
+        """What the welcome page states: the researcher's estimate, else :meth:`default_estimated_minutes`."""
+        return int(self.estimated_minutes) if self.estimated_minutes else self.default_estimated_minutes()
+
+    @property
+    def session_time_limit(self) -> dt.timedelta | None:
+        if not self.session_time_limit_minutes:
+            return None
+        return dt.timedelta(minutes=int(self.session_time_limit_minutes))
+
+    def qc_arm(self) -> Arm | None:
+        """The study's active quality-control arm, if it has one."""
+        return self.arms.filter(is_qc=True, active=True).order_by("id").first()
+
     def session_start(self, session_index: int) -> dt.datetime:
         """The simulated clock at the start of session k (1-based) with a fixed gap. With a gap range
         the platform draws each gap and stores it with the session (``ChatSession.gap_days``)."""
@@ -194,7 +324,11 @@ class Arm(models.Model):
         help_text="Empty = the site default (LLM_BACKEND).",
     )
     llm_model = models.CharField(max_length=200, blank=True, help_text="Empty = the site default (LLM_MODEL).")
-    is_qc = models.BooleanField(default=False, help_text="A deliberately degraded quality-control arm.")
+    is_qc = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="A deliberately degraded quality-control arm: set from the memory system (e.g. qc).",
+    )
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -204,8 +338,51 @@ class Arm(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.memory_system})"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # Set from the memory system, never by hand: a "QC arm" that chats like any other arm gives
+        # attentive workers no reason to rate it lower, and the per-worker QC test would be meaningless.
+        self.is_qc = arm_is_qc(self.memory_system)
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None and "memory_system" in update_fields:
+            kwargs["update_fields"] = {*update_fields, "is_qc"}
+        super().save(*args, **kwargs)
+
     def effective_params(self) -> dict[str, Any]:
         return {**param_defaults(self.memory_system), **(self.params or {})}
+
+    @property
+    def resolved_backend(self) -> str:
+        """The backend the arm really runs on: its own, else the site's ``LLM_BACKEND``."""
+        return self.llm_backend or str(settings.LLM_BACKEND)
+
+    @property
+    def resolved_model(self) -> str:
+        """The model the arm really runs on: its own, else ``LLM_MODEL``, else the backend's default
+        (what ``memory.llm.make_llm`` picks). Empty only for an openai arm without any model name, which
+        cannot run."""
+        model = self.llm_model or str(settings.LLM_MODEL)
+        if model:
+            return model
+        return {"local": DEFAULT_LOCAL_MODEL, "scripted": "scripted"}.get(self.resolved_backend, "")
+
+    @property
+    def uses_site_default(self) -> bool:
+        return not (self.llm_backend and self.llm_model)
+
+    def llm_config(self) -> dict[str, Any]:
+        """What a readiness check or an evaluation was run on: a check is current while this is unchanged."""
+        return {
+            "memory_system": self.memory_system,
+            "params": dict(sorted((self.params or {}).items())),
+            "backend": self.resolved_backend,
+            "model": self.resolved_model,
+        }
+
+
+def arm_is_qc(memory_system: str) -> bool:
+    """Whether the memory system is a deliberately degraded quality-control bot (its class says so)."""
+    cls = MEMORY_SYSTEMS.get(memory_system)
+    return bool(cls is not None and cls.is_qc)
 
 
 class Metric(models.Model):
@@ -225,6 +402,49 @@ class Metric(models.Model):
         return self.key
 
 
+class AttentionCheck(models.Model):
+    """An instructed-response item (e.g. "please set this slider to 80"), shown among the rating sliders of
+    the worker's ``position``-th session, looking like any other slider. Not a memory test: Prolific does
+    not accept attention checks that test memory. Stored per worker as pass/fail, never as a rating."""
+
+    study = models.ForeignKey(Study, related_name="attention_checks", on_delete=models.CASCADE)
+    statement = models.CharField(
+        max_length=300, default="To show that you read each statement, please set this slider to 80."
+    )
+    target = models.PositiveSmallIntegerField(default=80, validators=[MaxValueValidator(100)])
+    tolerance = models.PositiveSmallIntegerField(
+        default=5, validators=[MaxValueValidator(50)], help_text="Passed when the slider is within target ± this."
+    )
+    position = models.PositiveSmallIntegerField(
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="On the rating page of the worker's n-th session, counting across parts (1 = the first).",
+    )
+    low_label = models.CharField(max_length=60, default="Strongly disagree")
+    high_label = models.CharField(max_length=60, default="Strongly agree")
+
+    class Meta:
+        ordering = ["study", "position", "id"]
+
+    def __str__(self) -> str:
+        return f"attention check {self.pk} (session {self.position}, {self.target} ± {self.tolerance})"
+
+    def passes(self, value: int) -> bool:
+        return abs(int(value) - int(self.target)) <= int(self.tolerance)
+
+    @property
+    def key(self) -> str:
+        """The rating form's field name: looks like a metric's to the worker, never collides with one (slugs
+        have no dot)."""
+        return f"check.{self.pk}"
+
+
+class ParticipantQuerySet(models.QuerySet["Participant"]):
+    def holding_a_place(self) -> ParticipantQuerySet:
+        """Participants who count against the quota: not declined, not abandoned."""
+        return self.filter(declined_at__isnull=True, abandoned_at__isnull=True)
+
+
 class Participant(models.Model):
     """A pseudonymous worker: a Prolific PID or an in-house invite id. No account, no password."""
 
@@ -240,6 +460,13 @@ class Participant(models.Model):
     consented_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # One participant, one browser: another browser needs the signed resume link or this code.
+    resume_code = models.CharField(max_length=16, default=new_resume_code)
+    last_seen_at = models.DateTimeField(default=timezone.now)
+    declined_at = models.DateTimeField(null=True, blank=True)
+    abandoned_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ParticipantQuerySet.as_manager()
 
     class Meta:
         unique_together = [("study", "external_id")]
@@ -247,8 +474,41 @@ class Participant(models.Model):
     def __str__(self) -> str:
         return f"{self.study.slug}:{self.external_id}"
 
-    def give_consent(self) -> None:
-        """Record the worker's consent; the first time counts."""
-        if self.consented_at is None:
-            self.consented_at = timezone.now()
-            self.save(update_fields=["consented_at"])
+    def give_consent(self) -> bool:
+        """Record the worker's consent (the first time counts; consent after a decline withdraws the decline);
+        False when the study is full.
+
+        The quota counts consented participants who still hold a place (not abandoned): opening the study link
+        makes a participant but takes no place, so invented Prolific IDs cannot fill a study. The study row is
+        locked while the places are counted, so two workers consenting at once cannot both take the last place."""
+        if self.consented_at is not None and self.declined_at is None:
+            return True
+        with transaction.atomic():
+            study = Study.objects.select_for_update().get(pk=self.study_id)
+            if self.consented_at is None and study.is_full():
+                return False
+            self.consented_at = self.consented_at or timezone.now()
+            self.declined_at = None
+            self.save(update_fields=["consented_at", "declined_at"])
+        return True
+
+    def decline(self) -> None:
+        """Record that the worker declined consent (and nothing else about them)."""
+        if self.consented_at is None and self.declined_at is None:
+            self.declined_at = timezone.now()
+            self.save(update_fields=["declined_at"])
+
+    def touch(self, now: dt.datetime | None = None) -> None:
+        """Note that the worker is here. At most one write per half minute (pages poll)."""
+        now = now or timezone.now()
+        if now - self.last_seen_at >= LAST_SEEN_RESOLUTION:
+            self.last_seen_at = now
+            Participant.objects.filter(pk=self.pk).update(last_seen_at=now)
+
+    @property
+    def resume_code_display(self) -> str:
+        """The code as the worker reads it: two groups of four."""
+        return f"{self.resume_code[:4]}-{self.resume_code[4:]}"
+
+
+LAST_SEEN_RESOLUTION = dt.timedelta(seconds=30)

@@ -12,6 +12,7 @@ in ``chat``); it has no views and imports nothing from the apps built on ``studi
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,8 @@ def load_link(token: str, study: Study, salt: str) -> dict[str, Any]:
         raise LinkError(410, "This link has expired", "Please ask the researchers for a new link.") from None
     except signing.BadSignature:
         raise LinkError(403, "This link is not valid", "Please check that you copied the whole link.") from None
+    except (ValueError, zlib.error):  # a valid signature over a payload we never made (JSON, UTF-8, zlib)
+        raise LinkError(400, "This link is not valid", "Please check that you copied the whole link.") from None
     if not isinstance(data, dict) or data.get("s") != study.pk:
         raise LinkError(403, "This link is not valid", "This link belongs to another study.")
     return data

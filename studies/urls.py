@@ -12,10 +12,15 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/status/", views.study_set_status, name="status"),
     path("studies/<slug:slug>/default-metrics/", views.study_add_default_metrics, name="default_metrics"),
     path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
+    path("studies/<slug:slug>/sharing/", views.study_share, name="share"),
+    path("studies/<slug:slug>/checks/", views.study_check_arms, name="check_arms"),
+    path("studies/<slug:slug>/readiness/", views.study_readiness, name="readiness"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
     # the crowdworker's way in (studies/entry.py); from consent on, the worker's pages are chat's
     path("s/<slug:slug>/", entry.entry, name="entry"),
     path("s/<slug:slug>/join/<str:token>/", entry.invite, name="join"),
     path("s/<slug:slug>/resume/<str:token>/", entry.resume, name="resume"),
     path("s/<slug:slug>/consent/", entry.consent, name="consent"),
+    path("s/<slug:slug>/declined/", entry.declined, name="declined"),
+    path("s/<slug:slug>/resume-code/", entry.resume_code, name="resume_code"),
 ]

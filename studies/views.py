@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
@@ -20,16 +21,36 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from chat.models import ChatSession, Episode, LLMCallRecord, Message, Rating
-from memory import vectors
+from chat import armjobs
+from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
+from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies.forms import ArmFormSet, InviteForm, MetricFormSet, NewStudyForm, StudyForm, check_design, open_problems
+from studies import memorycompat
+from studies.forms import (
+    ArmFormSet,
+    AttentionFormSet,
+    InviteForm,
+    MetricFormSet,
+    NewStudyForm,
+    SharingForm,
+    StudyForm,
+    check_design,
+    design_warnings,
+    open_problems,
+)
 from studies.models import Arm, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
+# The study-data downloads (reports.exports; served by reports:study_data_export).
+EXPORT_KINDS = [
+    ("ratings", "Ratings"),
+    ("transcripts", "Transcripts"),
+    ("memory", "Memory after each session"),
+    ("llm-calls", "LLM calls (prompts and replies)"),
+]
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -38,7 +59,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_list(request: HttpRequest) -> HttpResponse:
-    studies = Study.objects.annotate(
+    studies = Study.objects.visible_to(request.user).annotate(
         n_arms=Count("arms", filter=Q(arms__active=True), distinct=True),
         n_participants=Count("participants", distinct=True),
         n_completed=Count("participants", filter=Q(participants__completed_at__isnull=False), distinct=True),
@@ -46,7 +67,9 @@ def study_list(request: HttpRequest) -> HttpResponse:
     return render(request, "studies/researcher/list.html", {"studies": studies})
 
 
-def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any) -> Study:
+def _save_study(
+    request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, metrics: Any, attention: Any = None
+) -> Study:
     with transaction.atomic():
         study = form.save(commit=False)
         if study.created_by_id is None:
@@ -55,6 +78,9 @@ def _save_study(request: AuthenticatedHttpRequest, form: StudyForm, arms: Any, m
         arms.instance = metrics.instance = study
         arms.save()
         metrics.save()
+        if attention is not None and attention.is_bound:
+            attention.instance = study
+            attention.save()
         if form.cleaned_data.get("add_default_metrics"):
             study.add_default_metrics()
     return study
@@ -81,13 +107,25 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     form = form_class(data, instance=instance)
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
+    # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
+    posted_attention = data is not None and "attention-TOTAL_FORMS" in data
+    attention = AttentionFormSet(data if posted_attention else None, instance=instance, prefix="attention")
     if data is not None:
         valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
-        if valid and check_design(form, arms, metrics):
-            saved = _save_study(request, form, arms, metrics)
+        valid = valid and (not posted_attention or attention.is_valid())
+        if valid and check_design(form, arms, metrics, attention if posted_attention else None):
+            saved = _save_study(request, form, arms, metrics, attention)
             messages.success(request, f"Saved “{saved.name}”.")
             return redirect(saved)
-    context = {"form": form, "arms": arms, "metrics": metrics, "study": study, "systems": _systems_help()}
+    context = {
+        "form": form,
+        "arms": arms,
+        "metrics": metrics,
+        "attention": attention,
+        "study": study,
+        "systems": _systems_help(),
+        "design_warnings": design_warnings(study) if study else [],
+    }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
 
 
@@ -98,13 +136,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study, slug=slug))
+    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -117,17 +155,71 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     status = request.POST.get("status", "")
+    pilot = request.POST.get("pilot") == "1" or study.pilot  # a pilot stays a pilot when it is reopened
     if status not in Study.Status.values:
         messages.error(request, "Unknown status.")
     elif status == Study.Status.OPEN and (problems := open_problems(study)):
         messages.error(request, "The study cannot be opened: " + "; ".join(problems) + ".")
+    elif status == Study.Status.OPEN and not pilot and (unready := armjobs.not_ready(study)):
+        arms = "; ".join(f"{r.arm.name} ({r.reason})" for r in unready)
+        messages.error(
+            request,
+            f"The study was not opened: not every arm is ready ({arms}). Run the readiness checks with a model "
+            "that can do the arms' work, or open it as a pilot (its data are then marked “pilot: not for "
+            "publication”).",
+        )
     else:
         study.status = status
-        study.save(update_fields=["status"])
-        messages.success(request, f"The study is now {study.get_status_display().lower()}.")
+        fields = ["status"]
+        if status == Study.Status.OPEN and pilot and not study.pilot:
+            study.pilot = True
+            fields.append("pilot")
+        study.save(update_fields=fields)
+        note = " as a pilot: not for publication" if study.pilot and status == Study.Status.OPEN else ""
+        messages.success(request, f"The study is now {study.get_status_display().lower()}{note}.")
     return redirect(study)
+
+
+@require_POST
+@researcher_required
+def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
+    """Start the readiness checks (``kind=readiness``) or the automatic evaluation (``kind=evaluation``)
+    of one arm (``arm``) or of every active arm, as background jobs."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    kind = request.POST.get("kind", ArmJob.Kind.READINESS)
+    if kind not in ArmJob.Kind.values:
+        messages.error(request, "Unknown kind of check.")
+        return redirect(study)
+    arms = study.arms.filter(active=True)
+    if request.POST.get("arm"):
+        arms = study.arms.filter(pk=request.POST["arm"]) if request.POST["arm"].isdigit() else study.arms.none()
+    options: dict[str, Any] = {}
+    if kind == ArmJob.Kind.EVALUATION:
+        options = {"dataset": "gvd"}
+        limit = request.POST.get("max_questions", "")
+        if limit:
+            if not limit.isdigit() or int(limit) < 1:
+                messages.error(request, "Questions per dialogue must be a whole number of at least 1 (or empty: all).")
+                return redirect(study)
+            options["max_questions"] = int(limit)
+    started = [armjobs.start(arm, kind, options) for arm in arms]
+    if not started:
+        messages.error(
+            request, "No such arm in this study." if request.POST.get("arm") else "This study has no active arm."
+        )
+    else:
+        what = "Readiness checks" if kind == ArmJob.Kind.READINESS else "Automatic evaluation"
+        messages.success(request, f"{what} started for {', '.join(j.arm.name for j in started)}.")
+    return redirect(reverse("studies:detail", args=[study.slug]) + "#readiness")
+
+
+@researcher_required
+def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
+    """The readiness card alone (htmx polls it while a job runs)."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
 @dataclass
@@ -164,10 +256,50 @@ def _public_url(path: str) -> str:
     return settings.SITE_URL.rstrip("/") + path
 
 
+def _retention(study: Study) -> list[dict[str, Any]]:
+    """For each MemoryBank arm: how likely a memory unit survives one gap of the study's clock."""
+    rows = []
+    for arm in study.arms.filter(memory_system="memorybank").order_by("id"):
+        params = arm.effective_params()
+        once = memorycompat.memorybank_retention(params, study.gap_days)
+        rows.append(
+            {
+                "arm": arm,
+                "gap_days": study.gap_days,
+                "once": once,
+                "recalled": memorycompat.memorybank_retention(params, study.gap_days, strength=2.0),
+                "after_all": once ** max(0, study.sessions_per_episode - 1),
+                "forgetting": bool(params.get("forgetting", True)),
+            }
+        )
+    return rows
+
+
+def _readiness_context(study: Study) -> dict[str, Any]:
+    rows = armjobs.readiness(study)
+    evaluations = armjobs.latest_evaluations(study)
+    return {
+        "study": study,
+        "readiness": [
+            {
+                "r": r,
+                "evaluation": (ev := evaluations.get(r.arm.pk)),
+                "evaluation_outdated": ev is not None and ev.finished and not ev.is_current(r.arm),
+            }
+            for r in rows
+        ],
+        "jobs_running": any(r.state == "checking" for r in rows) or any(not j.finished for j in evaluations.values()),
+        "not_ready": [r for r in rows if r.blocks_opening],
+        "preflight_available": memorycompat.preflight_available(),
+    }
+
+
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
+        # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
+        places=Count("id", filter=Q(consented_at__isnull=False, declined_at__isnull=True, abandoned_at__isnull=True)),
         completed=Count("id", filter=Q(completed_at__isnull=False)),
     )
     episodes = (
@@ -185,21 +317,46 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "prolific_link": _public_url(reverse("studies:entry", args=[study.slug])) + "?" + PROLIFIC_QUERY,
         "invite_form": InviteForm(),
         "open_problems": open_problems(study),
+        "design_warnings": design_warnings(study),
         "statuses": Study.Status,
+        "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
+        "shared_with": study.shared_with.order_by("username"),
+        "retention": _retention(study),
+        "export_kinds": EXPORT_KINDS,
+        **_readiness_context(study),
     }
 
 
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
+
+
+@require_POST
+@researcher_required
+def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """The creator chooses the other researchers who may see and change the study."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    if not study.can_share(request.user):
+        raise PermissionDenied("Only the study's creator can change who it is shared with.")
+    form = SharingForm(request.POST, instance=study)
+    if form.is_valid():
+        form.save()
+        names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names}.")
+    else:
+        messages.error(
+            request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
+        )
+    return redirect(study)
 
 
 @require_POST
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -229,6 +386,8 @@ class SessionView:
     fallback_notes: list[dict[str, Any]] = field(default_factory=list)
     memory_after: list[str] = field(default_factory=list)
     trace_extra_json: str = ""
+    memory_blocks: list[display.Block] = field(default_factory=list)
+    trace_blocks: list[display.Block] = field(default_factory=list)
 
 
 TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls", "fallbacks"}
@@ -246,27 +405,31 @@ def _session_view(session: ChatSession) -> SessionView:
     if snapshot is not None:
         trace = snapshot.trace or {}
         view.state_json = _pretty(vectors.redacted(snapshot.state))  # embeddings: kilobytes of base64, not for reading
-        view.summary = list(trace.get("summary") or [])
+        view.memory_blocks = display.readable(snapshot.state)
+        view.summary = display.lines(trace.get("summary"))
         view.operations = list(trace.get("operations") or [])
         # Two kinds of fallback: an operation whose reply did not parse, and a step that fell back
         # to its defined behaviour (trace["fallbacks"], written by memory.systems.common.fallback).
         view.fallback_notes = [f for f in trace.get("fallbacks") or [] if isinstance(f, dict)]
         view.fallbacks = sum(1 for op in view.operations if op.get("fallback")) + len(view.fallback_notes)
-        view.memory_after = list(trace.get("memory_after") or [])
+        view.memory_after = display.lines(trace.get("memory_after"))
         # The update's calls are normally LLMCallRecord rows too; a trace copy is shown only when it is not.
         recorded = {(c.purpose, c.reply) for c in view.calls if isinstance(c, LLMCallRecord)}
         view.calls += [c for c in trace.get("llm_calls") or [] if (c.get("purpose"), c.get("reply")) not in recorded]
         extra = {k: v for k, v in trace.items() if k not in TRACE_SHOWN}
         view.trace_extra_json = _pretty(extra) if extra else ""
+        view.trace_blocks = display.readable(extra) if extra else []
     return view
 
 
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study, slug=slug)
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
+        "messages__signals",
+        "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
     )

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from chat.models import ArmJob
+from studies import memorycompat
 from studies.models import Study
-from studies.tests.conftest import make_finished_episode
+from studies.tests.conftest import make_finished_episode, make_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -68,6 +70,7 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     assert [(a.name, a.params) for a in created.arms.all()] == [("No memory", {}), ("Summaries", {"k": 3})]
     assert created.metrics.count() == 5 and created.status == Study.Status.DRAFT
 
+    make_ready(created)  # the readiness checks themselves are another test's (below)
     page.click("button:has-text('Open to workers')")
     page.get_by_text("The study is now open.").wait_for()
     created.refresh_from_db()
@@ -99,3 +102,70 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     width = phone.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the study page scrolls sideways on a phone ({width}px)"
     phone.screenshot(path=str(ARTIFACTS / "researcher-browser-study-phone.png"), full_page=True)
+
+
+def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_browser(
+    live_server: Any, researcher: Any, study: Study, browser: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The readiness checks are a scripted stand-in here (they are memory.preflight's to test) that fails
+    one check, as the embedded model does. Jobs run inline: the live server's in-memory SQLite cannot
+    take writes from job threads beside the page's requests; the progress poll is shown on a job row
+    that the test moves on itself."""
+    settings.CHAT_JOB_MODE = "inline"
+
+    def not_ready(memory_system: str, llm: Any, **kw: Any) -> dict[str, Any]:
+        kw["progress"](5, 5, "replies 5/5")
+        return {"arm": memory_system, "backend": kw["backend"], "model": llm.model, "ready": False, "checks": [FAILED]}
+
+    monkeypatch.setattr(memorycompat, "run_preflight", not_ready)
+    study.status = Study.Status.DRAFT
+    study.save()
+    arm = study.arms.get(memory_system="none")
+    running = ArmJob.objects.create(
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5"
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    _login(page, live_server.url)
+    page.goto(f"{live_server.url}{study.get_absolute_url()}")
+
+    card = page.locator("#readiness")
+    assert card.locator("tr", has_text="Full history").locator(".arm-llm").inner_text() == "scripted · scripted"
+    assert card.locator("tr", has_text="Full history").locator(".readiness-not_checked").is_visible()
+    assert "2/5 replies 2/5" in card.locator("tr", has_text="No memory").inner_text()
+    result = {"arm": "none", "backend": "scripted", "model": "scripted", "ready": False, "checks": [FAILED]}
+    ArmJob.objects.filter(pk=running.pk).update(status="done", done=5, result=result)
+    card.locator("tr", has_text="No memory").locator(".readiness-not_ready").wait_for()  # htmx polled the card
+
+    page.click("#readiness button:has-text('Check every arm')")
+    page.get_by_text("Readiness checks started for No memory, Full history.").wait_for()
+    assert card.locator(".readiness-not_ready").count() == 2
+    assert "failed reply_no_prompt_text" in page.locator(".not-ready").inner_text()
+    card.locator("summary", has_text="1 check, 1 failed").first.click()
+    card.get_by_text("3 of 4 replies quote the prompt").first.wait_for()
+    page.screenshot(path=str(ARTIFACTS / "researcher-browser-readiness.png"), full_page=True)
+
+    page.click("button:has-text('Open to workers')")
+    page.get_by_text("The study was not opened: not every arm is ready").wait_for()
+    study.refresh_from_db()
+    assert study.status == Study.Status.DRAFT
+
+    page.click("button:has-text('Open as pilot (not for publication)')")
+    page.get_by_text("The study is now open as a pilot: not for publication.").wait_for()
+    assert page.locator("h1 .pilot-mark").inner_text() == "pilot: not for publication"
+    study.refresh_from_db()
+    assert (study.status, study.pilot) == (Study.Status.OPEN, True)
+    page.screenshot(path=str(ARTIFACTS / "researcher-browser-pilot.png"), full_page=True)
+    page.click("a:has-text('Analysis')")
+    page.locator("h1 .pilot-mark").wait_for()
+
+
+FAILED = {
+    "name": "reply_no_prompt_text",
+    "score": 0.25,
+    "threshold": 1.0,
+    "passed": False,
+    "why": "3 of 4 replies quote the prompt",
+    "examples": [],
+}

@@ -119,3 +119,44 @@ def test_the_images_collectstatic_step_works_with_debug_off(tmp_path: Path) -> N
     assert (tmp_path / "staticfiles.json").exists()
     assert any(tmp_path.glob("css/researcher.*.css"))
     assert any(tmp_path.glob("django_htmx/htmx-2.min.*.js"))  # htmx comes from django-htmx
+
+
+def runtime_stage(dockerfile: str) -> str:
+    """The Dockerfile from its last FROM on: what every container of the image runs with."""
+    return dockerfile[[m.start() for m in re.finditer(r"^FROM ", dockerfile, re.M)][-1] :]
+
+
+def test_the_image_runs_numpy_single_threaded_but_leaves_openmp_to_llama_cpp() -> None:
+    runtime = runtime_stage(DOCKERFILE)
+    env_lines = re.findall(r"^ENV (?:.*\\\n)*.*$", runtime, re.M)
+    env = dict(re.findall(r"([A-Z_]+)=(\S+)", "\n".join(env_lines)))
+    assert env["OPENBLAS_NUM_THREADS"] == "1"
+    assert env["MKL_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in env  # llama.cpp sizes its OpenMP threads itself
+    assert "docs/memory-systems.md" in runtime  # the comment points at the measurement behind it
+    for name in ("web", "worker", "memory-worker", "beat"):  # no service overrides it
+        assert "OPENBLAS_NUM_THREADS" not in SERVICES[name]["environment"]
+
+
+def test_compose_runs_exactly_one_celery_beat_with_the_periodic_schedule() -> None:
+    from django.conf import settings
+
+    beats = [n for n, s in SERVICES.items() if (s.get("command") or [])[:4] == ["celery", "-A", "evalsite", "beat"]]
+    assert beats == ["beat"]
+    beat = SERVICES["beat"]
+    assert "deploy" not in beat or beat["deploy"].get("replicas", 1) == 1  # two beats would send every tick twice
+    assert beat["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert any(arg.startswith("--schedule=/tmp/") for arg in beat["command"])  # writable by the image's user
+    schedule = settings.CELERY_BEAT_SCHEDULE
+    assert schedule["expire-annotation-leases"]["task"] == "annotation.tasks.expire_leases_task"
+    assert schedule["expire-annotation-leases"]["schedule"] <= 60
+    # every scheduled task lands on a queue a compose worker consumes
+    routes = settings.CELERY_TASK_ROUTES
+    consumed = {
+        arg.split("=", 1)[1]
+        for service in SERVICES.values()
+        for arg in (service.get("command") or [])
+        if arg.startswith("--queues=")
+    }
+    for entry in schedule.values():
+        assert routes.get(entry["task"], {}).get("queue", "celery") in consumed

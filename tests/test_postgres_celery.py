@@ -159,3 +159,24 @@ def test_the_redis_channel_layer_carries_a_group_message_from_another_process(se
     local, remote = asyncio.run(roundtrip())
     assert local == {"type": "chat.message", "html": "<p>same process</p>", "seq": 1}
     assert remote == {"type": "chat.message", "html": "<p>from the worker</p>", "seq": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_celery_worker_runs_an_arm_job_on_the_memory_queue_and_writes_its_progress(
+    study: Study, celery_worker: Path, settings: Any
+) -> None:
+    from chat import armjobs
+    from chat.models import ArmJob
+    from evalsite.celery import app
+
+    settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
+    assert app.amqp.router.route({}, armjobs.TASK_NAME)["queue"].name == "memory"
+    arm = study.arms.get(memory_system="full_history")
+    job = armjobs.start(arm, ArmJob.Kind.EVALUATION, {"dataset": "gvd", "max_questions": 1})
+    _wait_for(lambda: ArmJob.objects.get(pk=job.pk).finished, 120, "the worker to finish the evaluation", celery_worker)
+
+    job.refresh_from_db()
+    assert job.status == ArmJob.Status.DONE, job.error
+    assert job.result is not None and (job.result["arm"], job.result["questions"]) == ("full_history", 15)
+    assert job.done == job.total > 15 and job.started_at is not None and job.finished_at is not None
+    assert armjobs.TASK_NAME in celery_worker.read_text()

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth import authenticate
 from django.core.management import call_command
+from django.test import RequestFactory
 
 
 def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(db: Any, client: Any) -> None:
@@ -18,8 +19,9 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     call_command("seed_demo", stdout=out)
 
     assert "Demo ready" in out.getvalue()
-    assert authenticate(username="researcher", password="memeval-demo").is_staff
-    annotator = authenticate(username="annotator", password="memeval-demo")
+    login = RequestFactory().post("/accounts/login/")  # the login throttle (django-axes) needs the request
+    assert authenticate(login, username="researcher", password="memeval-demo").is_staff
+    annotator = authenticate(login, username="annotator", password="memeval-demo")
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
@@ -135,3 +137,25 @@ def test_running_seed_demo_twice_changes_nothing_in_the_simulated_data(db: Any) 
     call_command("seed_demo", stdout=StringIO())
     assert {m.__name__: m.objects.count() for m in models} == first
     assert list(Rating.objects.order_by("id").values_list("value", flat=True)) == ratings
+
+
+def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_careless_workers(
+    db: Any, client: Any
+) -> None:
+    from chat.quality import study_quality
+    from studies import demo
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug=demo.QUALITY_SLUG)
+    assert study.qc_arm() is not None and study.attention_checks.count() == 1
+    records = {r.worker: r for r in study_quality(study)}
+    flagged = {w for w, r in records.items() if r.reasons()}
+    assert flagged == set(demo.CARELESS)
+    assert records["quality-03"].authenticity.flags and records["quality-06"].attention_failed == 1
+    assert records["quality-09"].too_fast_sessions == 1
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.get(username="researcher"))  # client.login has no request for django-axes
+    page = client.get(f"/studies/{study.slug}/quality/").content.decode()
+    assert page.count('class="flagged"') >= 3 and "QC test failed" in page  # the inattentive worker fails QC too

@@ -55,16 +55,22 @@ def test_production_env_switches_to_postgres_and_redis(monkeypatch: pytest.Monke
 
 def test_chat_job_settings_have_defaults_and_come_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(monkeypatch)
-    names = ["CHAT_JOB_MODE", "CHAT_RETRY_DELAYS", "CHAT_TOKEN_FLUSH_SECONDS", "CHAT_STALE_UPDATE_SECONDS"]
-    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0], 0.05, 300.0]
+    names = ["CHAT_JOB_MODE", "CHAT_RETRY_DELAYS", "CHAT_TOKEN_FLUSH_SECONDS", "CHAT_STALE_UPDATE_SECONDS",
+             "CHAT_REPLY_DEADLINE_SECONDS", "CHAT_JOB_LEASE_SECONDS", "CHAT_MEMORY_TIME_LIMIT_SECONDS"]  # fmt: skip
+    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0], 0.05, 60.0, 90.0, 15.0, 600.0]
+    assert s["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 900}
     s = load_settings(
         monkeypatch,
         CHAT_JOB_MODE="thread",
         CHAT_RETRY_DELAYS="0.5, 3",
         CHAT_TOKEN_FLUSH_SECONDS="0",
-        CHAT_STALE_UPDATE_SECONDS="60",
+        CHAT_STALE_UPDATE_SECONDS="120",
+        CHAT_REPLY_DEADLINE_SECONDS="30",
+        CHAT_JOB_LEASE_SECONDS="5",
+        CHAT_MEMORY_TIME_LIMIT_SECONDS="1200",
     )
-    assert [s[n] for n in names] == ["thread", [0.5, 3.0], 0.0, 60.0]
+    assert [s[n] for n in names] == ["thread", [0.5, 3.0], 0.0, 120.0, 30.0, 5.0, 1200.0]
+    assert s["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 1500}
 
 
 @pytest.mark.parametrize(
@@ -156,3 +162,11 @@ def test_every_variable_the_settings_read_is_in_the_readme_table(monkeypatch: py
     table = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")]
     documented = {name for line in table for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])}
     assert read - documented == set()
+
+
+def test_dead_sockets_leave_their_session_group_and_killed_tasks_are_queued_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = load_settings(monkeypatch, **PRODUCTION)
+    assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["group_expiry"] == 300  # live pages ping every 60 s
+    assert s["CELERY_TASK_ACKS_LATE"] is True and s["CELERY_TASK_REJECT_ON_WORKER_LOST"] is True

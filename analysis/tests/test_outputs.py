@@ -250,3 +250,16 @@ def test_each_figure_is_drawn_once(result: dict[str, Any], monkeypatch: pytest.M
     monkeypatch.setattr(Figure, "draw", counting)
     figures = plots.all_plots(result)
     assert draws == len(figures)
+
+
+def test_csv_text_cells_that_start_a_formula_are_prefixed_but_negative_numbers_are_not() -> None:
+    import pandas as pd
+
+    from analysis.writers import to_csv
+
+    frame = pd.DataFrame({"worker": ["=1+1", "+x", "-y", "@z", "\tt", "ok"], "z": [-0.5, 1.0, -2.0, 0.0, 3.0, -1.0]})
+    frame["=metric"] = 1
+    lines = to_csv(frame).splitlines()
+    assert lines[0] == "worker,z,'=metric"
+    assert [line.split(",")[0] for line in lines[1:]] == ["'=1+1", "'+x", "'-y", "'@z", "'\tt", "ok"]
+    assert [line.split(",")[1] for line in lines[1:]] == ["-0.5", "1.0", "-2.0", "0.0", "3.0", "-1.0"]

@@ -105,6 +105,25 @@ def test_the_expire_command_sweeps_stale_leases(pair_queue, annotator):
     assert Item.objects.get(pk=a.item_id).in_flight == 0
 
 
+def test_the_scheduled_beat_task_expires_stale_leases_and_leaves_live_ones(pair_queue, make_annotators):
+    from django.conf import settings
+
+    from annotation.tasks import expire_leases_task
+    from evalsite.celery import app
+
+    entry = settings.CELERY_BEAT_SCHEDULE["expire-annotation-leases"]
+    app.loader.import_default_modules()  # what a worker does at start: autodiscovery of <app>.tasks
+    assert entry["task"] in app.tasks and entry["task"] == expire_leases_task.name  # beat's name resolves
+    stale_user, live_user = make_annotators(2)
+    stale = services.claim_next_item(pair_queue, stale_user)
+    live = services.claim_next_item(pair_queue, live_user)
+    Assignment.objects.filter(pk=stale.pk).update(expires_at=timezone.now() - dt.timedelta(minutes=1))
+    assert expire_leases_task.apply().get() == 1
+    assert Assignment.objects.get(pk=stale.pk).status == Assignment.Status.EXPIRED
+    assert Assignment.objects.get(pk=live.pk).status == Assignment.Status.OPEN
+    assert expire_leases_task.apply().get() == 0  # idempotent
+
+
 def test_a_label_for_an_expired_assignment_is_refused_and_nothing_is_stored(pair_queue, annotator):
     a = services.claim_next_item(pair_queue, annotator)
     Assignment.objects.filter(pk=a.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))

@@ -126,6 +126,16 @@ def test_a_draft_is_autosaved_and_restored_on_reload(client, pair_queue, annotat
     assert Draft.objects.count() == 1
 
 
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"op": "\xff"}', b"not json"])
+def test_a_draft_that_is_not_json_or_is_a_recursion_bomb_gets_a_clear_400(client, pair_queue, annotator, body):
+    login(client, annotator)
+    client.get(reverse("annotation:work", args=[pair_queue.pk]))
+    asg = Assignment.objects.get(annotator=annotator)
+    response = client.post(reverse("annotation:draft", args=[asg.pk]), body, content_type="application/json")
+    assert response.status_code == 400 and response.json() == {"ok": False, "error": "The draft is not JSON."}
+    assert not Draft.objects.exists()
+
+
 def test_the_summary_workspace_prefills_the_version_to_correct(client, summary_queue, annotator):
     login(client, annotator)
     html = client.get(reverse("annotation:work", args=[summary_queue.pk])).content.decode()

@@ -60,3 +60,21 @@ def test_a_worker_opening_two_tabs_at_once_gets_one_episode(study: Study) -> Non
     for t in threads:
         t.join()
     assert len(set(got)) == 1 and Episode.objects.filter(participant=p).count() == 1
+
+
+def test_the_abandonment_sweep_runs_on_postgresql_and_frees_the_arm_balance(study: Study) -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from chat.timing import sweep_abandoned
+
+    assert connection.vendor == "postgresql", "run with scripts/with-services.sh"
+    p = Participant.objects.create(study=study, external_id="gone", source="prolific", consented_at=timezone.now())
+    episode = services.assign_episode(p)
+    Participant.objects.filter(pk=p.pk).update(last_seen_at=timezone.now() - dt.timedelta(days=1))
+    result = sweep_abandoned()
+    assert (result.participants, result.episodes) == (1, 1)
+    episode.refresh_from_db()
+    assert episode.status == Episode.Status.ABANDONED
+    assert sweep_abandoned().participants == 0

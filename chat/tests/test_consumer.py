@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat import services
+from chat import jobs, services
 from chat.models import ChatSession, Message
 from chat.tests.conftest import start
 from evalsite.asgi import application
@@ -21,6 +21,7 @@ from studies.models import Study
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # as a browser sends it: the origin check compares the two (evalsite.origins)
 
 
 def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
@@ -31,7 +32,7 @@ def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
 
 
 async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[origin, (b"cookie", cookie)])
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, origin, (b"cookie", cookie)])
     connected, _ = await comm.connect()
     assert connected
     return comm
@@ -144,7 +145,7 @@ async def test_when_retries_are_spent_the_worker_gets_a_retry_button_that_works(
     assert 'data-retry="2"' in out and "could not answer" in out
     assert (await messages_of(sid))[1][2] == "failed"
     # the session is not stuck: the minimum (1 turn) is met, so "End session" is enabled
-    assert re.search(r'id="end-session" hx-swap-oob="true">', out)
+    assert re.search(r'id="end-session" data-min-met="1" hx-swap-oob="true">', out)
     await comm.send_to(text_data=json.dumps({"type": "retry", "seq": 2}))
     out = await frames(comm)
     assert "Sorry, I am back." in out
@@ -195,10 +196,10 @@ async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
 async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> None:
     _, sid = await database_sync_to_async(_worker)(study, "alice")
     cookie_bob, _ = await database_sync_to_async(_worker)(study, "bob")
-    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN, (b"cookie", cookie_bob)])
+    comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN, (b"cookie", cookie_bob)])
     connected, code = await comm.connect()
     assert not connected and code == 4403
-    anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[ORIGIN])
+    anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN])
     assert (await anonymous.connect())[0] is False
 
 
@@ -234,7 +235,7 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
     await comm.disconnect()
 
 
-async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forever(
+async def test_a_reply_whose_job_died_past_its_deadline_becomes_retryable_instead_of_pending_forever(
     study: Study, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)  # the job is lost
@@ -248,7 +249,10 @@ async def test_a_reply_whose_job_died_becomes_retryable_instead_of_pending_forev
 
         from django.utils import timezone
 
-        Message.objects.filter(session_id=sid, seq=2).update(created_at=timezone.now() - timedelta(hours=1))
+        hour_ago = timezone.now() - timedelta(hours=1)
+        Message.objects.filter(session_id=sid, seq=2).update(
+            created_at=hour_ago, due_at=hour_ago, deadline_at=hour_ago + timedelta(seconds=90)
+        )
 
     await database_sync_to_async(age)()
     comm = await connect(cookie, sid)
@@ -278,7 +282,52 @@ async def test_end_session_unlocks_live_on_the_socket_once_the_minimum_of_user_t
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "one", "c1")
-    assert re.search(r'id="end-session" hx-swap-oob="true" disabled', out)
+    assert re.search(r'id="end-session" data-min-met="0" hx-swap-oob="true" disabled', out)
     out = await send(comm, "two", "c2")
-    assert re.search(r'id="end-session" hx-swap-oob="true">', out)
+    assert re.search(r'id="end-session" data-min-met="1" hx-swap-oob="true">', out)
+    await comm.disconnect()
+
+
+async def test_a_ping_renews_the_sockets_group_membership_and_answers_nothing(study: Study) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    await comm.send_to(text_data=json.dumps({"type": "ping"}))
+    assert await comm.receive_nothing(timeout=0.3)
+    await database_sync_to_async(jobs.broadcast)(sid, "<div id='probe'></div>")
+    assert "probe" in await comm.receive_from(timeout=5)
+    await comm.disconnect()
+
+
+def _signals_of(session_id: int) -> list[tuple[bool, int, int, int]]:
+    from chat.models import MessageSignals
+
+    return list(
+        MessageSignals.objects.filter(message__session_id=session_id)
+        .order_by("message__seq")
+        .values_list("pasted", "paste_chars", "typed_chars", "typing_ms")
+    )
+
+
+signals_of = database_sync_to_async(_signals_of)
+
+
+async def test_signals_sent_with_a_message_are_stored_clamped_and_garbage_never_loses_the_message(
+    study: Study,
+) -> None:
+    cookie, sid = await database_sync_to_async(_worker)(study)
+    comm = await connect(cookie, sid)
+    payload = {"pasted": True, "paste_chars": 10**12, "typed_chars": 4, "typing_ms": 1500, "hidden_ms": 0}
+    await comm.send_to(
+        text_data=json.dumps({"type": "message", "client_id": "s1", "text": "hello", "signals": payload})
+    )
+    first = await frames(comm)
+    assert 'data-client-id="s1"' in first
+    garbage = {"pasted": "maybe", "typing_ms": "NaN"}
+    await comm.send_to(
+        text_data=json.dumps({"type": "message", "client_id": "s2", "text": "again", "signals": garbage})
+    )
+    second = await frames(comm)
+    assert 'data-client-id="s2"' in second and "could not understand" not in second
+    assert (await signals_of(sid)) == [(True, study.max_message_chars, 4, 1500)]
+    assert [m[3] for m in await messages_of(sid) if m[1] == "user"] == ["hello", "again"]
     await comm.disconnect()

@@ -101,7 +101,7 @@ def test_assignment_balances_arms_over_active_and_completed_episodes(study: Stud
 
 def test_a_workers_second_episode_never_reuses_an_arm_and_qc_arms_are_drawn_too(study: Study) -> None:
     Arm.objects.all().update(active=False)
-    a = Arm.objects.create(study=study, name="QC", memory_system="none", is_qc=True, llm_backend="scripted")
+    a = Arm.objects.create(study=study, name="QC", memory_system="qc", llm_backend="scripted")
     b = Arm.objects.create(study=study, name="B", memory_system="none", llm_backend="scripted")
     p = Participant.objects.create(study=study, external_id="p", source="prolific")
     first = services.assign_episode(p)

@@ -60,3 +60,29 @@ def test_a_thread_job_runs_off_the_caller_and_its_failure_is_logged_not_raised(
             time.sleep(0.01)
     assert threads[0].startswith("memeval-job")
     assert "background job fails(7) failed" in caplog.text and "job 7 broke" in caplog.text
+
+
+def test_a_long_arm_job_runs_on_its_own_thread_and_never_holds_the_chat_pool(settings: Any) -> None:
+    settings.CHAT_JOB_MODE = "thread"
+    started = threading.Event()
+    release = threading.Event()
+    names: list[str] = []
+
+    def long_job(job_id: int) -> None:
+        names.append(threading.current_thread().name)
+        started.set()
+        release.wait(10)
+
+    replied = threading.Semaphore(0)
+
+    def reply(job_id: int) -> None:
+        names.append(threading.current_thread().name)
+        replied.release()
+
+    jobs.dispatch("chat.tasks.run_arm_job", 1, local=long_job, long=True)
+    assert started.wait(5)
+    for i in range(8):  # more replies than the chat pool has threads: none waits for the long job
+        jobs.dispatch("chat.tasks.generate_reply_task", i, local=reply)
+    assert all(replied.acquire(timeout=5) for _ in range(8))
+    release.set()
+    assert names[0].startswith("memeval-long-job") and all(n.startswith("memeval-job") for n in names[1:])

@@ -76,13 +76,49 @@ def test_a_resume_link_brings_the_worker_back_in_another_browser(client: Client,
     assert other_browser.get(path.replace("/resume/", "/resume/forged")).status_code == 403
 
 
-def test_coming_back_with_the_same_prolific_id_resumes_where_the_worker_was(client: Client, study: Study) -> None:
+def test_coming_back_with_the_same_prolific_id_in_the_same_browser_resumes_where_the_worker_was(
+    client: Client, study: Study
+) -> None:
     session = ended(client, study)
-    again = Client()
-    enter(again, study)
-    response = again.get(f"/s/{study.slug}/next/")
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    response = client.get(f"/s/{study.slug}/next/")
     assert response.url == f"/chat/{session.pk}/rate/"
     assert Participant.objects.count() == 1
+
+
+def test_the_same_prolific_id_from_a_second_browser_gets_a_page_explaining_how_to_resume(
+    client: Client, study: Study
+) -> None:
+    session = ended(client, study)
+    again = Client()
+    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    assert response.status_code == 409
+    assert "already started this study in another browser" in response.content.decode()
+    assert again.get(f"/s/{study.slug}/next/").status_code == 404  # not bound: no takeover
+    assert again.get(f"/chat/{session.pk}/rate/").status_code == 404
+    assert Participant.objects.count() == 1 and Episode.objects.count() == 1
+
+
+def test_a_second_browser_continues_with_the_resume_code_and_a_wrong_code_is_refused(
+    client: Client, study: Study
+) -> None:
+    session = ended(client, study)
+    participant = session.episode.participant
+    again = Client()
+    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    wrong = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": "2222-2222"})
+    assert wrong.status_code == 403 and "not right" in wrong.content.decode()
+    code = participant.resume_code_display.lower()  # typed by a person: case and dash do not matter
+    response = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": code})
+    assert response.url == f"/s/{study.slug}/next/"
+    assert again.get(f"/s/{study.slug}/next/").url == f"/chat/{session.pk}/rate/"
+
+
+def test_a_worker_who_has_not_consented_yet_may_move_to_another_browser(client: Client, study: Study) -> None:
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "mover"})
+    other = Client()
+    response = other.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "mover"})
+    assert response.status_code == 302 and Participant.objects.count() == 1
 
 
 def test_a_closed_study_shows_a_clear_page_to_new_workers(client: Client, study: Study) -> None:
@@ -170,6 +206,9 @@ def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(c
         ("-1", "between 0 and 100"),
         ("abc", "whole number"),
         ("50.5", "whole number"),
+        ("1_0", "whole number"),  # int() reads it as 10
+        ("10.0", "whole number"),
+        ("\u0661\u0660", "whole number"),  # Arabic-Indic digits: int() reads them as 10
         ("", "Please rate"),
     ],
 )
@@ -216,6 +255,8 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    study.gap_max_days = None  # a fixed week
+    study.save()
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(study))
     response = client.get(f"/s/{study.slug}/next/", follow=True)

@@ -11,7 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +71,100 @@ async def test_a_celery_worker_writes_the_reply_and_streams_it_to_the_socket_thr
     assert msg.status == Message.Status.COMPLETE and msg.text == "You said: hello from the web"
     assert "chat.tasks.generate_reply_task" in reply_worker.read_text()
     await comm.disconnect()
+
+
+def _sse(word: str) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
+             "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}  # fmt: skip
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+class _SlowEndpoint(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint whose first reply streams one word a second, later ones at once."""
+
+    requests = 0
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        type(self).requests += 1
+        delay = 1.0 if type(self).requests == 1 else 0.0
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for i, word in enumerate(
+                ["Nice", "to", "meet", "you", "again.", "How", "was", "the", "garden", "this", "week?"]
+            ):
+                self.wfile.write(_sse(word if i == 0 else " " + word))
+                self.wfile.flush()
+                time.sleep(delay)
+            self.wfile.write(b"data: [DONE]\n\n")
+        except OSError:  # the worker that asked was killed
+            pass
+
+
+def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("a") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--loglevel=INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_worker_within_seconds(
+    study: Study, tmp_path: Path, worker_database_url: str, settings: Any
+) -> None:
+    assert connection.vendor == "postgresql" and os.environ.get("REDIS_URL"), "run with scripts/with-services.sh"
+    endpoint = ThreadingHTTPServer(("127.0.0.1", 0), _SlowEndpoint)
+    endpoint.daemon_threads = True
+    threading.Thread(target=endpoint.serve_forever, daemon=True).start()
+    settings.CHAT_JOB_MODE = "celery"
+    await database_sync_to_async(study.arms.update)(llm_backend="openai", llm_model="test-model")
+    env = {**os.environ, "DATABASE_URL": worker_database_url, "CELERY_TASK_ALWAYS_EAGER": "false",
+           "LLM_BACKEND": "openai", "LLM_MODEL": "test-model", "OPENAI_API_KEY": "test-key",
+           "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1", "CHAT_JOB_LEASE_SECONDS": "3",
+           "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
+    log = tmp_path / "workers.log"
+    first = _start_worker(env, log)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        cookie, sid = await database_sync_to_async(_worker)(study)
+        comm = await connect(cookie, sid)
+        await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "c1", "text": "Hi again"}))
+        while "beforeend:#msg-2-text" not in await comm.receive_from(timeout=60):
+            pass  # until the first worker streams
+        first.kill()  # no goodbye: its lease stops being renewed
+        first.wait()
+        killed = time.monotonic()
+        second = _start_worker(env, log)
+        final = 'id="msg-2" data-seq="2" data-status="complete"'
+        seen = ""
+        while final not in seen and time.monotonic() - killed < 60:
+            # what the page does while a reply shows no progress: ask again
+            await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
+            while not await comm.receive_nothing(timeout=1):  # (a receive that times out ends the app)
+                seen += await comm.receive_from()
+        recovered = time.monotonic() - killed
+        print(f"killed worker: reply recovered {recovered:.1f} s after the kill")
+        assert final in seen, log.read_text()[-3000:]
+        assert recovered < 30
+        bot = await database_sync_to_async(list)(Message.objects.filter(session_id=sid, speaker="bot"))
+        assert len(bot) == 1 and bot[0].text == "Nice to meet you again. How was the garden this week?"
+        assert _SlowEndpoint.requests == 2  # the dead attempt and the one that wrote the reply
+        await comm.disconnect()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        endpoint.shutdown()
+        endpoint.server_close()

@@ -44,6 +44,9 @@ def test_the_code_score_takes_the_nearest_key_and_needs_a_shared_noun() -> None:
     s_sem = np.array([0.9, 0.2])
     assert score_code(s_sem, ["dog"], [["cat"], ["dog"]], [0, 0], tau=1e7, top_n=1) == []
     assert score_code(s_sem, ["cat"], [["cat"], ["dog"]], [0, 0], tau=1e7, top_n=1) == [(0, 1.0)]
+    # λ_t · s_top with a partial overlap (s_top = (1/2 + 1/1) / 2) and an age of one τ
+    ((i, score),) = score_code(s_sem, ["cat", "fish"], [["cat"], ["dog"]], [1e7, 0], tau=1e7, top_n=1)
+    assert i == 0 and score == pytest.approx(math.exp(-1) * 0.75)
 
 
 def test_ages_are_rendered_like_the_code() -> None:
@@ -189,3 +192,23 @@ def test_a_trait_that_copies_the_prompts_example_is_not_stored() -> None:
         )
         == "I used to be in the military."
     )
+
+
+@pytest.mark.parametrize("retrieval", ["paper", "code"])
+def test_event_memory_decays_with_the_events_age_in_seconds_through_retrieval(retrieval: str) -> None:
+    """The same event stored twice, once now and once 2 tau ago: the older copy scores exactly e^-2 of the
+    newer (ages measured in seconds from the event's time to the query's; older events rank lower)."""
+    tau = 6 * 3600.0
+    agent = LDAgent(llm=ScriptedLLM(script), embedder=HashingEmbedder(), tau=tau, top_n=2, retrieval=retrieval)
+    now = T0 + timedelta(days=30)
+    event = {"summary": "The user walks the dog Rex in the park.", "topics": ["dog", "rex", "park"]}
+    old = {**event, "time": (now - timedelta(seconds=2 * tau)).isoformat()}
+    new = {**event, "time": now.isoformat()}
+    ranked = agent.retrieve([old, new], "Does my dog Rex like the park?", now)
+    assert [e["time"] for e, _ in ranked] == [new["time"], old["time"]]
+    (_, newer), (_, older) = ranked
+    assert older / newer == pytest.approx(math.exp(-2), rel=1e-9)
+    # an event dated after the query (clock skew) counts as age 0, not as a boost
+    future = {**event, "time": (now + timedelta(hours=5)).isoformat()}
+    (_, skewed), (_, same) = agent.retrieve([future, new], "Does my dog Rex like the park?", now)
+    assert skewed == pytest.approx(same, rel=1e-12)

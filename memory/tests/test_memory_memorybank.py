@@ -140,3 +140,34 @@ def test_with_the_default_time_scale_about_e_to_the_minus_one_of_the_units_survi
     assert len(kept["history"]["2026-01-01"]) / 4000 == pytest.approx(math.exp(-1), abs=0.03)
     literal, _ = forget(state, "2026-01-08", formula="paper", seed=0)
     assert len(literal["history"].get("2026-01-01", [])) / 4000 < 0.01
+
+
+def test_a_recall_in_a_later_session_resets_the_forgetting_clock_of_the_recalled_unit_only() -> None:
+    """Through compose/after_turn: the recalled unit's last-recall date becomes the day of the recall (and
+    its strength grows), so forgetting then counts days from the recall, not from the unit's creation."""
+    system = MemoryBank(llm=ScriptedLLM(script), embedder=HashingEmbedder(), k=1, forgetting=False)
+    session = [Turn("user", "My dog Rex ate my shoe."), Turn("bot", "Oh no!"), Turn("user", "I bake bread daily.")]
+    state = system.end_session(system.initial_state(), [*session, Turn("bot", "Yum.")], DAY0).state
+    day = DAY0 + timedelta(days=4)
+    update = system.after_turn(state, [Turn("user", "What did my dog Rex eat?"), Turn("bot", "A shoe.")], day)
+    assert update.trace["recalled"] == ["2026-03-02_0"]
+    recalled, other = update.state["history"]["2026-03-02"]
+    assert (recalled["memory_strength"], recalled["last_recall_date"]) == (2, "2026-03-06")
+    assert (other["memory_strength"], other["last_recall_date"]) == (1, "2026-03-02")
+    # the next day the recalled unit is 1 day past its recall (R = e^-1/2), the other 5 days past (R = e^-5)
+    next_day = "2026-03-07"
+    for seed in range(200):
+        kept_after_recall = draw(seed, "2026-03-02_0", next_day) <= retention(1, 2)
+        kept_without_reset = draw(seed, "2026-03-02_0", next_day) <= retention(5, 2)
+        if kept_after_recall and not kept_without_reset:
+            break
+    else:
+        raise AssertionError("no seed separates the two clocks")
+    _, gone = forget(update.state, next_day, formula="paper", seed=seed)
+    assert "2026-03-02_0" not in gone
+
+
+def test_a_recalled_day_summary_also_gets_its_clock_reset() -> None:
+    state = strengthen(bank(1), ["2026-03-02_summary"], "2026-03-09")
+    assert state["summary"]["2026-03-02"]["last_recall_date"] == "2026-03-09"
+    assert state["history"]["2026-03-02"][0]["last_recall_date"] == "2026-03-02"

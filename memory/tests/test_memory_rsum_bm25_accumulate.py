@@ -118,3 +118,37 @@ def test_full_history_drops_the_oldest_turns_first_and_keeps_sessions_in_order()
     assert kept == ["User: newer words about a dog"]  # the oldest lines went first (budget: 12 tokens)
     everything = build_system("full_history").compose(state, [Turn("user", "hi", now)], now).memory
     assert everything[0] == "[Session 1, 2026-03-09]" and everything[-1] == "User: newer words about a dog"
+
+
+def test_memory_accumulate_trims_the_oldest_sentences_beyond_the_cap_and_records_them() -> None:
+    system = MemoryAccumulate(
+        llm=ScriptedLLM(["Likes tea\nHas a cat called Miso"]), embedder=HashingEmbedder(), max_memory=3
+    )
+    state = {"memory": ["Works at the bakery", "Goes hiking", "Has a cat called Miso"], "sessions": 2}
+    update = system.end_session(state, SESSION, NOW)
+    # the union first (Miso is already there, not appended twice), then the oldest go: 4 sentences, cap 3
+    assert update.state["memory"] == ["Goes hiking", "Has a cat called Miso", "Likes tea"]
+    assert update.trace["trimmed"] == ["Works at the bakery"]
+    assert update.trace["memory_after"] == update.state["memory"] and update.state["sessions"] == 3
+    # the stored vectors are those of the kept sentences, so retrieval still finds them
+    prompt = system.compose(update.state, [Turn("user", "Do I like tea?")], NOW)
+    assert prompt.memory[0] == "Likes tea"
+
+
+def test_memory_accumulate_keeps_everything_at_the_cap_or_without_one() -> None:
+    state = {"memory": ["Works at the bakery", "Goes hiking"], "sessions": 1}
+    at_cap = MemoryAccumulate(llm=ScriptedLLM(["Likes tea"]), embedder=HashingEmbedder(), max_memory=3)
+    update = at_cap.end_session(state, SESSION, NOW)
+    assert (
+        update.state["memory"] == ["Works at the bakery", "Goes hiking", "Likes tea"] and "trimmed" not in update.trace
+    )
+    uncapped = MemoryAccumulate(llm=ScriptedLLM(["\n".join(f"Fact {i}" for i in range(8))]), embedder=HashingEmbedder())
+    assert len(uncapped.end_session(state, SESSION, NOW).state["memory"]) == 10
+
+
+def test_the_summary_is_cut_to_its_first_sentences_and_the_cut_is_recorded() -> None:
+    reply = "\n".join(f"Fact number {i}" for i in range(5))
+    system = MemoryAccumulate(llm=ScriptedLLM([reply]), embedder=HashingEmbedder(), max_summary_sentences=3)
+    update = system.end_session(system.initial_state(), SESSION, NOW)
+    assert update.state["memory"] == ["Fact number 0", "Fact number 1", "Fact number 2"]
+    assert "5 sentences; kept the first 3" in update.trace["fallbacks"][0]["reason"]

@@ -188,3 +188,43 @@ def test_a_thought_that_copies_the_prompts_example_is_not_stored() -> None:
         system.initial_state(), [Turn("user", "I like tea.", NOW), Turn("bot", "Nice.", NOW)], NOW
     )
     assert update.state["thoughts"] == [] and "example" in update.trace["rejected"][0]["reason"]
+
+
+def test_a_merged_thought_is_rehashed_into_the_group_its_own_text_hashes_to() -> None:
+    """Merge may rewrite a group's thoughts into text that belongs elsewhere: the stored group must be F(new
+    text), not the group it was merged in (Eq. 1 must hold for every stored thought, or recall misses it)."""
+    groups, embedder = 16, HashingEmbedder()
+    R = make_projection(embedder.dim, groups, 0)
+
+    def group(text: str) -> int:
+        return int(lsh(embedder.embed([text]), R)[0])
+
+    texts = [f"The user {v} {o}." for v in ("owns", "likes", "paints", "sells") for o in ("a red bike", "old maps",
+             "green tea", "a blue boat", "jazz records", "rare stamps", "wooden toys", "fresh bread")]  # fmt: skip
+    # two thoughts that land in the same group (so forget and merge run on it), and a merge result that does not
+    first, second = next((a, b) for i, a in enumerate(texts) for b in texts[i + 1 :] if group(a) == group(b))
+    # the merge keeps both thoughts' words (a merge that drops a thought is refused), and hashes elsewhere
+    combined = f"{first[:-1]} and {second.removeprefix('The user ')[:-1]}"
+    tails = ("", " too", " at home", " these days", " every week", " with friends", " since May", " in town")
+    merged = next(t for tail in tails if group(t := f"{combined}{tail}.") != group(first))
+    thought_of = {"<message>First.</message>": first, "<message>Second.</message>": second}
+
+    def script(messages: list[dict[str, str]]) -> str:
+        text = messages[-1]["content"]
+        if "extract the relation" in text:
+            return thought_of[text.rsplit("Question: ", 1)[1].split("\n", 1)[0]]
+        if "merge the similar" in text:
+            return merged
+        return text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0]  # forget keeps the group
+
+    system = ThinkInMemory(llm=ScriptedLLM(script), embedder=embedder, groups=groups)
+    state = system.initial_state()
+    session: list[Turn] = []
+    for question in ("First.", "Second."):
+        session += [Turn("user", question, NOW), Turn("bot", "I see.", NOW)]
+        state = system.after_turn(state, session, NOW).state
+    (thought,) = state["thoughts"]
+    assert thought["text"] == merged
+    assert thought["group"] == group(merged) != group(first)
+    # and recall finds it from a query about the merged text
+    assert merged in system.compose(state, [Turn("user", merged, NOW)], NOW).memory

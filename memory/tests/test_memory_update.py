@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -177,3 +178,92 @@ def test_a_batched_reply_missing_a_label_falls_back_to_append_for_that_pair() ->
     update = system.end_session({"memory": ["Has a dog", "Got a cat"], "sessions": 1}, session(), NOW)
     assert [(o["op"], o["fallback"]) for o in update.trace["operations"]] == [("APPEND", True), ("PASS", False)]
     assert update.state["memory"] == ["Has a dog", "Got a cat"]
+
+
+class BudgetRecordingLLM(ScriptedLLM):
+    """A scripted model that also records each call's purpose and token budget."""
+
+    def __init__(self, script: Any) -> None:
+        super().__init__(script)
+        self.budgets: list[tuple[str, int]] = []
+
+    def complete(self, messages: Any, **kw: Any) -> Any:
+        self.budgets.append((kw.get("purpose", ""), kw.get("max_tokens", 0)))
+        return super().complete(messages, **kw)
+
+
+CAT_MEMORY = [
+    "Works at a bakery",
+    "The cat Miso likes milk",
+    "Plays the violin",
+    "Drives a red truck",
+    "The cat Miso likes fish",
+    "Reads history books",
+]
+
+
+def test_batched_mode_lists_only_the_nearest_memory_sentences_in_memory_order_and_maps_labels_back() -> None:
+    replies = iter(["The cat Miso likes fish daily", "1. PASS\n2. REPLACE"])  # nearest: m_4, then m_1
+    llm = BudgetRecordingLLM(lambda messages: next(replies))
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched", batch_candidates=2)
+    update = system.end_session({"memory": list(CAT_MEMORY), "sessions": 1}, session(), NOW)
+    prompt = llm.calls[1][-1]["content"]
+    assert "1. The cat Miso likes milk\n2. The cat Miso likes fish\nNew sentence:" in prompt  # memory order
+    assert "Works at a bakery" not in prompt and "Reads history books" not in prompt
+    assert [(o["i"], o["j"], o["op"]) for o in update.trace["operations"]] == [(1, 0, "PASS"), (4, 0, "REPLACE")]
+    assert update.trace["pairs_not_compared"] == 4  # the other memory sentences count as APPEND
+    # REPLACE deletes m_4; PASS against the surviving m_1 drops the new sentence; the rest is kept
+    assert update.state["memory"] == [m for i, m in enumerate(CAT_MEMORY) if i != 4]
+    assert llm.budgets[1] == ("memory_operation_batch", 6 * 2 + 8)  # one label per listed sentence
+
+
+def test_batched_mode_without_a_candidate_cap_lists_every_memory_sentence() -> None:
+    replies = iter(["Got a cat", "1. APPEND\n2. APPEND\n3. APPEND\n4. APPEND\n5. APPEND\n6. APPEND"])
+    llm = ScriptedLLM(lambda messages: next(replies))
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched", batch_candidates=0)
+    update = system.end_session({"memory": list(CAT_MEMORY), "sessions": 1}, session(), NOW)
+    assert [o["i"] for o in update.trace["operations"]] == list(range(6))
+    assert update.trace["pairs_not_compared"] == 0
+    assert update.state["memory"] == [*CAT_MEMORY, "Got a cat"]
+
+
+def test_batched_mode_asks_once_per_summary_sentence_however_large_the_memory() -> None:
+    memory = [f"Fact number {i} about the garden" for i in range(40)]
+    llm = ScriptedLLM(
+        lambda messages: (
+            "Likes tea\nGot a cat\nWalks daily" if "Memory sentences:" in messages[-1]["content"] else "1. APPEND"
+        )
+    )
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched", batch_candidates=3)
+    update = system.end_session({"memory": memory, "sessions": 1}, session(), NOW)
+    assert len(llm.calls) == 1 + 3  # the summary, then one call per summary sentence
+    assert len(update.trace["operations"]) == 3 * 3 and update.trace["pairs_not_compared"] == 40 * 3 - 9
+
+
+def test_a_batched_reply_keeps_the_first_label_per_number_and_ignores_numbers_out_of_range() -> None:
+    from memory.systems.memory_update import parse_batched
+
+    assert parse_batched("1. DELETE\n1. APPEND\n3. PASS\n0. PASS\n2: replace", 2) == {0: "DELETE", 1: "REPLACE"}
+    assert parse_batched(None, 3) == {} and parse_batched("PASS", 1) == {}
+
+
+def test_the_prefilter_appends_dissimilar_pairs_without_asking_and_decides_the_similar_one() -> None:
+    replies = iter(["Goes hiking with Rex", "REPLACE"])
+    llm = ScriptedLLM(lambda messages: next(replies))
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), prefilter_min_similarity=0.3)
+    memory = ["Works at a bakery", "Goes hiking with Rex often"]
+    update = system.end_session({"memory": memory, "sessions": 1}, session(), NOW)
+    asked = llm.calls[1][-1]["content"]
+    assert "Old memory sentence: Goes hiking with Rex often" in asked and "bakery" not in asked
+    skipped, decided = update.trace["operations"]
+    assert (skipped["i"], skipped["op"], skipped["raw"], skipped["prefiltered"]) == (0, "APPEND", "", True)
+    assert (decided["i"], decided["op"], decided.get("prefiltered", False)) == (1, "REPLACE", False)
+    assert update.state["memory"] == ["Works at a bakery", "Goes hiking with Rex"]
+
+
+def test_without_a_prefilter_every_pair_is_asked() -> None:
+    replies = iter(["Goes hiking with Rex", "APPEND", "APPEND"])
+    llm = ScriptedLLM(lambda messages: next(replies))
+    system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), prefilter_min_similarity=0.0)
+    update = system.end_session({"memory": ["Works at a bakery", "Goes hiking"], "sessions": 1}, session(), NOW)
+    assert len(llm.calls) == 3 and not any(o.get("prefiltered") for o in update.trace["operations"])

@@ -48,7 +48,7 @@ def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
     live_server: Any, researcher: Any, study: Study, browser_page: Any
 ) -> None:
     Arm.objects.create(study=study, name="Memory update", memory_system="none")
-    qc = Arm.objects.create(study=study, name="QC bot", memory_system="none", is_qc=True)
+    qc = Arm.objects.create(study=study, name="QC bot", memory_system="qc")
     quality = {"No memory": 45, "Full history": 55, "Memory update": 62}
 
     def scorer(w: int, arm: str, s: int, m: str) -> float:

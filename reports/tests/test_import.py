@@ -255,3 +255,71 @@ def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(
     page = researcher_client.get(dataset.get_absolute_url()).content.decode()
     assert "<strong>173 of 248</strong> workers passed" in page
     assert "+0.534" in page and "-0.243" in page
+
+
+class _BlockReadsOnly(io.BytesIO):
+    """A file that refuses to be read whole: a caller must ask for blocks of at most 1 MB."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        assert size is not None and 0 <= size <= 2**20, f"read({size}) would load the whole file"
+        return super().read(size)
+
+    def read1(self, size: int | None = -1) -> bytes:
+        return self.read(size)
+
+
+def test_an_uploaded_csv_is_parsed_in_blocks_not_read_whole_into_memory() -> None:
+    from reports.imports import read_table
+
+    table = read_table(_BlockReadsOnly(b"w,u,arm,score\n" + b"w1,u1,a,50\n" * 100_000))
+    assert table.shape == (100_000, 4) and table["score"].iloc[0] == "50"
+
+
+def test_the_csv_export_neutralises_cells_a_spreadsheet_would_run_as_formulas(
+    researcher_client: Client, study: Study
+) -> None:
+    hostile = (
+        WIDE.replace("w1,", '"=HYPERLINK(""http://evil.example"",""x"")",')
+        .replace("w2,", "@SUM(1+1),")
+        .replace(",A,", ",+A,")
+        .replace(",B,", ",-B,")
+    )
+    upload(researcher_client, study, hostile, metrics="good,bad", session="session")
+    dataset = ImportedDataset.objects.get()
+    export = researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "csv"]))
+    table = pd.read_csv(io.StringIO(export.content.decode()), dtype=str, keep_default_na=False)
+    cells = [str(v) for v in table.to_numpy().ravel()] + list(table.columns)
+    texts = [c for c in cells if c[:1] in ("'", "=", "+", "-", "@")]
+    assert {'\'=HYPERLINK("http://evil.example","x")', "'@SUM(1+1)", "'+A", "'-B"} <= set(texts)
+    numbers = [c for c in texts if not c.startswith("'")]
+    assert all(float(c) < 0 for c in numbers)  # only negative numbers (z-scores) start with "-"
+
+
+@pytest.mark.parametrize(
+    "column, value, limit",
+    [("worker", "w" * 201, 200), ("arm", "A" * 300, 200), ("unit", "u" * 201, 200), ("session", "s" * 51, 50)],
+)
+def test_values_longer_than_the_database_stores_are_refused_naming_the_column_and_row(
+    researcher_client: Client, study: Study, column: str, value: str, limit: int
+) -> None:
+    table = pd.read_csv(io.StringIO(WIDE), dtype=str)
+    table.loc[2, column] = value
+    if column == "arm":
+        table.loc[table["arm"] == "A", "arm"] = value  # every arm needs two or more units
+    text = errors(upload(researcher_client, study, table.to_csv(index=False), metrics="good,bad", session="session"))
+    assert f"a value in the {column} column has {len(value)} characters; at most {limit} can be stored" in text
+    assert "data row" in text
+    assert not ImportedDataset.objects.exists() and not ImportedRating.objects.exists()
+
+
+def test_a_metric_name_longer_than_100_characters_is_refused(researcher_client: Client, study: Study) -> None:
+    long_metric = "m" * 101
+    content = WIDE.replace(",good,", f",{long_metric},")
+    text = errors(upload(researcher_client, study, content, metrics=f"{long_metric},bad", session="session"))
+    assert "a value in the metric column has 101 characters; at most 100" in text
+
+
+def test_the_length_limits_are_the_models() -> None:
+    from reports.imports import FIELD_LIMITS
+
+    assert {f: ImportedRating._meta.get_field(f).max_length for f in FIELD_LIMITS} == FIELD_LIMITS

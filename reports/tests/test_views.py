@@ -144,7 +144,7 @@ def test_new_ratings_show_up_on_the_next_poll(researcher_client: Client, study: 
 
 
 def test_a_study_with_a_qc_arm_reports_which_workers_passed(researcher_client: Client, study: Study) -> None:
-    qc = Arm.objects.create(study=study, name="Broken bot", memory_system="none", is_qc=True)
+    qc = Arm.objects.create(study=study, name="Broken bot", memory_system="qc")
 
     def scorer(w: int, arm: str, s: int, m: str) -> float:
         if arm == qc.name:  # worker 0 rates the broken bot highest: a careless worker
@@ -257,7 +257,7 @@ def test_exports_follow_new_and_changed_ratings(researcher_client: Client, rated
 
 
 def test_when_every_worker_fails_qc_the_page_says_so(researcher_client: Client, study: Study) -> None:
-    Arm.objects.create(study=study, name="Broken bot", memory_system="none", is_qc=True)
+    Arm.objects.create(study=study, name="Broken bot", memory_system="qc")
     add_ratings(study, workers=3, scorer=lambda w, arm, s, m: 90 if arm == "Broken bot" else 40 + s + w)
     page = researcher_client.get(url(study))
     assert page.status_code == 200

@@ -17,8 +17,58 @@
     const conn = document.getElementById("conn");
     const errorBox = () => document.getElementById("chat-error");
     const maxChars = parseInt(chat.dataset.maxChars || "2000", 10);
-    const outbox = new Map(); // client_id -> text, until the server echoes it back (the ack)
+    const outbox = new Map(); // client_id -> {text, signals}, until the server echoes it back (the ack)
     let socket = null;
+    const blockPaste = chat.dataset.blockPaste === "1";
+
+    // Authenticity signals (chat/authenticity.py, docs/worker-quality.md): how this message was composed.
+    // Counts and times only, never the clipboard's content beyond its length.
+    let sig = null;
+    function resetSignals() { sig = { start: null, typed: 0, paste: 0, pasted: false, hidden: 0, hiddenSince: null, blocked: 0 }; }
+    function composing() { if (sig.start === null) sig.start = performance.now(); }
+    resetSignals();
+    text.addEventListener("beforeinput", (evt) => {
+      const t = evt.inputType || "";
+      if (t === "insertFromPaste" || t === "insertFromDrop" || t === "insertFromPasteAsQuotation") return; // see paste/drop
+      if (t.startsWith("insert")) { composing(); sig.typed += (evt.data || "").length || (t === "insertLineBreak" || t === "insertParagraph" ? 1 : 0); }
+      else if (t.startsWith("delete")) composing();
+    });
+    function pasted(evt, data) {
+      if (blockPaste) {
+        evt.preventDefault(); sig.blocked += 1;
+        showError("Pasting is turned off in this study: please type your message yourself.");
+        return;
+      }
+      composing(); sig.pasted = true; sig.paste += data.length;
+    }
+    text.addEventListener("paste", (evt) => pasted(evt, (evt.clipboardData && evt.clipboardData.getData("text")) || ""));
+    text.addEventListener("drop", (evt) => pasted(evt, (evt.dataTransfer && evt.dataTransfer.getData("text")) || ""));
+    document.addEventListener("visibilitychange", () => {
+      if (sig.start === null) return;
+      if (document.hidden) sig.hiddenSince = performance.now();
+      else if (sig.hiddenSince !== null) { sig.hidden += performance.now() - sig.hiddenSince; sig.hiddenSince = null; }
+    });
+    function takeSignals() {
+      const now = performance.now();
+      const hidden = sig.hidden + (sig.hiddenSince !== null ? now - sig.hiddenSince : 0);
+      const out = { pasted: sig.pasted, paste_chars: sig.paste, typed_chars: sig.typed,
+        typing_ms: sig.start === null ? 0 : Math.round(now - sig.start), hidden_ms: Math.round(hidden), paste_blocked: sig.blocked };
+      resetSignals();
+      return out;
+    }
+
+    // The session's time limit: at the deadline the end form is submitted (the server checks the clock too).
+    const deadline = chat.dataset.deadline ? Date.now() + 1000 * parseInt(chat.dataset.secondsLeft || "0", 10) : null;
+    const clock = document.getElementById("time-left");
+    if (deadline !== null) {
+      const tick = () => {
+        const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
+        if (clock) clock.textContent = `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}`;
+        if (left <= 0) { const f = document.getElementById("end-form"); if (f) f.submit(); return; }
+        setTimeout(tick, 1000);
+      };
+      tick();
+    }
 
     function lastSeq() {
       let last = 0;
@@ -40,6 +90,12 @@
       box.querySelectorAll(".msg[data-client-id]").forEach((el) => outbox.delete(el.dataset.clientId));
       chat.classList.toggle("has-messages", box.querySelector(".msg") !== null);
       send.disabled = pending() || outbox.size > 0 || !socket;
+      // The server refuses to end a session while a reply is written; say so by disabling the button.
+      const end = document.getElementById("end-session");
+      if (end) {
+        end.disabled = end.dataset.minMet !== "1" || pending();
+        if (end.disabled) end.setAttribute("aria-disabled", "true"); else end.removeAttribute("aria-disabled");
+      }
       box.scrollTop = box.scrollHeight;
       window.scrollTo(0, document.body.scrollHeight);
     }
@@ -51,14 +107,35 @@
       // A placeholder we hold may be stale: drop it and let the server replay its current state.
       box.querySelectorAll('.msg[data-status="pending"]').forEach((el) => el.remove());
       socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
-      outbox.forEach((t, id) => socket.send(JSON.stringify({ type: "message", client_id: id, text: t })));
+      outbox.forEach((m, id) => socket.send(JSON.stringify({ type: "message", client_id: id, text: m.text, signals: m.signals })));
       refresh();
     });
-    document.body.addEventListener("htmx:wsClose", () => {
+    document.body.addEventListener("htmx:wsClose", (evt) => {
       socket = null;
       conn.textContent = "Reconnecting…"; conn.className = "conn warn";
       send.disabled = true;
+      // The ws extension reconnects only after 1006/1011/1012/1013; a server that shuts down cleanly
+      // (a restart) closes with 1000/1001, and the page would wait for a manual reload. Reconnect on
+      // every close except the server's refusal (4403: this browser does not own the session).
+      const code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
+      const wrapper = evt.detail && evt.detail.socketWrapper;
+      if (wrapper && code !== 4403 && [1006, 1011, 1012, 1013].indexOf(code) < 0) {
+        setTimeout(() => { if (!socket) wrapper.reconnect(); }, 1000 + Math.random() * 2000);
+      }
     });
+    // While a reply is pending and nothing arrives, ask again now and then: the server re-enqueues a
+    // reply whose job died and fails one past its deadline (the Retry button). Pings keep this
+    // socket in its session's group (memberships of dead sockets expire).
+    let lastFrame = Date.now();
+    document.body.addEventListener("htmx:wsAfterMessage", () => { lastFrame = Date.now(); });
+    setInterval(() => {
+      if (!socket) return;
+      if (pending() && Date.now() - lastFrame > 10000) {
+        lastFrame = Date.now();
+        socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
+      }
+    }, 2000);
+    setInterval(() => { if (socket) socket.send(JSON.stringify({ type: "ping" })); }, 60000);
     document.body.addEventListener("htmx:wsConfigSend", (evt) => {
       const value = (text.value || "").trim();
       if (!value) { evt.preventDefault(); showError("Your message is empty."); return; }
@@ -67,8 +144,9 @@
       }
       if (pending()) { evt.preventDefault(); showError("Please wait for the reply before sending another message."); return; }
       const id = uuid();
-      outbox.set(id, value);
-      evt.detail.messageBody = JSON.stringify({ type: "message", client_id: id, text: value });
+      const signals = takeSignals();
+      outbox.set(id, { text: value, signals: signals });
+      evt.detail.messageBody = JSON.stringify({ type: "message", client_id: id, text: value, signals: signals });
       text.value = "";
       showError("");
       send.disabled = true;

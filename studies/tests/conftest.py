@@ -7,8 +7,35 @@ from typing import Any
 
 import pytest
 
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from studies.models import Participant, Study
+from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from studies.models import Arm, Participant, Study
+
+
+def passed_check(arm: Arm, *, ready: bool = True) -> ArmJob:
+    """A finished readiness check of the arm as it is configured now (``ready`` or with one failed check)."""
+    checks = [
+        {"name": "reply_no_prompt_text", "score": 1.0, "threshold": 1.0, "passed": True, "why": "no prompt text"},
+        {"name": "operation_accuracy", "score": 0.9 if ready else 0.2, "threshold": 0.7, "passed": ready, "why": "ops"},
+    ]
+    return ArmJob.objects.create(
+        arm=arm,
+        kind=ArmJob.Kind.READINESS,
+        status=ArmJob.Status.DONE,
+        config=arm.llm_config(),
+        result={
+            "arm": arm.memory_system,
+            "backend": arm.resolved_backend,
+            "model": arm.resolved_model,
+            "ready": ready,
+            "checks": checks,
+        },
+    )
+
+
+def make_ready(study: Study) -> None:
+    """Every arm of the study passed its readiness checks."""
+    for arm in study.arms.all():
+        passed_check(arm)
 
 
 @pytest.fixture

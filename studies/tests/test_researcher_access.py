@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import Episode
+from chat.models import ArmJob, Episode
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +25,9 @@ def researcher_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
         ("post", reverse("studies:default_metrics", args=[slug])),
         ("post", reverse("studies:invite", args=[slug])),
         ("get", reverse("studies:episode", args=[slug, episode.pk])),
+        ("post", reverse("studies:check_arms", args=[slug])),
+        ("get", reverse("studies:readiness", args=[slug])),
+        ("get", reverse("reports:study_data_export", args=[slug, "transcripts", "csv"])),
     ]
 
 
@@ -43,6 +46,7 @@ def test_logged_in_non_researchers_get_403(
     for method, url in researcher_urls(study, finished_episode):
         assert getattr(client, method)(url).status_code == 403, url
     assert Study.objects.get(pk=study.pk).status == Study.Status.OPEN  # the status POST changed nothing
+    assert not ArmJob.objects.exists()  # nor did the check POST start a job
 
 
 def test_a_researcher_reaches_every_page(
@@ -58,6 +62,7 @@ def test_a_staff_user_who_is_not_superuser_is_a_researcher(
     client: Client, study: Study, django_user_model: Any
 ) -> None:
     staff = django_user_model.objects.create_user("sam", password="pw", is_staff=True)
+    study.shared_with.add(staff)  # a researcher who is not a superuser sees their own and shared studies only
     client.force_login(staff)
     assert client.get(reverse("studies:detail", args=[study.slug])).status_code == 200
 

@@ -15,6 +15,7 @@ from chat.models import Episode, MemorySnapshot
 from memory import vectors
 from memory.embed import HashingEmbedder
 from studies.models import Participant, Study
+from studies.tests.conftest import make_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +45,7 @@ def test_the_study_page_counts_episodes_per_arm_and_status(
     assert rows["Full history"].counts == {"active": 1, "completed": 0, "abandoned": 1}
     assert rows["Full history"].sessions_rated == 1
     assert rows["No memory"].counts == {"active": 0, "completed": 1, "abandoned": 0}
-    assert response.context["participants"] == {"total": 2, "consented": 1, "completed": 0}
+    assert response.context["participants"] == {"total": 2, "consented": 1, "completed": 0, "places": 1}
 
 
 def test_the_study_page_gives_the_prolific_link_to_paste(rclient: Client, study: Study, settings: Any) -> None:
@@ -63,6 +64,7 @@ def test_the_study_page_never_shows_the_raw_prolific_id(
 
 
 def test_closing_and_reopening_a_study(rclient: Client, study: Study) -> None:
+    make_ready(study)
     url = reverse("studies:status", args=[study.slug])
     assert rclient.post(url, {"status": "closed"}).status_code == 302
     study.refresh_from_db()
@@ -195,3 +197,33 @@ def test_one_named_invite_id_cannot_make_several_links(rclient: Client, study: S
     response = rclient.post(reverse("studies:invite", args=[study.slug]), {"invite_id": "lab-07", "count": 3})
     assert response.status_code == 400
     assert "leave the id empty to make several" in response.content.decode()
+
+
+def test_the_episode_page_shows_an_rsum_memory_as_text_not_one_character_per_bullet(
+    rclient: Client, study: Study, finished_episode: Episode
+) -> None:
+    snapshot = MemorySnapshot.objects.get(session__episode=finished_episode)
+    memory = "The user adopted a cat named Miso and lives in Lyon."
+    snapshot.state = {"memory": memory, "sessions": 1}
+    snapshot.trace = {"memory_before": "", "memory_after": memory, "raw": memory}
+    snapshot.save()
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert f'<p class="memory-text">{memory}</p>' in body
+    assert f"<li>{memory}</li>" in body  # the trace's memory_after: one line, not 52 characters
+    assert "<li>T</li>" not in body
+
+
+def test_the_episode_page_shows_ld_agents_events_and_personas_as_tables_and_lists(
+    rclient: Client, study: Study, finished_episode: Episode
+) -> None:
+    snapshot = MemorySnapshot.objects.get(session__episode=finished_episode)
+    snapshot.state = {
+        "long_term": [{"time": "2026-01-05T18:00:00+00:00", "summary": "The user adopted a cat.", "topics": ["cat"]}],
+        "user_persona": ["Has a cat named Miso."],
+        "vectors": vectors.extend(None, ["The user adopted a cat."], HashingEmbedder()).block(),
+    }
+    snapshot.save()
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "Long-term memory (event summaries)" in body and "<td>The user adopted a cat.</td>" in body
+    assert "Persona of the user" in body and "<li>Has a cat named Miso.</li>" in body
+    assert "1 x 256 float16 vectors" in body and snapshot.state["vectors"]["data"] not in body

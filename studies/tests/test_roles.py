@@ -77,5 +77,6 @@ def test_every_apps_researcher_pages_use_the_same_rule(client: Client, annotator
     client.force_login(annotator)
     assert [client.get(url).status_code for url in pages] == [403, 403, 403]
     staff = User.objects.create_user("sam", password="pw", is_staff=True)
+    study.shared_with.add(staff)  # object-level: a study's pages are for its creator and whom it is shared with
     client.force_login(staff)
     assert [client.get(url).status_code for url in pages] == [200, 200, 200]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -46,6 +47,8 @@ STUDY = {
     "min_user_turns": 4,
     "episodes_per_worker": 2,
     "max_message_chars": 2000,
+    "max_messages_per_minute": 12,
+    "max_turns_per_session": 60,
     "simulated_start": "2026-01-05 10:00",
     "instructions": "Chat.",
     "consent_text": "OK?",
@@ -222,7 +225,7 @@ def _edit_data(
 
 
 def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
-    summaries = {"name": "Summaries", "memory_system": "full_history", "params": "{}", "active": True, "is_qc": True}
+    summaries = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
     data = {**_edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 302
@@ -303,3 +306,83 @@ def test_the_gap_range_and_the_bot_opener_are_part_of_the_frozen_design(rclient:
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 400
     assert set(response.context["form"].errors) == {"gap_max_days", "bot_opens_sessions"}
+
+
+def test_the_turn_limit_cannot_be_below_the_minimum_of_user_turns(rclient: Client) -> None:
+    response = post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 3})
+    assert response.status_code == 400
+    assert "Must be at least the minimum of 5 user turns." in response.content.decode()
+    assert post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 5}).status_code == 302
+
+
+class _RenderedForm(HTMLParser):
+    """The fields a browser would post from the rendered edit page (template rows left out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: dict[str, str] = {}
+        self._template = 0
+        self._select: str | None = None
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self._template += tag == "template"
+        if self._template or not a.get("name") and tag != "option":
+            return
+        if tag == "input" and a.get("type") in ("checkbox", "radio"):
+            if "checked" in a:
+                self.data[a["name"]] = a.get("value") or "on"
+        elif tag == "input" and a.get("type") not in ("submit", "button"):
+            self.data[a["name"]] = a.get("value", "")
+        elif tag == "select":
+            self._select = a["name"]
+            self.data[a["name"]] = ""
+        elif tag == "option" and self._select and "selected" in a:
+            self.data[self._select] = a.get("value", "")
+        elif tag == "textarea":
+            self._textarea = a["name"]
+            self.data[a["name"]] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        self._template -= tag == "template"
+        if tag == "select":
+            self._select = None
+        if tag == "textarea":
+            if self._textarea:  # the browser drops the newline Django writes after <textarea>
+                self.data[self._textarea] = self.data[self._textarea].removeprefix("\n")
+            self._textarea = None
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea and not self._template:
+            self.data[self._textarea] += data
+
+
+def test_saving_an_open_study_as_rendered_ignores_the_blank_extra_arm_row(rclient: Client, study: Study) -> None:
+    url = reverse("studies:edit", args=[study.slug])
+    form = _RenderedForm()
+    form.feed(rclient.get(url).content.decode())
+    assert form.data["arms-TOTAL_FORMS"] == "3" and form.data["arms-2-params"] == "{}"  # the blank extra row
+    form.data["name"] = "Renamed"
+    response = rclient.post(url, form.data)
+    assert response.status_code == 302, response.content.decode()
+    study.refresh_from_db()
+    assert study.name == "Renamed" and study.status == Study.Status.OPEN and study.arms.count() == 2
+
+
+def test_a_blank_arm_row_with_parameters_typed_in_is_still_checked(rclient: Client, study: Study) -> None:
+    url = reverse("studies:edit", args=[study.slug])
+    form = _RenderedForm()
+    form.feed(rclient.get(url).content.decode())
+    form.data["arms-2-params"] = '{"k": 3'
+    response = rclient.post(url, form.data)
+    assert response.status_code == 400 and study.arms.count() == 2
+
+
+def test_the_arm_form_says_which_backend_and_model_an_empty_field_means_on_this_site(
+    rclient: Client, settings: Any
+) -> None:
+    settings.LLM_BACKEND, settings.LLM_MODEL = "local", ""
+    body = rclient.get(reverse("studies:create")).content.decode()
+    assert "Empty = the site&#x27;s LLM_BACKEND, now local." in body
+    assert "Empty = the site&#x27;s LLM_MODEL, now SmolLM2-135M-Instruct on local." in body

@@ -1,4 +1,5 @@
-"""Return the slots of expired assignments to the pool (run every minute or so from cron/beat)."""
+"""Return the slots of expired assignments to the pool (by hand or from cron; in production Celery beat runs
+the same sweep every minute, annotation.tasks.expire_leases_task)."""
 
 from __future__ import annotations
 

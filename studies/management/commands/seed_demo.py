@@ -36,6 +36,7 @@ class Command(BaseCommand):
             defaults={
                 "name": "Demo: memory vs no memory",
                 "status": Study.Status.OPEN,
+                "pilot": True,  # opened on the embedded SmolLM2, which no arm's readiness check passes
                 "sessions_per_episode": 2,
                 "min_user_turns": 2,
                 "gap_days": 7,
@@ -54,6 +55,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{'created' if created else 'kept'} {simulated.name!r} (closed, simulated data); "
             f"queue {queue.name!r}: {queue.items.count()} items"
+        )
+        quality, created = demo.seed_quality_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {quality.name!r} (closed, simulated data: QC arm, attention checks, "
+            f"careless workers {', '.join(demo.CARELESS)})"
         )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "

@@ -14,7 +14,7 @@ def keep_existing_designs(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0002_arm_memory_choices_callable'),
+        ('studies', '0007_study_quota_counts_consent'),
     ]
 
     operations = [

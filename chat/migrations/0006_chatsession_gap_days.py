@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0002_message_memory_trace'),
+        ('chat', '0005_message_memory_trace'),
     ]
 
     operations = [

@@ -1,0 +1,185 @@
+"""Background jobs about a study's arms: readiness checks before the study opens, and the automatic
+evaluation whose scores are shown beside the human ones.
+
+A job is an :class:`~chat.models.ArmJob` row; :func:`start` creates it and dispatches
+``chat.tasks.run_arm_job`` like every chat job (a Celery task on the ``memory`` queue in production,
+a pool thread in the embedded default); :func:`run` does the work and writes its progress to the row,
+which the study page polls. The arm's model is built exactly as for its chat replies
+(:func:`chat.services.build_llm`), so the checks test what the workers will talk to.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from chat.jobs import dispatch
+from chat.models import ArmJob
+from chat.services import build_llm, endpoint_options, get_embedder
+from memory.llm import LLMError
+from studies import memorycompat
+from studies.models import Arm, Study
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "chat.tasks.run_arm_job"
+EVAL_DATASETS = ("gvd",)  # LoCoMo is not shipped (CC BY-NC 4.0); run it with `python -m memory eval`
+
+
+def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
+    """Queue a new job of ``kind`` for ``arm`` (a running one of the same kind is left to finish and
+    returned instead of starting a second)."""
+    with transaction.atomic():
+        running = (
+            ArmJob.objects.select_for_update()
+            .filter(arm=arm, kind=kind, status__in=[ArmJob.Status.QUEUED, ArmJob.Status.RUNNING])
+            .first()
+        )
+        if running is not None:
+            return running
+        job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
+        transaction.on_commit(lambda: dispatch(TASK_NAME, job.pk, local=run, long=True))
+    return job
+
+
+def _progress(job_id: int) -> Any:
+    def report(done: int, total: int, step: str) -> None:
+        ArmJob.objects.filter(pk=job_id).update(done=done, total=total, step=step[:200])
+
+    return report
+
+
+def run(job_id: int) -> None:
+    """Run one queued job to its end (idempotent: a job that is no longer queued is left alone)."""
+    claimed = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.QUEUED).update(
+        status=ArmJob.Status.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return
+    job = ArmJob.objects.select_related("arm").get(pk=job_id)
+    try:
+        result = _readiness(job) if job.kind == ArmJob.Kind.READINESS else _evaluation(job)
+    except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
+        _finish(job_id, error=str(exc) or type(exc).__name__)
+    except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
+        log.exception("arm job %s failed", job_id)
+        _finish(job_id, error=f"{type(exc).__name__}: {exc}")
+    else:
+        _finish(job_id, result=result)
+
+
+def _finish(job_id: int, *, result: dict[str, Any] | None = None, error: str = "") -> None:
+    status = ArmJob.Status.FAILED if error else ArmJob.Status.DONE
+    ArmJob.objects.filter(pk=job_id).update(status=status, result=result, error=error, finished_at=timezone.now())
+
+
+def _readiness(job: ArmJob) -> dict[str, Any]:
+    arm = job.arm
+    return memorycompat.run_preflight(
+        arm.memory_system,
+        build_llm(arm),
+        embedder=get_embedder(),
+        params=dict(arm.params or {}),
+        backend=arm.resolved_backend,
+        progress=_progress(job.pk),
+        reply_max_tokens=int(settings.LLM_MAX_TOKENS),
+    )
+
+
+def _evaluation(job: ArmJob) -> dict[str, Any]:
+    from memory.evaluation import run as evaluate
+
+    arm = job.arm
+    backend = arm.resolved_backend
+    endpoint = endpoint_options(backend)
+    max_questions = job.options.get("max_questions")
+    result = evaluate(
+        arm.memory_system,
+        str(job.options.get("dataset", "gvd")),
+        backend=backend,
+        model=arm.resolved_model,
+        base_url=str(endpoint.get("base_url") or ""),
+        api_key=str(endpoint.get("api_key") or ""),
+        embedder=str(settings.EMBEDDER),
+        params=dict(arm.params or {}),
+        max_questions=int(max_questions) if max_questions else None,
+        max_tokens=int(settings.LLM_MAX_TOKENS),
+        progress=_progress(job.pk),
+    )
+    return result
+
+
+# ------------------------------------------------------------------------------------ readiness view
+
+
+@dataclass
+class ArmReadiness:
+    """What the study page says about one arm's readiness."""
+
+    arm: Arm
+    job: ArmJob | None
+    state: str  # ready | not_ready | checking | not_checked | outdated | error | exempt
+    failed: list[dict[str, Any]]
+
+    @property
+    def blocks_opening(self) -> bool:
+        # A QC arm is degraded on purpose: its check is shown when run, but never keeps the study closed.
+        return self.arm.active and not self.arm.is_qc and self.state != "ready"
+
+    @property
+    def label(self) -> str:
+        return {
+            "ready": "ready",
+            "not_ready": "not ready",
+            "checking": "checking…",
+            "not_checked": "not checked",
+            "outdated": "check outdated (the arm changed)",
+            "error": "check failed to run",
+            "exempt": "QC arm: degraded on purpose, not checked",
+        }[self.state]
+
+    @property
+    def reason(self) -> str:
+        """One line on why the arm is not ready (empty when it is)."""
+        if self.state == "not_ready":
+            return "failed " + ", ".join(c["name"] for c in self.failed)
+        if self.state == "error" and self.job is not None:
+            return self.job.error
+        return "" if self.state in ("ready", "exempt") else self.label
+
+
+def readiness(study: Study) -> list[ArmReadiness]:
+    """Each arm of the study with its newest readiness check, in arm order."""
+    arms = list(study.arms.order_by("id"))
+    latest = ArmJob.objects.filter(arm__study=study).latest_per_arm(ArmJob.Kind.READINESS)
+    out = []
+    for arm in arms:
+        job = latest.get(arm.pk)
+        failed: list[dict[str, Any]] = []
+        if job is not None and not job.finished:
+            state = "checking"
+        elif job is None or not job.is_current(arm):
+            state = "exempt" if arm.is_qc else "outdated" if job is not None else "not_checked"
+        elif job.status == ArmJob.Status.FAILED:
+            state = "error"
+        else:
+            result = job.result or {}
+            failed = [c for c in result.get("checks", []) if not c.get("passed")]
+            state = "ready" if result.get("ready") else "not_ready"
+        out.append(ArmReadiness(arm, job, state, failed))
+    return out
+
+
+def not_ready(study: Study) -> list[ArmReadiness]:
+    """The active arms that keep the study from opening as a real (non-pilot) study."""
+    return [r for r in readiness(study) if r.blocks_opening]
+
+
+def latest_evaluations(study: Study) -> dict[int, ArmJob]:
+    """The newest automatic evaluation of each arm, by arm id."""
+    return ArmJob.objects.filter(arm__study=study).latest_per_arm(ArmJob.Kind.EVALUATION)

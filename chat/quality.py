@@ -1,0 +1,210 @@
+"""Per-worker quality of a live study: attention checks, authenticity signals, timing (docs/worker-quality.md).
+
+:func:`study_quality` reads everything in a handful of queries and returns one :class:`WorkerQuality` per
+participant; :func:`signal_columns` turns that into the boolean columns the ratings frame carries (one per
+signal), so the dashboard's exclusion filters and ``python -m analysis report --exclude`` see the same data.
+The per-worker QC test is the analysis's (``analysis/qc.py``), joined in by the researcher's quality page.
+Nothing here rejects anybody: these are the researcher's grounds for exclusion, shown with their reasons.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models.functions import Length
+
+from chat.authenticity import AuthenticitySummary, Composition, Signals, summarize
+from chat.models import AttentionResponse, ChatSession, Episode, Message
+from studies.models import Participant, Study
+
+# Prolific: a submission "exceptionally fast", more than 3 SD below the mean completion time, may be rejected.
+TOO_FAST_SD = 3.0
+# Each session is compared with the study's *other* sessions (leave-one-out): with the session itself in the
+# mean and SD, one rushed session among n can be at most (n-1)/sqrt(n) SD below the mean, so it could never be
+# flagged in a study of fewer than 11 sessions. Fewer than this many other sessions: no timing flag at all.
+TOO_FAST_MIN_OTHERS = 5
+
+# The boolean columns of the ratings frame and export, in order; "row" filters remove the flagged rows, the
+# others remove the worker (docs/worker-quality.md has their definitions).
+SIGNAL_COLUMNS: dict[str, str] = {
+    "unfinished": "the rating's episode was not finished (row filter)",
+    "attention_failed": "the worker failed at least one attention check",
+    "flag_paste": "the worker's pasted share of text is at or above the threshold",
+    "flag_switch_paste": "the worker pasted after leaving the tab while composing",
+    "flag_typing_speed": "the worker's median typing speed is above the threshold",
+    "flag_untyped": "the worker's text was largely neither typed nor pasted",
+    "authenticity_flagged": "any of the four authenticity flags",
+    "too_fast": "the rated session was more than 3 SD faster than the study's other sessions",
+}
+ROW_FILTERS = ("unfinished",)
+
+
+@dataclass
+class SessionTiming:
+    session_id: int
+    episode_id: int
+    episode_index: int
+    index: int
+    seconds: float | None
+    ended_by: str
+    too_fast: bool = False
+
+
+@dataclass
+class AttentionAnswer:
+    statement: str
+    position: int
+    target: int
+    tolerance: int
+    value: int
+    passed: bool
+
+
+@dataclass
+class WorkerQuality:
+    """One participant's quality record (the researcher's quality page, the ratings frame's columns)."""
+
+    participant: Participant
+    episodes: list[Episode] = field(default_factory=list)
+    attention: list[AttentionAnswer] = field(default_factory=list)
+    authenticity: AuthenticitySummary = field(default_factory=AuthenticitySummary)
+    sessions: list[SessionTiming] = field(default_factory=list)
+    qc: dict[str, Any] | None = None  # from the analysis: {"passed", "p", "reason"}, None without a QC test
+
+    @property
+    def worker(self) -> str:
+        return self.participant.external_id
+
+    @property
+    def status(self) -> str:
+        p = self.participant
+        if p.declined_at:
+            return "declined"
+        if p.abandoned_at:
+            return "abandoned"
+        if p.completed_at:
+            return "finished"
+        return "in progress" if p.consented_at else "not consented"
+
+    @property
+    def attention_failed(self) -> int:
+        return sum(1 for a in self.attention if not a.passed)
+
+    @property
+    def too_fast_sessions(self) -> int:
+        return sum(1 for s in self.sessions if s.too_fast)
+
+    @property
+    def total_minutes(self) -> float | None:
+        secs = [s.seconds for s in self.sessions if s.seconds is not None]
+        return sum(secs) / 60 if secs else None
+
+    def reasons(self) -> list[str]:
+        """Why this worker might be excluded, in words (empty: nothing to report)."""
+        out = []
+        if self.qc is not None and not self.qc.get("passed"):
+            out.append("QC test failed" + (f": {self.qc['reason']}" if self.qc.get("reason") else ""))
+        if self.attention_failed:
+            out.append(f"failed {self.attention_failed} of {len(self.attention)} attention check(s)")
+        out += self.authenticity.flag_labels()
+        if self.too_fast_sessions:
+            out.append(f"{self.too_fast_sessions} session(s) too fast")
+        return out
+
+    def columns(self) -> dict[str, bool]:
+        """The worker-level boolean columns of :data:`SIGNAL_COLUMNS` (unfinished and too_fast are per row)."""
+        flags = set(self.authenticity.flags)
+        return {
+            "attention_failed": self.attention_failed > 0,
+            "flag_paste": "paste" in flags,
+            "flag_switch_paste": "switch_paste" in flags,
+            "flag_typing_speed": "typing_speed" in flags,
+            "flag_untyped": "untyped" in flags,
+            "authenticity_flagged": bool(flags),
+        }
+
+
+def too_fast(durations: dict[int, float]) -> set[int]:
+    """The keys whose duration is more than :data:`TOO_FAST_SD` SD below the mean of the others."""
+    out: set[int] = set()
+    values = list(durations.values())
+    n = len(values)
+    if n - 1 < TOO_FAST_MIN_OTHERS:
+        return out
+    total, squares = sum(values), sum(v * v for v in values)
+    for key, v in durations.items():
+        m = (total - v) / (n - 1)
+        var = max(0.0, (squares - v * v - (n - 1) * m * m) / (n - 2))
+        if v < m - TOO_FAST_SD * var**0.5:
+            out.add(key)
+    return out
+
+
+def study_quality(study: Study) -> list[WorkerQuality]:
+    """Every participant of ``study`` with their quality record, in the order they joined."""
+    records = {p.pk: WorkerQuality(p) for p in Participant.objects.filter(study=study).order_by("created_at", "pk")}
+    for ep in Episode.objects.filter(participant__study=study).select_related("arm").order_by("index"):
+        records[ep.participant_id].episodes.append(ep)
+    answers = AttentionResponse.objects.filter(session__episode__participant__study=study).select_related(
+        "item", "session__episode"
+    )
+    for a in answers.order_by("session__episode__index", "session__index", "item__position"):
+        records[a.session.episode.participant_id].attention.append(
+            AttentionAnswer(a.item.statement, a.item.position, a.item.target, a.item.tolerance, a.value, a.passed)
+        )
+    compositions: dict[int, list[Composition]] = defaultdict(list)
+    # lengths and signal fields only: a long study's message texts are never loaded
+    msgs = (
+        Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
+        .order_by("session_id", "seq")
+        .values_list(
+            "session__episode__participant_id",
+            Length("text"),
+            "signals__id",
+            "signals__pasted",
+            "signals__paste_chars",
+            "signals__typed_chars",
+            "signals__typing_ms",
+            "signals__hidden_ms",
+            "signals__paste_blocked",
+        )
+    )
+    for pk, length, sig_id, *fields in msgs:
+        sig = Signals(bool(fields[0]), *(int(v) for v in fields[1:])) if sig_id is not None else None
+        compositions[pk].append(Composition(int(length), sig))
+    for pk, comps in compositions.items():
+        records[pk].authenticity = summarize(comps)
+    sessions = (
+        ChatSession.objects.filter(episode__participant__study=study, ended_at__isnull=False, started_at__isnull=False)
+        .select_related("episode")
+        .order_by("episode__index", "index")
+    )
+    timings = []
+    for s in sessions:
+        assert s.ended_at is not None and s.started_at is not None
+        t = SessionTiming(
+            s.pk, s.episode_id, s.episode.index, s.index, (s.ended_at - s.started_at).total_seconds(), s.ended_by
+        )
+        records[s.episode.participant_id].sessions.append(t)
+        timings.append(t)
+    fast = too_fast({t.session_id: t.seconds for t in timings if t.seconds is not None})
+    for t in timings:
+        t.too_fast = t.session_id in fast
+    return list(records.values())
+
+
+def signal_columns(records: list[WorkerQuality]) -> tuple[dict[str, dict[str, bool]], set[int], set[int]]:
+    """Worker-level columns by external id, the ids of too-fast sessions and of unfinished episodes."""
+    by_worker = {r.worker: r.columns() for r in records}
+    fast = {s.session_id for r in records for s in r.sessions if s.too_fast}
+    unfinished = {e.pk for r in records for e in r.episodes if e.status != Episode.Status.COMPLETED}
+    return by_worker, fast, unfinished
+
+
+def median_minutes(records: list[WorkerQuality]) -> float | None:
+    """The median total chat time of finished workers (the study page's observed duration)."""
+    totals = [r.total_minutes for r in records if r.participant.completed_at and r.total_minutes is not None]
+    return statistics.median(totals) if totals else None

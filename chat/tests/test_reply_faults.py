@@ -1,0 +1,265 @@
+"""Faults of the reply and memory-update jobs (issue 11): a fake OpenAI-compatible endpoint that breaks
+the stream after the first bytes (a stall, a reset, a malformed event line), trickles tokens past the
+reply's deadline, or answers properly; database errors injected into the jobs; duplicate deliveries,
+dead jobs and retries by countdown. Nothing is lost, nothing is written twice, and a reply either
+arrives or fails with the Retry button and a clear message."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+from django.test import Client
+from django.utils import timezone
+
+from chat import leases, services
+from chat.models import REPLY_TOO_SLOW, ChatSession, LLMCallRecord, MemorySnapshot, Message
+from chat.tests.conftest import start
+from memory.llm import LLMError, LLMTransientError
+from studies.models import Study
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _chunk(text: str) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
+             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}  # fmt: skip
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+class _Streamer(BaseHTTPRequestHandler):
+    """Streams a reply as server-sent events, with the fault of the next step of ``plan``."""
+
+    plan: list[str] = []
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        step = self.plan.pop(0) if self.plan else "ok"
+        try:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write(_chunk("Nice to"))
+            self.wfile.flush()
+            if step == "stall":  # the first bytes, then nothing: a read timeout mid-stream
+                time.sleep(1.5)
+                return
+            if step == "reset":  # the connection drops mid-stream
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                self.connection.close()
+                return
+            if step == "badline":
+                self.wfile.write(b"data: {this is not json\n\n")
+                return
+            words = [" meet", " you", " again."]
+            if step == "trickle":  # every read in time, the whole reply not
+                words = [f" word{i}" for i in range(40)]
+            for word in words:
+                if step == "trickle":
+                    time.sleep(0.1)
+                self.wfile.write(_chunk(word))
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError, OSError):  # the client gave up
+            pass
+
+
+@pytest.fixture
+def streamer(settings: Any, study: Study) -> Iterator[type[_Streamer]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Streamer)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{server.server_port}/v1"
+    settings.OPENAI_API_KEY = "test-key"
+    settings.LLM_TIMEOUT_SECONDS = 0.5
+    settings.CHAT_RETRY_DELAYS = [0, 0, 0, 0]
+    study.arms.update(llm_backend="openai", llm_model="test-model")
+    _Streamer.plan = []
+    yield _Streamer
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_stream_that_stalls_resets_or_garbles_mid_reply_is_retried_until_the_reply_arrives(
+    client: Client, study: Study, streamer: type[_Streamer]
+) -> None:
+    streamer.plan = ["stall", "reset", "badline"]
+    session = start(client, study)
+    services.post_user_message(session, "c1", "Hi again")
+    reply = session.messages.get(seq=2)
+    assert (reply.status, reply.text, reply.attempts) == (Message.Status.COMPLETE, "Nice to meet you again.", 4)
+    errors = list(LLMCallRecord.objects.filter(message=reply).order_by("pk").values_list("error", flat=True))
+    assert len(errors) == 4 and errors[-1] == ""
+    assert all("stream broke off" in e for e in errors[:3]), errors
+    assert session.messages.count() == 2  # the worker's message once, one reply
+
+
+def test_a_trickling_stream_is_cut_at_the_reply_deadline_and_the_worker_can_retry(
+    client: Client, study: Study, streamer: type[_Streamer], settings: Any
+) -> None:
+    settings.CHAT_REPLY_DEADLINE_SECONDS = 1.0
+    streamer.plan = ["trickle"]
+    session = start(client, study)
+    started = time.monotonic()
+    services.post_user_message(session, "c1", "Hi again")
+    assert time.monotonic() - started < 3  # not the 4 s the trickle would take
+    reply = session.messages.get(seq=2)
+    assert (reply.status, reply.error) == (Message.Status.FAILED, REPLY_TOO_SLOW)
+    page = client.get(f"/chat/{session.pk}/").content.decode()
+    assert "The chatbot took too long to answer." in page and 'data-retry="2"' in page
+    services.retry_reply(session, 2)
+    reply.refresh_from_db()
+    assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Nice to meet you again.")
+
+
+def test_retries_are_enqueued_with_a_countdown_instead_of_sleeping_in_the_worker(
+    client: Client, study: Study, script: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.CHAT_RETRY_DELAYS = [3, 7]
+    script([LLMTransientError("HTTP 503"), LLMTransientError("HTTP 503"), "Back again."])
+    countdowns: list[float] = []
+
+    def dispatch(task: str, job_id: int, *, local: Any, countdown: float = 0) -> None:
+        countdowns.append(countdown)
+        local(job_id)  # run at once: the test checks the countdown asked for, not the wait
+
+    monkeypatch.setattr(services, "dispatch", dispatch)
+    session = start(client, study)
+    services.post_user_message(session, "c1", "Hello")
+    assert countdowns == [0, 3, 7]
+    assert session.messages.get(seq=2).text == "Back again."
+
+
+def test_a_duplicate_delivery_while_the_reply_is_claimed_makes_no_llm_call(
+    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm = script(["Hello!"])
+    monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)
+    session = start(client, study)
+    services.post_user_message(session, "c1", "Hi")
+    reply = session.messages.get(seq=2)
+    assert leases.claim(Message.objects.filter(pk=reply.pk))  # another worker is writing it
+    services.generate_reply(reply.pk)
+    assert llm.calls == [] and session.messages.get(seq=2).status == Message.Status.PENDING
+    # that worker dies: its lease lapses, and the page's next resume enqueues the reply again
+    Message.objects.filter(pk=reply.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    monkeypatch.undo()
+    script(["Hello!"])
+    assert services.recover_replies(session) == 1
+    reply.refresh_from_db()
+    assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Hello!")
+    assert LLMCallRecord.objects.filter(message=reply).count() == 1
+
+
+def test_a_reply_whose_enqueue_was_lost_is_enqueued_again_once_overdue(
+    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(services, "dispatch", broker_down)
+    session = start(client, study)
+    services.post_user_message(session, "c1", "Hi")  # stored; the enqueue failed and was logged
+    assert services.recover_replies(session) == 0  # not overdue yet: it may still be in a queue
+    Message.objects.filter(session=session, seq=2).update(due_at=timezone.now() - timedelta(minutes=1))
+    monkeypatch.undo()
+    script(["Hello!"])
+    assert services.recover_replies(session) == 1
+    assert session.messages.get(seq=2).text == "Hello!"
+
+
+def test_a_database_error_during_a_reply_releases_it_and_the_task_retries_it(
+    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chat import tasks
+
+    script(["Hello!"])
+    monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)
+    session = start(client, study)
+    services.post_user_message(session, "c1", "Hi")
+    reply = session.messages.get(seq=2)
+    real = services.store_llm_calls
+    calls = {"n": 0}
+
+    def flaky(*args: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        real(*args)
+
+    monkeypatch.setattr(services, "store_llm_calls", flaky)
+    assert tasks.generate_reply_task.autoretry_for == (services.DatabaseError,)
+    with pytest.raises(OperationalError):
+        services.generate_reply(reply.pk)
+    reply.refresh_from_db()
+    assert reply.status == Message.Status.PENDING and reply.lease_until is None  # free for the retry
+    services.generate_reply(reply.pk)  # the task's retry
+    reply.refresh_from_db()
+    assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Hello!")
+
+
+def test_a_duplicate_memory_update_while_one_runs_makes_no_llm_call_and_a_dead_one_is_recovered(
+    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    study.min_user_turns = 1
+    study.save()
+    llm = script(["Nice."])
+    session = start(client, study)
+    services.post_user_message(session, "c1", "I have a dog called Rex")
+    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)
+    services.end_session(session)
+    snapshot = MemorySnapshot.objects.get(session=session)
+    assert leases.claim(MemorySnapshot.objects.filter(pk=snapshot.pk))  # a worker runs it
+    before = len(llm.calls)
+    services.update_memory(session.pk)  # the duplicate delivery
+    assert len(llm.calls) == before
+    assert MemorySnapshot.objects.get(pk=snapshot.pk).status == MemorySnapshot.Status.PENDING
+    # the worker is killed: the lease lapses and the waiting page enqueues the update again
+    MemorySnapshot.objects.filter(pk=snapshot.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    monkeypatch.undo()
+    script(["Nice."])
+    nxt = ChatSession.objects.get(episode=session.episode, index=2)
+    assert services.recover_stale_update(nxt)
+    assert MemorySnapshot.objects.get(pk=snapshot.pk).status == MemorySnapshot.Status.DONE
+    nxt.refresh_from_db()
+    assert nxt.status == ChatSession.Status.READY
+
+
+def test_an_over_long_prompt_on_the_local_backend_is_an_llm_error_not_a_value_error() -> None:
+    from memory.llm import LLMError, LocalLLM
+
+    llm = LocalLLM(n_ctx=256)
+    huge = [{"role": "system", "content": "word " * 2000}, {"role": "user", "content": "hi"}]
+    with pytest.raises(LLMError, match="too long for the local model"):
+        llm.complete(huge, max_tokens=16)
+    with pytest.raises(LLMError):
+        list(llm.stream(huge, max_tokens=16))
+
+
+def test_an_arm_that_cannot_be_built_fails_the_reply_with_the_retry_button_instead_of_leaving_it_pending(
+    client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = start(client, study)
+
+    def misconfigured(arm: Any) -> Any:
+        raise LLMError("unknown LLM backend 'no-such-backend' (choose local, openai or scripted)")
+
+    monkeypatch.setattr(services, "build_llm", misconfigured)  # e.g. the arm was edited in the admin
+    services.post_user_message(session, "c1", "Hello")
+    reply = session.messages.get(seq=2)
+    assert reply.status == Message.Status.FAILED and "unknown LLM backend" in reply.error
+    assert reply.lease_until is None

@@ -1,0 +1,289 @@
+"""A study's raw data for a paper's appendix: ratings, transcripts, memory snapshots and LLM calls,
+as CSV or JSONL, each file starting with a README-style header.
+
+``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls --format csv|jsonl`` and
+the downloads on the study page call :func:`export_lines`. The header names the study design, the arms
+(memory system, backend, model, parameters, readiness), the pilot mark when the study is a pilot, the
+export's time and what every column means.
+
+- **CSV**: the header is a block of lines starting with ``#``; its first line says how many there are,
+  so ``pandas.read_csv(path, skiprows=N)`` reads the table (``comment="#"`` would also cut any cell
+  that contains a ``#``).
+  Text cells that a spreadsheet would run as a formula (starting with ``= + - @``, a tab or a carriage return:
+  a worker's message may) get a leading ``'`` (``analysis.writers.neutralise_cell``); numbers are untouched.
+- **JSONL**: the first line is ``{"header": {...}}``; every further line is one record.
+
+Workers appear as ``P<participant id>``, as on the study page: a Prolific id is personal data and is
+not exported.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from analysis.writers import neutralise_cell
+from chat import armjobs
+from chat.models import LLMCallRecord, MemorySnapshot, Message, Rating
+from memory import display, vectors
+from reports.reporting import PILOT_MARK
+from studies.models import Study
+
+WHAT = ("ratings", "transcripts", "memory", "llm-calls")
+FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
+
+_COMMON = {
+    "worker": "pseudonymous worker id (P + participant id, as on the study page)",
+    "episode": "episode id: one worker x one arm over the study's sessions",
+    "arm": "the arm's name (never shown to workers)",
+    "memory_system": "the arm's memory system (python -m memory arms)",
+    "session": "session index within the episode, 1-based",
+}
+COLUMNS: dict[str, dict[str, str]] = {
+    "ratings": {
+        **_COMMON,
+        "metric": "the metric's key (its statement is in the header)",
+        "value": "the rating, 0-100 as given (not reversed)",
+        "reversed": "true when higher is worse for this metric (analysis uses 100 - value)",
+        "rated_at": "when the rating was saved (UTC)",
+    },
+    "transcripts": {
+        **_COMMON,
+        "simulated_start": "the bot's clock at the start of the session",
+        "seq": "message order within the session",
+        "speaker": "user (the worker) or bot",
+        "text": "the message as shown to the worker",
+        "status": "complete, pending (reply not finished) or failed (reply not generated)",
+        "created_at": "when the message was stored (UTC)",
+    },
+    "memory": {
+        **_COMMON,
+        "status": "done, pending or failed: the end-of-session memory update",
+        "memory": "the arm's memory after the session, as readable text",
+        "state": "the arm's memory state after the session (JSON; embeddings replaced by a note)",
+        "trace": "what the update did: summary, operations, fallbacks... (JSON; LLM calls are in the llm-calls export)",
+        "error": "why the update failed, if it did",
+        "finished_at": "when the update finished (UTC)",
+    },
+    "llm-calls": {
+        **_COMMON,
+        "message_seq": "the bot message the call produced (empty for memory updates)",
+        "purpose": "what the call was for: reply, summarize_session, memory_operation...",
+        "model": "the model that answered",
+        "latency_ms": "wall time of the call in milliseconds",
+        "prompt_tokens": "prompt size in tokens, when the backend reports it",
+        "completion_tokens": "reply size in tokens, when the backend reports it",
+        "error": "the LLM error, if the call failed",
+        "messages": "the prompt: a JSON list of {role, content}",
+        "reply": "the model's reply",
+        "created_at": "when the call was recorded (UTC)",
+    },
+}
+
+
+class ExportError(ValueError):
+    """A bad ``what`` or format (the message says which are known)."""
+
+
+def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
+    """The README of an export: study design, arms, pilot mark, export time, column meanings."""
+    readiness = {r.arm.pk: r for r in armjobs.readiness(study)}
+    arms = []
+    for arm in study.arms.order_by("id"):
+        r = readiness.get(arm.pk)
+        arms.append(
+            {
+                "name": arm.name,
+                "memory_system": arm.memory_system,
+                "backend": arm.resolved_backend,
+                "model": arm.resolved_model,
+                "params": arm.effective_params(),
+                "quality_control": arm.is_qc,
+                "active": arm.active,
+                "readiness": r.label if r else "not checked",
+            }
+        )
+    return {
+        "export": what,
+        "format": fmt,
+        "study": study.name,
+        "slug": study.slug,
+        "pilot": study.pilot,
+        "pilot_mark": PILOT_MARK if study.pilot else "",
+        "exported_at": timezone.now().isoformat(timespec="seconds"),
+        "design": {
+            "status": study.status,
+            "sessions_per_episode": study.sessions_per_episode,
+            "gap_days": study.gap_days,
+            "min_user_turns": study.min_user_turns,
+            "episodes_per_worker": study.episodes_per_worker,
+            "simulated_start": study.simulated_start.isoformat(),
+            "quota": study.quota,
+        },
+        "metrics": [
+            {"key": m.key, "statement": m.statement, "low": m.low_label, "high": m.high_label, "reversed": m.reversed}
+            for m in study.metrics.order_by("order", "id")
+        ],
+        "arms": arms,
+        "columns": COLUMNS[what],
+        "source": "memeval (python manage.py export_study)",
+    }
+
+
+def _readme_lines(h: dict[str, Any]) -> list[str]:
+    d = h["design"]
+    lines = [
+        f"memeval export: {h['export']} of the study “{h['study']}” ({h['slug']}), exported {h['exported_at']}",
+    ]
+    if h["pilot"]:
+        lines.append(f"{PILOT_MARK.upper()}: opened with arms that had not passed their readiness checks")
+    lines += [
+        f"design: {d['sessions_per_episode']} sessions per episode, {d['gap_days']:g} days between sessions, "
+        f"at least {d['min_user_turns']} user turns per session, {d['episodes_per_worker']} episodes per worker "
+        f"(each with a different arm, drawn at random), bot's clock from {d['simulated_start']}, status {d['status']}",
+        "metrics (0-100 sliders): "
+        + "; ".join(f"{m['key']}{' (reversed)' if m['reversed'] else ''}: {m['statement']}" for m in h["metrics"]),
+        "arms:",
+    ]
+    for a in h["arms"]:
+        flags = ", ".join(x for x in ("QC" if a["quality_control"] else "", "" if a["active"] else "inactive") if x)
+        lines.append(
+            f"  {a['name']}: {a['memory_system']} on {a['backend']} / {a['model'] or '(no model)'}"
+            f"{' [' + flags + ']' if flags else ''}; readiness: {a['readiness']}; "
+            f"params {json.dumps(a['params'], sort_keys=True)}"
+        )
+    lines.append("columns:")
+    lines += [f"  {name}: {meaning}" for name, meaning in h["columns"].items()]
+    return lines
+
+
+def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
+    if what == "ratings":
+        ratings: QuerySet[Rating] = (
+            Rating.objects.filter(session__episode__participant__study=study)
+            .select_related("session__episode__arm", "metric")
+            .order_by(
+                "session__episode__participant_id", "session__episode_id", "session__index", "metric__order", "id"
+            )
+        )
+        for r in ratings.iterator(chunk_size=2000):
+            ep = r.session.episode
+            yield {
+                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, r.session.index),
+                "metric": r.metric.key,
+                "value": r.value,
+                "reversed": r.metric.reversed,
+                "rated_at": r.created_at.isoformat(),
+            }
+    elif what == "transcripts":
+        messages: QuerySet[Message] = (
+            Message.objects.filter(session__episode__participant__study=study)
+            .select_related("session__episode__arm")
+            .order_by("session__episode__participant_id", "session__episode_id", "session__index", "seq")
+        )
+        for m in messages.iterator(chunk_size=2000):
+            ep = m.session.episode
+            yield {
+                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, m.session.index),
+                "simulated_start": m.session.simulated_start.isoformat(),
+                "seq": m.seq,
+                "speaker": m.speaker,
+                "text": m.text,
+                "status": m.status,
+                "created_at": m.created_at.isoformat(),
+            }
+    elif what == "memory":
+        snapshots: QuerySet[MemorySnapshot] = (
+            MemorySnapshot.objects.filter(session__episode__participant__study=study)
+            .select_related("session__episode__arm")
+            .order_by("session__episode__participant_id", "session__episode_id", "session__index")
+        )
+        for s in snapshots.iterator(chunk_size=200):
+            ep = s.session.episode
+            state = vectors.redacted(s.state)
+            yield {
+                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, s.session.index),
+                "status": s.status,
+                "memory": display.as_text(display.readable(state)),
+                "state": state,
+                "trace": {k: v for k, v in (s.trace or {}).items() if k != "llm_calls"},
+                "error": s.error,
+                "finished_at": s.finished_at.isoformat() if s.finished_at else "",
+            }
+    else:
+        calls: QuerySet[LLMCallRecord] = (
+            LLMCallRecord.objects.filter(session__episode__participant__study=study)
+            .select_related("session__episode__arm", "message")
+            .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
+        )
+        for c in calls.iterator(chunk_size=500):
+            ep = c.session.episode
+            yield {
+                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
+                "message_seq": c.message.seq if c.message else None,
+                "purpose": c.purpose,
+                "model": c.model,
+                "latency_ms": c.latency_ms,
+                "prompt_tokens": c.prompt_tokens,
+                "completion_tokens": c.completion_tokens,
+                "error": c.error,
+                "messages": c.messages,
+                "reply": c.reply,
+                "created_at": c.created_at.isoformat(),
+            }
+
+
+def _who(participant_id: int, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:
+    return {"worker": f"P{participant_id}", "episode": episode, "arm": arm, "memory_system": system, "session": session}
+
+
+def _csv_line(values: list[Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    if value is None:
+        return ""
+    return neutralise_cell(value)  # text a spreadsheet would run as a formula gets a leading ' (numbers untouched)
+
+
+def check(what: str, fmt: str) -> None:
+    if what not in WHAT:
+        raise ExportError(f"unknown export {what!r}: choose one of {', '.join(WHAT)}")
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+def export_lines(study: Study, what: str, fmt: str) -> Iterator[str]:
+    """The export as lines of text (each ending in a newline), header first; streams the records."""
+    check(what, fmt)
+    h = header(study, what, fmt)
+    columns = list(COLUMNS[what])
+    if fmt == "jsonl":
+        yield json.dumps({"header": h}, ensure_ascii=False) + "\n"
+        for record in _records(study, what):
+            yield json.dumps(record, ensure_ascii=False) + "\n"
+        return
+    readme = _readme_lines(h)
+    n = len(readme) + 1
+    yield f"# {n} header lines (this README); read the table with pandas.read_csv(path, skiprows={n})\n"
+    for line in readme:
+        yield "# " + line.replace("\n", " ") + "\n"
+    yield _csv_line(columns)
+    for record in _records(study, what):
+        yield _csv_line([_csv_value(record[c]) for c in columns])
+
+
+def filename(study: Study, what: str, fmt: str) -> str:
+    pilot = "-PILOT" if study.pilot else ""
+    return f"{study.slug}{pilot}-{what}.{fmt}"

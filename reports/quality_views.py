@@ -1,0 +1,48 @@
+"""The researcher's per-worker quality page: QC test, attention checks, authenticity signals and timing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET
+
+from chat.authenticity import FLAG_LABELS, PASTE_SHARE_FLAG, TYPING_CPS_FLAG, UNTYPED_SHARE_FLAG
+from chat.quality import TOO_FAST_SD, median_minutes, study_quality
+from reports.views import _report
+from studies.models import Study
+from studies.roles import researcher_required
+
+
+@require_GET
+@researcher_required
+def quality(request: HttpRequest, slug: str) -> HttpResponse:
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    records = study_quality(study)
+    report = _report(request, study, None)  # the dashboard's unfiltered analysis (cached): its QC section
+    qc: dict[str, Any] = (report.result or {}).get("qc") or {}
+    reasons = qc.get("failed_reasons") or {}
+    by_worker = {w["worker"]: w for w in qc.get("workers") or []}
+    for r in records:
+        entry = by_worker.get(r.worker)
+        if entry is not None:
+            r.qc = {"passed": entry["passed"], "p": entry["p"], "reason": reasons.get(r.worker, "")}
+    if request.GET.get("flagged"):
+        records = [r for r in records if r.reasons()]
+    context = {
+        "study": study,
+        "records": records,
+        "only_flagged": bool(request.GET.get("flagged")),
+        "qc_arm": qc.get("arm"),
+        "n_flagged": sum(1 for r in records if r.reasons()),
+        "median_minutes": median_minutes(records),
+        "thresholds": {
+            "paste": PASTE_SHARE_FLAG,
+            "cps": TYPING_CPS_FLAG,
+            "untyped": UNTYPED_SHARE_FLAG,
+            "too_fast_sd": TOO_FAST_SD,
+            "labels": FLAG_LABELS,
+        },
+    }
+    return render(request, "reports/quality.html", context)

@@ -1,0 +1,219 @@
+"""Study data for the appendix: ``manage.py export_study`` and the study page's downloads, each file with
+a README header; and the pilot mark on every analysis export."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+from django.urls import reverse
+
+from analysis.__main__ import main as analysis_cli
+from chat.models import ArmJob, Episode, Rating
+from memory import vectors
+from memory.embed import HashingEmbedder
+from reports.tests.conftest import add_ratings
+from studies.models import Study
+from studies.tests.conftest import make_finished_episode
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def episode(study: Study) -> Episode:
+    ep = make_finished_episode(study)
+    snapshot = ep.sessions.get(index=1).snapshot
+    snapshot.state = {
+        "memory": ["The user adopted a cat named Miso."],
+        "vectors": vectors.extend(None, ["The user adopted a cat named Miso."], HashingEmbedder()).block(),
+    }
+    snapshot.save()
+    return ep
+
+
+def run(study: Study, what: str, fmt: str = "csv", **kw: Any) -> str:
+    out = io.StringIO()
+    call_command("export_study", study.slug, "--what", what, "--format", fmt, stdout=out, **kw)
+    return out.getvalue()
+
+
+def read_csv(text: str) -> tuple[list[str], pd.DataFrame]:
+    first = text.splitlines()[0]
+    n = int(first.split()[1])
+    assert first.endswith(f"skiprows={n})")
+    header = text.splitlines()[:n]
+    assert all(line.startswith("#") for line in header)
+    return header, pd.read_csv(io.StringIO(text), skiprows=n, keep_default_na=False)
+
+
+def test_the_ratings_csv_starts_with_a_readme_and_reads_with_the_skiprows_it_names(
+    study: Study, episode: Episode
+) -> None:
+    header, table = read_csv(run(study, "ratings"))
+    text = "\n".join(header)
+    assert "memeval export: ratings of the study “Test study” (test-study), exported 20" in text
+    assert "design: 2 sessions per episode, 7 days between sessions" in text
+    assert "coherence: This chatbot understood the context and responded coherently." in text
+    assert "Full history: full_history on scripted / scripted" in text and "readiness: not checked" in text
+    assert "#   value: the rating, 0-100 as given (not reversed)" in text
+    assert "PILOT" not in text
+    assert list(table.columns) == ["worker", "episode", "arm", "memory_system", "session", "metric", "value",
+                                   "reversed", "rated_at"]  # fmt: skip
+    assert len(table) == 5 and set(table["arm"]) == {"Full history"} and table["value"].tolist() == [60, 61, 62, 63, 64]
+    assert table["worker"].iloc[0] == f"P{episode.participant_id}"
+
+
+def test_no_export_contains_the_workers_prolific_id(study: Study, episode: Episode) -> None:
+    for what in ("ratings", "transcripts", "memory", "llm-calls"):
+        for fmt in ("csv", "jsonl"):
+            assert "PID-SECRET-123" not in run(study, what, fmt)
+
+
+def test_the_transcripts_jsonl_has_a_header_line_then_one_message_per_line(study: Study, episode: Episode) -> None:
+    lines = run(study, "transcripts", "jsonl").splitlines()
+    header = json.loads(lines[0])["header"]
+    assert header["export"] == "transcripts" and header["pilot"] is False and header["slug"] == study.slug
+    assert {a["name"]: (a["backend"], a["model"]) for a in header["arms"]} == {
+        "No memory": ("scripted", "scripted"),
+        "Full history": ("scripted", "scripted"),
+    }
+    assert header["columns"]["speaker"] == "user (the worker) or bot"
+    messages = [json.loads(line) for line in lines[1:]]
+    assert [(m["seq"], m["speaker"], m["text"]) for m in messages] == [
+        (1, "user", "I adopted a cat <b>Miso</b>."),
+        (2, "bot", "How lovely! How old is Miso?"),
+    ]
+
+
+def test_the_memory_export_has_the_readable_memory_and_no_embeddings(study: Study, episode: Episode) -> None:
+    text = run(study, "memory")
+    _, table = read_csv(text)
+    row = table.iloc[0]
+    assert row["memory"].startswith("Memory:\n- The user adopted a cat named Miso.")
+    assert "float16 vectors (hashing-256), not shown" in row["state"]
+    state = episode.sessions.get(index=1).snapshot.state
+    assert state["vectors"]["data"] not in text
+    trace = json.loads(row["trace"])
+    assert "llm_calls" not in trace and trace["operations"][0]["op"] == "APPEND"
+
+
+def test_the_llm_calls_export_keeps_the_prompt_and_reply_of_each_call(study: Study, episode: Episode) -> None:
+    records = [json.loads(line) for line in run(study, "llm-calls", "jsonl").splitlines()[1:]]
+    assert [(r["purpose"], r["message_seq"], r["model"]) for r in records] == [("reply", 2, "scripted-model")]
+    assert records[0]["messages"][0] == {"role": "system", "content": "You are a friendly chatbot."}
+    _, table = read_csv(run(study, "llm-calls"))
+    assert json.loads(table.iloc[0]["messages"])[1]["content"] == "I adopted a cat"
+
+
+def test_a_pilot_studys_exports_carry_the_pilot_mark_in_header_and_file_name(
+    study: Study, episode: Episode, client: Client, researcher: Any
+) -> None:
+    study.pilot = True
+    study.save()
+    assert "# PILOT: NOT FOR PUBLICATION" in run(study, "ratings")
+    assert json.loads(run(study, "memory", "jsonl").splitlines()[0])["header"]["pilot_mark"] == (
+        "pilot: not for publication"
+    )
+    client.force_login(researcher)
+    response = client.get(reverse("reports:study_data_export", args=[study.slug, "transcripts", "csv"]))
+    assert response["Content-Disposition"] == 'attachment; filename="test-study-PILOT-transcripts.csv"'
+    assert "PILOT: NOT FOR PUBLICATION" in b"".join(response.streaming_content).decode()
+
+
+def test_the_command_writes_the_file_given_with_out(study: Study, episode: Episode, tmp_path: Path) -> None:
+    out = tmp_path / "ratings.jsonl"
+    assert run(study, "ratings", "jsonl", out=str(out)) == ""
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 6 and "header" in json.loads(lines[0])
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_the_command_refuses_bad_input_clearly_and_writes_nothing(study: Study, tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="no study with the slug 'nope' \\(known: test-study\\)"):
+        run(study.__class__(slug="nope"), "ratings")
+    with pytest.raises(CommandError, match="invalid choice: 'votes'"):
+        run(study, "votes")
+    with pytest.raises(CommandError, match="does not exist"):
+        run(study, "ratings", out=str(tmp_path / "missing" / "x.csv"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_study_page_offers_every_download_and_they_need_a_researcher(
+    study: Study, episode: Episode, client: Client, researcher: Any
+) -> None:
+    url = reverse("reports:study_data_export", args=[study.slug, "memory", "jsonl"])
+    assert client.get(url)["Location"].startswith(reverse("login"))
+    client.force_login(researcher)
+    body = client.get(study.get_absolute_url()).content.decode()
+    for what in ("ratings", "transcripts", "memory", "llm-calls"):
+        for fmt in ("csv", "jsonl"):
+            assert reverse("reports:study_data_export", args=[study.slug, what, fmt]) in body
+    response = client.get(url)
+    assert response.status_code == 200 and response["Content-Type"].startswith("application/x-ndjson")
+    assert client.get(reverse("reports:study_data_export", args=[study.slug, "votes", "csv"])).status_code == 404
+    assert client.get(reverse("reports:study_data_export", args=[study.slug, "memory", "xlsx"])).status_code == 404
+
+
+def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automatic_scores(
+    study: Study, client: Client, researcher: Any, tmp_path: Path
+) -> None:
+    add_ratings(study, workers=6)
+    study.pilot = True
+    study.save()
+    arm = study.arms.get(memory_system="none")
+    result = {"arm": "none", "dataset": "gvd", "questions": 15, "model": "scripted", "overall": {"f1": 0.25, "judge": 0.5},
+              "judge": {"stand_in": True}}  # fmt: skip
+    ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
+    client.force_login(researcher)
+
+    def get(fmt: str) -> str:
+        response = client.get(reverse("reports:study_export", args=[study.slug, fmt]))
+        assert response.status_code == 200
+        return response.content.decode()
+
+    assert get("csv").startswith("# pilot: not for publication\n")
+    data = pd.read_csv(io.StringIO(get("data")))  # the quality export, the CLI's input: the mark is a column
+    assert set(data["pilot"]) == {"pilot: not for publication"}
+    assert len(data) == Rating.objects.filter(session__episode__participant__study=study).count()
+    ratings_csv = tmp_path / "ratings.csv"
+    ratings_csv.write_text(get("data"))
+    metrics = ",".join(study.metrics.order_by("order").values_list("key", flat=True))
+    argv = ["report", str(ratings_csv), "--worker", "worker", "--unit", "unit", "--arm", "arm", "--session", "session"]
+    argv += ["--metrics", metrics, "--metric-col", "metric", "--value-col", "score", "--format", "json"]
+    assert analysis_cli([*argv, "--out", str(tmp_path / "cli.json")]) == 0  # the mark column does not disturb it
+    exported = json.loads(get("json"))
+    assert exported["pilot"] is True
+    assert exported["automatic_evaluation"][0] | {"finished_at": ""} == {
+        "arm": "No memory", "memory_system": "none", "dataset": "gvd", "backend": "scripted", "model": "scripted",
+        "questions": 15, "f1": 0.25, "judge": 0.5, "judge_stand_in": True, "finished_at": "",
+    }  # fmt: skip
+    md = get("md")
+    assert (
+        md.startswith("> **Pilot: not for publication**")
+        and "| No memory | gvd | scripted · scripted | 15 | 0.250 |" in md
+    )
+    assert "Pilot: not for publication" in get("html") and "<h2>Automatic evaluation</h2>" in get("html")
+    latex = get("latex")
+    assert latex.startswith("% pilot: not for publication") and "No memory & gvd & 15 & 0.250 & 0.500" in latex
+
+
+def test_the_csv_exports_neutralise_formula_cells_and_leave_numbers_and_jsonl_alone(
+    study: Study, episode: Episode
+) -> None:
+    session = episode.sessions.get(index=1)
+    session.messages.filter(seq=1).update(text='=HYPERLINK("http://evil.example","click")')
+    study.arms.filter(memory_system="full_history").update(name="-Full history")
+    _, table = read_csv(run(study, "transcripts"))
+    assert table.loc[table["seq"] == 1, "text"].item() == '\'=HYPERLINK("http://evil.example","click")'
+    assert set(table["arm"]) == {"'-Full history"} and table["seq"].tolist() == [1, 2]  # numbers stay numbers
+    _, ratings = read_csv(run(study, "ratings"))
+    assert ratings["value"].tolist() == [60, 61, 62, 63, 64]
+    raw = [json.loads(line) for line in run(study, "transcripts", "jsonl").splitlines()[1:]]
+    assert raw[0]["text"].startswith("=HYPERLINK") and raw[0]["arm"] == "-Full history"  # JSON is not a spreadsheet

@@ -1,0 +1,286 @@
+"""Arm readiness on the study page: the real backend and model, background checks with progress, the
+gate on "Open to workers", the pilot mark, MemoryBank's retention at the study's gap, and the
+automatic evaluation beside the human scores.
+
+The readiness checks themselves (``memory.preflight``) are the memory library's; here they are
+replaced by scripted stand-ins through ``studies.memorycompat.run_preflight``, the one place the
+platform calls them, except in the last test, which runs the real checks when the library has them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from chat import armjobs
+from chat.models import ArmJob
+from memory.systems.memorybank import MemoryBank
+from studies import memorycompat
+from studies.models import Arm, Study
+from studies.tests.conftest import make_ready, passed_check
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rclient(client: Client, researcher: Any) -> Client:
+    client.force_login(researcher)
+    return client
+
+
+@pytest.fixture
+def draft(study: Study) -> Study:
+    study.status = Study.Status.DRAFT
+    study.save()
+    return study
+
+
+@pytest.fixture(autouse=True)
+def _inline_jobs(settings: Any) -> None:
+    settings.CHAT_JOB_MODE = "inline"
+
+
+def fake_preflight(ready: bool, calls: list[dict[str, Any]] | None = None) -> Callable[..., dict[str, Any]]:
+    def run(memory_system: str, llm: Any, **kw: Any) -> dict[str, Any]:
+        if calls is not None:
+            calls.append({"arm": memory_system, "model": llm.model, **kw})
+        for i in range(1, 4):
+            kw["progress"](i, 3, f"replies {i}/3")
+        check = {"name": "reply_no_prompt_text", "score": 1.0 if ready else 0.5, "threshold": 1.0}
+        check |= {"passed": ready, "why": "replies quote the prompt", "examples": []}
+        return {"arm": memory_system, "backend": kw["backend"], "model": llm.model, "ready": ready, "checks": [check]}
+
+    return run
+
+
+def status_of(study: Study) -> tuple[str, bool]:
+    study.refresh_from_db()
+    return study.status, study.pilot
+
+
+def test_the_study_page_shows_each_arms_real_backend_and_model_never_site_default(
+    rclient: Client, study: Study, settings: Any
+) -> None:
+    settings.LLM_BACKEND, settings.LLM_MODEL = "local", ""
+    Arm.objects.create(study=study, name="Site arm", memory_system="rsum")
+    Arm.objects.create(study=study, name="Remote", memory_system="rsum", llm_backend="openai", llm_model="gpt-4o-mini")
+    body = rclient.get(study.get_absolute_url()).content.decode()
+    assert "site default" not in body
+    assert "local · SmolLM2-135M-Instruct" in body  # what make_llm really builds for the site's default
+    assert "openai · gpt-4o-mini" in body and "scripted · scripted" in body
+
+
+def test_opening_is_refused_while_an_arm_is_not_checked_and_the_message_names_it(rclient: Client, draft: Study) -> None:
+    passed_check(draft.arms.get(memory_system="none"))
+    response = rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"}, follow=True)
+    assert status_of(draft) == ("draft", False)
+    body = response.content.decode()
+    assert "not every arm is ready (Full history (not checked))" in body
+    assert "Open as pilot (not for publication)" in body
+
+
+def test_a_failed_check_blocks_opening_and_names_the_failed_check(rclient: Client, draft: Study) -> None:
+    make_ready(draft)
+    passed_check(draft.arms.get(memory_system="full_history"), ready=False)
+    response = rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"}, follow=True)
+    assert status_of(draft) == ("draft", False)
+    assert "Full history (failed operation_accuracy)" in response.content.decode()
+
+
+def test_a_check_made_before_the_arm_changed_is_outdated_and_blocks_opening(rclient: Client, draft: Study) -> None:
+    make_ready(draft)
+    arm = draft.arms.get(memory_system="full_history")
+    arm.llm_model = "another-model"
+    arm.save()
+    rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"})
+    assert status_of(draft) == ("draft", False)
+    states = {r.arm.name: r.state for r in armjobs.readiness(draft)}
+    assert states == {"No memory": "ready", "Full history": "outdated"}
+
+
+def test_a_study_whose_arms_are_all_ready_opens_without_the_pilot_mark(rclient: Client, draft: Study) -> None:
+    make_ready(draft)
+    response = rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"}, follow=True)
+    assert status_of(draft) == ("open", False)
+    assert "pilot: not for publication" not in response.content.decode()
+
+
+def test_opening_as_a_pilot_marks_the_study_on_its_page_and_dashboard(rclient: Client, draft: Study) -> None:
+    response = rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open", "pilot": "1"}, follow=True)
+    assert status_of(draft) == ("open", True)
+    assert "The study is now open as a pilot: not for publication." in response.content.decode()
+    assert "pilot: not for publication" in rclient.get(draft.get_absolute_url()).content.decode()
+    dashboard = rclient.get(reverse("reports:study_analysis", args=[draft.slug])).content.decode()
+    assert "pilot: not for publication" in dashboard
+    assert "pilot: not for publication" in rclient.get(reverse("studies:list")).content.decode()
+
+
+def test_a_pilot_stays_a_pilot_when_it_is_closed_and_reopened(rclient: Client, draft: Study) -> None:
+    url = reverse("studies:status", args=[draft.slug])
+    rclient.post(url, {"status": "open", "pilot": "1"})
+    rclient.post(url, {"status": "closed"})
+    rclient.post(url, {"status": "open"})
+    assert status_of(draft) == ("open", True)
+
+
+def test_a_quality_control_arm_never_keeps_the_study_closed(
+    rclient: Client, draft: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_llm(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise AssertionError("opening a study must not run a readiness check")
+
+    monkeypatch.setattr(memorycompat, "run_preflight", no_llm)
+    make_ready(draft)
+    qc = Arm.objects.create(study=draft, name="QC", memory_system="qc")  # is_qc follows the memory system
+    assert qc.is_qc
+    assert [r.state for r in armjobs.readiness(draft) if r.arm == qc] == ["exempt"]
+    rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"})
+    assert status_of(draft) == ("open", False)
+    page = rclient.get(reverse("studies:detail", args=[draft.slug])).content.decode()
+    assert "QC arm: degraded on purpose, not checked" in page
+
+
+def test_checking_every_arm_runs_a_background_job_per_arm_with_its_resolved_model(
+    rclient: Client, draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(False, calls))
+    with django_capture_on_commit_callbacks(execute=True):
+        response = rclient.post(reverse("studies:check_arms", args=[draft.slug]), {"kind": "readiness"}, follow=True)
+    assert "Readiness checks started for No memory, Full history." in response.content.decode()
+    assert [(c["arm"], c["model"], c["backend"]) for c in calls] == [
+        ("none", "scripted", "scripted"),
+        ("full_history", "scripted", "scripted"),
+    ]
+    jobs = list(ArmJob.objects.order_by("id"))
+    assert [(j.status, j.done, j.total, j.step) for j in jobs] == [("done", 3, 3, "replies 3/3")] * 2
+    rows = armjobs.readiness(draft)
+    assert [(r.state, r.reason) for r in rows] == [("not_ready", "failed reply_no_prompt_text")] * 2
+    body = rclient.get(draft.get_absolute_url()).content.decode()
+    assert "replies quote the prompt" in body and "not ready" in body
+
+
+def test_the_readiness_card_polls_while_a_check_runs_and_shows_its_progress(rclient: Client, draft: Study) -> None:
+    arm = draft.arms.get(memory_system="none")
+    ArmJob.objects.create(
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=4, total=10, step="probes 2/5"
+    )
+    body = rclient.get(reverse("studies:readiness", args=[draft.slug])).content.decode()
+    assert body.lstrip().startswith('<section class="card" id="readiness"')
+    assert 'hx-trigger="every 2s"' in body and "4/10 probes 2/5" in body and "checking" in body
+    ArmJob.objects.update(status="done", result={"ready": True, "checks": []})
+    assert "every 2s" not in rclient.get(reverse("studies:readiness", args=[draft.slug])).content.decode()
+
+
+def test_a_second_check_request_while_one_runs_does_not_start_another(draft: Study) -> None:
+    arm = draft.arms.get(memory_system="none")
+    first = ArmJob.objects.create(arm=arm, kind="readiness", status="running", config=arm.llm_config())
+    assert armjobs.start(arm, "readiness") == first
+    assert ArmJob.objects.count() == 1
+
+
+def test_without_the_readiness_library_the_check_fails_with_a_clear_message(
+    draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    def missing(*args: Any, **kw: Any) -> dict[str, Any]:
+        raise memorycompat.PreflightUnavailable("this installation has no readiness checks")
+
+    monkeypatch.setattr(memorycompat, "run_preflight", missing)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(draft.arms.get(memory_system="none"), "readiness")
+    job.refresh_from_db()
+    assert (job.status, job.error) == ("failed", "this installation has no readiness checks")
+    assert [r.state for r in armjobs.not_ready(draft)] == ["error", "not_checked"]
+
+
+def test_a_crash_inside_a_check_fails_the_job_instead_of_leaving_it_running(
+    draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    def crash(*args: Any, **kw: Any) -> dict[str, Any]:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(memorycompat, "run_preflight", crash)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(draft.arms.get(memory_system="none"), "readiness")
+    job.refresh_from_db()
+    assert job.status == "failed" and "KeyError" in job.error and job.finished_at is not None
+    armjobs.run(job.pk)  # a second delivery of the task changes nothing
+    job.refresh_from_db()
+    assert job.status == "failed"
+
+
+def test_an_unknown_check_kind_or_arm_is_refused_clearly(rclient: Client, draft: Study) -> None:
+    url = reverse("studies:check_arms", args=[draft.slug])
+    assert "Unknown kind of check." in rclient.post(url, {"kind": "nope"}, follow=True).content.decode()
+    assert "No such arm in this study." in rclient.post(url, {"arm": "999"}, follow=True).content.decode()
+    body = rclient.post(url, {"kind": "evaluation", "max_questions": "0"}, follow=True).content.decode()
+    assert "at least 1" in body
+    assert ArmJob.objects.count() == 0
+
+
+def test_the_study_page_shows_memorybanks_retention_at_the_studys_gap(rclient: Client, study: Study) -> None:
+    # Days as the paper counts them; the arm's time-scale parameter, where the library has one, set to 1 day.
+    days = {"forgetting_time_scale_days": 1} if "forgetting_time_scale_days" in MemoryBank.params else {}
+    Arm.objects.create(study=study, name="MemoryBank", memory_system="memorybank", params=days)
+    Arm.objects.create(study=study, name="MB off", memory_system="memorybank", params={"forgetting": False})
+    response = rclient.get(study.get_absolute_url())
+    rows = {r["arm"].name: r for r in response.context["retention"]}
+    assert rows["MemoryBank"]["once"] == pytest.approx(math.exp(-7), rel=1e-6)  # exp(-t/S), t = 7 days, S = 1
+    assert rows["MemoryBank"]["recalled"] == pytest.approx(math.exp(-3.5), rel=1e-6)
+    assert rows["MemoryBank"]["after_all"] == pytest.approx(math.exp(-7), rel=1e-6)  # 2 sessions: one gap
+    assert rows["MB off"]["once"] == 1.0
+    body = response.content.decode()
+    assert "0.001" in body and "MemoryBank forgets almost everything between sessions" in body
+    assert "MB off forgets" not in body
+
+
+def test_the_automatic_evaluation_runs_for_each_arm_and_its_scores_appear_beside_the_human_ones(
+    rclient: Client, study: Study, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        rclient.post(reverse("studies:check_arms", args=[study.slug]), {"kind": "evaluation", "max_questions": "1"})
+    jobs = list(ArmJob.objects.filter(kind="evaluation").order_by("id"))
+    assert [j.status for j in jobs] == ["done", "done"], [j.error for j in jobs]
+    result = jobs[0].result
+    assert result is not None
+    assert (result["arm"], result["dataset"], result["questions"]) == ("none", "gvd", 15)  # 15 GVD users x 1
+    assert jobs[0].done == jobs[0].total > 15  # sessions replayed + questions
+    body = rclient.get(study.get_absolute_url()).content.decode()
+    assert f"F1 <strong>{result['overall']['f1']:.3f}</strong>" in body and "stand-in judge" in body
+    dashboard = rclient.get(reverse("reports:study_analysis", args=[study.slug])).content.decode()
+    assert "Automatic evaluation" in dashboard and f"{result['overall']['f1']:.3f}" in dashboard
+
+
+def test_with_the_readiness_library_the_scripted_stand_in_comes_out_not_ready(
+    draft: Study, django_capture_on_commit_callbacks: Any, settings: Any
+) -> None:
+    pytest.importorskip("memory.preflight", reason="the readiness checks arrive with the memhyg branch")
+    settings.LLM_MAX_TOKENS = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(draft.arms.get(memory_system="none"), "readiness")
+    job.refresh_from_db()
+    assert job.status == "done", job.error
+    assert job.result is not None and job.result["ready"] is False and job.result["model"] == "scripted"
+    assert any(not c["passed"] for c in job.result["checks"])
+
+
+def test_an_evaluation_made_before_the_arm_changed_is_marked_outdated(rclient: Client, study: Study) -> None:
+    arm = study.arms.get(memory_system="none")
+    result = {"questions": 15, "overall": {"f1": 0.1, "judge": 0.0}, "judge": {"stand_in": True}}
+    ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
+    assert "outdated" not in rclient.get(reverse("studies:readiness", args=[study.slug])).content.decode()
+    arm.llm_model = "bigger-model"
+    arm.save()
+    body = rclient.get(reverse("studies:readiness", args=[study.slug])).content.decode()
+    assert "outdated" in body and "run on scripted · scripted before the arm changed" in body
+
+
+def test_checking_a_study_without_active_arms_says_so(rclient: Client, draft: Study) -> None:
+    draft.arms.update(active=False)
+    response = rclient.post(reverse("studies:check_arms", args=[draft.slug]), {"kind": "readiness"}, follow=True)
+    assert "This study has no active arm." in response.content.decode()
