@@ -249,6 +249,25 @@ class Study(models.Model):
         return gap_label(self.gap_days)
 
     @property
+    def gap_phrase(self) -> str:
+        """'one week apart', '7 to 14 days apart (a different gap each time)': the simulated time between
+        sessions, for the consent page's "for the chatbot, sessions are …"."""
+        if self.has_gap_range:
+            return f"{self.gap_days:g} to {self.gap_max_days:g} days apart (a different gap each time)"
+        if not self.gap_days:
+            return "on the same day"
+        return gap_label(self.gap_days).removesuffix(" later…").lower() + " apart"
+
+    def gap_values(self) -> list[float]:
+        """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);
+        a range without a whole day in it is represented by its two ends."""
+        low, high = self.gap_days, self.gap_max_days
+        if high is None or high <= low:
+            return [low]
+        whole = range(math.ceil(low), math.floor(high) + 1)
+        return [float(d) for d in whole] if len(whole) else [low, high]
+
+    @property
     def has_gap_range(self) -> bool:
         return self.gap_max_days is not None and self.gap_max_days > self.gap_days
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from chat import services
 from chat.models import ChatSession, Message
@@ -77,3 +78,16 @@ def test_an_opener_runs_no_per_turn_memory_update(client: Client, study: Study, 
     monkeypatch.setattr(services, "_after_turn", lambda *args: ran.append(1))
     client.get(f"/chat/{second.pk}/")
     assert Message.objects.get(session=second, seq=1).status == Message.Status.COMPLETE and ran == []
+
+
+def test_the_researchers_episode_page_marks_the_opener_and_shows_the_sessions_gap(
+    client: Client, study: Study, script: Any, researcher: Any
+) -> None:
+    script(["Nice!", OPENING])
+    second = second_session(client, study)
+    client.get(f"/chat/{second.pk}/")
+    second.refresh_from_db()
+    client.force_login(researcher)
+    body = client.get(reverse("studies:episode", args=[study.slug, second.episode_id])).content.decode()
+    assert body.count('class="badge opener"') == 1 and OPENING in body
+    assert f"{second.gap_days:g} days after session 1" in body
