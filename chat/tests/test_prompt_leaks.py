@@ -47,6 +47,8 @@ def test_a_reply_that_recites_the_prompt_is_regenerated_and_no_word_of_it_is_sho
     say(session, "How are you?")
     bot = Message.objects.get(session=session, speaker="bot")
     assert bot.status == Message.Status.COMPLETE and bot.text == CLEAN
+    # the regeneration ran inside the same claimed attempt (same lease and deadline), not as a retry
+    assert bot.attempts == 1 and bot.lease_until is None
     shown = "".join(frames)
     assert "friendly chatbot" not in shown and "casual conversation" not in shown
     calls = list(LLMCallRecord.objects.filter(session=session, purpose="reply").order_by("pk"))
