@@ -156,21 +156,27 @@ def judge(m: str, s: str) -> str:
 SUMMARY = ["User: the cold is all better now", "User: has a new piano", "User: went out with the dog"]
 
 
+def _tag(text: str, tag: str) -> str:
+    found = re.search(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return found.group(1) if found else ""
+
+
 def scripted(messages: list[dict[str, str]]) -> str:
-    """A zero-latency model that answers every update prompt of the arms measured here."""
+    """A zero-latency model that answers every update prompt of the arms measured here (worker data
+    arrives in the tagged blocks of memory.hygiene)."""
     text = messages[-1]["content"]
     if "Memory sentences:" in text:  # Keep Me Updated summarizer
         return "\n".join(SUMMARY)
-    if "New sentence: " in text:  # memory_update operation, pairwise or batched
-        s = text.split("New sentence: ", 1)[1].split("\n", 1)[0]
-        if "Old memory sentences:\n" in text:
-            listing = text.split("Old memory sentences:\n", 1)[1].split("\nNew sentence:", 1)[0].splitlines()
+    if "<new_sentence>" in text:  # memory_update operation, pairwise or batched
+        s = _tag(text, "new_sentence")
+        if "<old_sentences>" in text:
+            listing = _tag(text, "old_sentences").splitlines()
             return "\n".join(f"{line.split('. ', 1)[0]}. {judge(line.split('. ', 1)[1], s)}" for line in listing)
-        return judge(text.split("Old memory sentence: ", 1)[1].split("\n", 1)[0], s)
+        return judge(_tag(text, "old_sentence"), s)
     if "extract the relation" in text:  # TiM post-thinking
-        return "The user " + text.rsplit("Question: ", 1)[1].split("\n", 1)[0].lower()
+        return "The user " + _tag(text, "message").lower()
     if "Given the following thoughts" in text:  # TiM forget / merge: the group unchanged
-        return text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0]
+        return _tag(text, "thoughts")
     if text.endswith("SUMMARY:"):  # LD-Agent event summary
         return "SUMMARY: The user talked about the piano and the dog."
     if "NO_TRAIT" in text:  # LD-Agent persona

@@ -8,7 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from studies.models import Arm, AttentionCheck, Metric, Participant
+from studies.models import Arm, AttentionCheck, Metric, Participant, gap_label
 
 
 class Episode(models.Model):
@@ -57,6 +57,9 @@ class ChatSession(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
     simulated_start = models.DateTimeField(help_text="The bot's clock for this session.")
+    # Simulated days since the previous session started (drawn from the study's range); None for the
+    # first session and for sessions made before gaps were stored.
+    gap_days = models.FloatField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     rated_at = models.DateTimeField(null=True, blank=True)
@@ -86,7 +89,16 @@ class ChatSession(models.Model):
         study = self.episode.participant.study
         return (self.episode.index - 1) * study.sessions_per_episode + self.index
 
+    @property
+    def gap_label(self) -> str:
+        """'9 days later…': this session's own gap, as the worker sees it before the session."""
+        if self.gap_days is None:
+            return self.episode.participant.study.gap_label
+        return gap_label(self.gap_days)
 
+
+#: The start of ``Message.error`` for a reply failed because the model recited its prompt.
+PROMPT_LEAK_ERROR = "prompt leak"
 REPLY_TOO_SLOW = "The chatbot took too long to answer."
 
 
@@ -112,6 +124,9 @@ class Message(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     memory_used = models.JSONField(default=list, blank=True)  # what the arm put in the prompt
+    # What the arm's per-turn memory update recorded after this reply: its fallbacks and the memory
+    # writes it rejected (``{"fallbacks": [...], "rejected": [...]}``; empty when there were none).
+    memory_trace = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     # A pending reply's job bookkeeping (chat/reply_jobs.py): the overall deadline of the reply; when
     # its queued job should have started; until when the job that claimed the current attempt holds
@@ -131,6 +146,14 @@ class Message(models.Model):
         return f"{self.speaker}#{self.seq}: {self.text[:40]}"
 
     @property
+    def failure_text(self) -> str:
+        """What the worker is told about a failed reply (never the reply itself)."""
+        if self.error.startswith(PROMPT_LEAK_ERROR):
+            return "The chatbot's answer could not be used this time. Please press Retry for a new one."
+        if self.timed_out():
+            return REPLY_TOO_SLOW
+        return "The chatbot could not answer this time."
+
     def timed_out(self) -> bool:
         """A failed reply that missed its overall deadline (the worker is told so)."""
         return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW

@@ -1,4 +1,4 @@
-"""What a finished reply looks like to the worker: ending at a sentence, not at the token cap.
+"""Whether a streamed reply stopped at the token cap (the cut itself: :func:`memory.hygiene.end_at_sentence`).
 
 A reply that hit ``LLM_MAX_TOKENS`` stops wherever the cap fell ("...and I'll"). When the backend
 says so (a stream with ``finish_reason == "length"``), or, for backends that do not report a finish
@@ -10,28 +10,19 @@ that trails off rather than nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
-
-# A sentence ends at . ! ? or … , optionally followed by closing quotes/brackets, then space or the end.
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s|$)")
-_TRAILING_JUNK = " ,;:-–—"
 
 
 def hit_token_cap(stream: Iterator[str] | object, pieces: int, max_tokens: int) -> bool:
     """Whether a finished stream stopped at the token cap: the backend's finish reason when it
     reports one, else whether it produced ``max_tokens`` pieces."""
-    reason = getattr(stream, "finish_reason", None)
-    if reason is not None:
-        return bool(reason == "length")
-    return pieces >= max_tokens
+    return finish_reason(stream, pieces, max_tokens) == "length"
 
 
-def end_at_sentence(text: str) -> str:
-    """``text`` up to and including its last complete sentence; with none, the text followed by "…"."""
-    text = text.rstrip()
-    ends = list(_SENTENCE_END.finditer(text))
-    if ends:
-        return text[: ends[-1].end()].rstrip()
-    stripped = text.rstrip(_TRAILING_JUNK)
-    return f"{stripped}…" if stripped else stripped
+def finish_reason(stream: Iterator[str] | object, pieces: int, max_tokens: int) -> str | None:
+    """The stream's finish reason, with ``"length"`` inferred from the piece count for backends that
+    report none (what :func:`memory.hygiene.end_at_sentence` expects)."""
+    reported = getattr(stream, "finish_reason", None)
+    if reported is not None:
+        return str(reported)
+    return "length" if pieces >= max_tokens else None

@@ -33,6 +33,7 @@ from chat import fragments, leases, limits, records, replies, state
 from chat.authenticity import Signals, record_signals
 from chat.jobs import broadcast, dispatch, retry_delays
 from chat.models import (
+    PROMPT_LEAK_ERROR,
     REPLY_TOO_SLOW,
     AttentionResponse,
     ChatSession,
@@ -42,8 +43,9 @@ from chat.models import (
     Message,
     Rating,
 )
-from memory.base import MemorySystem, Turn
+from memory.base import MemorySystem, Prompt, Turn
 from memory.embed import Embedder, make_embedder
+from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, end_at_sentence, find_prompt_leak
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
 from studies.models import Arm, Participant, Study
@@ -265,16 +267,35 @@ def unrated_earlier(session: ChatSession) -> ChatSession | None:
 
 def start_session(session: ChatSession) -> ChatSession:
     """Mark a ready session as chatting (idempotent). Raises :class:`RateFirst` while an earlier
-    session of the episode is not rated."""
+    session of the episode is not rated. The bot's opening message is enqueued when it starts."""
     unrated = unrated_earlier(session)
     if unrated is not None:
         raise RateFirst(unrated)
     if session.status == ChatSession.Status.READY:
-        ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
-            status=ChatSession.Status.CHATTING, started_at=timezone.now()
-        )
+        with transaction.atomic():
+            started = ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
+                status=ChatSession.Status.CHATTING, started_at=timezone.now()
+            )
+            if started:
+                add_opener(session)
         session.refresh_from_db()
     return session
+
+
+def opens_with_bot(session: ChatSession) -> bool:
+    """Whether the bot writes this session's first message: every session after the first, when
+    the study says so (Keep Me Updated's protocol: the bot brings up what it remembers)."""
+    return session.index > 1 and session.episode.participant.study.bot_opens_sessions
+
+
+def add_opener(session: ChatSession) -> Message | None:
+    """The pending placeholder of the bot's opening message (seq 1, replying to nothing), enqueued
+    after commit; None when the worker writes first or the session has messages already."""
+    if not opens_with_bot(session) or session.messages.exists():
+        return None
+    bot = Message.objects.create(session=session, seq=1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING)
+    transaction.on_commit(lambda: enqueue_reply(bot.pk))
+    return bot
 
 
 def user_turns(session: ChatSession) -> int:
@@ -370,6 +391,8 @@ def post_user_message(
         if unrated is not None:
             raise ChatError(_rate_first(unrated))
         if locked.status == ChatSession.Status.READY:
+            if opens_with_bot(locked):  # the session page starts it, with the bot's first message
+                raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
             locked.status, locked.started_at = ChatSession.Status.CHATTING, timezone.now()
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
@@ -417,6 +440,12 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
     return msg
 
 
+def draw_gap(study: Study, session: ChatSession) -> float:
+    """The simulated days between ``session`` and the next one, drawn from the study's range. Seeded by
+    the study, the episode and the session, so a replayed end (or a test) draws the same gap."""
+    return study.draw_gap(random.Random(f"gap:{study.pk}:{session.episode_id}:{session.index}"))
+
+
 def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WORKER) -> ChatSession:
     """End a chatting session once the minimum number of user turns is met (idempotent).
 
@@ -450,12 +479,14 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
             )
         MemorySnapshot.objects.get_or_create(session=locked)
         if locked.index < study.sessions_per_episode:
+            gap = draw_gap(study, locked)
             ChatSession.objects.get_or_create(
                 episode=locked.episode,
                 index=locked.index + 1,
                 defaults={
                     "status": ChatSession.Status.PREPARING,
-                    "simulated_start": study.session_start(locked.index + 1),
+                    "simulated_start": locked.simulated_start + timedelta(days=gap),
+                    "gap_days": gap,
                 },
             )
         transaction.on_commit(lambda: enqueue_memory_update(locked.pk))
@@ -548,6 +579,29 @@ def _check_reply(text: str) -> str:
     return text
 
 
+#: ``Message.error`` of a reply failed because the model recited its prompt twice (the worker sees
+#: ``Message.failure_text``, never the reply).
+LEAK_ERROR = PROMPT_LEAK_ERROR
+
+_TOKEN = re.compile(r"\S+")
+
+
+def shown_prefix(text: str, *, hold_back: int = LEAK_MIN_WORDS) -> int:
+    """How much of a reply being streamed may be shown yet: everything but its last ``hold_back``
+    whitespace-separated pieces. A run of prompt text is caught once it is LEAK_MIN_WORDS words long,
+    so holding back that many pieces means no word of a leak reaches the worker before it is caught."""
+    ends = [m.end() for m in _TOKEN.finditer(text)]
+    return ends[-hold_back - 1] if len(ends) > hold_back else 0
+
+
+class PromptLeakError(Exception):
+    """The reply recites the prompt (system prompt, memory header, few-shot examples or a data tag)."""
+
+    def __init__(self, leak: PromptLeak) -> None:
+        super().__init__(f"{LEAK_ERROR}: {leak.source} text in the reply ({leak.words} words: {leak.text[:120]!r})")
+        self.leak = leak
+
+
 def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
     """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows; a reply's
     earlier turns are stored once, in the transcript, not again with every call (chat/records.py)."""
@@ -587,6 +641,15 @@ def generate_reply(message_id: int) -> None:
     A reply cut at the token cap ends at its last complete sentence. Every LLM call is stored as an
     :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs (compare-and-set write).
     Database errors propagate, for the Celery task to retry.
+
+    Blinding: a reply that recites its prompt (:func:`memory.hygiene.find_prompt_leak`) is caught while
+    it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
+    and regenerated once within the same attempt (same lease, same deadline); a second leak fails the
+    reply with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
+    researcher's LLM call record.
+
+    The bot's opening message of a session (a placeholder replying to nothing, see :func:`add_opener`)
+    is written from ``compose_opening``; no ``after_turn`` follows it.
     """
     msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
         pk=message_id
@@ -630,12 +693,30 @@ def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
     max_attempts = len(delays) + 1
     start_state = (dict(episode.memory_state or {}), episode.state_version)
     now = session_clock(session)
+    opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
     try:
         with leases.heartbeat(held) as beat:
-            prompt = system.compose(episode.memory_state, turns_of(session, upto_seq=msg.seq - 1), now)
-            text = _stream_reply(msg, llm, prompt.as_dicts() if prompt.reply is None else None, prompt.reply,
-                                 deadline=deadline, beat=beat)  # fmt: skip
+            turns = turns_of(session, upto_seq=msg.seq - 1)
+            if opener:
+                prompt = system.compose_opening(episode.memory_state, now)
+            else:
+                prompt = system.compose(episode.memory_state, turns, now)
+            chat = [t.text for t in turns]
+            for leaks in (1, 2):
+                try:
+                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat)
+                    break
+                except PromptLeakError as exc:
+                    if llm.calls:
+                        llm.calls[-1].error = str(exc)
+                    store_llm_calls(session.pk, msg.pk, llm.drain())
+                    log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
+                    if leaks == 2:
+                        _fail_reply(msg, held, str(exc))
+                        return
+                    # Regenerate once; the bubble is reset (nothing of the leak was shown).
+                    broadcast(session.pk, fragments.message(msg))
     except _Superseded:
         store_llm_calls(session.pk, msg.pk, llm.drain())
         return
@@ -667,51 +748,66 @@ def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
     )  # fmt: skip
     msg.refresh_from_db()
     broadcast(session.pk, fragments.message(msg))
-    if updated:
+    if updated and not opener:  # an opener follows no exchange to learn from
         _after_turn(session, episode, system, llm, msg, now, start_state)
 
 
 def _stream_reply(
     msg: Message,
     llm: RecordingLLM,
-    messages: list[dict[str, str]] | None,
-    fixed: str | None,
+    prompt: Prompt,
     *,
+    chat: list[str],
     deadline: datetime,
     beat: leases.Heartbeat,
 ) -> str:
     """Stream one reply to the session's sockets and return its cleaned text.
 
     Pieces are pushed as they come, coalesced to one frame per ``CHAT_TOKEN_FLUSH_SECONDS`` (the
-    first one at once); what is still buffered at the end arrives with the final message. An arm
-    may give its reply itself (``fixed``, the quality-control arm): it is sent as is, with no LLM call.
+    first one at once), minus a held-back tail that is checked for prompt text first
+    (:class:`PromptLeakError`, the stream closed); what is still held back at the end arrives with
+    the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
+    it is sent as is, with no LLM call and no leak check.
     """
     max_tokens = settings.LLM_MAX_TOKENS
     flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
+    fixed = prompt.reply
     stream: Iterator[str] = (
-        iter([fixed]) if fixed is not None else llm.stream(messages or [], max_tokens=max_tokens, purpose="reply")
+        iter([fixed]) if fixed is not None else llm.stream(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply")
     )
+
+    def stop() -> None:
+        close = getattr(stream, "close", None)
+        if close:
+            close()  # stop the model writing the rest of a reply nobody will see
+
     pieces: list[str] = []
-    buffered: list[str] = []
+    shown = 0
     last_flush = 0.0
     for piece in stream:
         if beat.lost:
             raise _Superseded()
         if timezone.now() >= deadline:  # a trickling stream: every read in time, the whole reply not
-            close = getattr(stream, "close", None)
-            if close:
-                close()
+            stop()
             raise LLMError(REPLY_TOO_SLOW)
         pieces.append(piece)
-        buffered.append(piece)
         if time.monotonic() - last_flush >= flush_every:
-            broadcast(msg.session_id, fragments.token(msg.seq, "".join(buffered)))
-            buffered.clear()
+            so_far = "".join(pieces)
+            if fixed is None and (leak := find_prompt_leak(so_far, prompt.messages, chat=chat)) is not None:
+                stop()
+                raise PromptLeakError(leak)
+            safe = shown_prefix(so_far) if fixed is None else len(so_far)
+            if safe > shown:
+                broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
+                shown = safe
             last_flush = time.monotonic()
     text = _check_reply("".join(pieces))
-    if fixed is None and replies.hit_token_cap(stream, len(pieces), max_tokens):
-        text = replies.end_at_sentence(text)
-    return text
+    if fixed is not None:
+        return text
+    leak = find_prompt_leak(text, prompt.messages, chat=chat)
+    if leak is not None:
+        raise PromptLeakError(leak)
+    return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
 
 
 def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
@@ -741,6 +837,12 @@ def _after_turn(
         store_llm_calls(session.pk, msg.pk, llm.drain())
         return
     store_llm_calls(session.pk, msg.pk, llm.drain())
+    trace = applied.update.trace or {}
+    recorded = {k: trace[k] for k in ("fallbacks", "rejected") if trace.get(k)}
+    if recorded:
+        # Rejected memory writes and fallbacks are evidence about the arm: kept with the reply they followed.
+        Message.objects.filter(pk=msg.pk).update(memory_trace=recorded)
+        log.info("after_turn of session %s: %s", session.pk, {k: len(v) for k, v in recorded.items()})
     episode.memory_state, episode.state_version = applied.update.state, applied.version
 
 

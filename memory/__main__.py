@@ -1,8 +1,13 @@
-"""Command line: ``python -m memory arms``, ``python -m memory replay`` and ``python -m memory eval``.
+"""Command line: ``python -m memory arms``, ``python -m memory replay``, ``python -m memory preflight`` and
+``python -m memory eval``.
 
 ``eval`` scores an arm on GVD or LoCoMo (see :mod:`memory.evaluation`).
 
 ``arms`` lists the registered arms with their parameters, defaults and sources.
+
+``preflight ARM`` runs the arm's readiness checks (``memory.preflight``) with a backend and model and
+prints them (``--format text``) or their JSON (``--format json``); it exits 0 when the arm is ready,
+3 when it is not, 2 on bad input.
 
 ``replay`` runs an arm over a multi-session dialogue file the way the platform would (compose → reply →
 after_turn per user message, end_session after each session, simulated time from the file), then
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -220,9 +226,73 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    import logging
+def _llm_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
+    if base_url:
+        options["base_url"] = base_url
+    if api_key:
+        options["api_key"] = api_key
+    if getattr(args, "timeout", None):
+        options["timeout"] = args.timeout
+    if getattr(args, "threads", None):
+        options["n_threads"] = args.threads
+    return options
 
+
+def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
+    from memory.llm import LLMError
+    from memory.preflight import preflight, render_text
+
+    params = {}
+    for item in args.param or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"--param needs KEY=VALUE, not {item!r}", file=sys.stderr)
+            return 2
+        params[key] = _value(value)
+    try:
+        llm = make_llm(args.backend, args.model or "", **_llm_options(args))
+        embedder = make_embedder(args.embedder)
+    except LLMError as exc:
+        print(f"cannot build the LLM: {exc}", file=sys.stderr)
+        return 2
+
+    memory_log = logging.getLogger("memory")
+    level = memory_log.level
+    if not args.verbose:  # the arms log every fallback; the report already says what went wrong
+        memory_log.setLevel(logging.ERROR)
+
+    def progress(done: int, total: int, label: str) -> None:
+        if args.progress:
+            print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
+
+    try:
+        result = preflight(
+            args.arm,
+            llm,
+            embedder=embedder,
+            params=params,
+            backend=args.backend,
+            progress=progress,
+            reply_max_tokens=args.reply_max_tokens,
+            max_probes=args.max_probes,
+        )
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    finally:  # main() is also called in-process (tests): leave the logger as it was
+        memory_log.setLevel(level)
+    if args.format == "json":
+        json.dump(result.as_dict(), out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        out.write(render_text(result))
+    return 0 if result.ready else 3
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from memory.evaluation import DatasetError, render_markdown, run
 
     memory_log = logging.getLogger("memory")
@@ -292,6 +362,21 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     rp.add_argument("--max-tokens", type=int, default=64, help="reply length in tokens")
     rp.add_argument("--out", default="", help="write JSONL records here instead of printing")
     rp.add_argument("--width", type=int, default=4000, help="characters of each printed state")
+    pf = sub.add_parser("preflight", help="can this arm's model do the arm's LLM tasks? (exit 0 ready, 3 not)")
+    pf.add_argument("arm", choices=sorted(MEMORY_SYSTEMS))
+    pf.add_argument("--backend", default="local", choices=["local", "openai", "scripted"])
+    pf.add_argument("--model", default="")
+    pf.add_argument("--base-url", default="", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL)")
+    pf.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
+    pf.add_argument("--timeout", type=float, default=60.0, help="per-call timeout in seconds (openai backend)")
+    pf.add_argument("--threads", type=int, default=2, help="CPU threads of the local model (1 on a busy machine)")
+    pf.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])
+    pf.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
+    pf.add_argument("--format", default="text", choices=["text", "json"])
+    pf.add_argument("--reply-max-tokens", type=int, default=120, help="token cap of a bot reply (LLM_MAX_TOKENS)")
+    pf.add_argument("--max-probes", type=int, default=None, help="ask only the first N probing questions")
+    pf.add_argument("--progress", action="store_true", help="print progress to stderr")
+    pf.add_argument("--verbose", action="store_true", help="log every fallback of the arm to stderr")
     ev = sub.add_parser("eval", help="score an arm on GVD or LoCoMo (token F1, LLM judge, tokens, latency)")
     ev.add_argument("arm", choices=sorted(MEMORY_SYSTEMS))
     ev.add_argument("--dataset", required=True, choices=["gvd", "locomo"])
@@ -314,6 +399,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "arms":
         return cmd_arms(args, out)
+    if args.command == "preflight":
+        return cmd_preflight(args, out)
     if args.command == "eval":
         return cmd_eval(args, out)
     return cmd_replay(args, out)

@@ -185,6 +185,11 @@ class MemorySystem(Protocol):
         """The memory update at the end of a session: new state plus its trace."""
         ...
 
+    def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
+        """The chat messages for the bot's first message of a session (sessions after the first open
+        with the bot, from its memory, as in Keep Me Updated's live evaluation). No LLM call."""
+        ...
+
 
 def ensure_json(state: dict[str, Any]) -> dict[str, Any]:
     """Round-trip a state through JSON; raises TypeError if it is not plain JSON."""
@@ -197,9 +202,33 @@ def transcript(session: Sequence[Turn], *, user: str = "User", bot: str = "Bot")
     return "\n".join(f"{user if t.speaker == 'user' else bot}: {t.text}" for t in session)
 
 
-def chat_turns(session: Sequence[Turn]) -> list[ChatMessage]:
-    """The session as alternating user / assistant chat messages."""
-    return [ChatMessage("user" if t.speaker == "user" else "assistant", t.text) for t in session]
+#: The instruction added to a reply prompt when the bot speaks first in a session (compose_opening).
+OPENER = (
+    "The user has just come back to chat with you and has not written anything yet. Write the first message of "
+    "this conversation: greet them warmly and, if you know something from your earlier conversations with them, "
+    "bring one thing up naturally and ask about it. One or two short sentences."
+)
+
+#: Reply prompts show at most this many of the current session's most recent turns (a session is
+#: short in a study; this keeps a very long one from growing the prompt without bound).
+CONTEXT_TURNS = 40
+
+
+def recent(session: Sequence[Turn], limit: int = CONTEXT_TURNS) -> Sequence[Turn]:
+    """The last ``limit`` turns of the session (all of them when ``limit`` is 0)."""
+    return session[-limit:] if limit and len(session) > limit else session
+
+
+def chat_turns(session: Sequence[Turn], limit: int = CONTEXT_TURNS) -> list[ChatMessage]:
+    """The session's most recent turns as alternating user / assistant chat messages."""
+    return [ChatMessage("user" if t.speaker == "user" else "assistant", t.text) for t in recent(session, limit)]
+
+
+def with_opener(prompt: Prompt, instruction: str) -> Prompt:
+    """``prompt`` plus the instruction to open the session, as a final user-role message (the chat
+    templates of most models need a user message before the assistant's; the bot's opening message
+    then becomes the first turn of the session)."""
+    return Prompt([*prompt.messages, ChatMessage("user", instruction)], memory=list(prompt.memory), reply=prompt.reply)
 
 
 class BaseSystem(ABC):
@@ -243,3 +272,9 @@ class BaseSystem(ABC):
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         return Update(state=state)
+
+    def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
+        """Default opener: the arm's own reply prompt for an empty session (so it shows what the arm
+        would show: its summary, its latest memories) plus the opener instruction. Arms whose
+        retrieval needs a user message choose what to show for an empty session in ``compose``."""
+        return with_opener(self.compose(state, [], now), OPENER)

@@ -7,7 +7,13 @@ Backends:
 - ``scripted``: deterministic and instant, for tests and benchmarks (a callable or a list of replies).
 
 Errors are mapped to :class:`LLMTransientError` (worth retrying: timeout, 429, 5xx, connection,
-empty output) or :class:`LLMError` (not worth retrying: bad request, auth).
+empty output) or :class:`LLMError` (not worth retrying: bad request, auth, a prompt too long for the
+model's context window).
+
+Every backend reports why the model stopped: :attr:`Completion.finish_reason` for ``complete`` and
+:attr:`TextStream.finish_reason` (set once the stream is exhausted) for ``stream``. ``"length"`` means
+the output was cut at ``max_tokens``: memory writes discard such outputs, and the platform cuts a
+reply back to its last sentence (:func:`memory.hygiene.end_at_sentence`).
 
 Tool calls: ``complete(..., tools=[...])`` offers OpenAI-style function tools; the reply's
 :attr:`Completion.tool_calls` holds the calls the model made. Backends whose ``supports_tools`` is
@@ -20,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +52,10 @@ class LLMTransientError(LLMError):
     """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
 
 
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"  # the output was cut at max_tokens
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One function call the model asked for. ``arguments`` is {} when they did not parse (see ``raw``)."""
@@ -59,12 +70,57 @@ class ToolCall:
 
 @dataclass
 class Completion:
+    """One completed LLM answer. ``finish_reason`` is ``"stop"`` (the model ended its answer),
+    ``"length"`` (cut at ``max_tokens``) or whatever else the endpoint reports (e.g.
+    ``"content_filter"``); ``None`` when the backend did not say."""
+
     text: str
     model: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float = 0.0
+    finish_reason: str | None = FINISH_STOP
     tool_calls: list[ToolCall] = field(default_factory=list)
+
+    @property
+    def cut(self) -> bool:
+        """True when the model stopped at the token limit (the text may end mid-sentence)."""
+        return self.finish_reason == FINISH_LENGTH
+
+
+class TextStream(Iterator[str]):
+    """The pieces of a streamed reply; ``finish_reason`` is known once the stream is exhausted.
+
+    Backends build it from an iterator of ``(piece, finish_reason or None)`` pairs. Iterating it
+    works like any iterator of strings, so callers that ignore the finish reason need not change."""
+
+    def __init__(self, chunks: Iterator[tuple[str, str | None]]) -> None:
+        self._chunks = chunks
+        self.finish_reason: str | None = None
+        self.done = False
+
+    def __iter__(self) -> TextStream:
+        return self
+
+    def __next__(self) -> str:
+        while True:
+            try:
+                piece, reason = next(self._chunks)
+            except StopIteration:
+                self.done = True
+                raise
+            if reason:
+                self.finish_reason = reason
+            if piece:
+                return piece
+
+    def close(self) -> None:
+        """Stop the stream early (the caller will not read the rest); a recording wrapper records the
+        call with what was read so far."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        self.done = True
 
 
 @dataclass
@@ -79,6 +135,7 @@ class LLMCall:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str = ""
+    finish_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +147,7 @@ class LLM(Protocol):
 
     @property
     def model(self) -> str:
-        """The model name recorded with each call."""
+        """The model name, as reported in traces and readiness reports."""
         ...
 
     def complete(
@@ -105,7 +162,15 @@ class LLM(Protocol):
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]: ...
+    ) -> Iterator[str]:
+        """The reply piece by piece. Our backends return a :class:`TextStream`, whose
+        ``finish_reason`` is set when the stream is exhausted."""
+        ...
+
+
+def finish_reason_of(stream: Iterator[str]) -> str | None:
+    """The finish reason of an exhausted stream (``None`` if the backend does not report one)."""
+    return getattr(stream, "finish_reason", None)
 
 
 # --------------------------------------------------------------------------------------------- local
@@ -124,16 +189,16 @@ def smollm2_path() -> Path:
     return ggufs[0]
 
 
-_LLAMAS: dict[tuple[str, int], Any] = {}
+_LLAMAS: dict[tuple[str, int, int], Any] = {}
 _LLAMA_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe: one call at a time per process
 
 
-def _llama(path: Path, n_ctx: int) -> Any:
-    key = (str(path), n_ctx)
+def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
+    key = (str(path), n_ctx, n_threads)
     if key not in _LLAMAS:
         from llama_cpp import Llama
 
-        _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=2, seed=0, verbose=False)
+        _LLAMAS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, seed=0, verbose=False)
     return _LLAMAS[key]
 
 
@@ -144,34 +209,46 @@ class LocalLLM:
 
     supports_tools = False
 
-    def __init__(self, model: str = DEFAULT_LOCAL_MODEL, *, model_path: str | None = None, n_ctx: int = 4096):
+    def __init__(
+        self,
+        model: str = DEFAULT_LOCAL_MODEL,
+        *,
+        model_path: str | None = None,
+        n_ctx: int = 4096,
+        n_threads: int = 2,
+    ) -> None:
         self.model = model or DEFAULT_LOCAL_MODEL
         self.path = Path(model_path) if model_path else smollm2_path()
         self.n_ctx = n_ctx
+        # llama.cpp's threads wait on each other at every step: on a machine whose cores are busy with
+        # other work, 1 thread is several times faster than 2 (bench note in docs/memory-systems.md).
+        self.n_threads = max(1, int(n_threads))
 
     def _fit(self, messages: Messages, max_tokens: int) -> list[dict[str, str]]:
         # Keep the system message and drop the oldest turns until the prompt fits the context window.
-        llama = _llama(self.path, self.n_ctx)
+        llama = _llama(self.path, self.n_ctx, self.n_threads)
         msgs = [dict(m) for m in messages]
         budget = self.n_ctx - max_tokens - 16
-        while len(msgs) > 2:
-            n = len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
-            if n <= budget:
-                break
+
+        def size() -> int:
+            return len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
+
+        n = size()
+        while len(msgs) > 2 and n > budget:
             del msgs[1 if msgs[0]["role"] == "system" else 0]
-        else:
-            n = len(llama.tokenize("\n".join(m["content"] for m in msgs).encode(), add_bos=False)) + 8 * len(msgs)
-            if n > budget:
-                # What is left cannot be dropped (the system message and the newest message): retrying
-                # the same prompt cannot help, so this is not a transient error.
-                raise LLMError(
-                    f"the prompt is too long for the local model: about {n} tokens, but its context window of "
-                    f"{self.n_ctx} tokens leaves {budget} for the prompt after {max_tokens} for the reply"
-                )
+            n = size()
+        if n > budget:
+            # What is left cannot be dropped (the system message and the newest message): retrying
+            # the same prompt cannot help, so this is not a transient error.
+            raise LLMError(
+                f"the prompt is too long for the local model: about {n} tokens, but its context window of "
+                f"{self.n_ctx} tokens leaves {budget} for the prompt after {max_tokens} for the reply "
+                "(shorten the arm's memory budget or use a model with a larger context)"
+            )
         return msgs
 
     def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
-        llama = _llama(self.path, self.n_ctx)
+        llama = _llama(self.path, self.n_ctx, self.n_threads)
         try:
             return llama.create_chat_completion(
                 messages=self._fit(messages, max_tokens),
@@ -195,7 +272,8 @@ class LocalLLM:
         start = time.perf_counter()
         with _LLAMA_LOCK:
             out = self._create(messages, max_tokens, temperature, stream=False)
-        text = (out["choices"][0]["message"].get("content") or "").strip()
+        choice = out["choices"][0]
+        text = (choice["message"].get("content") or "").strip()
         usage = out.get("usage") or {}
         return Completion(
             text=text,
@@ -203,17 +281,19 @@ class LocalLLM:
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             latency_ms=(time.perf_counter() - start) * 1000,
+            finish_reason=choice.get("finish_reason"),
         )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        with _LLAMA_LOCK:
-            chunks = self._create(messages, max_tokens, temperature, stream=True)
-            for chunk in chunks:
-                piece = chunk["choices"][0].get("delta", {}).get("content")
-                if piece:
-                    yield piece
+    ) -> TextStream:
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            with _LLAMA_LOCK:
+                for chunk in self._create(messages, max_tokens, temperature, stream=True):
+                    choice = chunk["choices"][0]
+                    yield (choice.get("delta", {}).get("content") or ""), choice.get("finish_reason")
+
+        return TextStream(chunks())
 
 
 # -------------------------------------------------------------------------------------------- openai
@@ -292,30 +372,37 @@ class OpenAILLM:
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             latency_ms=(time.perf_counter() - start) * 1000,
+            finish_reason=getattr(out.choices[0], "finish_reason", None),
             tool_calls=[parse_tool_call(c.function.name, c.function.arguments) for c in message.tool_calls or []],
         )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        try:
-            chunks = self.client.chat.completions.create(
-                model=self.model,
-                messages=_chat_params(messages),
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stream=True,
-            )
-            for chunk in chunks:
-                if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
-        except self._openai.OpenAIError as exc:
-            raise self._map(exc) from exc
-        except (self._httpx.HTTPError, ValueError) as exc:
-            # After the response started, the SDK lets the transport's errors through: a stall
-            # (httpx.ReadTimeout), a reset (httpx.ReadError, RemoteProtocolError) or a malformed event
-            # line (json.JSONDecodeError, a ValueError). All are worth a retry.
-            raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
+    ) -> TextStream:
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            try:
+                stream = self.client.chat.completions.create(
+                    model=self.model,
+                    messages=_chat_params(messages),
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    stream=True,
+                )
+                for chunk in stream:
+                    if not chunk.choices:
+                        continue
+                    choice = chunk.choices[0]
+                    piece = choice.delta.content if choice.delta and choice.delta.content else ""
+                    yield piece, choice.finish_reason
+            except self._openai.OpenAIError as exc:
+                raise self._map(exc) from exc
+            except (self._httpx.HTTPError, ValueError) as exc:
+                # After the response started, the SDK lets the transport's errors through: a stall
+                # (httpx.ReadTimeout), a reset (httpx.ReadError, RemoteProtocolError) or a malformed event
+                # line (json.JSONDecodeError, a ValueError). All are worth a retry.
+                raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
+
+        return TextStream(chunks())
 
 
 def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
@@ -330,8 +417,9 @@ def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
 # ------------------------------------------------------------------------------------------ scripted
 
 
-# A script maps the messages to a text reply, or (when tools are offered) to a list of tool calls.
-Script = Callable[[list[dict[str, str]]], "str | list[ToolCall]"]
+# A script maps the messages to a text reply, a Completion (to set the finish reason exactly) or, when
+# tools are offered, a list of tool calls.
+Script = Callable[[list[dict[str, str]]], "str | Completion | list[ToolCall]"]
 
 
 class ScriptedLLM:
@@ -339,11 +427,15 @@ class ScriptedLLM:
     turn (the last one repeats). With no script it echoes the last user message. Exceptions in the
     list are raised, to simulate failures. A reply may be a list of :class:`ToolCall` (the model
     "calls tools"); ``supports_tools`` says whether arms should offer tools to this fake.
-    ``tools_seen`` records the tools offered with each call (None when none were)."""
+    ``tools_seen`` records the tools offered with each call (None when none were).
+
+    Like a real model it honours ``max_tokens``, counting one token per word: a longer reply is cut
+    after ``max_tokens`` words with ``finish_reason="length"``. A script may also return a
+    :class:`Completion` to set the text and finish reason exactly."""
 
     def __init__(
         self,
-        script: Script | Sequence[str | list[ToolCall] | Exception] | None = None,
+        script: Script | Sequence[str | Completion | list[ToolCall] | Exception] | None = None,
         *,
         model: str = "scripted",
         supports_tools: bool = False,
@@ -355,20 +447,30 @@ class ScriptedLLM:
         self.calls: list[list[dict[str, str]]] = []
         self.tools_seen: list[list[dict[str, Any]] | None] = []
 
-    def _reply(self, messages: Messages, tools: Tools | None = None) -> str | list[ToolCall]:
+    def _reply(self, messages: Messages, max_tokens: int, tools: Tools | None = None) -> Completion:
         msgs = [dict(m) for m in messages]
         self.calls.append(msgs)
         self.tools_seen.append([dict(t) for t in tools] if tools else None)
+        item: str | Completion | list[ToolCall] | Exception
         if self.script is None:
             last = next((m["content"] for m in reversed(msgs) if m["role"] == "user"), "")
-            return f"You said: {last}"
-        if callable(self.script):
-            return self.script(msgs)
-        item = self.script[min(self.i, len(self.script) - 1)]
-        self.i += 1
+            item = f"You said: {last}"
+        elif callable(self.script):
+            item = self.script(msgs)
+        else:
+            item = self.script[min(self.i, len(self.script) - 1)]
+            self.i += 1
         if isinstance(item, Exception):
             raise item
-        return item
+        if isinstance(item, Completion):
+            return item
+        if isinstance(item, list):
+            return Completion("", self.model, 0, len(item), tool_calls=list(item))
+        words = list(re.finditer(r"\S+", item))
+        if max_tokens > 0 and len(words) > max_tokens:
+            cut = item[: words[max_tokens - 1].end()]
+            return Completion(cut, self.model, 0, max_tokens, finish_reason=FINISH_LENGTH)
+        return Completion(item, self.model, 0, len(words), finish_reason=FINISH_STOP)
 
     def complete(
         self,
@@ -379,21 +481,33 @@ class ScriptedLLM:
         purpose: str = "",
         tools: Tools | None = None,
     ) -> Completion:
-        out = self._reply(messages, tools)
-        if isinstance(out, list):
-            if not tools:
-                raise LLMError("the script answered with tool calls, but no tools were offered")
-            return Completion(text="", model=self.model, prompt_tokens=0, completion_tokens=len(out), tool_calls=out)
-        return Completion(text=out, model=self.model, prompt_tokens=0, completion_tokens=len(out.split()))
+        out = self._reply(messages, max_tokens, tools)
+        if out.tool_calls and not tools:
+            raise LLMError("the script answered with tool calls, but no tools were offered")
+        return Completion(
+            out.text,
+            out.model or self.model,
+            out.prompt_tokens,
+            out.completion_tokens,
+            0.0,
+            out.finish_reason,
+            tool_calls=list(out.tool_calls),
+        )
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        out = self._reply(messages)
-        if isinstance(out, list):
+    ) -> TextStream:
+        out = self._reply(messages, max_tokens)
+        if out.tool_calls:
             raise LLMError("the script answered a streamed reply with tool calls")
-        for i, word in enumerate(out.split(" ")):
-            yield word if i == 0 else " " + word
+        words = out.text.split(" ")
+
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            for i, word in enumerate(words):
+                last = i == len(words) - 1
+                yield (word if i == 0 else " " + word), (out.finish_reason if last else None)
+
+        return TextStream(chunks())
 
 
 # ----------------------------------------------------------------------------------------- recording
@@ -443,23 +557,41 @@ class RecordingLLM:
                 latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
                 prompt_tokens=out.prompt_tokens,
                 completion_tokens=out.completion_tokens,
+                finish_reason=out.finish_reason,
             )
         )
         return out
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
+    ) -> TextStream:
         start = time.perf_counter()
         pieces: list[str] = []
-        try:
-            for piece in self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose):
-                pieces.append(piece)
-                yield piece
-        except LLMError as exc:
-            self._record(purpose, messages, "".join(pieces), start, error=str(exc))
-            raise
-        self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces))
+        holder: list[TextStream] = []
+
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            inner: Iterator[str] = iter(())
+            try:
+                inner = self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+                for piece in inner:
+                    pieces.append(piece)
+                    yield piece, None
+            except LLMError as exc:
+                self._record(purpose, messages, "".join(pieces), start, error=str(exc))
+                raise
+            except GeneratorExit:  # the caller closed the stream early: the call still happened
+                close = getattr(inner, "close", None)
+                if close is not None:
+                    close()
+                self._record(purpose, messages, "".join(pieces), start, error="stream closed by the caller")
+                raise
+            reason = finish_reason_of(inner)
+            self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces), finish_reason=reason)
+            holder[0].finish_reason = reason
+
+        stream = TextStream(chunks())
+        holder.append(stream)
+        return stream
 
     def _record(
         self,
@@ -470,6 +602,7 @@ class RecordingLLM:
         *,
         error: str = "",
         completion_tokens: int | None = None,
+        finish_reason: str | None = None,
     ) -> None:
         self.calls.append(
             LLMCall(
@@ -480,6 +613,7 @@ class RecordingLLM:
                 latency_ms=round((time.perf_counter() - start) * 1000, 1),
                 completion_tokens=completion_tokens,
                 error=error,
+                finish_reason=finish_reason,
             )
         )
 
@@ -493,7 +627,9 @@ class RecordingLLM:
 def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
     """Build an LLM by backend name: ``local``, ``openai`` or ``scripted``."""
     if backend == "local":
-        return LocalLLM(model or DEFAULT_LOCAL_MODEL, model_path=options.get("model_path"))
+        return LocalLLM(
+            model or DEFAULT_LOCAL_MODEL, model_path=options.get("model_path"), n_threads=options.get("n_threads", 2)
+        )
     if backend == "openai":
         if not model:
             raise LLMError("the openai backend needs a model name")

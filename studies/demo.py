@@ -102,8 +102,8 @@ def script(messages: list[dict[str, str]]) -> str:
         facts = [fact for rows in TOPICS.values() for said, fact, _ in rows if said in conversation]
         return "\n".join(facts) or "NONE"
     if system == OPERATION_SYSTEM:
-        old = re.search(r"Old memory sentence: (.*)", user)
-        new = re.search(r"New sentence: (.*)", user)
+        old = re.search(r"<old_sentence>(.*?)</old_sentence>", user)
+        new = re.search(r"<new_sentence>(.*?)</new_sentence>", user)
         m, s = (old.group(1).strip() if old else ""), (new.group(1).strip() if new else "")
         if m == s:
             return "PASS"
@@ -144,6 +144,7 @@ def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
             episodes_per_worker=2,
             min_user_turns=2,
             gap_days=7,
+            gap_max_days=None,  # a fixed week: the demo's memories were computed on that clock
             completion_code="SIMULATED",
             created_by=created_by,
             description=(
@@ -209,6 +210,7 @@ def _simulate_episode(
             index=k,
             status=ChatSession.Status.DONE,
             simulated_start=clock,
+            gap_days=study.gap_days if k > 1 else None,
             started_at=began,
             ended_at=began + dt.timedelta(minutes=8),
             rated_at=began + dt.timedelta(minutes=10),

@@ -22,6 +22,8 @@ STUDY_FIELDS = [
     "description",
     "sessions_per_episode",
     "gap_days",
+    "gap_max_days",
+    "bot_opens_sessions",
     "min_user_turns",
     "episodes_per_worker",
     "quota",
@@ -46,7 +48,14 @@ ARM_FROZEN_FIELDS = ("memory_system", "params", "llm_backend", "llm_model")
 
 
 # Changing these once workers have started would mix two designs in one data set.
-STUDY_FROZEN_FIELDS = ("sessions_per_episode", "episodes_per_worker", "gap_days", "simulated_start")
+STUDY_FROZEN_FIELDS = (
+    "sessions_per_episode",
+    "episodes_per_worker",
+    "gap_days",
+    "gap_max_days",
+    "bot_opens_sessions",
+    "simulated_start",
+)
 
 
 class StudyForm(forms.ModelForm[Study]):
@@ -61,7 +70,9 @@ class StudyForm(forms.ModelForm[Study]):
         model = Study
         fields: list[str] | str = STUDY_FIELDS
         labels = {
-            "gap_days": "Gap between sessions (days)",
+            "gap_days": "Gap between sessions (days; the shortest if a range)",
+            "gap_max_days": "Longest gap between sessions (days)",
+            "bot_opens_sessions": "The bot opens each session after the first",
             "min_user_turns": "Min. user turns per session",
             "max_message_chars": "Max. message length (characters)",
             "max_messages_per_minute": "Max. messages per minute",
@@ -105,6 +116,9 @@ class StudyForm(forms.ModelForm[Study]):
         low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
         if low is not None and high is not None and high < low:
             self.add_error("max_turns_per_session", f"Must be at least the minimum of {low} user turns.")
+        low, high = data.get("gap_days"), data.get("gap_max_days")
+        if low is not None and high is not None and high < low:
+            self.add_error("gap_max_days", f"The longest gap must be at least the shortest ({low:g} days).")
         return data
 
 

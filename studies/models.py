@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+import random
 import secrets
 from typing import Any
 from urllib.parse import urlencode
@@ -37,6 +39,20 @@ DEFAULT_CONSENT = (
     "stored under a pseudonymous identifier and used for research only. Do not share personal "
     "information that could identify you. You may stop at any time."
 )
+
+
+def gap_label(days: float) -> str:
+    """'One week later…', '3 days later…': what the worker sees before a session that follows a gap."""
+    if days == 7:
+        return "One week later…"
+    if days and days % 7 == 0:
+        return f"{int(days // 7)} weeks later…"
+    if days == 1:
+        return "One day later…"
+    if days >= 1:
+        return f"{days:g} days later…"
+    hours = days * 24
+    return f"{hours:g} hours later…" if hours else "Later that day…"
 
 
 def memory_choices() -> list[tuple[str, str]]:
@@ -95,7 +111,22 @@ class Study(models.Model):
         default=5, validators=[MinValueValidator(1), MaxValueValidator(20)]
     )
     gap_days = models.FloatField(
-        default=7.0, validators=[MinValueValidator(0)], help_text="Simulated time between sessions."
+        default=7.0,
+        validators=[MinValueValidator(0)],
+        help_text="Simulated time between sessions: the shortest gap when a longest gap is set.",
+    )
+    gap_max_days = models.FloatField(
+        default=14.0,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Longest gap: each gap is drawn between the two (whole days, uniformly) and stored with the "
+        "session; empty = every gap is the shortest one. Keep Me Updated: 1-2 weeks.",
+    )
+    bot_opens_sessions = models.BooleanField(
+        default=True,
+        help_text="In every session after the first the bot writes the first message, from its memory "
+        "(Keep Me Updated's protocol).",
     )
     min_user_turns = models.PositiveSmallIntegerField(
         default=5, help_text="User messages before 'End session' unlocks."
@@ -212,18 +243,42 @@ class Study(models.Model):
 
     @property
     def gap_label(self) -> str:
-        """'One week later…', '3 days later…': what the worker sees between sessions."""
-        days = self.gap_days
-        if days == 7:
-            return "One week later…"
-        if days and days % 7 == 0:
-            return f"{int(days // 7)} weeks later…"
-        if days == 1:
-            return "One day later…"
-        if days >= 1:
-            return f"{days:g} days later…"
-        hours = days * 24
-        return f"{hours:g} hours later…" if hours else "Later that day…"
+        """'One week later…', '7 to 14 days later…': the study's gap as the worker is told of it."""
+        if self.has_gap_range:
+            return f"{self.gap_days:g} to {self.gap_max_days:g} days later…"
+        return gap_label(self.gap_days)
+
+    @property
+    def gap_phrase(self) -> str:
+        """'one week apart', '7 to 14 days apart (a different gap each time)': the simulated time between
+        sessions, for the consent page's "for the chatbot, sessions are …"."""
+        if self.has_gap_range:
+            return f"{self.gap_days:g} to {self.gap_max_days:g} days apart (a different gap each time)"
+        if not self.gap_days:
+            return "on the same day"
+        return gap_label(self.gap_days).removesuffix(" later…").lower() + " apart"
+
+    def gap_values(self) -> list[float]:
+        """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);
+        a range without a whole day in it is represented by its two ends."""
+        low, high = self.gap_days, self.gap_max_days
+        if high is None or high <= low:
+            return [low]
+        whole = range(math.ceil(low), math.floor(high) + 1)
+        return [float(d) for d in whole] if len(whole) else [low, high]
+
+    @property
+    def has_gap_range(self) -> bool:
+        return self.gap_max_days is not None and self.gap_max_days > self.gap_days
+
+    def draw_gap(self, rng: random.Random) -> float:
+        """One gap between sessions, in days: whole days drawn uniformly from the range (a range without
+        a whole day in it is drawn as a real number), or the fixed gap."""
+        low, high = self.gap_days, self.gap_max_days
+        if high is None or high <= low:
+            return low
+        whole = range(math.ceil(low), math.floor(high) + 1)
+        return float(rng.choice(whole)) if len(whole) else rng.uniform(low, high)
 
     def completion_url(self) -> str:
         return self.prolific_completion_url or (
@@ -261,7 +316,8 @@ class Study(models.Model):
         return self.arms.filter(is_qc=True, active=True).order_by("id").first()
 
     def session_start(self, session_index: int) -> dt.datetime:
-        """The simulated clock at the start of session k (1-based): the same in every episode."""
+        """The simulated clock at the start of session k (1-based) with a fixed gap. With a gap range
+        the platform draws each gap and stores it with the session (``ChatSession.gap_days``)."""
         return self.simulated_start + dt.timedelta(days=self.gap_days * (session_index - 1))
 
     def has_episodes(self) -> bool:

@@ -257,18 +257,31 @@ def _public_url(path: str) -> str:
 
 
 def _retention(study: Study) -> list[dict[str, Any]]:
-    """For each MemoryBank arm: how likely a memory unit survives one gap of the study's clock."""
+    """For each MemoryBank arm: how likely a memory unit survives one gap of the study's clock, at the
+    shortest and the longest gap of the study's range, and on average over the gaps drawn (each gap is
+    drawn independently, so the expected survival through all gaps is the mean to the power of their
+    number)."""
     rows = []
+    gaps = study.gap_values()
+    shortest, longest = min(gaps), max(gaps)
     for arm in study.arms.filter(memory_system="memorybank").order_by("id"):
         params = arm.effective_params()
-        once = memorycompat.memorybank_retention(params, study.gap_days)
+
+        def kept(days: float, strength: float = 1.0, params: dict[str, Any] = params) -> float:
+            return memorycompat.memorybank_retention(params, days, strength=strength)
+
+        mean = sum(kept(d) for d in gaps) / len(gaps)
         rows.append(
             {
                 "arm": arm,
-                "gap_days": study.gap_days,
-                "once": once,
-                "recalled": memorycompat.memorybank_retention(params, study.gap_days, strength=2.0),
-                "after_all": once ** max(0, study.sessions_per_episode - 1),
+                "gap_days": shortest,
+                "gap_max_days": longest,
+                "once": kept(shortest),
+                "once_longest": kept(longest),
+                "mean": mean,
+                "recalled": kept(shortest, 2.0),
+                "recalled_longest": kept(longest, 2.0),
+                "after_all": mean ** max(0, study.sessions_per_episode - 1),
                 "forgetting": bool(params.get("forgetting", True)),
             }
         )

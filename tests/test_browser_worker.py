@@ -19,7 +19,7 @@ ARTIFACTS = ROOT / "artifacts"
 SETUP = """
 from studies.models import Arm, Study
 s = Study.objects.create(name="Browser study", slug="browser", status="open", sessions_per_episode=2,
-    episodes_per_worker=1, min_user_turns=1, completion_code="BRWS2026")
+    episodes_per_worker=1, min_user_turns=1, completion_code="BRWS2026", gap_days=7, gap_max_days=None)
 s.add_default_metrics()
 Arm.objects.create(study=s, name="Full history", memory_system="full_history", llm_backend="local")
 """
@@ -106,7 +106,9 @@ def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) ->
 
         page.wait_for_url("**/chat/*/")
         assert "Session 2" in page.content()
-        chat_once(page, "Do you remember what I grow in my garden?", 1)
+        # the bot opens session 2 (bot_opens_sessions is on by default): its message comes first
+        page.wait_for_selector('#msg-1:not([data-status="pending"])', timeout=90_000)
+        chat_once(page, "Do you remember what I grow in my garden?", 2)
         shoot(page, "5-chat-session-2")
         page.click("#end-session")
         page.wait_for_url("**/rate/")

@@ -63,13 +63,15 @@ messages_of = database_sync_to_async(_messages)
 async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_streams(study: Study) -> None:
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
-    out = await send(comm, "I like tea", "c1")
+    text = "I like tea with milk and honey in the morning"
+    out = await send(comm, text, "c1")
     assert 'data-seq="1"' in out and 'data-client-id="c1"' in out  # the ack carries the committed seq
-    assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out  # tokens, streamed one by one
+    # tokens, streamed one by one once the 7 after them are written (held back to catch prompt leaks)
+    assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out
     assert 'hx-swap-oob="beforeend:#msg-2-text"><span> said:</span>' in out
     assert (await messages_of(sid)) == [
-        (1, "user", "complete", "I like tea"),
-        (2, "bot", "complete", "You said: I like tea"),
+        (1, "user", "complete", text),
+        (2, "bot", "complete", f"You said: {text}"),
     ]
     await comm.disconnect()
 
@@ -266,9 +268,11 @@ async def test_streamed_pieces_are_coalesced_into_fewer_frames_and_the_final_mes
     settings.CHAT_TOKEN_FLUSH_SECONDS = 60
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
-    out = await send(comm, "one two three", "c1")
-    assert out.count('hx-swap-oob="beforeend:#msg-2-text"') == 1  # the first piece at once, the rest buffered
-    assert "You said: one two three</span>" in out
+    words = "one two three four five six seven eight nine ten eleven twelve"
+    out = await send(comm, words, "c1")
+    # at most the first flush (its first piece, held back to check for prompt text), the rest buffered
+    assert out.count('hx-swap-oob="beforeend:#msg-2-text"') <= 1
+    assert f"You said: {words}</span>" in out
     await comm.disconnect()
 
 

@@ -43,12 +43,16 @@ def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_com
             if k == 2 or session.episode.index == 2:
                 assert session.status == ChatSession.Status.READY
                 page = client.get(f"/chat/{session.pk}/wait/").content.decode()
-                # a new arm starts with "A new chatbot", a later session with the study's gap
-                assert ("A new chatbot" if k == 1 else study.gap_label) in page
+                # a new arm starts with "A new chatbot", a later session with its own gap, drawn from the range
+                assert ("A new chatbot" if k == 1 else session.gap_label) in page
+                if k == 2:
+                    assert session.gap_days is not None and 7 <= session.gap_days <= 14
             client.get(f"/chat/{session.pk}/")
             session.refresh_from_db()
+            # the bot opens session 2 (the echoing stand-in's opener recites its instruction: failed, unseen)
+            assert session.messages.filter(speaker="bot").count() == (1 if k == 2 else 0)
             say(session, f"I went hiking in session {k}")
-            assert session.messages.get(seq=2).status == Message.Status.COMPLETE
+            assert session.messages.filter(speaker="bot").last().status == Message.Status.COMPLETE
             assert client.post(f"/chat/{session.pk}/end/").status_code == 302
             snapshot = MemorySnapshot.objects.get(session=session)
             assert snapshot.status == MemorySnapshot.Status.DONE
@@ -67,6 +71,8 @@ def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_com
 def test_the_full_history_arm_remembers_session_one_in_session_two(client: Client, study: Study, script: Any) -> None:
     llm = script(["Nice!"])
     Arm.objects.filter(study=study, memory_system="none").update(active=False)
+    study.gap_max_days = None  # a fixed week, so the clock below is known
+    study.save()
     session = start(client, study)
     say(session, "My dog is called Biscuit")
     client.post(f"/chat/{session.pk}/end/")
@@ -78,7 +84,7 @@ def test_the_full_history_arm_remembers_session_one_in_session_two(client: Clien
     system_prompt = llm.calls[-1][0]["content"]
     assert "Biscuit" in system_prompt
     assert "Monday, January 12, 2026" in system_prompt  # the simulated clock: one week after Jan 5
-    assert second.messages.get(seq=2).memory_used
+    assert second.messages.filter(speaker="bot").last().memory_used
 
 
 def test_assignment_balances_arms_over_active_and_completed_episodes(study: Study) -> None:

@@ -46,6 +46,15 @@ def test_a_valid_invite_link_creates_the_participant_and_leads_to_consent(client
     assert Participant.objects.get(study=study).external_id == "invite:pool-17"
 
 
+def test_the_consent_page_tells_the_gap_range_or_the_fixed_gap_between_sessions(client: Client, study: Study) -> None:
+    path = invite_url(study, "pool-18").replace("http://localhost:8000", "")
+    body = client.get(path, follow=True).content.decode()
+    assert "for the chatbot, sessions are 7 to 14 days apart (a different gap each time)" in body
+    study.gap_max_days = None
+    study.save()
+    assert "for the chatbot, sessions are one week apart" in client.get(path, follow=True).content.decode()
+
+
 def test_a_forged_invite_link_gets_a_clear_403_page(client: Client, study: Study) -> None:
     path = invite_url(study, "pool-17").replace("http://localhost:8000", "")
     response = client.get(path.replace("/join/", "/join/x"))
@@ -255,6 +264,8 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    study.gap_max_days = None  # a fixed week
+    study.save()
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(study))
     response = client.get(f"/s/{study.slug}/next/", follow=True)

@@ -34,8 +34,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def reply_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     assert connection.vendor == "postgresql" and os.environ.get("REDIS_URL"), "run with scripts/with-services.sh"
     log = tmp_path / "worker.log"
+    # CHAT_TOKEN_FLUSH_SECONDS=0: every piece its own frame, so the instant scripted stream shows its tokens
     env = {**os.environ, "DATABASE_URL": worker_database_url, "CELERY_TASK_ALWAYS_EAGER": "false",
-           "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
+           "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+           "CHAT_TOKEN_FLUSH_SECONDS": "0"}  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--loglevel=INFO",
@@ -59,16 +61,19 @@ async def test_a_celery_worker_writes_the_reply_and_streams_it_to_the_socket_thr
     settings.CHAT_JOB_MODE = "celery"
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
-    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "c1", "text": "hello from the web"}))
+    await comm.send_to(
+        text_data=json.dumps({"type": "message", "client_id": "c1", "text": "hello from the web on a sunny day in May"})
+    )
     frames: list[str] = []
     final = 'id="msg-2" data-seq="2" data-status="complete"'
     while not frames or final not in frames[-1]:
         frames.append(await comm.receive_from(timeout=60))  # the worker starts, picks the task, streams
     out = "".join(frames)
-    assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out  # a token from the other process
-    assert "You said: hello from the web" in frames[-1]
+    # a token from the other process (streamed once the 7 words after it are written: the leak check)
+    assert 'hx-swap-oob="beforeend:#msg-2-text"><span>You</span>' in out
+    assert "You said: hello from the web on a sunny day in May" in frames[-1]
     msg = await database_sync_to_async(Message.objects.get)(session_id=sid, seq=2)
-    assert msg.status == Message.Status.COMPLETE and msg.text == "You said: hello from the web"
+    assert msg.status == Message.Status.COMPLETE and msg.text == "You said: hello from the web on a sunny day in May"
     assert "chat.tasks.generate_reply_task" in reply_worker.read_text()
     await comm.disconnect()
 

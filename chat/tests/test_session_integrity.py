@@ -14,9 +14,10 @@ from django.test import Client
 
 from chat import services, state
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
-from chat.replies import end_at_sentence, hit_token_cap
+from chat.replies import hit_token_cap
 from chat.tests.conftest import start
 from memory.base import ChatMessage, Prompt, Turn, Update
+from memory.hygiene import end_at_sentence
 from memory.llm import RecordingLLM, ScriptedLLM
 from studies.models import Study
 
@@ -95,6 +96,7 @@ def test_a_later_session_does_not_open_before_the_earlier_one_is_rated(client: C
 
 
 def test_a_later_session_answers_no_message_before_the_earlier_one_is_rated(client: Client, study: Study) -> None:
+    study.bot_opens_sessions = False  # the worker writes first, so a message is what would start session 2
     first, second = _ended_unrated(client, study)
     with pytest.raises(services.ChatError, match="Please rate session 1"):
         services.post_user_message(second, "c2", "Hello again")
@@ -111,7 +113,7 @@ def test_a_reply_cut_at_the_token_cap_ends_at_its_last_complete_sentence(
     client: Client, study: Study, script: Any, settings: Any
 ) -> None:
     settings.LLM_MAX_TOKENS = 8
-    script(["I like tea. It is warm and I'll"])  # 8 pieces: the backend stopped at the cap
+    script(["I like tea. It is warm and I'll tell you more."])  # cut at 8 words, finish reason "length"
     session = start(client, study)
     services.post_user_message(session, "c1", "Tea or coffee?")
     assert session.messages.get(seq=2).text == "I like tea."
@@ -128,9 +130,9 @@ def test_a_reply_under_the_token_cap_is_left_as_the_model_wrote_it(
 
 
 def test_end_at_sentence_keeps_closing_quotes_and_trails_off_without_a_full_sentence() -> None:
-    assert end_at_sentence('He said "hi!" and then we') == 'He said "hi!"'
-    assert end_at_sentence("Version 3.5 is out. And then") == "Version 3.5 is out."
-    assert end_at_sentence("and then we went to the,") == "and then we went to the…"
+    assert end_at_sentence('He said "hi!" and then we', "length") == 'He said "hi!"'
+    assert end_at_sentence("Version 3.5 is out. And then", "length") == "Version 3.5 is out."
+    assert end_at_sentence("and then we went to the,", "length") == "and then we went to the…"
 
 
 def test_the_backends_finish_reason_decides_whether_a_stream_hit_the_cap() -> None:

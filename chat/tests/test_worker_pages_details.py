@@ -40,13 +40,24 @@ def rate(client: Client, session: ChatSession) -> None:
     ],
 )
 def test_the_gap_label_says_how_much_simulated_time_passed(days: float, label: str) -> None:
-    assert Study(gap_days=days).gap_label == label
+    assert Study(gap_days=days, gap_max_days=None).gap_label == label
+    assert ChatSession(gap_days=days).gap_label == label  # a session's own drawn gap reads the same way
+
+
+def test_a_gap_range_is_announced_as_a_range_and_drawn_in_whole_days_within_it() -> None:
+    import random
+
+    study = Study(gap_days=7, gap_max_days=14)
+    assert study.gap_label == "7 to 14 days later…"
+    draws = {study.draw_gap(random.Random(i)) for i in range(200)}
+    assert draws == {float(d) for d in range(7, 15)}  # every whole day of the range, nothing outside
+    assert Study(gap_days=0.25, gap_max_days=0.75).draw_gap(random.Random(1)) < 0.75  # no whole day: a real
 
 
 def test_a_three_day_gap_is_what_the_worker_reads_and_what_the_bots_clock_moves_by(
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
-    study.gap_days = 3
+    study.gap_days, study.gap_max_days = 3, None  # a fixed gap
     study.save()
     monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # keep the worker waiting
     first = start(client, study)
@@ -56,7 +67,29 @@ def test_a_three_day_gap_is_what_the_worker_reads_and_what_the_bots_clock_moves_
     second = ChatSession.objects.get(episode=first.episode, index=2)
     page = client.get(f"/chat/{second.pk}/wait/").content.decode()
     assert "3 days later…" in page and "One week later" not in page
-    assert second.simulated_start - first.simulated_start == dt.timedelta(days=3)
+    assert second.simulated_start - first.simulated_start == dt.timedelta(days=3) and second.gap_days == 3
+
+
+def test_each_gap_is_drawn_stored_and_read_by_the_worker_and_the_bots_clock(
+    client: Client, study: Study, monkeypatch: Any
+) -> None:
+    study.sessions_per_episode = 3
+    study.save()
+    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)
+    gaps = set()
+    for i in range(6):
+        first = start(client, study, pid=f"gapper{i}")
+        services.post_user_message(first, "c1", "hello")
+        assert client.post(f"/chat/{first.pk}/end/").status_code == 302
+        second = ChatSession.objects.get(episode=first.episode, index=2)
+        assert second.gap_days is not None and 7 <= second.gap_days <= 14
+        assert second.simulated_start - first.simulated_start == dt.timedelta(days=second.gap_days)
+        rate(client, first)
+        page = client.get(f"/chat/{second.pk}/wait/").content.decode()
+        assert second.gap_label in page and "7 to 14" not in page
+        gaps.add(second.gap_days)
+        client.logout()
+    assert len(gaps) > 1  # drawn per gap, not one gap for the study
 
 
 def test_each_slider_shows_its_current_value_and_both_labelled_ends(client: Client, study: Study) -> None:

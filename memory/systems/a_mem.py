@@ -8,7 +8,12 @@ tags. Retrieval for a reply: the k nearest notes, plus the notes they link to (u
 
 Prompts are the official code's (WujiangXu/A-mem@17ce6b6 ``memory_layer.py``, MIT), verbatim except
 that the neighbours are numbered by note id (the code prints their list position), so that the
-ids the model returns in ``suggested_connections`` are stable.
+ids the model returns in ``suggested_connections`` are stable, and that the conversation, the note's
+context and keywords and the neighbours are quoted in tagged data blocks (memory.hygiene), with one
+sentence in the system message saying that tagged text is data. The contexts the model writes (for a
+new note and for evolved neighbours) pass :func:`memory.hygiene.rejection_reason`: a speaker label, a
+refusal, a fragment or a bot line is not stored (the note gets the code's fallback "General", a
+neighbour keeps its context), recorded in ``trace["rejected"]``.
 
 Platform choices: the exchanges of a session become notes at the end of the session (the reply
 prompt already holds the current session; the stored trace shows every evolution); the index is
@@ -25,8 +30,9 @@ from datetime import datetime
 from typing import Any
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.hygiene import DATA_RULE, data_block, inline_data, rejection_reason
 from memory.systems.common import SHORT_REPLIES, ask, aware, embed_texts, fallback, top_k, turn_time
-from memory.systems.prompts import system_prompt
+from memory.systems.prompts import memory_block, system_prompt
 
 ANALYZE_PROMPT = """Generate a structured analysis of the following content by:
             1. Identifying the most salient keywords (focus on nouns, verbs, and key concepts)
@@ -89,8 +95,8 @@ EVOLUTION_PROMPT = """
                                 }}
                                 """
 
-# The code's system message for every call (OpenAIController.get_completion).
-JSON_SYSTEM = "You must respond with a JSON object."
+# The code's system message for every call (OpenAIController.get_completion), plus our data rule.
+JSON_SYSTEM = f"You must respond with a JSON object. {DATA_RULE}"
 
 
 # ------------------------------------------------------------------------------------ pure functions
@@ -117,6 +123,16 @@ def strings(value: Any) -> list[str]:
     if not isinstance(value, list):
         return []
     return [str(x).strip() for x in value if isinstance(x, str | int | float) and str(x).strip()]
+
+
+def note_turns(content: str) -> list[Turn]:
+    """The exchange a note was made from, as turns (for memory-write validation)."""
+    turns = []
+    for line in content.split("\n"):
+        speaker, _, text = line.partition(": ")
+        if speaker in ("User", "Assistant") and text:
+            turns.append(Turn("user" if speaker == "User" else "bot", text))
+    return turns
 
 
 def note_document(note: dict[str, Any]) -> str:
@@ -214,7 +230,8 @@ class AMem(BaseSystem):
         notes = state.get("notes", [])
         query = next((t.text for t in reversed(session) if t.speaker == "user"), "")
         k = int(self.p["k"])
-        found = self.search(notes, query, k)
+        # The bot opens the session (no message to match): the newest notes.
+        found = self.search(notes, query, k) if session else (list(notes[-k:]) if k > 0 else [])
         if self.p["follow_links"]:
             by_id = {n["id"]: n for n in notes}
             seen = {n["id"] for n in found}
@@ -229,7 +246,7 @@ class AMem(BaseSystem):
             f"({n['timestamp'][:10]}) {n['content']} [context: {n['context']}; tags: {', '.join(n['tags'])}]"
             for n in found
         ]
-        block = ("Notes from your earlier conversations with the user:\n" + "\n".join(lines)) if lines else ""
+        block = memory_block(lines, bullet="")
         if self.p["short_replies"]:
             block = f"{block}\n\n{SHORT_REPLIES}".strip()
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=lines)
@@ -244,12 +261,14 @@ class AMem(BaseSystem):
             max_tokens=max_tokens,
             trace=trace,
             temperature=float(self.p["temperature"]),
+            structured=True,
         )
         return parse_object(reply), reply or ""
 
     def analyze(self, content: str, trace: dict[str, Any]) -> dict[str, Any]:
         """Keywords, context and tags of a new note; the code's fallback ([], "General", []) if unparseable."""
-        obj, raw = self.ask_json(ANALYZE_PROMPT + content, "a_mem_note", int(self.p["analyze_max_tokens"]), trace)
+        prompt = ANALYZE_PROMPT + data_block("conversation", content)
+        obj, raw = self.ask_json(prompt, "a_mem_note", int(self.p["analyze_max_tokens"]), trace)
         if obj is None:
             if raw:
                 fallback(trace, "a_mem_note", "no JSON analysis: keywords [], context 'General', tags []", raw)
@@ -257,11 +276,12 @@ class AMem(BaseSystem):
         context = obj.get("context")
         if isinstance(context, list):  # the code joins a list context
             context = " ".join(strings(context))
-        return {
-            "keywords": strings(obj.get("keywords")),
-            "context": str(context).strip() if isinstance(context, str) and context.strip() else "General",
-            "tags": strings(obj.get("tags")),
-        }
+        context = str(context).strip() if isinstance(context, str) and context.strip() else "General"
+        reason = rejection_reason(context, session=note_turns(content), min_words=1)
+        if reason is not None:
+            trace.setdefault("rejected", []).append({"where": "a_mem_note", "text": context, "reason": reason})
+            context = "General"
+        return {"keywords": strings(obj.get("keywords")), "context": context, "tags": strings(obj.get("tags"))}
 
     def add_note(self, state: dict[str, Any], content: str, at: datetime, trace: dict[str, Any]) -> dict[str, Any]:
         notes = [dict(n) for n in state["notes"]]
@@ -276,10 +296,10 @@ class AMem(BaseSystem):
         record: dict[str, Any] = {"note": note["id"], "neighbours": [n["id"] for n in neighbours], "changes": []}
         if neighbours:
             prompt = EVOLUTION_PROMPT.format(
-                context=note["context"],
-                content=note["content"],
-                keywords=note["keywords"],
-                nearest_neighbors_memories=neighbour_listing(neighbours),
+                context=inline_data("context", note["context"]),
+                content=data_block("conversation", note["content"]),
+                keywords=inline_data("notes", str(note["keywords"])),
+                nearest_neighbors_memories=data_block("memory", neighbour_listing(neighbours)),
                 neighbor_number=len(neighbours),
             )
             decision, raw = self.ask_json(prompt, "a_mem_evolve", int(self.p["evolve_max_tokens"]), trace)
@@ -288,10 +308,27 @@ class AMem(BaseSystem):
                     fallback(trace, "a_mem_evolve", "no JSON decision: no evolution", raw)
             else:
                 note, evolved, record["changes"] = evolve(note, neighbours, decision)
+                evolved = self.valid_contexts(neighbours, evolved, trace)
                 by_id = {n["id"]: n for n in evolved}
                 notes = [by_id.get(n["id"], n) for n in notes]
         trace.setdefault("notes", []).append(record)
         return {**state, "notes": [*notes, note], "next_id": note["id"] + 1}
+
+    def valid_contexts(
+        self, before: list[dict[str, Any]], after: list[dict[str, Any]], trace: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """``after`` with every rewritten context that may not be stored put back to ``before``'s."""
+        out = []
+        for old, new in zip(before, after, strict=True):
+            if new["context"] != old["context"]:
+                reason = rejection_reason(new["context"], session=note_turns(old["content"]), min_words=1)
+                if reason is not None:
+                    trace.setdefault("rejected", []).append(
+                        {"where": "a_mem_evolve", "text": new["context"], "reason": reason}
+                    )
+                    new = {**new, "context": old["context"]}
+            out.append(new)
+        return out
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}

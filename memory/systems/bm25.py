@@ -12,7 +12,8 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, recent, transcript
+from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.systems.common import SHORT_REPLIES, aware, last_user_text
 
 INSTRUCTION = (
@@ -73,12 +74,20 @@ class BM25(BaseSystem):
         return [utterances[i] for i, _ in ranked]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
-        found = self.retrieve(state, last_user_text(session))
+        if session:
+            found = self.retrieve(state, last_user_text(session))
+        else:  # the bot opens the session: no query, so the user's latest utterances
+            k = int(self.p["k"])
+            found = [u for u in state.get("utterances", []) if u["speaker"] == "user"][-k:] if k else []
         lines = [f"({u['date']}) {'User' if u['speaker'] == 'user' else 'System'}: {u['text']}" for u in found]
-        instruction = INSTRUCTION + (f" {SHORT_REPLIES}" if self.p["short_replies"] else "")
+        instruction = (
+            INSTRUCTION + (f" {SHORT_REPLIES}" if self.p["short_replies"] else "") + f" {DATA_RULE} {NO_RECITAL}"
+        )
+        dialogue = transcript(recent(session), user="User", bot="System") if session else "(no messages yet)"
         user = (
-            f"Today is {now:%A, %B %-d, %Y}.\n\nRelevant context:\n{chr(10).join(lines) or 'none'}\n\n"
-            f"Dialogue context:\n{transcript(session, user='User', bot='System')}\n\nResponse:"
+            f"Today is {now:%A, %B %-d, %Y}.\n\n"
+            f"Relevant context:\n{data_block('context', chr(10).join(lines)) if lines else 'none'}\n\n"
+            f"Dialogue context:\n{data_block('conversation', dialogue)}\n\nResponse:"
         )
         return Prompt([ChatMessage("system", instruction), ChatMessage("user", user)], memory=lines)
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from memory.base import Turn
 from memory.embed import Embedder
-from memory.llm import LLM, LLMError, LLMTransientError
+from memory.hygiene import echoes_prompt, strip_tags
+from memory.llm import FINISH_LENGTH, LLM, LLMError, LLMTransientError
 
 log = logging.getLogger("memory")
 
@@ -40,8 +41,20 @@ def ask(
     max_tokens: int,
     trace: dict[str, Any],
     temperature: float = 0.0,
+    allow_cut: bool = False,
+    structured: bool = False,
 ) -> str | None:
-    """One completion; ``None`` (with a recorded fallback) when the call fails for good.
+    """One completion for a memory task; ``None`` (with a recorded fallback) when there is no usable
+    output, so the caller keeps its previous state:
+
+    - the call failed for good (a non-transient :class:`LLMError`);
+    - the output was cut at the token limit (finish reason ``"length"``): a cut summary or thought
+      list ends in half a sentence or misses its last items. ``allow_cut=True`` for tasks whose
+      answer comes first (an operation label);
+    - the output repeats the prompt's instructions (:func:`memory.hygiene.echoes_prompt`: a run of
+      15+ words of them, or 7-word runs making up 40% of the output): a model that echoes its
+      prompt has not done the task. ``structured=True`` for JSON answers in a format the prompt
+      shows by example: only the long run counts then (see :func:`memory.hygiene.echoes_prompt`).
 
     Transient errors (timeouts, rate limits, 5xx) propagate: every update is a pure function of the
     stored state, so the caller (a Celery task) can retry the whole update safely."""
@@ -49,12 +62,22 @@ def ask(
         fallback(trace, purpose, "no LLM configured")
         return None
     try:
-        return llm.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose).text
+        out = llm.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
     except LLMTransientError:
         raise
     except LLMError as exc:
         fallback(trace, purpose, f"LLM error: {exc}")
         return None
+    if out.finish_reason == FINISH_LENGTH and not allow_cut:
+        fallback(trace, purpose, f"output cut at the token limit ({max_tokens} tokens): discarded", out.text)
+        return None
+    leak = echoes_prompt(out.text, messages, structured=structured)
+    if leak is not None:
+        fallback(
+            trace, purpose, f"the output repeats the prompt ({leak.words} words: {leak.text!r}): discarded", out.text
+        )
+        return None
+    return strip_tags(out.text)
 
 
 _BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\(?\d{1,3}[.):]|\[\d{1,3}\])\s*")

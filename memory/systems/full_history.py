@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
-from memory.systems.prompts import system_prompt
+from memory.hygiene import data_block
+from memory.systems.prompts import MEMORY_HEADER, system_prompt
 
 
 def approx_tokens(text: str) -> int:
@@ -45,7 +46,7 @@ class FullHistory(BaseSystem):
                 break
             kept.append(line)
         kept.reverse()
-        block = ("Your previous conversations with this user:\n" + "\n".join(kept)) if kept else ""
+        block = f"{MEMORY_HEADER}\n{data_block('conversation', chr(10).join(kept))}" if kept else ""
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=kept)
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:

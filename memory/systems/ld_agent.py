@@ -34,6 +34,7 @@ import numpy as np
 
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update
+from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -41,6 +42,7 @@ from memory.systems.common import (
     fallback,
     iso,
     parse_iso,
+    split_sentences,
     top_indices,
     turn_time,
 )
@@ -53,7 +55,7 @@ SUMMARY_SYSTEM = (
     "You will be shown a conversation between {user} and {agent}."
 )
 SUMMARY_USER = (
-    "#Conversation#: {context}.\n"
+    "#Conversation#:\n{context}\n"
     "Based on the Conversation, please summarize the main points of the conversation with brief sentences in "
     "English, within 20 words.\nSUMMARY:"
 )
@@ -67,9 +69,19 @@ PERSONA_USER = (
     "homes, otherwise it can be very problematic in the future.\nNO_TRAIT\n"
     "Please extract the personal traits who said this sentence (no more than 20 words):{sentence}"
 )
+#: Prompt 2's own example traits and sentences: a trait equal to one is kept only if the speaker said it.
+PERSONA_EXAMPLES = (
+    "I now work elsewhere.",
+    "I used to be in the military.",
+    "I now work elsewhere. I used to be in the military.",
+    "No, I have no longer serve in the millitary, I had served up the full term that I signed up for, and now "
+    "work outside of the millitary.",
+    "That must a been some kind of endeavor.",
+)
 RESPONSE_SYSTEM = (
     "As a communication expert with outstanding communication habits, you embody the role of {agent} throughout "
     "the following dialogues. Here are some of your distinctive personal traits: {agent_traits}."
+    "\n{rules}"
 )
 RESPONSE_USER = (
     "<CONTEXT>\nDrawing from your recent conversation with {user}:\n{context}\n"
@@ -241,6 +253,12 @@ class LDAgent(BaseSystem):
         "max_personas": Param(
             0, "Traits kept per persona bank, oldest dropped first (0 = all).", "code: max_*_personas = 0 (all)"
         ),
+        "max_prompt_traits": Param(
+            10,
+            "Traits of each bank shown in a reply prompt: the ones most similar to the user's message "
+            "(the most recent ones when the bot opens a session); 0 = all, as the code.",
+            "ours: the code shows every trait, so the prompt grows without bound",
+        ),
         "noun_extractor": Param(
             "heuristic", "heuristic (no model) or spacy (en_core_web_sm, as the code).", "our choice; code uses spaCy"
         ),
@@ -351,6 +369,19 @@ class LDAgent(BaseSystem):
     def names(self) -> dict[str, str]:
         return {"user": str(self.p["user_name"]), "agent": str(self.p["agent_name"])}
 
+    def prompt_traits(self, traits: list[str], query: str) -> list[str]:
+        """At most ``max_prompt_traits`` traits for a reply prompt, in bank order: those most similar to
+        the query (ties: the newer), or the most recent ones when there is no query."""
+        cap = int(self.p["max_prompt_traits"])
+        if not cap or len(traits) <= cap:
+            return list(traits)
+        if not query.strip():
+            return traits[-cap:]
+        vectors = embed_texts(self.embedder, [query, *traits])
+        scores = vectors[1:] @ vectors[0]
+        order = sorted(range(len(traits)), key=lambda i: (-float(scores[i]), -i))[:cap]
+        return [traits[i] for i in sorted(order)]
+
     # ------------------------------------------------------------------ interface
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
@@ -365,20 +396,33 @@ class LDAgent(BaseSystem):
             f"[TURN {i}] : {n['user'] if e['speaker'] == 'user' else n['agent']}: {e['text']}."
             for i, e in enumerate(entries, 1)
         )
-        found = self.retrieve(lt, query_turn.text, t, self.stored_vectors(state) if lt else None)
+        if session:
+            stored = self.stored_vectors(state) if lt else None
+            found = [e for e, _ in self.retrieve(lt, query_turn.text, t, stored)]
+        else:  # the bot opens the session: no utterance to match, so the latest events
+            found = sorted(lt, key=lambda e: e["time"])[-int(self.p["top_n"]) :] if int(self.p["top_n"]) else []
         memories = [
             f"{humanize_age((t - parse_iso(e['time'])).total_seconds())} ago, {e['summary'].rstrip('.')}."
-            for e, _ in found
+            for e in found
         ]
-        user_traits = state.get("user_personas", [])
-        agent_traits = state.get("agent_personas", [])
-        system = RESPONSE_SYSTEM.format(agent=n["agent"], agent_traits=" ".join(agent_traits) or "none")
+        user_traits = self.prompt_traits(state.get("user_personas", []), query_turn.text)
+        agent_traits = self.prompt_traits(state.get("agent_personas", []), query_turn.text)
+        system = RESPONSE_SYSTEM.format(
+            agent=n["agent"],
+            agent_traits=inline_data("traits", " ".join(agent_traits)) if agent_traits else "none",
+            rules=f"{DATA_RULE} {NO_RECITAL}",
+        )
+        said = (
+            inline_data("message", query_turn.text)
+            if session
+            else f"(nothing yet: {n['user']} has just come back and you speak first)"
+        )
         user = RESPONSE_USER.format(
             **n,
-            context=context or "(the conversation has just started)",
-            memories="\n".join(memories) or NO_MEMORY,
-            user_traits="\n".join(user_traits) or "none",
-            input=query_turn.text,
+            context=data_block("context", context) if context else "(the conversation has just started)",
+            memories=data_block("memory", "\n".join(memories)) if memories else NO_MEMORY,
+            user_traits=data_block("traits", "\n".join(user_traits)) if user_traits else "none",
+            input=said,
             style=f" {SHORT_REPLIES}" if self.p["short_replies"] else "",
         )
         shown = memories + [f"user trait: {x}" for x in user_traits] + [f"agent trait: {x}" for x in agent_traits]
@@ -391,14 +435,20 @@ class LDAgent(BaseSystem):
         reply = ask(
             self.llm,
             [
-                {"role": "system", "content": SUMMARY_SYSTEM.format(**n)},
-                {"role": "user", "content": SUMMARY_USER.format(context=context)},
+                {"role": "system", "content": f"{SUMMARY_SYSTEM.format(**n)} {DATA_RULE}"},
+                {"role": "user", "content": SUMMARY_USER.format(context=data_block("conversation", context))},
             ],
             purpose="ld_agent_summary",
             max_tokens=int(self.p["summary_max_tokens"]),
             trace=trace,
         )
         summary = re.sub(r"^\s*summary\s*:\s*", "", reply or "", flags=re.IGNORECASE).strip().replace("\n", " ")
+        if summary:
+            turns = [{"speaker": e["speaker"], "text": e["text"]} for e in cache]
+            kept = clean_memory_lines(
+                split_sentences(summary), trace=trace, where="ld_agent_summary", session=turns, about_user=False
+            )
+            summary = " ".join(kept)
         if not summary:
             # Defined fallback: the user's own words (first 20), so the event stays retrievable.
             words = " ".join(e["text"] for e in cache if e["speaker"] == "user").split()[:20]
@@ -411,8 +461,8 @@ class LDAgent(BaseSystem):
         reply = ask(
             self.llm,
             [
-                {"role": "system", "content": PERSONA_SYSTEM},
-                {"role": "user", "content": PERSONA_USER.format(sentence=text)},
+                {"role": "system", "content": f"{PERSONA_SYSTEM} {DATA_RULE}"},
+                {"role": "user", "content": PERSONA_USER.format(sentence="\n" + inline_data("sentence", text))},
             ],
             purpose="ld_agent_persona",
             max_tokens=int(self.p["persona_max_tokens"]),
@@ -427,7 +477,10 @@ class LDAgent(BaseSystem):
         )
         if "NO_TRAIT" in out.upper().replace(" ", "_") or len(out) <= 3:
             return None
-        return out
+        kept = clean_memory_lines(
+            [out], trace=trace, where="ld_agent_persona", examples=PERSONA_EXAMPLES, support=text, about_user=False
+        )
+        return kept[0] if kept else None
 
     def ingest(
         self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]

@@ -9,7 +9,11 @@ hallucinations), goes with all the facts into one call of mem0's ``DEFAULT_UPDAT
 which answers ADD / UPDATE / DELETE / NONE per memory (the v1 semantics; mem0 2.0 is ADD-only).
 
 Prompts are mem0's (mem0ai/mem0, Apache-2.0, ``mem0/configs/prompts.py``), verbatim except the date
-line, which uses the study's simulated date instead of the wall clock.
+line, which uses the study's simulated date instead of the wall clock, and the data: the conversation,
+the summary, the old memories and the new facts are quoted in tagged data blocks (memory.hygiene)
+after one sentence saying that tagged text is data, where mem0 puts them in plain text or backticks.
+Facts and the texts of ADD / UPDATE events pass :func:`memory.hygiene.clean_memory_lines` (speaker
+labels, bot lines, refusals, the prompts' example facts are never stored; each rejection is traced).
 
 Platform choice: the exchanges of a session are processed in order at the end of the session rather
 than after each reply. The final memory is the same (each step depends only on the earlier ones);
@@ -43,6 +47,7 @@ from memory.base import (
     chat_turns,
     transcript,
 )
+from memory.hygiene import DATA_RULE, clean_memory_lines, data_block, rejection_reason
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -50,11 +55,11 @@ from memory.systems.common import (
     embed_texts,
     fallback,
     iso,
-    render_lines,
+    split_sentences,
     top_k,
     turn_time,
 )
-from memory.systems.prompts import system_prompt
+from memory.systems.prompts import memory_block, system_prompt
 
 # mem0ai/mem0 mem0/configs/prompts.py FACT_RETRIEVAL_PROMPT (v1), verbatim but for {today}.
 FACT_RETRIEVAL_PROMPT = """You are a Personal Information Organizer, specialized in accurately storing facts, user memories, and preferences. Your primary role is to extract relevant pieces of information from conversations and organize them into distinct, manageable facts. This allows for easy retrieval and personalization in future interactions. Below are the types of information you need to focus on and the detailed instructions on how to handle the input data.
@@ -260,7 +265,7 @@ def update_memory_message(old: list[dict[str, str]], facts: list[str]) -> str:
     if old:
         current = (
             "\n    Below is the current content of my memory which I have collected till now. You have to update "
-            f"it in the following format only:\n\n    ```\n    {old}\n    ```\n\n    "
+            f"it in the following format only:\n\n{data_block('memory', json.dumps(old, ensure_ascii=False))}\n\n    "
         )
     else:
         current = "\n    Current memory is empty.\n\n    "
@@ -268,11 +273,11 @@ def update_memory_message(old: list[dict[str, str]], facts: list[str]) -> str:
 
     {current}
 
-    The new retrieved facts are mentioned in the triple backticks. You have to analyze the new retrieved facts and determine whether these facts should be added, updated, or deleted in the memory.
+    The new retrieved facts are mentioned in the facts tags. You have to analyze the new retrieved facts and determine whether these facts should be added, updated, or deleted in the memory.
 
-    ```
-    {facts}
-    ```
+{data_block("facts", json.dumps(facts, ensure_ascii=False))}
+
+    {DATA_RULE}
 
     You must return your response in the following JSON structure only:
 
@@ -302,8 +307,28 @@ def update_memory_message(old: list[dict[str, str]], facts: list[str]) -> str:
 
 SUMMARY_PROMPT = (
     "Update the summary of the conversation between a user and an assistant so far. Keep what matters about "
-    "the user (facts, preferences, plans, feelings) in at most {sentences} sentences.\n\n"
+    "the user (facts, preferences, plans, feelings) in at most {sentences} sentences.\n\n{rule}\n\n"
     "Previous summary:\n{summary}\n\nNew messages:\n{messages}\n\nUpdated summary:"
+)
+
+#: The example facts and memories of mem0's two prompts: a fact or memory equal to one is stored only if
+#: the user said the same (a model that copies the few-shot examples writes them for every user).
+EXAMPLES = (
+    "Looking for a restaurant in San Francisco",
+    "Had a meeting with John at 3pm",
+    "Discussed the new project",
+    "Name is John",
+    "Is a Software engineer",
+    "Favourite movies are Inception and Interstellar",
+    "User is a software engineer",
+    "I really like cheese pizza",
+    "User likes to play cricket",
+    "Loves chicken pizza",
+    "Loves to play cricket with friends",
+    "Loves cheese and chicken pizza",
+    "Loves cheese pizza",
+    "Dislikes cheese pizza",
+    "Likes cheese pizza",
 )
 
 EVENTS = ("ADD", "UPDATE", "DELETE", "NONE")
@@ -511,10 +536,14 @@ class Mem0(BaseSystem):
         memories = state.get("memories", [])
         query = next((t.text for t in reversed(session) if t.speaker == "user"), "")
         found: list[str] = []
-        if memories and query.strip():
+        k = int(self.p["k"])
+        if memories and not session:  # the bot opens the session: nothing to match, so the latest memories
+            latest = sorted(memories, key=lambda m: (str(m.get("updated", "")), int(m["id"])))
+            found = [m["text"] for m in latest[-k:]] if k else []
+        elif memories and query.strip():
             vectors = embed_texts(self.embedder, [query, *(m["text"] for m in memories)])
-            found = [memories[i]["text"] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["k"]))]
-        block = ("What you remember about the user:\n" + render_lines(found)) if found else ""
+            found = [memories[i]["text"] for i, _ in top_k(vectors[0], vectors[1:], k)]
+        block = memory_block(found)
         if self.p["short_replies"]:
             block = f"{block}\n\n{SHORT_REPLIES}".strip()
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=found)
@@ -527,9 +556,10 @@ class Mem0(BaseSystem):
         """Ω = φ(P): the facts of one exchange; no fact when the reply has no ``{"facts": [...]}``."""
         context = "\n".join(f"{speaker}: {text}" for speaker, text in recent)
         content = (
-            f"Conversation summary:\n{summary or '(none yet)'}\n\n"
-            f"Recent messages:\n{context or '(none)'}\n\n"
-            f"Input:\nuser: {pair[0]}\nassistant: {pair[1]}\n"
+            f"{DATA_RULE}\n\n"
+            f"Conversation summary:\n{data_block('notes', summary) if summary else '(none yet)'}\n\n"
+            f"Recent messages:\n{data_block('context', context) if context else '(none)'}\n\n"
+            f"Input:\n{data_block('conversation', f'user: {pair[0]}' + chr(10) + f'assistant: {pair[1]}')}\n"
         )
         reply = ask(
             self.llm,
@@ -540,13 +570,15 @@ class Mem0(BaseSystem):
             purpose="mem0_extract",
             max_tokens=int(self.p["extract_max_tokens"]),
             trace=trace,
+            structured=True,
         )
         facts = parse_facts(reply)
         if facts is None:
             if reply is not None:
                 fallback(trace, "mem0_extract", 'no {"facts": [...]} in the reply: no fact extracted', reply)
             return []
-        return facts
+        session = [Turn("user", pair[0]), Turn("bot", pair[1])]
+        return clean_memory_lines(facts, trace=trace, where="mem0_extract", session=session, examples=EXAMPLES)
 
     def update(
         self, state: dict[str, Any], facts: list[str], now: datetime, trace: dict[str, Any]
@@ -575,6 +607,7 @@ class Mem0(BaseSystem):
             purpose="mem0_update",
             max_tokens=int(self.p["update_max_tokens"]),
             trace=trace,
+            structured=True,
         )
         events = parse_events(reply)
         if events is None:
@@ -582,6 +615,7 @@ class Mem0(BaseSystem):
             if reply is not None:
                 fallback(trace, "mem0_update", 'no {"memory": [...]} in the reply: memory unchanged', reply)
             events = []
+        events = self.valid_events(events, facts, shown_texts, trace)
         memories, next_id, applied, problems = apply_events(
             memories, shown, events, next_id=int(state["next_id"]), now=iso(now)
         )
@@ -595,6 +629,24 @@ class Mem0(BaseSystem):
         }
         return {**state, "memories": memories, "next_id": next_id}, unit
 
+    def valid_events(
+        self, events: list[dict[str, str]], facts: list[str], shown: list[str], trace: dict[str, Any]
+    ) -> list[dict[str, str]]:
+        """The events whose new text may be stored: an ADD or UPDATE whose text is a speaker label, a
+        refusal, a fragment or one of the prompts' examples (not among the facts) is dropped, recorded."""
+        support = " ".join([*facts, *shown])
+        kept = []
+        for e in events:
+            if e["event"] in ("ADD", "UPDATE") and e["text"]:
+                reason = rejection_reason(e["text"], examples=EXAMPLES, support=support)
+                if reason is not None:
+                    trace.setdefault("rejected", []).append(
+                        {"where": "mem0_update", "text": e["text"], "reason": reason}
+                    )
+                    continue
+            kept.append(e)
+        return kept
+
     def refresh_summary(self, summary: str, session: Sequence[Turn], trace: dict[str, Any]) -> str:
         n = int(self.p["summary_sentences"])
         if not n or not session:
@@ -606,8 +658,9 @@ class Mem0(BaseSystem):
                     "role": "user",
                     "content": SUMMARY_PROMPT.format(
                         sentences=n,
-                        summary=summary or "(none)",
-                        messages=transcript(session, user="user", bot="assistant"),
+                        rule=DATA_RULE,
+                        summary=data_block("notes", summary) if summary else "(none)",
+                        messages=data_block("conversation", transcript(session, user="user", bot="assistant")),
                     ),
                 }
             ],
@@ -615,10 +668,13 @@ class Mem0(BaseSystem):
             max_tokens=int(self.p["summary_max_tokens"]),
             trace=trace,
         )
-        text = " ".join((reply or "").split())
+        sentences = clean_memory_lines(
+            split_sentences(" ".join((reply or "").split())), trace=trace, where="mem0_summary", session=session
+        )
+        text = " ".join(sentences)
         if not text:
             if reply is not None:
-                fallback(trace, "mem0_summary", "empty summary: kept the previous one", reply)
+                fallback(trace, "mem0_summary", "empty (or all rejected) summary: kept the previous one", reply)
             return summary
         return text
 

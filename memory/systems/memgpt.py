@@ -16,6 +16,13 @@ Platform choices (compose() may not call the LLM):
 - Actions are tool calls where the LLM supports them (``action_format="auto"``/``"tools"``); otherwise,
   or when the endpoint refuses tools, the same functions are asked for as a JSON list.
 - Recall memory (``conversation_search``) and heartbeats (chained calls) are not implemented.
+
+Hygiene (memory.hygiene): the core blocks, the archival results and the new messages are quoted in
+tagged data blocks (``<persona>``, ``<human>``, ``<notes>``, ``<conversation>``) under the shared neutral
+memory header, and the edit prompt says that tagged text is data. An edit reply cut at the token limit
+or echoing its prompt changes nothing; each text an action would write passes
+:func:`memory.hygiene.rejection_reason` (speaker labels, bot lines, refusals, the prompt's own example
+"Has a dog named Rex." unless the user said it): a rejected action is not applied, and both are traced.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from datetime import datetime
 from typing import Any
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
-from memory.llm import LLMError, LLMTransientError, ToolCall
-from memory.systems.common import SHORT_REPLIES, embed_texts, fallback, iso, render_lines, top_k, turn_time
-from memory.systems.prompts import system_prompt
+from memory.hygiene import DATA_RULE, data_block, echoes_prompt, quote, rejection_reason
+from memory.llm import FINISH_LENGTH, LLMError, LLMTransientError, ToolCall
+from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, iso, top_k, turn_time
+from memory.systems.prompts import MEMORY_HEADER, system_prompt
 
 LABELS = ("persona", "human")
 
@@ -95,8 +103,10 @@ EDIT_SYSTEM = (
     "knows about the user). Each block holds at most {limit} characters. Keep the human block up to date with "
     "the user's name, facts, preferences, plans and changes (replace what is no longer true); store details that "
     "do not fit the core memory in archival memory. Edit memory only through the functions. If nothing needs "
-    "to change, call no function."
+    "to change, call no function. " + DATA_RULE
 )
+#: The example of the JSON instruction: stored only if the user said the same.
+EXAMPLES = ("Has a dog named Rex.",)
 JSON_INSTRUCTION = (
     "Answer with a JSON list of function calls and nothing else, like:\n"
     '[{{"function": "core_memory_append", "arguments": {{"label": "human", "content": "Has a dog named Rex."}}}}]\n'
@@ -107,11 +117,18 @@ JSON_INSTRUCTION = (
 
 
 def render_core(state: dict[str, Any], limit: int) -> str:
-    """The core memory as MemGPT shows it in context: one tagged block per label with its size."""
+    """The core memory as MemGPT shows it in context: one tagged block per label with its size (on
+    the line before the block, so the block is a plain data block whose content is quoted)."""
     return "\n".join(
-        f'<{label} characters="{len(state.get(label, ""))}/{limit}">\n{state.get(label, "")}\n</{label}>'
+        f"{label} ({len(state.get(label, ''))}/{limit} characters):\n<{label}>\n{quote(state.get(label, ''))}\n</{label}>"
         for label in LABELS
     )
+
+
+def written_text(call: ToolCall) -> str:
+    """The text an action would write into memory ("" for a deletion)."""
+    key = "new_content" if call.name == "core_memory_replace" else "content"
+    return str(call.arguments.get(key) or "").strip()
 
 
 def parse_actions(reply: str | None) -> list[ToolCall] | None:
@@ -235,9 +252,9 @@ class MemGPT(BaseSystem):
         if archive and query.strip():
             vectors = embed_texts(self.embedder, [query, *(e["text"] for e in archive)])
             found = [archive[i]["text"] for i, _ in top_k(vectors[0], vectors[1:], int(self.p["archival_k"]))]
-        block = "Core memory (always in context):\n" + render_core(state, int(self.p["core_limit"]))
+        block = f"{MEMORY_HEADER}\n" + render_core(state, int(self.p["core_limit"]))
         if found:
-            block += "\n\nArchival memory search results for the user's message:\n" + render_lines(found)
+            block += "\n\n" + data_block("notes", "\n".join(f"- {x}" for x in found))
         if self.p["short_replies"]:
             block += f"\n\n{SHORT_REPLIES}"
         shown = [f"{label}: {line}" for label in LABELS for line in state[label].split("\n") if line.strip()]
@@ -268,6 +285,15 @@ class MemGPT(BaseSystem):
             except LLMError as exc:
                 fallback(trace, "memgpt_edit", f"tool call refused ({exc}): asked for the JSON format instead")
             else:
+                if out.finish_reason == FINISH_LENGTH:  # the last call may be cut mid-argument
+                    fallback(trace, "memgpt_edit", f"output cut at the token limit ({budget} tokens): discarded")
+                    return []
+                leak = echoes_prompt(out.text, messages, structured=True) if out.text else None
+                if leak is not None:
+                    fallback(
+                        trace, "memgpt_edit", f"the output repeats the prompt ({leak.text!r}): discarded", out.text
+                    )
+                    return []
                 if out.tool_calls:
                     return out.tool_calls
                 parsed = parse_actions(out.text)  # some endpoints put the calls in the text
@@ -276,12 +302,9 @@ class MemGPT(BaseSystem):
             *messages[:-1],
             {"role": "user", "content": f"{messages[-1]['content']}\n\n{JSON_INSTRUCTION}"},
         ]
-        try:
-            text = self.llm.complete(json_messages, max_tokens=budget, temperature=0.0, purpose="memgpt_edit").text
-        except LLMTransientError:
-            raise
-        except LLMError as exc:
-            fallback(trace, "memgpt_edit", f"LLM error: {exc}")
+        # ask() discards failed, cut and prompt-echoing replies (recorded) and lets transient errors through.
+        text = ask(self.llm, json_messages, purpose="memgpt_edit", max_tokens=budget, trace=trace, structured=True)
+        if text is None:
             return []
         parsed = parse_actions(text)
         if parsed is None:
@@ -299,10 +322,17 @@ class MemGPT(BaseSystem):
             {
                 "role": "user",
                 "content": f"Core memory:\n{render_core(state, limit)}\n\n"
-                f"New messages ({now:%Y-%m-%d}):\n{transcript(turns, user='User', bot='Chatbot')}",
+                f"New messages ({now:%Y-%m-%d}):\n"
+                + data_block("conversation", transcript(turns, user="User", bot="Chatbot")),
             },
         ]
         for call in self.actions(messages, trace):
+            text = written_text(call)
+            reason = rejection_reason(text, session=turns, examples=EXAMPLES) if text else None
+            if reason is not None:
+                trace.setdefault("rejected", []).append({"where": "memgpt_edit", "text": text, "reason": reason})
+                trace.setdefault("actions", []).append({**call.as_dict(), "error": f"rejected: {reason}"})
+                continue
             state, error = apply_action(state, call, limit=limit, now=iso(now))
             trace.setdefault("actions", []).append({**call.as_dict(), "error": error or ""})
             if error:

@@ -14,8 +14,9 @@ from typing import Any
 
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
-from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, parse_lines, render_lines, top_k
-from memory.systems.prompts import system_prompt
+from memory.hygiene import DATA_RULE, clean_memory_lines, data_block
+from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, parse_lines, top_k
+from memory.systems.prompts import memory_block, system_prompt
 
 SUMMARY_SYSTEM = "You summarize conversations between a user and a chatbot into short memory sentences about the user."
 SUMMARY_INSTRUCTION = (
@@ -25,15 +26,28 @@ SUMMARY_INSTRUCTION = (
     "Goes hiking every weekend\n"
     "Has a dog\n"
     "Had back surgery\n"
-    "If there is nothing worth remembering, write NONE."
+    "If there is nothing worth remembering, write NONE.\n"
+    "Write only about the user: what the chatbot said about itself is not about the user. " + DATA_RULE
 )
-EXAMPLES = ("goes hiking every weekend", "has a dog", "had back surgery")
+#: The instruction's own example sentences: a memory line equal to one is kept only if the user said it.
+EXAMPLES = ("Goes hiking every weekend", "Has a dog", "Had back surgery")
 NONE_MARKERS = ("none", "nothing", "n/a", "no information", "summary", "memory sentences")
 
 
 def _echoed(line: str) -> bool:
     key = line.lower().strip(" .")
-    return key in SUMMARY_INSTRUCTION.lower() or key in EXAMPLES
+    return len(key) > 12 and key in SUMMARY_INSTRUCTION.lower() and key not in {e.lower() for e in EXAMPLES}
+
+
+def summary_messages(session: Sequence[Turn]) -> list[dict[str, str]]:
+    """The summarizer's prompt: the instruction, then the session quoted as data."""
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM},
+        {
+            "role": "user",
+            "content": f"{SUMMARY_INSTRUCTION}\n\n{data_block('conversation', transcript(session))}\n\nMemory sentences:",
+        },
+    ]
 
 
 def summarize_session(
@@ -41,24 +55,15 @@ def summarize_session(
 ) -> list[str]:
     """S = the summary sentences of a finished session (Keep Me Updated §4.2).
 
-    Fallback: an empty or unparseable reply gives S = [] (memory unchanged), recorded in the trace."""
+    Lines that are not memories about the user (speaker labels, the bot's lines, refusals, the
+    instruction's examples the user did not say: :func:`memory.hygiene.clean_memory_lines`) are
+    rejected and recorded in ``trace["rejected"]``. Fallback: an empty, unparseable, cut or
+    prompt-repeating reply gives S = [] (memory unchanged), recorded in the trace."""
     if not any(t.speaker == "user" for t in session):
         return []
-    reply = ask(
-        llm,
-        [
-            {"role": "system", "content": SUMMARY_SYSTEM},
-            {
-                "role": "user",
-                "content": f"{SUMMARY_INSTRUCTION}\n\nConversation:\n{transcript(session)}\n\nMemory sentences:",
-            },
-        ],
-        purpose="summarize_session",
-        max_tokens=max_tokens,
-        trace=trace,
-    )
-    # Small models sometimes echo the instruction or copy its examples: such lines are not about this user.
-    sentences = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2 and not _echoed(s)]
+    reply = ask(llm, summary_messages(session), purpose="summarize_session", max_tokens=max_tokens, trace=trace)
+    lines = [s for s in parse_lines(reply, drop=NONE_MARKERS) if len(s) > 2 and not _echoed(s)]
+    sentences = clean_memory_lines(lines, trace=trace, where="summarize_session", session=session, examples=EXAMPLES)
     if reply is not None and not sentences:
         fallback(trace, "summarize_session", "no summary sentence in the reply: memory unchanged", reply or "")
     if len(sentences) > max_sentences:
@@ -114,6 +119,8 @@ class MemoryAccumulate(BaseSystem):
         ``stored`` holds the sentences' vectors (embedded here if not given)."""
         if not memory:
             return []
+        if not session:  # the bot opens the session: nothing to match yet, so the latest memories
+            return memory[-int(self.p["k"]) :]
         n = int(self.p["query_turns"])
         context = transcript(session[-n:] if n else session)
         rows = stored.rows(memory) if stored is not None else None
@@ -124,8 +131,8 @@ class MemoryAccumulate(BaseSystem):
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         memory = state.get("memory", [])
-        retrieved = self.retrieve(memory, session, self.memory_vectors(state) if memory else None)
-        block = ("What you remember about the user:\n" + render_lines(retrieved)) if retrieved else ""
+        retrieved = self.retrieve(memory, session, self.memory_vectors(state) if memory and session else None)
+        block = memory_block(retrieved)
         if self.p["short_replies"]:
             block = f"{block}\n\n{SHORT_REPLIES}".strip()
         return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(session)], memory=retrieved)

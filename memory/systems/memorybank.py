@@ -13,6 +13,13 @@ The official code writes ``math.exp(-t / 5*S)`` = exp(−(t/5)·S): stronger mem
 against its own docstring and the paper (notes §1.5). ``forgetting_curve`` chooses: "paper"
 (exp(−t/S), default), "code_intended" (exp(−t/(5S))) or "code" (the bug, reproduced). The random draw
 is a hash of (seed, unit id, day), so the same state and day always forget the same units.
+
+Time scale (``forgetting_time_scale_days``): t is counted in units of this many days of the study's
+clock. The paper's companion is used once a day (its evaluation set: one conversation a day for ten
+days), so its curve is calibrated to one day between conversations; in a study, sessions are 1-2 weeks
+apart, and counting that gap as 7-14 "days" would forget nearly everything (e^-7 ≈ 0.001 for a unit
+recalled once). The default of 7 counts one week of the study's clock, the shortest gap of the
+protocol, as the paper's one day. :func:`retention_after` says what is kept after a gap.
 """
 
 from __future__ import annotations
@@ -25,7 +32,17 @@ from typing import Any
 
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
-from memory.systems.common import SHORT_REPLIES, ask, aware, embed_texts, fallback, last_user_text, top_k
+from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
+from memory.systems.common import (
+    SHORT_REPLIES,
+    ask,
+    aware,
+    embed_texts,
+    fallback,
+    last_user_text,
+    split_sentences,
+    top_k,
+)
 
 SUMMARY_SYSTEM = (
     "Below is a transcript of a conversation between a human and an AI assistant that is intelligent and "
@@ -33,46 +50,53 @@ SUMMARY_SYSTEM = (
 )
 
 
+def _dialogue(pairs: Sequence[tuple[str, str]], user: str, bot: str) -> str:
+    return data_block("conversation", "\n".join(f"{user}：{q.strip()}\n{bot}：{r.strip()}" for q, r in pairs))
+
+
 def summarize_content_prompt(pairs: Sequence[tuple[str, str]], user: str, bot: str) -> str:
     prompt = (
         "Please summarize the following dialogue as concisely as possible, extracting the main themes and key "
-        "information. If there are multiple key events, you may summarize them separately. Dialogue content:\n"
+        f"information. If there are multiple key events, you may summarize them separately. {DATA_RULE} "
+        "Dialogue content:\n"
     )
-    for q, r in pairs:
-        prompt += f"\n{user}：{q.strip()}\n{bot}：{r.strip()}"
-    return prompt + "\nSummarization："
+    return prompt + _dialogue(pairs, user, bot) + "\nSummarization："
 
 
 def summarize_person_prompt(pairs: Sequence[tuple[str, str]], user: str, bot: str) -> str:
     prompt = (
         f"Based on the following dialogue, please summarize {user}'s personality traits and emotions, and devise "
-        "response strategies based on your speculation. Dialogue content:\n"
+        f"response strategies based on your speculation. {DATA_RULE} Dialogue content:\n"
     )
-    for q, r in pairs:
-        prompt += f"\n{user}：{q.strip()}\n{bot}：{r.strip()}"
-    return prompt + f"\n{user}'s personality traits, emotions, and {bot}'s response strategy are:"
+    return (
+        prompt
+        + _dialogue(pairs, user, bot)
+        + f"\n{user}'s personality traits, emotions, and {bot}'s response strategy are:"
+    )
 
 
 def summarize_overall_prompt(items: Sequence[tuple[str, str]]) -> str:
     prompt = (
         "Please provide a highly concise summary of the following event, capturing the essential key information "
-        "as succinctly as possible. Summarize the event:\n"
+        f"as succinctly as possible. {DATA_RULE} Summarize the event:\n"
     )
-    for day, summary in items:
-        prompt += f"At {day}, the events are {summary.strip()}"
-    return prompt + "\nSummarization："
+    events = "\n".join(f"At {day}, the events are {summary.strip()}" for day, summary in items)
+    return prompt + data_block("summaries", events) + "\nSummarization："
 
 
 def summarize_overall_personality(items: Sequence[tuple[str, str]]) -> str:
     prompt = (
         "The following are the user's exhibited personality traits and emotions throughout multiple dialogues, "
-        "along with appropriate response strategies for the current situation:"
+        f"along with appropriate response strategies for the current situation ({DATA_RULE}):\n"
     )
-    for day, summary in items:
-        prompt += f"\nAt {day}, the analysis shows {summary.strip()}"
-    return prompt + (
-        "\nPlease provide a highly concise and general summary of the user's personality and the most appropriate "
-        "response strategy for the AI companion, summarized as:"
+    analyses = "\n".join(f"At {day}, the analysis shows {summary.strip()}" for day, summary in items)
+    return (
+        prompt
+        + data_block("summaries", analyses)
+        + (
+            "\nPlease provide a highly concise and general summary of the user's personality and the most appropriate "
+            "response strategy for the AI companion, summarized as:"
+        )
     )
 
 
@@ -85,22 +109,25 @@ META_PROMPT = (
     "The summary of your past memories with the user is: {overall}\n"
     "The personality of user {user} and the response strategy of the AI companion are: {personality}\n"
     "Based on the current user's question, you start recalling past conversations between the two of you, and the "
-    '[memory] most relevant to the question is: "{related}"\n'
+    "[memory] most relevant to the question is: {related}\n"
     "You should refer to the context of the conversation, past [memory], and provide detailed answers to user questions."
+    "\n{rules}"
 )
 NEW_USER_PROMPT = (
     "Now you will play the role of a companion AI for user {user}, and your name is {bot}. You should be able to: "
     "(1) provide warm companionship to chat users; (2) you are also an excellent psychological counselor, and when "
     "users confide in you about their difficulties and seek help, you can provide them with warm and helpful responses."
+    "\n{rules}"
 )
 
 
 # ------------------------------------------------------------------------------------ pure functions
 
 
-def retention(days: float, strength: float, formula: str = "paper") -> float:
-    """Ebbinghaus retention R after ``days`` since the last recall, for memory strength S."""
-    t, s = max(0.0, days), max(1e-9, strength)
+def retention(days: float, strength: float, formula: str = "paper", time_scale_days: float = 1.0) -> float:
+    """Ebbinghaus retention R after ``days`` since the last recall, for memory strength S, with t in
+    units of ``time_scale_days`` days (1 = the paper's days)."""
+    t, s = max(0.0, days) / max(1e-9, time_scale_days), max(1e-9, strength)
     if formula == "paper":
         return math.exp(-t / s)
     if formula == "code_intended":
@@ -108,6 +135,16 @@ def retention(days: float, strength: float, formula: str = "paper") -> float:
     if formula == "code":
         return math.exp(-t / 5 * s)  # sic: the official code's precedence, exp(-(t/5)*S)
     raise ValueError(f"memorybank: unknown forgetting_curve {formula!r} (paper, code_intended, code)")
+
+
+def retention_after(gap_days: float, params: dict[str, Any] | None = None, *, strength: float = 1.0) -> float:
+    """The probability that MemoryBank keeps a memory unit of ``strength`` (1 = stored and never
+    recalled) through a gap of ``gap_days`` days of the study's clock, with the arm's ``params``
+    (defaults filled in). 1.0 when forgetting is off. The expected share of such units kept."""
+    p = {k: spec.default for k, spec in MemoryBank.params.items()} | dict(params or {})
+    if not p["forgetting"]:
+        return 1.0
+    return retention(gap_days, strength, str(p["forgetting_curve"]), float(p["forgetting_time_scale_days"]))
 
 
 def draw(seed: int, memory_id: str, day: str) -> float:
@@ -120,7 +157,9 @@ def days_between(a: str, b: str) -> int:
     return (date.fromisoformat(b) - date.fromisoformat(a)).days
 
 
-def forget(state: dict[str, Any], day: str, *, formula: str, seed: int) -> tuple[dict[str, Any], list[str]]:
+def forget(
+    state: dict[str, Any], day: str, *, formula: str, seed: int, time_scale_days: float = 1.0
+) -> tuple[dict[str, Any], list[str]]:
     """Apply forgetting as of ``day``: the new state and the ids of the forgotten units (pure)."""
     history: dict[str, list[dict[str, Any]]] = {}
     summary = dict(state.get("summary", {}))
@@ -128,7 +167,7 @@ def forget(state: dict[str, Any], day: str, *, formula: str, seed: int) -> tuple
     for d, units in state.get("history", {}).items():
         kept = []
         for u in units:
-            r = retention(days_between(u["last_recall_date"], day), u["memory_strength"], formula)
+            r = retention(days_between(u["last_recall_date"], day), u["memory_strength"], formula, time_scale_days)
             if draw(seed, u["memory_id"], day) > r:
                 gone.append(u["memory_id"])
             else:
@@ -216,6 +255,17 @@ class MemoryBank(BaseSystem):
             "paper: exp(-t/S); code_intended: exp(-t/(5S)); code: exp(-(t/5)S), the bug.",
             "paper; notes §1.5 for the code",
         ),
+        "forgetting_time_scale_days": Param(
+            7.0,
+            "Days of the study's clock that count as one day of the forgetting curve (R = e^(-t/S), t in these "
+            "units). 1 = the paper's days taken literally.",
+            "ours: the paper's companion talks once a day; a study's sessions are 1-2 weeks apart",
+        ),
+        "max_overall_days": Param(
+            14,
+            "The overall summaries are rewritten from at most this many latest days' summaries (0 = all, as the code).",
+            "ours: bounds the prompt",
+        ),
         "seed": Param(0, "Seed of the forgetting draws.", "our choice"),
         "user_name": Param("User", "The user's name in the prompts.", "our choice"),
         "bot_name": Param("AI", "The bot's name in the prompts.", "code: boot_name = 'AI'"),
@@ -233,7 +283,13 @@ class MemoryBank(BaseSystem):
     def loaded(self, state: dict[str, Any], day: str) -> tuple[dict[str, Any], list[str]]:
         if not self.p["forgetting"]:
             return state, []
-        return forget(state, day, formula=str(self.p["forgetting_curve"]), seed=int(self.p["seed"]))
+        return forget(
+            state,
+            day,
+            formula=str(self.p["forgetting_curve"]),
+            seed=int(self.p["seed"]),
+            time_scale_days=float(self.p["forgetting_time_scale_days"]),
+        )
 
     def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
         """The stored embeddings of the state's units (embedded only if the state has none for them)."""
@@ -262,17 +318,25 @@ class MemoryBank(BaseSystem):
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         stored = self.stored_vectors(state)
         state, _ = self.loaded(state, f"{aware(now):%Y-%m-%d}")
-        related = self.search(state, last_user_text(session), stored)
+        if session:
+            related = self.search(state, last_user_text(session), stored)
+        else:  # the bot opens the session: nothing to search with, so the latest day's summary
+            days = [u for u in units(state) if u[0].endswith("_summary")]
+            related = days[-1:]
         names = {"user": self.p["user_name"], "bot": self.p["bot_name"]}
+        rules = f"{DATA_RULE} {NO_RECITAL}"
         if state.get("overall_history") or related:
             system = META_PROMPT.format(
                 **names,
-                overall=state.get("overall_history") or "none",
-                personality=state.get("overall_personality") or "none",
-                related="\n".join(text for _, text in related),
+                overall=inline_data("memory", state["overall_history"]) if state.get("overall_history") else "none",
+                personality=inline_data("memory", state["overall_personality"])
+                if state.get("overall_personality")
+                else "none",
+                related=data_block("memory", "\n".join(text for _, text in related)) if related else "none",
+                rules=rules,
             )
         else:
-            system = NEW_USER_PROMPT.format(**names)
+            system = NEW_USER_PROMPT.format(**names, rules=rules)
         system += f"\nToday is {now:%A, %B %-d, %Y}."
         if self.p["short_replies"]:
             system += f"\n{SHORT_REPLIES}"
@@ -295,7 +359,9 @@ class MemoryBank(BaseSystem):
         new_state = self.with_vectors(before, strengthen(state, recalled, day))
         return Update(state=new_state, trace={"forgotten": gone, "recalled": recalled})
 
-    def summarize(self, prompt: str, purpose: str, trace: dict[str, Any]) -> str:
+    def summarize(self, prompt: str, purpose: str, trace: dict[str, Any], session: Sequence[Turn] = ()) -> str:
+        """One of the code's summaries; its sentences pass :func:`memory.hygiene.clean_memory_lines`
+        (speaker labels, dialogue lines, refusals go). "" when nothing usable is left."""
         reply = ask(
             self.llm,
             [
@@ -309,8 +375,13 @@ class MemoryBank(BaseSystem):
             trace=trace,
         )
         text = (reply or "").strip()
+        if text:
+            kept = clean_memory_lines(
+                split_sentences(text), trace=trace, where=purpose, session=session, about_user=False
+            )
+            text = " ".join(kept)
         if not text and reply is not None:
-            fallback(trace, purpose, "empty summary", reply)
+            fallback(trace, purpose, "empty summary (or nothing usable in it)", reply)
         return text
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
@@ -333,8 +404,9 @@ class MemoryBank(BaseSystem):
         all_pairs = [(u["query"], u["response"]) for u in day_units]
         summary = dict(state.get("summary", {}))
         personality = dict(state.get("personality", {}))
+        turns = [turn for q, r in all_pairs for turn in (Turn("user", q), Turn("bot", r))]
         # The day's summaries cover every pair of the day (several sessions on one day update them).
-        text = self.summarize(summarize_content_prompt(all_pairs, user, bot), "memorybank_day_summary", trace)
+        text = self.summarize(summarize_content_prompt(all_pairs, user, bot), "memorybank_day_summary", trace, turns)
         if text:
             old = summary.get(day, {})
             summary[day] = {
@@ -343,14 +415,20 @@ class MemoryBank(BaseSystem):
                 "last_recall_date": old.get("last_recall_date", day),
                 "memory_id": f"{day}_summary",
             }
-        text = self.summarize(summarize_person_prompt(all_pairs, user, bot), "memorybank_day_personality", trace)
+        text = self.summarize(summarize_person_prompt(all_pairs, user, bot), "memorybank_day_personality", trace, turns)
         if text:
             personality[day] = text
+        recent_days = int(self.p["max_overall_days"])
+
+        def latest(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
+            # The overall summaries are rewritten from the latest days only: the prompt stays bounded.
+            return sorted(items)[-recent_days:] if recent_days else sorted(items)
+
         overall = state.get("overall_history", "")
         if summary:
             overall = (
                 self.summarize(
-                    summarize_overall_prompt([(d, s["content"]) for d, s in summary.items()]),
+                    summarize_overall_prompt(latest([(d, s["content"]) for d, s in summary.items()])),
                     "memorybank_overall_history",
                     trace,
                 )
@@ -360,7 +438,9 @@ class MemoryBank(BaseSystem):
         if personality:
             overall_personality = (
                 self.summarize(
-                    summarize_overall_personality(list(personality.items())), "memorybank_overall_personality", trace
+                    summarize_overall_personality(latest(list(personality.items()))),
+                    "memorybank_overall_personality",
+                    trace,
                 )
                 or overall_personality
             )

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, recent, transcript
+from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block
 from memory.systems.common import SHORT_REPLIES, ask, fallback, split_sentences
 
 MEMORY_SYSTEM = (
@@ -70,7 +71,15 @@ def parse_memory(reply: str) -> str:
 
 
 def render(session: Sequence[Turn]) -> str:
-    return transcript(session, user="User", bot="System")
+    return transcript(session, user="User", bot="System") if session else "(no messages yet)"
+
+
+def test_input(memory: str, session: Sequence[Turn], ending: str) -> str:
+    """The paper's test input, with the memory and the dialogue quoted as data."""
+    return (
+        f"Previous Memory:\n{data_block('memory', memory)}\n\n"
+        f"Dialogue Context:\n{data_block('conversation', render(session))}\n\n{ending}"
+    )
 
 
 class Rsum(BaseSystem):
@@ -97,9 +106,8 @@ class Rsum(BaseSystem):
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         memory = state.get("memory", "")
         instruction = P_R + (f"\n{SHORT_REPLIES}" if self.p["short_replies"] else "")
-        user = (
-            f"{instruction}\n\nToday is {now:%A, %B %-d, %Y}.\n\n"
-            f"Previous Memory: {self.shown(memory)}\n\nDialogue Context:\n{render(session)}\n\nResponse:"
+        user = f"{instruction}\n{DATA_RULE} {NO_RECITAL}\n\nToday is {now:%A, %B %-d, %Y}.\n\n" + test_input(
+            self.shown(memory), recent(session), "Response:"
         )
         return Prompt(
             [ChatMessage("system", RESPONSE_SYSTEM), ChatMessage("user", user)],
@@ -115,8 +123,8 @@ class Rsum(BaseSystem):
                 {"role": "system", "content": MEMORY_SYSTEM},
                 {
                     "role": "user",
-                    "content": f"{P_M}\n\nPrevious Memory: {self.shown(before)}\n\nDialogue Context:\n{render(session)}\n\n"
-                    "So the Updated Memory is :",
+                    "content": f"{P_M}\n{DATA_RULE}\n\n"
+                    + test_input(self.shown(before), session, "So the Updated Memory is :"),
                 },
             ],
             purpose="rsum_memory",
@@ -124,9 +132,15 @@ class Rsum(BaseSystem):
             trace=trace,
         )
         after = parse_memory(reply or "")
+        if after and after.strip(" .").lower() not in ("empty", "none"):
+            # Keep the sentences that are memories; labels, dialogue lines, the bot's lines and refusals go.
+            kept = clean_memory_lines(
+                split_sentences(after), trace=trace, where="rsum_memory", session=session, about_user=False
+            )
+            after = " ".join(kept)
         if not after or after.strip(" .").lower() in ("empty", "none"):
             if reply is not None:
-                fallback(trace, "rsum_memory", "empty updated memory: kept the previous memory", reply)
+                fallback(trace, "rsum_memory", "no usable updated memory: kept the previous memory", reply)
             after = before
         sentences = split_sentences(after)
         cap = int(self.p["max_sentences"])

@@ -24,6 +24,7 @@ SESSIONS: list[list[str]] = [
 class Run:
     states: list[dict[str, Any]] = field(default_factory=list)  # state after each session
     traces: list[dict[str, Any]] = field(default_factory=list)  # end_session trace of each session
+    turn_traces: list[dict[str, Any]] = field(default_factory=list)  # every after_turn trace, in order
     prompts: list[list[Prompt]] = field(default_factory=list)  # prompts of each session
 
 
@@ -51,6 +52,7 @@ def run_dialogue(
             session.append(Turn("bot", reply, at + timedelta(seconds=30)))
             update = system.after_turn(roundtrip(state), list(session), at + timedelta(seconds=30))
             json.dumps(update.trace)
+            run.turn_traces.append(update.trace)
             state = roundtrip(update.state)
         end = system.end_session(roundtrip(state), list(session), start + timedelta(minutes=10))
         json.dumps(end.trace)

@@ -24,6 +24,12 @@ def _user_lines(text: str) -> list[str]:
     return [m.strip().rstrip(".") for m in re.findall(r"(?:^|\n)(?:\[TURN \d+\] : )?User ?[:：]\s*(.+)", text)]
 
 
+def _block(text: str, tag: str) -> str:
+    """The content of the last ``<tag>…</tag>`` data block of the prompt ("" if there is none)."""
+    found = re.findall(rf"<{tag}>\n?(.*?)\n?</{tag}>", text, re.DOTALL)
+    return found[-1] if found else ""
+
+
 def _between(text: str, start: str, end: str) -> str:
     part = text.rsplit(start, 1)[-1]
     return part.split(end, 1)[0]
@@ -33,13 +39,10 @@ def fake_reply(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
     every = "\n".join(m["content"] for m in messages)
     if "Memory sentences:" in text:  # Keep Me Updated summarizer
-        return (
-            "\n".join(f"- {line}" for line in _user_lines(_between(text, "Conversation:\n", "\n\nMemory sentences:")))
-            or "NONE"
-        )
+        return "\n".join(f"- {line}" for line in _user_lines(_block(text, "conversation"))) or "NONE"
     if text.endswith("Operation:"):  # Keep Me Updated operation
-        m = _between(text, "Old memory sentence: ", "\n")
-        s = _between(text, "New sentence: ", "\n")
+        m = _block(text, "old_sentence")
+        s = _block(text, "new_sentence")
         if "better" in s.lower() and set(m.lower().split()) & set(s.lower().split()) - {"i", "my", "is", "am"}:
             return "DELETE"
         if m.lower().split()[:3] == s.lower().split()[:3]:
@@ -48,37 +51,37 @@ def fake_reply(messages: list[dict[str, str]]) -> str:
             return "PASS"
         return "APPEND"
     if "So the Updated Memory is :" in text:  # Rsum
-        prev = _between(text, "Previous Memory: ", "\n\nDialogue Context:")
-        new = " ".join(f"{line}." for line in _user_lines(_between(text, "Dialogue Context:\n", "\n\nSo the Updated")))
+        prev = _block(text, "memory")
+        new = " ".join(f"{line}." for line in _user_lines(_block(text, "conversation")))
         return "Updated memory: " + ("" if prev == "Empty" else prev + " ") + new
     if text.endswith("SUMMARY:"):  # LD-Agent event summary
-        return "SUMMARY: " + "; ".join(_user_lines(text.replace("#Conversation#: ", "\n"))[:3])
+        return "SUMMARY: " + "; ".join(_user_lines(_block(text, "conversation"))[:3])
     if "NO_TRAIT" in text:  # LD-Agent persona
-        sentence = text.rsplit("(no more than 20 words):", 1)[-1]
+        sentence = _block(text, "sentence")
         return f"I {sentence.split(' I ', 1)[-1]}" if " have " in sentence or "like" in sentence else "NO_TRAIT"
     if "extract the relation" in text:  # TiM post-thinking
-        q = _between(text, "Question: ", "\n")
+        q = _block(text, "message")
         return f"(User, said, {q[:40]}).\nThe user said: {q}"
     if "remove the counterfactual" in text or "merge the similar" in text:  # TiM forget / merge: keep the group
-        return _between(text, "Input:\n", "\nOutput:")
+        return _block(text, "thoughts")
     if "Summarization：" in text or "response strategy are:" in text or "summarized as:" in text:  # MemoryBank
-        lines = _user_lines(text.replace("：", ": ")) or re.findall(
-            r"(?:the events are|the analysis shows) (.+?)(?=At \d|\n|$)", text
+        lines = _user_lines(_block(text, "conversation")) or re.findall(
+            r"(?:the events are|the analysis shows) (.+?)(?=At \d|\n|$)", _block(text, "summaries")
         )
         return "Summary: " + " ".join(line.removeprefix("Summary: ") for line in lines[:6]) if lines else ""
     system = messages[0]["content"] if messages[0]["role"] == "system" else ""
     if "Personal Information Organizer" in system:  # mem0 fact extraction
-        return json.dumps({"facts": _sentences(_between(text, "Input:\nuser: ", "\nassistant:"))})
+        return json.dumps({"facts": _sentences(_between(_block(text, "conversation"), "user: ", "\nassistant:"))})
     if "smart memory manager" in text:  # mem0 update (ADD / UPDATE / DELETE / NONE)
         return _mem0_update(text)
     if text.endswith("Updated summary:"):  # mem0 running summary
-        prev = _between(text, "Previous summary:\n", "\n\nNew messages")
-        new = " ".join(f"{x}." for x in re.findall(r"(?:^|\n)user: (.+)", text))
-        return (("" if prev == "(none)" else prev + " ") + new).strip()
+        prev = _block(text, "notes")
+        new = " ".join(f"The user said {x.rstrip('.!?')}." for x in re.findall(r"(?:^|\n)user: (.+)", text))
+        return ((prev + " " if prev else "") + new).strip()
     if text.startswith("Generate a structured analysis"):  # A-Mem note construction
-        content = text.rsplit("Content for analysis:", 1)[-1].strip()
+        content = _block(text, "conversation")
         words = _content_words(content)
-        return json.dumps({"keywords": words[:5], "context": content.split("\n")[0][:120], "tags": words[:3]})
+        return json.dumps({"keywords": words[:5], "context": "A talk about " + ", ".join(words[:3]), "tags": words[:3]})
     if "memory evolution agent" in text:  # A-Mem link generation and evolution
         return _a_mem_evolve(text)
     if "memory manager of a chatbot" in system:  # MemGPT memory edit, JSON action format
@@ -126,10 +129,8 @@ def _sentences(text: str) -> list[str]:
 def _mem0_update(text: str) -> str:
     """NONE for every old memory, UPDATE when a fact starts like it (first 3 words), DELETE when a
     fact says it is better and shares a content word with it; every unused fact is ADDed."""
-    old_part = re.search(r"```\n\s*(\[.*?\])\n\s*```", text, re.S)
-    old = ast.literal_eval(old_part.group(1)) if old_part and "current content of my memory" in text else []
-    facts_part = re.findall(r"```\n\s*(\[.*?\])\n\s*```", text, re.S)[-1]
-    facts = ast.literal_eval(facts_part)
+    old = json.loads(_block(text, "memory")) if "current content of my memory" in text else []
+    facts = json.loads(_block(text, "facts"))
     out, used = [], set()
     for m in old:
         event, new = "NONE", m["text"]
@@ -151,7 +152,7 @@ def _mem0_update(text: str) -> str:
 def _a_mem_evolve(text: str) -> str:
     """Evolve when a neighbour shares a keyword: link to it, and add the note's first keyword to the
     tags of every neighbour (contexts unchanged)."""
-    keywords = ast.literal_eval(re.search(r"\n\s*keywords: (\[.*?\])\n", text).group(1))
+    keywords = ast.literal_eval(re.search(r"keywords: <notes>(\[.*?\])</notes>", text).group(1))
     neighbours = re.findall(
         r"memory index:(\d+)\t.*?memory context: (.*?)\t memory keywords: (\[.*?\])\t memory tags: (\[.*?\])\n",
         text,

@@ -31,6 +31,11 @@ FAST = {
     "ld_agent": {"summary_max_tokens": 30, "persona_max_tokens": 20},
     "tim": {"think_max_tokens": 30, "organize_max_tokens": 40},
     "memorybank": {"summary_max_tokens": 40},
+    # a_mem took 564 s alone with its default budgets (200/500 tokens per JSON call) and hit the
+    # 600 s test timeout on a loaded machine
+    "a_mem": {"analyze_max_tokens": 40, "evolve_max_tokens": 60},
+    "mem0": {"extract_max_tokens": 40, "update_max_tokens": 80, "summary_max_tokens": 40},
+    "memgpt": {"edit_max_tokens": 60},
 }
 # What the end-of-session / per-turn update must have asked the LLM, per arm.
 UPDATE_PURPOSES = {
@@ -40,6 +45,9 @@ UPDATE_PURPOSES = {
     "ld_agent": {"ld_agent_summary", "ld_agent_persona"},
     "tim": {"tim_think"},
     "memorybank": {"memorybank_day_summary", "memorybank_overall_history"},
+    "a_mem": {"a_mem_note"},
+    "mem0": {"mem0_extract"},
+    "memgpt": {"memgpt_edit"},
 }
 
 
@@ -69,7 +77,11 @@ def test_every_arm_runs_three_sessions_with_the_local_model(name: str, llm: Loca
     if name == "none":
         assert result.states[-1] == {}
     else:
-        assert result.states[0] != build_system(name, embedder=embedder).initial_state()
+        # The memory changes as the arm works, unless the arm rejected the model's output and said why
+        # (SmolLM2 often runs to the token cap or copies the prompt's examples: memory.hygiene).
+        unchanged = result.states[0] == build_system(name, embedder=embedder).initial_state()
+        reasons = [t for t in [*result.turn_traces, *result.traces] if t.get("fallbacks") or t.get("rejected")]
+        assert not unchanged or reasons
     if name == "memory_update":
         for trace in result.traces[1:]:
             assert len(trace["operations"]) == len(trace["memory_before"]) * len(trace["summary"])

@@ -32,6 +32,7 @@ from memory.systems.tim import (
     recall,
     recall_tables,
 )
+from memory.tests.fake_llm import _block
 
 NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 THINGS = [
@@ -132,8 +133,8 @@ def grouping_llm(calls: list[list[str]]) -> ScriptedLLM:
     def script(messages: list[dict[str, str]]) -> str:
         text = messages[-1]["content"]
         if "extract the relation" in text:
-            return text.rsplit("Question: ", 1)[1].split("\n", 1)[0]
-        group = text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0].splitlines()
+            return _block(text, "message")
+        group = _block(text, "thoughts").splitlines()
         calls.append(group)
         return "\n".join(group)
 
@@ -302,8 +303,8 @@ def batched_llm(prompts: list[str]) -> ScriptedLLM:
         if "Memory sentences:" in text:
             return "The user has a new piano teacher\nThe user sold the red kayak"
         prompts.append(text)
-        listing = text.split("Old memory sentences:\n", 1)[1].split("\nNew sentence:", 1)[0].splitlines()
-        new = text.split("New sentence: ", 1)[1].split("\n", 1)[0]
+        listing = _block(text, "old_sentences").splitlines()
+        new = _block(text, "new_sentence")
         topic = new.split()[-1]
         return "\n".join(
             f"{n}. {'REPLACE' if line.endswith(topic) else 'APPEND'}"
@@ -324,7 +325,7 @@ def test_batched_mode_makes_one_bounded_call_per_summary_sentence_whatever_the_m
     state = {"memory": memory, "sessions": 1}
     update = system.end_session(state, [Turn("user", "I sold my kayak.", NOW), Turn("bot", "Oh.", NOW)], NOW)
     assert len(llm.calls) == 1 + 2  # the summary, then one call per summary sentence
-    listed = [p.split("Old memory sentences:\n", 1)[1].split("\nNew sentence:", 1)[0].splitlines() for p in prompts]
+    listed = [_block(p, "old_sentences").splitlines() for p in prompts]
     assert all(len(x) == min(size, 10) for x in listed)
     after = update.state["memory"]
     assert "The user owns a red kayak" not in after and "The user sold the red kayak" in after  # REPLACE found

@@ -156,6 +156,44 @@ def test_the_code_variant_retrieves_by_noun_keys() -> None:
     assert not [m for m in agent.compose(state, [Turn("user", "I bought shoes", later)], later).memory if "ago" in m]
 
 
+def test_a_reply_prompt_shows_at_most_max_prompt_traits_per_bank_the_most_relevant_ones() -> None:
+    system = LDAgent(llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), max_prompt_traits=3)
+    traits = [f"I collect stamps from country number {i}." for i in range(40)] + ["I play the cello in an orchestra."]
+    state = {**system.initial_state(), "user_personas": traits, "agent_personas": traits}
+    prompt = system.compose(state, [Turn("user", "Do you remember which instrument I play, the cello?", T0)], T0)
+    user_traits = [m for m in prompt.memory if m.startswith("user trait: ")]
+    assert len(user_traits) == 3 and "user trait: I play the cello in an orchestra." in user_traits
+    assert len([m for m in prompt.memory if m.startswith("agent trait: ")]) == 3
+    assert prompt.messages[1].content.count("I collect stamps") <= 2
+
+
+def test_with_no_message_to_match_the_prompt_shows_the_most_recent_traits() -> None:
+    system = LDAgent(llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), max_prompt_traits=2)
+    state = {**system.initial_state(), "user_personas": ["I am a nurse.", "I live in Porto.", "I have a cat."]}
+    prompt = system.compose_opening(state, T0)
+    assert [m for m in prompt.memory if m.startswith("user trait")] == [
+        "user trait: I live in Porto.",
+        "user trait: I have a cat.",
+    ]
+
+
+def test_a_trait_that_copies_the_prompts_example_is_not_stored() -> None:
+    trace: dict = {}
+    assert LDAgent(llm=ScriptedLLM(["I now work elsewhere."])).extract_persona("I love gardening.", trace) is None
+    assert "example" in trace["rejected"][0]["reason"]
+    # a longer copy of the prompt's example is a recital of the prompt: discarded whole
+    trace = {}
+    echo = LDAgent(llm=ScriptedLLM(["Extracted Traits: I now work elsewhere. I used to be in the military."]))
+    assert echo.extract_persona("I love gardening in the spring.", trace) is None
+    assert "repeats the prompt" in trace["fallbacks"][0]["reason"]
+    assert (
+        LDAgent(llm=ScriptedLLM(["I used to be in the military."])).extract_persona(
+            "I used to be in the military, twenty years ago.", {}
+        )
+        == "I used to be in the military."
+    )
+
+
 @pytest.mark.parametrize("retrieval", ["paper", "code"])
 def test_event_memory_decays_with_the_events_age_in_seconds_through_retrieval(retrieval: str) -> None:
     """The same event stored twice, once now and once 2 tau ago: the older copy scores exactly e^-2 of the

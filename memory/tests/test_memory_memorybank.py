@@ -10,7 +10,7 @@ import pytest
 from memory.base import Turn
 from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
-from memory.systems.memorybank import MemoryBank, draw, forget, retention, strengthen
+from memory.systems.memorybank import MemoryBank, draw, forget, retention, retention_after, strengthen
 
 DAY0 = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
 
@@ -119,6 +119,27 @@ def test_an_empty_summary_keeps_the_previous_overall_summary_and_is_recorded() -
     update = system.end_session(state, [Turn("user", "Hello"), Turn("bot", "Hi")], DAY0)
     assert update.state["overall_history"] == "Old overall."
     assert {f["where"] for f in update.trace["fallbacks"]} >= {"memorybank_day_summary"}
+
+
+def test_retention_after_a_gap_is_measured_on_the_studys_clock() -> None:
+    assert retention_after(7) == pytest.approx(math.exp(-1))  # one week = the paper's one day, by default
+    assert retention_after(14) == pytest.approx(math.exp(-2))
+    assert retention_after(7, {"forgetting_time_scale_days": 1.0}) == pytest.approx(math.exp(-7))
+    assert retention_after(7, {"forgetting": False}) == 1.0
+    assert retention_after(7, strength=3) == pytest.approx(math.exp(-1 / 3))
+    assert retention_after(7, {"forgetting_curve": "code_intended"}) == pytest.approx(math.exp(-1 / 5))
+
+
+def test_with_the_default_time_scale_about_e_to_the_minus_one_of_the_units_survive_a_week() -> None:
+    units = [
+        {"query": "q", "response": "r", "memory_strength": 1, "last_recall_date": "2026-01-01", "memory_id": f"u_{i}"}
+        for i in range(4000)
+    ]
+    state = {"history": {"2026-01-01": units}, "summary": {}}
+    kept, _ = forget(state, "2026-01-08", formula="paper", seed=0, time_scale_days=7.0)
+    assert len(kept["history"]["2026-01-01"]) / 4000 == pytest.approx(math.exp(-1), abs=0.03)
+    literal, _ = forget(state, "2026-01-08", formula="paper", seed=0)
+    assert len(literal["history"].get("2026-01-01", [])) / 4000 < 0.01
 
 
 def test_a_recall_in_a_later_session_resets_the_forgetting_clock_of_the_recalled_unit_only() -> None:

@@ -88,7 +88,7 @@ def test_mem0_shows_only_the_top_s_memories_of_each_fact_renumbered_from_zero() 
     }
     update = system.end_session(state, exchange("I like green tea now."), NOW)
     prompt = llm.calls[1][0]["content"]
-    assert "[{'id': '0', 'text': 'Likes black tea'}]" in prompt and "Has a dog" not in prompt
+    assert '<memory>\n[{"id": "0", "text": "Likes black tea"}]\n</memory>' in prompt and "Has a dog" not in prompt
     assert update.trace["operation_units"][0]["memory_before"] == ["Likes black tea"]
 
 
@@ -103,7 +103,7 @@ def test_mem0_extraction_sees_the_summary_and_the_previous_messages_but_not_the_
     system.end_session(state, exchange("I moved to Porto.", "Nice!"), NOW)
     content = llm.calls[0][1]["content"]
     assert "Ann has a dog." in content
-    assert "Recent messages:\nassistant: ok\nuser: older\n" in content
+    assert "Recent messages:\n<context>\nassistant: ok\nuser: older\n</context>" in content
     assert content.count("I moved to Porto.") == 1
     assert f"Today's date is {NOW:%Y-%m-%d}" in llm.calls[0][0]["content"]
 
@@ -290,7 +290,7 @@ def test_memgpt_edits_once_per_session_when_asked_and_searches_the_archive_for_r
         prompt.memory[-1] == "archival: I have a dog named Rex."
         and len([m for m in prompt.memory if m.startswith("archival")]) == 1
     )
-    assert '<human characters="' in prompt.messages[0].content
+    assert "human (" in prompt.messages[0].content and "/2000 characters):\n<human>\n" in prompt.messages[0].content
 
 
 # ------------------------------------------------------------------------------------------- QC

@@ -30,17 +30,16 @@ def test_rsum_updates_the_memory_from_the_previous_memory_and_the_session_with_t
     update = system.end_session({"memory": "The user likes tea.", "sessions": 1}, SESSION, NOW)
     assert update.state == {"memory": "The user has a cat named Miso. The user likes tea.", "sessions": 2}
     prompt = llm.calls[0][1]["content"]
-    assert (
-        prompt.startswith(P_M)
-        and "Previous Memory: The user likes tea." in prompt
-        and "User: I adopted a cat" in prompt
-    )
+    assert prompt.startswith(P_M)
+    assert "Previous Memory:\n<memory>\nThe user likes tea.\n</memory>" in prompt
+    assert "<conversation>\nUser: I adopted a cat called Miso.\nSystem: How lovely!\n</conversation>" in prompt
 
 
 def test_rsum_shows_the_initial_memory_as_empty_and_replies_with_the_response_prompt() -> None:
     system = Rsum(llm=ScriptedLLM(["x"]))
     prompt = system.compose(system.initial_state(), [Turn("user", "Hi!")], NOW)
-    assert prompt.messages[1].content.startswith(P_R) and "Previous Memory: Empty" in prompt.messages[1].content
+    assert prompt.messages[1].content.startswith(P_R)
+    assert "Previous Memory:\n<memory>\nEmpty\n</memory>" in prompt.messages[1].content
 
 
 def test_rsum_keeps_at_most_20_sentences_dropping_the_oldest() -> None:
@@ -69,7 +68,7 @@ def test_bm25_arm_puts_the_top_past_utterances_in_the_prompt() -> None:
     state = system.end_session(system.initial_state(), SESSION, NOW).state
     prompt = system.compose(state, [Turn("user", "What is my cat Miso doing?")], NOW)
     assert prompt.memory == ["(2026-03-02) User: I adopted a cat called Miso."]
-    assert "Relevant context:\n(2026-03-02) User: I adopted a cat called Miso." in prompt.messages[1].content
+    assert "<context>\n(2026-03-02) User: I adopted a cat called Miso.\n</context>" in prompt.messages[1].content
 
 
 def test_memory_accumulate_retrieves_the_k_most_similar_sentences() -> None:
@@ -79,11 +78,28 @@ def test_memory_accumulate_retrieves_the_k_most_similar_sentences() -> None:
     assert sorted(prompt.memory) == ["Has a cat called Miso", "The cat Miso likes fish"]
 
 
-def test_the_summarizer_drops_copied_instruction_examples_and_none() -> None:
-    reply = "Goes hiking every weekend.\nHas a dog.\n- Adopted a cat called Miso\nIf there is nothing worth remembering, write NONE."
+def test_the_summarizer_rejects_the_instructions_examples_the_user_did_not_say_and_none() -> None:
+    # (the two examples are not adjacent: copied together, they would be a recital of the prompt)
+    reply = "Goes hiking every weekend.\n- Adopted a cat called Miso\nHas a dog.\nNONE"
     system = MemoryAccumulate(llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
     update = system.end_session(system.initial_state(), SESSION, NOW)
     assert update.state["memory"] == ["Adopted a cat called Miso"]
+    assert [r["text"] for r in update.trace["rejected"]] == ["Goes hiking every weekend.", "Has a dog."]
+    assert all("example" in r["reason"] for r in update.trace["rejected"])
+
+
+def test_the_summarizer_keeps_an_example_sentence_the_user_really_said() -> None:
+    session = [Turn("user", "We got a dog last week!"), Turn("bot", "Congratulations!")]
+    system = MemoryAccumulate(llm=ScriptedLLM(["Has a dog"]), embedder=HashingEmbedder())
+    assert system.end_session(system.initial_state(), session, NOW).state["memory"] == ["Has a dog"]
+
+
+def test_a_summary_that_repeats_the_instruction_is_discarded_whole() -> None:
+    reply = "- Adopted a cat called Miso\nIf there is nothing worth remembering, write NONE."
+    system = MemoryAccumulate(llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+    update = system.end_session({"memory": ["Likes tea"], "sessions": 1}, SESSION, NOW)
+    assert update.state["memory"] == ["Likes tea"]
+    assert "repeats the prompt" in update.trace["fallbacks"][0]["reason"]
 
 
 def test_full_history_drops_the_oldest_turns_first_and_keeps_sessions_in_order() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from memory.base import Turn
 from memory.embed import HashingEmbedder
-from memory.llm import ScriptedLLM
+from memory.llm import Completion, ScriptedLLM
 from memory.systems.tim import ThinkInMemory, lsh, make_projection, parse_thoughts, recall
 
 NOW = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
@@ -60,13 +61,13 @@ def test_post_thinking_output_keeps_the_text_or_renders_the_triple() -> None:
 def organizing_script(messages: list[dict[str, str]]) -> str:
     text = messages[-1]["content"]
     if "extract the relation" in text:
-        question = text.rsplit("Question: ", 1)[1].split("\n", 1)[0]
+        question = text.rsplit("<message>", 1)[1].split("</message>", 1)[0]
         return {
             "I like football.": "Michael likes to play football.",
             "I hate football.": "Michael does not like to play football.",
             "I also like basketball.": "Michael likes to play basketball.",
         }[question]
-    group = text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0].splitlines()
+    group = text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0].splitlines()
     if "remove the counterfactual" in text:
         return "\n".join(t for t in group if "does not" not in t)
     if "merge the similar" in text and len(group) > 1:
@@ -132,6 +133,63 @@ def test_compose_recalls_the_top_k_thoughts_of_the_querys_group() -> None:
         assert prompt.memory == ["The user has a dog named Rex."]
 
 
+def test_forget_and_merge_see_only_the_newest_thoughts_of_a_large_group() -> None:
+    seen: list[int] = []
+
+    def script(messages: list[dict[str, str]]) -> str:
+        text = messages[-1]["content"]
+        if "extract the relation" in text:
+            return "The user owns a red bike number 99."
+        group = text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0].splitlines()
+        seen.append(len(group))
+        return "\n".join(group)
+
+    system = ThinkInMemory(llm=ScriptedLLM(script), embedder=HashingEmbedder(), groups=2, organize_window=5)
+    R = make_projection(HashingEmbedder().dim, 2, 0)
+    texts = [f"The user owns a red bike number {i}." for i in range(30)]
+    groups = lsh(HashingEmbedder().embed(texts), R).tolist()
+    state = {"thoughts": [{"text": t, "group": g} for t, g in zip(texts, groups, strict=True)], "R": R.tolist()}
+    update = system.after_turn(state, [Turn("user", "Bike?", NOW), Turn("bot", "Yes.", NOW)], NOW)
+    assert seen and max(seen) <= 5
+    assert len(update.state["thoughts"]) == 31  # nothing outside the window was touched or lost
+
+
+def test_a_forget_or_merge_reply_cut_at_the_token_limit_loses_no_thought_and_stores_no_half_sentence() -> None:
+    def script(messages: list[dict[str, str]]) -> str | Completion:
+        text = messages[-1]["content"]
+        if "extract the relation" in text:
+            return "The user owns a red car." if "car" in text else "The user owns a red bike."
+        return Completion("The user owns a red bike.\nThe user owns a", "scripted", finish_reason="length")
+
+    system = ThinkInMemory(llm=ScriptedLLM(script), embedder=HashingEmbedder(), groups=2)
+    state: dict[str, Any] = {"thoughts": [], "R": None}
+    for text in ("I own a red bike.", "And a red car."):
+        state = system.after_turn(state, [Turn("user", text, NOW), Turn("bot", "Nice.", NOW)], NOW).state
+    stored = {t["text"] for t in state["thoughts"]}
+    assert stored == {"The user owns a red bike.", "The user owns a red car."}
+
+
+def test_a_merge_that_drops_a_thought_is_rejected() -> None:
+    def script(messages: list[dict[str, str]]) -> str:
+        text = messages[-1]["content"]
+        group = text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0].splitlines()
+        return group[0] if "merge the similar" in text else "\n".join(group)
+
+    system = ThinkInMemory(llm=ScriptedLLM(script), embedder=HashingEmbedder())
+    trace: dict = {}
+    group = ["The user plays the piano.", "The user has a sister named Ana."]
+    assert system.organize(group, trace) == group
+    assert "dropped 1 thought" in trace["fallbacks"][0]["reason"]
+
+
+def test_a_thought_that_copies_the_prompts_example_is_not_stored() -> None:
+    system = ThinkInMemory(llm=ScriptedLLM(["The capital of China is Beijing."]), embedder=HashingEmbedder())
+    update = system.after_turn(
+        system.initial_state(), [Turn("user", "I like tea.", NOW), Turn("bot", "Nice.", NOW)], NOW
+    )
+    assert update.state["thoughts"] == [] and "example" in update.trace["rejected"][0]["reason"]
+
+
 def test_a_merged_thought_is_rehashed_into_the_group_its_own_text_hashes_to() -> None:
     """Merge may rewrite a group's thoughts into text that belongs elsewhere: the stored group must be F(new
     text), not the group it was merged in (Eq. 1 must hold for every stored thought, or recall misses it)."""
@@ -145,8 +203,11 @@ def test_a_merged_thought_is_rehashed_into_the_group_its_own_text_hashes_to() ->
              "green tea", "a blue boat", "jazz records", "rare stamps", "wooden toys", "fresh bread")]  # fmt: skip
     # two thoughts that land in the same group (so forget and merge run on it), and a merge result that does not
     first, second = next((a, b) for i, a in enumerate(texts) for b in texts[i + 1 :] if group(a) == group(b))
-    merged = next(t for t in texts if group(t) != group(first))
-    thought_of = {"First.": first, "Second.": second}
+    # the merge keeps both thoughts' words (a merge that drops a thought is refused), and hashes elsewhere
+    combined = f"{first[:-1]} and {second.removeprefix('The user ')[:-1]}"
+    tails = ("", " too", " at home", " these days", " every week", " with friends", " since May", " in town")
+    merged = next(t for tail in tails if group(t := f"{combined}{tail}.") != group(first))
+    thought_of = {"<message>First.</message>": first, "<message>Second.</message>": second}
 
     def script(messages: list[dict[str, str]]) -> str:
         text = messages[-1]["content"]
@@ -154,7 +215,7 @@ def test_a_merged_thought_is_rehashed_into_the_group_its_own_text_hashes_to() ->
             return thought_of[text.rsplit("Question: ", 1)[1].split("\n", 1)[0]]
         if "merge the similar" in text:
             return merged
-        return text.rsplit("Input:\n", 1)[1].split("\nOutput:", 1)[0]  # forget keeps the group
+        return text.rsplit("<thoughts>\n", 1)[1].split("\n</thoughts>", 1)[0]  # forget keeps the group
 
     system = ThinkInMemory(llm=ScriptedLLM(script), embedder=embedder, groups=groups)
     state = system.initial_state()

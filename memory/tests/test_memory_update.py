@@ -128,7 +128,8 @@ def test_an_unparseable_operation_falls_back_to_append_and_is_recorded() -> None
     system = MemoryUpdate(llm=ScriptedLLM(lambda messages: next(replies)), embedder=HashingEmbedder())
     update = system.end_session({"memory": ["Has a dog"], "sessions": 1}, session(), NOW)
     (op,) = update.trace["operations"]
-    assert op["op"] == "APPEND" and op["fallback"] is True and op["raw"] == "I am not sure what you mean"
+    # the reply is cut at operation_max_tokens (6), like a real model's
+    assert op["op"] == "APPEND" and op["fallback"] is True and op["raw"] == "I am not sure what you"
     assert update.state["memory"] == ["Has a dog", "Got a cat"]
     assert update.trace["fallbacks"][0]["where"] == "memory_operation"
 
@@ -207,7 +208,8 @@ def test_batched_mode_lists_only_the_nearest_memory_sentences_in_memory_order_an
     system = MemoryUpdate(llm=llm, embedder=HashingEmbedder(), operation_mode="batched", batch_candidates=2)
     update = system.end_session({"memory": list(CAT_MEMORY), "sessions": 1}, session(), NOW)
     prompt = llm.calls[1][-1]["content"]
-    assert "1. The cat Miso likes milk\n2. The cat Miso likes fish\nNew sentence:" in prompt  # memory order
+    listing = "<old_sentences>\n1. The cat Miso likes milk\n2. The cat Miso likes fish\n</old_sentences>\nNew sentence:"
+    assert listing in prompt  # memory order
     assert "Works at a bakery" not in prompt and "Reads history books" not in prompt
     assert [(o["i"], o["j"], o["op"]) for o in update.trace["operations"]] == [(1, 0, "PASS"), (4, 0, "REPLACE")]
     assert update.trace["pairs_not_compared"] == 4  # the other memory sentences count as APPEND
@@ -253,7 +255,8 @@ def test_the_prefilter_appends_dissimilar_pairs_without_asking_and_decides_the_s
     memory = ["Works at a bakery", "Goes hiking with Rex often"]
     update = system.end_session({"memory": memory, "sessions": 1}, session(), NOW)
     asked = llm.calls[1][-1]["content"]
-    assert "Old memory sentence: Goes hiking with Rex often" in asked and "bakery" not in asked
+    assert "Old memory sentence: <old_sentence>Goes hiking with Rex often</old_sentence>" in asked
+    assert "bakery" not in asked
     skipped, decided = update.trace["operations"]
     assert (skipped["i"], skipped["op"], skipped["raw"], skipped["prefiltered"]) == (0, "APPEND", "", True)
     assert (decided["i"], decided["op"], decided.get("prefiltered", False)) == (1, "REPLACE", False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memory.llm import LLMError, LLMTransientError, OpenAILLM
+from memory.llm import LLMError, LLMTransientError, OpenAILLM, finish_reason_of
 
 
 class _Endpoint(BaseHTTPRequestHandler):
@@ -67,3 +68,41 @@ def test_a_good_reply_is_returned_with_its_usage(endpoint: Any) -> None:
     )
     out = llm.complete(MESSAGES)
     assert (out.text, out.prompt_tokens, out.completion_tokens) == ("Hello!", 3, 2)
+
+
+def completion_body(content: str, finish: str) -> bytes:
+    return (
+        b'{"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [{"index": 0, '
+        b'"message": {"role": "assistant", "content": "'
+        + content.encode()
+        + b'"}, "finish_reason": "'
+        + finish.encode()
+        + b'"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}'
+    )
+
+
+def test_a_reply_cut_at_max_tokens_reports_the_length_finish_reason(endpoint: Any) -> None:
+    handler, llm = endpoint
+    handler.reply = (200, "application/json", completion_body("and then I", "length"))
+    out = llm.complete(MESSAGES, max_tokens=3)
+    assert out.finish_reason == "length" and out.cut
+    handler.reply = (200, "application/json", completion_body("Done.", "stop"))
+    assert llm.complete(MESSAGES).finish_reason == "stop"
+
+
+def test_a_streamed_reply_reports_its_finish_reason_once_exhausted(endpoint: Any) -> None:
+    handler, llm = endpoint
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"content": "lo and"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+    ]
+    body = "".join(
+        "data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m", **c}) + "\n\n"
+        for c in chunks
+    )
+    handler.reply = (200, "text/event-stream", (body + "data: [DONE]\n\n").encode())
+    stream = llm.stream(MESSAGES, max_tokens=2)
+    assert stream.finish_reason is None
+    assert "".join(stream) == "Hello and"
+    assert finish_reason_of(stream) == "length"

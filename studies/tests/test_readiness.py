@@ -226,6 +226,8 @@ def test_an_unknown_check_kind_or_arm_is_refused_clearly(rclient: Client, draft:
 def test_the_study_page_shows_memorybanks_retention_at_the_studys_gap(rclient: Client, study: Study) -> None:
     # Days as the paper counts them; the arm's time-scale parameter, where the library has one, set to 1 day.
     days = {"forgetting_time_scale_days": 1} if "forgetting_time_scale_days" in MemoryBank.params else {}
+    study.gap_max_days = None  # a fixed week
+    study.save()
     Arm.objects.create(study=study, name="MemoryBank", memory_system="memorybank", params=days)
     Arm.objects.create(study=study, name="MB off", memory_system="memorybank", params={"forgetting": False})
     response = rclient.get(study.get_absolute_url())
@@ -237,6 +239,25 @@ def test_the_study_page_shows_memorybanks_retention_at_the_studys_gap(rclient: C
     body = response.content.decode()
     assert "0.001" in body and "MemoryBank forgets almost everything between sessions" in body
     assert "MB off forgets" not in body
+
+
+def test_with_a_gap_range_the_retention_is_shown_at_the_shortest_and_longest_gap_and_on_average(
+    rclient: Client, study: Study
+) -> None:
+    study.gap_days, study.gap_max_days, study.sessions_per_episode = 1, 3, 3
+    study.save()
+    days = {"forgetting_time_scale_days": 1} if "forgetting_time_scale_days" in MemoryBank.params else {}
+    Arm.objects.create(study=study, name="MemoryBank", memory_system="memorybank", params=days)
+    response = rclient.get(study.get_absolute_url())
+    (row,) = response.context["retention"]
+    assert row["once"] == pytest.approx(math.exp(-1), rel=1e-6)  # the shortest gap: 1 day
+    assert row["once_longest"] == pytest.approx(math.exp(-3), rel=1e-6)  # the longest: 3 days
+    mean = (math.exp(-1) + math.exp(-2) + math.exp(-3)) / 3  # whole days 1, 2, 3 equally likely
+    assert row["mean"] == pytest.approx(mean, rel=1e-6)
+    assert row["after_all"] == pytest.approx(mean**2, rel=1e-6)  # two independent gaps
+    body = response.content.decode()
+    assert "through the longest (3 days)" in body
+    assert "MemoryBank forgets almost everything between sessions after the longer gaps" in body
 
 
 def test_the_automatic_evaluation_runs_for_each_arm_and_its_scores_appear_beside_the_human_ones(
@@ -259,7 +280,6 @@ def test_the_automatic_evaluation_runs_for_each_arm_and_its_scores_appear_beside
 def test_with_the_readiness_library_the_scripted_stand_in_comes_out_not_ready(
     draft: Study, django_capture_on_commit_callbacks: Any, settings: Any
 ) -> None:
-    pytest.importorskip("memory.preflight", reason="the readiness checks arrive with the memhyg branch")
     settings.LLM_MAX_TOKENS = 60
     with django_capture_on_commit_callbacks(execute=True):
         job = armjobs.start(draft.arms.get(memory_system="none"), "readiness")

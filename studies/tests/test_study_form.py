@@ -42,6 +42,8 @@ STUDY = {
     "name": "Memory pilot",
     "sessions_per_episode": 3,
     "gap_days": 7,
+    "gap_max_days": 14,
+    "bot_opens_sessions": "on",
     "min_user_turns": 4,
     "episodes_per_worker": 2,
     "max_message_chars": 2000,
@@ -207,8 +209,11 @@ def _edit_data(
         "sessions_per_episode": study.sessions_per_episode,
         "episodes_per_worker": study.episodes_per_worker,
         "gap_days": study.gap_days,
+        "gap_max_days": "" if study.gap_max_days is None else study.gap_max_days,
         "simulated_start": study.simulated_start.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    if study.bot_opens_sessions:
+        design["bot_opens_sessions"] = "on"
     data = {
         **STUDY,
         **design,
@@ -285,6 +290,22 @@ def test_deactivating_an_arm_is_refused_when_too_few_would_remain(rclient: Clien
     response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"active": False}))
     assert response.status_code == 400
     assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
+
+
+def test_a_longest_gap_shorter_than_the_shortest_is_refused(rclient: Client) -> None:
+    response = post_new(rclient, study={"gap_days": 10, "gap_max_days": 5})
+    assert response.status_code == 400
+    assert "at least the shortest" in str(response.context["form"].errors["gap_max_days"])
+
+
+def test_the_gap_range_and_the_bot_opener_are_part_of_the_frozen_design(rclient: Client, study: Study) -> None:
+    _episode(study)
+    data = _edit_data(study, {})
+    data["gap_max_days"] = 21
+    data.pop("bot_opens_sessions", None)
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
+    assert response.status_code == 400
+    assert set(response.context["form"].errors) == {"gap_max_days", "bot_opens_sessions"}
 
 
 def test_the_turn_limit_cannot_be_below_the_minimum_of_user_turns(rclient: Client) -> None:

@@ -1,0 +1,114 @@
+"""The LLM protocol: finish reasons in every backend, the scripted fake's token cap, the recorder, and
+the local backend's over-long prompts as clear, non-transient LLM errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memory import llm as llm_module
+from memory.llm import (
+    Completion,
+    LLMError,
+    LLMTransientError,
+    LocalLLM,
+    RecordingLLM,
+    ScriptedLLM,
+    finish_reason_of,
+)
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_the_scripted_model_cuts_a_reply_longer_than_max_tokens_and_says_so() -> None:
+    out = ScriptedLLM(["one two three four five"]).complete(MESSAGES, max_tokens=3)
+    assert (out.text, out.finish_reason, out.cut) == ("one two three", "length", True)
+    out = ScriptedLLM(["one two"]).complete(MESSAGES, max_tokens=3)
+    assert (out.text, out.finish_reason, out.cut) == ("one two", "stop", False)
+
+
+def test_the_scripted_model_keeps_line_breaks_when_it_cuts() -> None:
+    out = ScriptedLLM(["- a b\n- c d\n- e f"]).complete(MESSAGES, max_tokens=4)
+    assert out.text == "- a b\n-" and out.cut
+
+
+def test_a_script_can_return_a_completion_with_any_finish_reason() -> None:
+    cut = Completion("I was saying", "scripted", finish_reason="length")
+    assert ScriptedLLM([cut]).complete(MESSAGES).finish_reason == "length"
+    assert ScriptedLLM(lambda m: cut).complete(MESSAGES).text == "I was saying"
+
+
+def test_a_scripted_stream_reports_its_finish_reason_at_the_end() -> None:
+    stream = ScriptedLLM(["a b c d"]).stream(MESSAGES, max_tokens=2)
+    assert list(stream) == ["a", " b"] and finish_reason_of(stream) == "length"
+    stream = ScriptedLLM(["a b"]).stream(MESSAGES, max_tokens=9)
+    assert "".join(stream) == "a b" and finish_reason_of(stream) == "stop"
+
+
+def test_the_recorder_keeps_the_finish_reason_of_completions_and_streams() -> None:
+    rec = RecordingLLM(ScriptedLLM(["x y z"]))
+    rec.complete(MESSAGES, max_tokens=2, purpose="a")
+    stream = rec.stream(MESSAGES, max_tokens=9, purpose="b")
+    assert "".join(stream) == "x y z" and finish_reason_of(stream) == "stop"
+    calls = rec.drain()
+    assert [(c["purpose"], c["finish_reason"]) for c in calls] == [("a", "length"), ("b", "stop")]
+
+
+def test_the_recorder_records_a_failed_stream_and_reraises() -> None:
+    rec = RecordingLLM(ScriptedLLM([LLMTransientError("timeout")]))
+    with pytest.raises(LLMTransientError):
+        list(rec.stream(MESSAGES))
+    assert rec.calls[0].error == "timeout"
+
+
+class _FakeLlama:
+    """Stands in for llama_cpp.Llama: one token per word, and llama.cpp's ValueError on overflow."""
+
+    def __init__(self, n_ctx: int) -> None:
+        self.n_ctx = n_ctx
+
+    def tokenize(self, data: bytes, add_bos: bool = False) -> list[int]:
+        return [0] * len(data.split())
+
+    def create_chat_completion(self, messages: list[dict[str, str]], max_tokens: int, **kw: Any) -> Any:
+        n = sum(len(m["content"].split()) for m in messages)
+        if n + max_tokens > self.n_ctx:
+            raise ValueError(f"Requested tokens ({n + max_tokens}) exceed context window of {self.n_ctx}")
+        return {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "usage": {}}
+
+
+@pytest.fixture
+def local(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> LocalLLM:
+    monkeypatch.setattr(llm_module, "_llama", lambda path, n_ctx, n_threads=2: _FakeLlama(n_ctx))
+    return LocalLLM(model_path=str(tmp_path / "model.gguf"), n_ctx=200)
+
+
+def test_an_over_long_prompt_on_the_local_backend_is_a_clear_non_transient_llm_error(local: LocalLLM) -> None:
+    with pytest.raises(LLMError, match="too long for the local model") as caught:
+        local.complete([{"role": "system", "content": "word " * 500}, {"role": "user", "content": "hi"}])
+    assert not isinstance(caught.value, LLMTransientError)
+    with pytest.raises(LLMError, match="too long"):
+        list(local.stream([{"role": "system", "content": "word " * 500}]))
+
+
+def test_the_local_backend_still_drops_the_oldest_turns_to_fit(local: LocalLLM) -> None:
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 30} for i in range(9)]
+    out = local.complete([{"role": "system", "content": "Be nice."}, *turns], max_tokens=20)
+    assert out.text == "ok" and out.finish_reason == "stop"
+
+
+def test_a_value_error_from_llama_cpp_becomes_an_llm_error(monkeypatch: pytest.MonkeyPatch, local: LocalLLM) -> None:
+    monkeypatch.setattr(LocalLLM, "_fit", lambda self, messages, max_tokens: [dict(m) for m in messages])
+    with pytest.raises(LLMError, match="refused the prompt"):
+        local.complete([{"role": "user", "content": "word " * 500}])
+
+
+@pytest.mark.llm
+def test_the_real_local_model_reports_length_and_refuses_an_over_long_prompt() -> None:
+    real = LocalLLM()
+    out = real.complete([{"role": "user", "content": "Tell me a long story about a dog."}], max_tokens=5)
+    assert out.finish_reason == "length"
+    with pytest.raises(LLMError, match="too long") as caught:
+        real.complete([{"role": "system", "content": "word " * 9000}], max_tokens=10)
+    assert not isinstance(caught.value, LLMTransientError)
