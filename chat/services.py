@@ -403,7 +403,7 @@ def post_user_message(
         if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
             raise ChatError("Please wait for the reply before sending another message.")
         try:
-            limits.check_can_post(locked, study)
+            limits.check_can_post(locked, study, len(text))
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
         seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1

@@ -146,6 +146,11 @@ class Study(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(1000)],
         help_text="User messages per session; at least the minimum.",
     )
+    max_stored_chars = models.PositiveIntegerField(
+        default=200_000,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000_000)],
+        help_text="Characters of messages a participant may store over the whole study.",
+    )
     episodes_per_worker = models.PositiveSmallIntegerField(
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )

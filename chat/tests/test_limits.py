@@ -79,3 +79,22 @@ def test_a_compacted_prompt_keeps_the_system_message_and_the_newest_turn_and_has
     assert out[0] == msgs[0] and out[-1] == msgs[-1] and out[1]["count"] == "4" and len(out[1]["sha256"]) == 64
     assert compact_messages(msgs, "end_session") == msgs
     assert compact_messages(msgs[:2], "reply") == msgs[:2]
+
+
+def test_a_participant_over_the_studys_stored_characters_is_refused_clearly_and_nothing_is_stored(
+    client: Client, study: Study, script: Any
+) -> None:
+    script(["Nice."])
+    study.max_stored_chars, study.max_messages_per_minute = 25, 100
+    study.save()
+    session = start(client, study)
+    services.post_user_message(session, "c1", "x" * 10)
+    services.post_user_message(session, "c2", "y" * 15)  # exactly at the cap: accepted
+    with pytest.raises(services.ChatError, match="limit of 25 characters of messages. Please end the session"):
+        services.post_user_message(session, "c3", "z")
+    assert list(Message.objects.filter(session=session, speaker="user").values_list("client_id", flat=True)) == [
+        "c1",
+        "c2",
+    ]
+    assert services.post_user_message(session, "c2", "y" * 15)[1] is False  # a resend is still acknowledged
+    services.end_session(session)  # the way on is open

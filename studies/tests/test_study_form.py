@@ -49,6 +49,7 @@ STUDY = {
     "max_message_chars": 2000,
     "max_messages_per_minute": 12,
     "max_turns_per_session": 60,
+    "max_stored_chars": 200_000,
     "simulated_start": "2026-01-05 10:00",
     "instructions": "Chat.",
     "consent_text": "OK?",

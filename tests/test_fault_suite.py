@@ -1,0 +1,73 @@
+"""The fault suite (bench/faults.py) in a small configuration: the production shape on loopback
+(its own PostgreSQL and Redis, daphne, two Celery workers, a fake OpenAI-compatible endpoint), two
+simulated pages chatting through every fault once. It starts its own services, so it needs none of
+scripts/with-services.sh's; it runs in the postgres pass of `make test` because it needs the same
+binaries. It runs in a subprocess: bench/faults.py sets up Django against its own database.
+
+    .venv/bin/python -m pytest -m postgres tests/test_fault_suite.py -s
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+ROOT = Path(__file__).resolve().parent.parent
+BUDGET = 480  # seconds: a safety stop (the run takes about 150 s on a 2-core machine)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("faults") / "results.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    proc = subprocess.Popen(
+        [sys.executable, "bench/faults.py", "--workers", "2", "--turns", "1", "--json", str(out)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        log, _ = proc.communicate(timeout=BUDGET)
+    finally:
+        if proc.poll() is None:  # over budget or interrupted: SIGTERM lets bench/faults.py stop its services
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    print(log)
+    assert proc.returncode == 0, log[-5000:]
+    return {r["fault"]: r for r in json.loads(out.read_text())}
+
+
+def test_every_fault_was_injected(results: dict[str, dict[str, Any]]) -> None:
+    expected = {"drop", "llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage", "postgres", "redis",
+                "daphne", "celery-child", "celery-worker", "llm-down"}  # fmt: skip
+    assert {f for f, r in results.items() if r["injected"] >= 1} == expected
+    assert all(r["turns"] == 2 for r in results.values())
+
+
+def test_no_message_is_lost_or_duplicated_under_any_fault(results: dict[str, dict[str, Any]]) -> None:
+    assert {f: (r["lost"], r["duplicated"]) for f, r in results.items()} == dict.fromkeys(results, (0, 0))
+
+
+def test_every_recoverable_fault_recovers_without_a_person_in_under_30_seconds(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    for fault, r in results.items():
+        expected = r["turns"] - (1 if fault == "llm-down" else 0)  # one page's reply meets an endpoint down for good
+        assert r["recovered"] == expected, (fault, r)
+        assert r["longest"] < 30, (fault, r)
+
+
+def test_an_llm_down_for_good_ends_in_a_failed_reply_with_a_clear_message_and_the_retry_button(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    assert results["llm-down"]["failed_clearly"] == 1
