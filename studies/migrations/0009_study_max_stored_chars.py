@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0007_study_quota_counts_consent'),
+        ('studies', '0008_study_gap_range_and_bot_opens_sessions'),
     ]
 
     operations = [
