@@ -40,6 +40,7 @@ from typing import Any, TextIO
 
 from memory.base import Turn, ensure_json
 from memory.embed import make_embedder
+from memory.evaluation import replay_session
 from memory.llm import LLM, RecordingLLM, make_llm
 from memory.registry import MEMORY_SYSTEMS, build_system
 
@@ -117,23 +118,7 @@ def replay_dialogue(
     state = ensure_json(system.initial_state())
     last = None
     for k, (start, turns) in enumerate(d.sessions[:max_sessions], 1):
-        session: list[Turn] = []
-        at = start
-        for i, t in enumerate(turns):
-            at = start + timedelta(minutes=i)
-            if t["speaker"] == "user":
-                session.append(Turn("user", t["text"], at))
-                nxt = turns[i + 1] if i + 1 < len(turns) else None
-                if nxt is None or nxt["speaker"] != "bot":
-                    prompt = system.compose(state, list(session), at)
-                    reply = llm.complete(
-                        prompt.as_dicts(), max_tokens=max_tokens, temperature=0.0, purpose="reply"
-                    ).text
-                    session.append(Turn("bot", reply, at))
-                    state = ensure_json(system.after_turn(state, list(session), at).state)
-            else:
-                session.append(Turn("bot", t["text"], at))
-                state = ensure_json(system.after_turn(state, list(session), at).state)
+        state, session, at = replay_session(system, llm, state, start, turns, max_tokens=max_tokens)
         update = system.end_session(state, list(session), at + timedelta(minutes=1))
         state = ensure_json(update.state)
         last = at
@@ -184,14 +169,7 @@ def cmd_replay(args: argparse.Namespace, out: TextIO) -> int:
     for item in args.param or []:
         key, _, value = item.partition("=")
         params[key] = _value(value)
-    options: dict[str, Any] = {}
-    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL", "")
-    api_key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
-    if base_url:
-        options["base_url"] = base_url
-    if api_key:
-        options["api_key"] = api_key
-    llm = RecordingLLM(make_llm(args.backend, args.model or "", **options))
+    llm = RecordingLLM(make_llm(args.backend, args.model or "", **_llm_options(args)))
     system = build_system(args.arm, llm=llm, embedder=make_embedder(args.embedder), **params)
     dialogues = load(Path(args.file), Path(args.probes) if args.probes else None)
     if args.dialogue:

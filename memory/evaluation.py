@@ -253,26 +253,10 @@ def evaluate(
         state = ensure_json(system.initial_state())
         last = None
         for start, turns in sessions:
-            session: list[Turn] = []
-            at = start
-            for i, t in enumerate(turns):
-                at = start + timedelta(minutes=i)
-                if t["speaker"] == "user":
-                    session.append(Turn("user", t["text"], at))
-                    nxt = turns[i + 1] if i + 1 < len(turns) else None
-                    if nxt is None or nxt["speaker"] != "bot":
-                        prompt = system.compose(state, list(session), at)
-                        turn_tokens.append(approx_tokens(prompt.as_dicts()))
-                        reply = (
-                            prompt.reply
-                            if prompt.reply is not None
-                            else llm.complete(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply").text
-                        )
-                        session.append(Turn("bot", reply, at))
-                        state = ensure_json(system.after_turn(state, list(session), at).state)
-                else:
-                    session.append(Turn("bot", t["text"], at))
-                    state = ensure_json(system.after_turn(state, list(session), at).state)
+            state, session, at = replay_session(
+                system, llm, state, start, turns, max_tokens=max_tokens,
+                on_prompt=lambda prompt: turn_tokens.append(approx_tokens(prompt.as_dicts())),
+            )  # fmt: skip
             llm.drain()
             began = time.perf_counter()
             update = system.end_session(state, list(session), at + timedelta(minutes=1))
@@ -419,6 +403,46 @@ def load_dataset(dataset: str, path: str | Path | None = None) -> list[EvalDialo
             raise DatasetError("LoCoMo is not shipped (CC BY-NC 4.0): give the path of your locomo10.json")
         return load_locomo(Path(path))
     raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo)")
+
+
+def replay_session(
+    system: MemorySystem,
+    llm: LLM,
+    state: dict[str, Any],
+    start: datetime,
+    turns: Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    on_prompt: Callable[[Any], None] | None = None,
+) -> tuple[dict[str, Any], list[Turn], datetime]:
+    """Replay one session's written turns through an arm, one minute apart from ``start``.
+
+    A user turn not followed by a written bot turn gets the arm's own reply (its ``Prompt.reply`` if the
+    arm answers without the model, else ``llm``); every turn goes through ``after_turn``. Returns the state,
+    the session's turns and the time of the last turn, for the caller's ``end_session``. ``on_prompt`` sees
+    every reply prompt (the evaluation counts its tokens)."""
+    session: list[Turn] = []
+    at = start
+    for i, t in enumerate(turns):
+        at = start + timedelta(minutes=i)
+        if t["speaker"] == "user":
+            session.append(Turn("user", t["text"], at))
+            nxt = turns[i + 1] if i + 1 < len(turns) else None
+            if nxt is None or nxt["speaker"] != "bot":
+                prompt = system.compose(state, list(session), at)
+                if on_prompt is not None:
+                    on_prompt(prompt)
+                reply = (
+                    prompt.reply
+                    if prompt.reply is not None
+                    else llm.complete(prompt.as_dicts(), max_tokens=max_tokens, purpose="reply").text
+                )
+                session.append(Turn("bot", reply, at))
+                state = ensure_json(system.after_turn(state, list(session), at).state)
+        else:
+            session.append(Turn("bot", t["text"], at))
+            state = ensure_json(system.after_turn(state, list(session), at).state)
+    return state, session, at
 
 
 def run(
