@@ -179,6 +179,12 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.report import run
     from analysis.spec import AnalysisSpec
 
+    if args.out is not None:
+        # refused before the analysis runs, not after minutes of it
+        if args.out.is_dir():
+            raise RatingsError(f"--out {args.out} is a directory; give a file name")
+        if not args.out.parent.is_dir():
+            raise RatingsError(f"--out {args.out}: the folder {args.out.parent} does not exist")
     prereg: dict[str, Any] | None = None
     if args.prereg:
         from analysis.prereg import read_preregistration
@@ -216,7 +222,10 @@ def _report(args: argparse.Namespace) -> int:
     else:
         text = writers.to_csv(analysis.ratings if args.csv_table == "ratings" else result, table=args.csv_table)
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        try:
+            args.out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
     else:
         sys.stdout.write(text)
     return 0

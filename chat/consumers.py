@@ -65,11 +65,14 @@ def whole_number(value: Any) -> int:
 
 
 def text_field(value: Any) -> str:
-    """A text field from a frame: a string (absent = empty); a number, list or object is ``ValueError``."""
+    """A text field from a frame: a string (absent = empty); a number, list or object, or a string with a NUL
+    character, is ``ValueError``."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise ValueError("not text")
+    if "\x00" in value:  # PostgreSQL cannot store a NUL character in text; no browser of ours sends one
+        raise ValueError("NUL in text")
     return value
 
 

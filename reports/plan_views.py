@@ -19,7 +19,7 @@ from studies.roles import researcher_required
 
 
 def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None) -> dict[str, Any]:
-    state = planning.plan_status(job) if job else None
+    state = planning.plan_status_for(study, job) if job else None
     return {
         "study": study,
         "design": planning.study_design(study),
@@ -61,7 +61,7 @@ def plan(request: HttpRequest, slug: str) -> HttpResponse:
 def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
     """The result part of the page (polled by htmx while the simulation runs)."""
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
-    if planning.plan_status(key) is None:
+    if planning.plan_status_for(study, key) is None:
         raise Http404("no such simulation (it may have expired)")
     ctx = _context(request, study, PlanForm(datasets=_datasets(study)), key)
     return render(request, "reports/plan.html#result", ctx)
@@ -75,7 +75,7 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
         return redirect("reports:study_plan", study.slug)
-    state = planning.plan_status(form.cleaned_data["job"]) if form.cleaned_data["job"] else None
+    state = planning.plan_status_for(study, form.cleaned_data["job"]) if form.cleaned_data["job"] else None
     plan_result = state["plan"] if state and state.get("status") == "done" else None
     try:
         document = planning.preregistration_document(

@@ -51,7 +51,8 @@ class PlanSettings:
 
     def key(self, study: Study) -> str:
         raw = json.dumps({"study": study.pk, "design": asdict(study_design(study)), **asdict(self)}, sort_keys=True)
-        return hashlib.sha256(raw.encode()).hexdigest()[:24]
+        # prefixed with the study: a key only shows its result on the study it was made for (plan_status_for)
+        return f"{study.pk}-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
 
 
 def study_design(study: Study) -> StudyDesign:
@@ -97,6 +98,11 @@ def plan_status(key: str) -> dict[str, Any] | None:
     "message": ...}``, or None for an unknown (or expired) key."""
     state: dict[str, Any] | None = cache.get(_cache_key(key))
     return state
+
+
+def plan_status_for(study: Study, key: str) -> dict[str, Any] | None:
+    """:func:`plan_status` of a key made for ``study``; None for another study's key (its result is not shown)."""
+    return plan_status(key) if key.startswith(f"{study.pk}-") else None
 
 
 def _cache_key(key: str) -> str:

@@ -108,6 +108,11 @@ def _normal_code(raw: str) -> str:
 # -------------------------------------------------------------------------------------- views
 
 
+def _link_text(value: str) -> str:
+    """A Prolific study or session id as stored: at most 128 characters, no NUL (PostgreSQL cannot store one)."""
+    return value.replace("\x00", "")[:128]
+
+
 def entry(request: HttpRequest, slug: str) -> HttpResponse:
     """``/s/<slug>/``: the Prolific link, or a returning worker whose browser is already bound."""
     study = get_object_or_404(Study, slug=slug)
@@ -117,7 +122,7 @@ def entry(request: HttpRequest, slug: str) -> HttpResponse:
             return _page(request, study, "This link is not valid", "The Prolific ID in this link is not valid.", 400)
         return _join(
             request, study, f"prolific:{pid}", Participant.Source.PROLIFIC,
-            prolific_study_id=request.GET.get("STUDY_ID", "")[:128], prolific_session_id=request.GET.get("SESSION_ID", "")[:128],
+            prolific_study_id=_link_text(request.GET.get("STUDY_ID", "")), prolific_session_id=_link_text(request.GET.get("SESSION_ID", "")),
         )  # fmt: skip
     if current_participant(request, study):
         return redirect("chat:next", study.slug)

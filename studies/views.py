@@ -114,9 +114,24 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
         valid = valid and (not posted_attention or attention.is_valid())
         if valid and check_design(form, arms, metrics, attention if posted_attention else None):
-            saved = _save_study(request, form, arms, metrics, attention)
-            messages.success(request, f"Saved “{saved.name}”.")
-            return redirect(saved)
+            gated = study is not None and study.status == Study.Status.OPEN and not study.pilot
+            before = {r.arm.pk for r in armjobs.not_ready(study)} if gated and study else set()
+            with transaction.atomic():
+                saved = _save_study(request, form, arms, metrics, attention)
+                # the open gate, kept after opening: a change that leaves an arm unready would collect
+                # unmarked data with it (close the study, change and check the arm, open it again)
+                newly = [r for r in armjobs.not_ready(saved) if r.arm.pk not in before] if gated else []
+                if newly:
+                    transaction.set_rollback(True)
+            if not newly:
+                messages.success(request, f"Saved “{saved.name}”.")
+                return redirect(saved)
+            names = "; ".join(f"{r.arm.name} ({r.reason})" for r in newly)
+            form.add_error(
+                None,
+                f"Not saved: the study is open and this change would leave an arm not ready ({names}). Close the "
+                "study, make the change, run the readiness checks, then open it again.",
+            )
     context = {
         "form": form,
         "arms": arms,

@@ -123,3 +123,18 @@ def test_latex_says_how_to_compile_non_ascii_names() -> None:
     df["arm"] = df["arm"].replace({"update": "память"})
     tex = writers.to_latex(analyze(df, **SYN))
     assert "память" in tex and "xelatex or lualatex" in tex
+
+
+def test_an_out_path_that_is_a_directory_or_in_a_missing_folder_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ratings = tmp_path / "ratings.csv"
+    small().to_csv(ratings, index=False)
+    args = ["report", str(ratings), "--worker", "worker", "--unit", "episode", "--arm", "arm", "--session", "session"]
+    args += ["--metrics", ",".join(SYN["metrics"])]
+    assert main([*args, "--out", str(tmp_path)]) == 2
+    assert "is a directory; give a file name" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "nope" / "r.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "r.json")]) == 0
+    assert (tmp_path / "r.json").read_text().startswith("{")

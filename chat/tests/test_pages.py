@@ -391,3 +391,12 @@ def test_a_message_on_the_page_and_over_the_socket_is_the_same_partial(client: C
     pushed = fragments.message(msg)
     inner = re.fullmatch(r'<div hx-swap-oob="beforeend:#messages">(.*)</div>', pushed, re.S)
     assert inner and inner.group(1) in page and "hello &lt;b&gt;there&lt;/b&gt;" in inner.group(1)
+
+
+def test_a_nul_character_in_the_prolific_study_or_session_id_is_dropped_not_stored(
+    client: Client, study: Study
+) -> None:
+    response = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "w9", "STUDY_ID": "a\x00b", "SESSION_ID": "c\x00d"})
+    assert response.status_code == 302
+    p = Participant.objects.get(external_id="prolific:w9")
+    assert (p.prolific_study_id, p.prolific_session_id) == ("ab", "cd")  # PostgreSQL cannot store a NUL

@@ -39,6 +39,8 @@ async def still_works(comm: WebsocketCommunicator, sid: int) -> None:
         '{"type": "resume", "last_seq": "3"}',
         '{"type": "retry", "seq": -Infinity}',
         '"just a string"',
+        '{"type": "message", "client_id": "c1", "text": "hi \\u0000 there"}',  # PostgreSQL cannot store a NUL
+        '{"type": "message", "client_id": "c\\u0000", "text": "hi"}',
     ],
 )
 async def test_a_malformed_frame_is_answered_clearly_and_stores_nothing(study: Study, frame: str) -> None:

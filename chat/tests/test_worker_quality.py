@@ -197,6 +197,15 @@ def test_the_welcome_page_states_the_estimated_time(client: Client, study: Study
     assert "25 minutes" in client.get(f"/s/{study.slug}/consent/").content.decode()
 
 
+def test_the_welcome_page_says_1_minute_not_1_minutes(client: Client, study: Study) -> None:
+    study.estimated_minutes, study.session_time_limit_minutes = 1, 1
+    study.save()
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "w"})
+    page = client.get(f"/s/{study.slug}/consent/").content.decode()
+    assert "1 minute</strong> in total" in page and "At most <strong>1 minute</strong> per chat session" in page
+    assert "1 minutes" not in page
+
+
 def test_a_session_past_its_time_limit_goes_to_the_rating_even_below_the_minimum_turns(
     client: Client, study: Study
 ) -> None:

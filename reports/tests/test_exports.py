@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,18 @@ def test_the_command_refuses_bad_input_clearly_and_writes_nothing(study: Study, 
     with pytest.raises(CommandError, match="does not exist"):
         run(study, "ratings", out=str(tmp_path / "missing" / "x.csv"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_refuses_an_out_that_is_a_directory_or_not_a_regular_file(study: Study, tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="it is a directory"):
+        run(study, "ratings", out=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(CommandError, match="not a regular file"):
+        run(study, "ratings", out=str(fifo))
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # not replaced by the export
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]
 
 
 def test_the_study_page_offers_every_download_and_they_need_a_researcher(

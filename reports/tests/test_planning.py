@@ -86,6 +86,14 @@ def test_a_simulation_with_assumed_components_reports_the_workers_needed(
     assert 'id="plan-result"' in fragment and "<html" not in fragment and "every 2s" not in fragment
 
 
+def test_a_simulations_result_is_not_shown_through_another_study(researcher_client: Client, study: Study) -> None:
+    key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    other = Study.objects.create(name="Other", slug="other", created_by=study.created_by)
+    assert researcher_client.get(reverse("reports:study_plan_job", args=[other.slug, key])).status_code == 404
+    page = researcher_client.get(f"{plan_url(other)}?job={key}").content.decode()
+    assert "Workers needed" not in page
+
+
 def test_a_running_simulation_is_polled(
     researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -304,3 +304,27 @@ def test_checking_a_study_without_active_arms_says_so(rclient: Client, draft: St
     draft.arms.update(active=False)
     response = rclient.post(reverse("studies:check_arms", args=[draft.slug]), {"kind": "readiness"}, follow=True)
     assert "This study has no active arm." in response.content.decode()
+
+
+def test_an_open_studys_arm_cannot_be_changed_into_an_unready_one_but_other_edits_save(
+    rclient: Client, draft: Study
+) -> None:
+    from studies.tests.test_study_form import _RenderedForm
+
+    make_ready(draft)
+    rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"})
+    assert status_of(draft) == ("open", False)
+    url = reverse("studies:edit", args=[draft.slug])
+    form = _RenderedForm()
+    form.feed(rclient.get(url).content.decode())
+    i = next(k.split("-")[1] for k, v in form.data.items() if k.endswith("-memory_system") and v == "full_history")
+    changed = {**form.data, f"arms-{i}-llm_model": "another-model"}
+    response = rclient.post(url, changed)
+    assert response.status_code == 400
+    assert "the study is open and this change would leave an arm not ready (Full history" in response.content.decode()
+    assert draft.arms.get(memory_system="full_history").llm_model != "another-model"
+    assert not armjobs.not_ready(draft)
+    response = rclient.post(url, {**form.data, "name": "Renamed"})
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert draft.name == "Renamed" and status_of(draft) == ("open", False)

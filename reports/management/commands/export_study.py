@@ -38,6 +38,11 @@ class Command(BaseCommand):
         out = Path(options["out"])
         if not out.parent.is_dir():
             raise CommandError(f"cannot write {out}: the folder {out.parent} does not exist")
+        if out.is_dir():
+            raise CommandError(f"cannot write {out}: it is a directory; give a file name")
+        if out.exists() and not out.is_file():
+            # the .part file is renamed over the name: a device or pipe there would be replaced, not written to
+            raise CommandError(f"cannot write {out}: it is not a regular file (use no --out for standard output)")
         partial = out.with_name(out.name + ".part")  # a failed export never leaves a half file under the name
         try:
             with partial.open("w", encoding="utf-8", newline="") as f:
