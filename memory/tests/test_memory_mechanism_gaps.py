@@ -1,5 +1,6 @@
-"""Mechanism tests written from mutation testing survivors (issue 13): MemGPT's actions, mem0's event
-application and pair mapping, BM25's ranking. Each test pins a behaviour a plausible bug would break."""
+"""Mechanism tests written from mutation-testing survivors (issue 13): MemGPT's actions, mem0's event
+application and pair mapping, BM25's ranking, Rsum's update, A-Mem's notes and evolution. Each test pins a
+behaviour a plausible bug would break."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from memory.base import Turn
 from memory.embed import HashingEmbedder
 from memory.llm import FINISH_LENGTH, Completion, ScriptedLLM, ToolCall
 from memory.registry import build_system
-from memory.systems.common import iso
+from memory.systems.a_mem import evolve, parse_object, strings
 from memory.systems.bm25 import BM25, bm25_rank
+from memory.systems.common import iso
 from memory.systems.mem0 import apply_events, pairs_from_events
 from memory.systems.memgpt import apply_action, parse_actions
 from memory.systems.rsum import Rsum, parse_memory
@@ -101,7 +103,9 @@ def test_memgpt_a_block_missing_from_the_state_counts_as_empty() -> None:
 
 
 def test_memgpt_a_block_may_fill_its_limit_exactly() -> None:
-    s, err = apply_action(core(), ToolCall("core_memory_append", {"label": "human", "content": "x" * 40}), limit=40, now="t")
+    s, err = apply_action(
+        core(), ToolCall("core_memory_append", {"label": "human", "content": "x" * 40}), limit=40, now="t"
+    )
     assert err is None and s["human"] == "x" * 40
 
 
@@ -185,7 +189,11 @@ def test_memgpt_json_format_appends_the_instruction_to_the_last_message_only() -
     assert "Core memory:" in llm.calls[0][1]["content"] and "Answer with a JSON list" in llm.calls[0][1]["content"]
     assert "Answer with a JSON list" not in llm.calls[0][0]["content"]
     assert update.trace["fallbacks"] == [
-        {"where": "memgpt_edit", "reason": "no JSON action list in the reply: memory unchanged", "raw": "not json at all"}
+        {
+            "where": "memgpt_edit",
+            "reason": "no JSON action list in the reply: memory unchanged",
+            "raw": "not json at all",
+        }
     ]
 
 
@@ -197,7 +205,9 @@ def test_memgpt_edits_after_a_bot_turn_from_the_last_exchange_only() -> None:
     system.after_turn(state, [*exchange("Hello."), Turn("user", "I have a cat.", NOW)], NOW)
     assert llm.calls == []  # no edit before the bot replied
     later = NOW + dt.timedelta(days=1)
-    system.after_turn(state, [*exchange("Old news."), Turn("user", "I have a cat.", NOW), Turn("bot", "Nice.", later)], NOW)
+    system.after_turn(
+        state, [*exchange("Old news."), Turn("user", "I have a cat.", NOW), Turn("bot", "Nice.", later)], NOW
+    )
     prompt = llm.calls[0][1]["content"]
     assert "User: I have a cat.\nChatbot: Nice." in prompt and "Old news" not in prompt
     assert f"New messages ({later:%Y-%m-%d})" in prompt  # dated by the bot turn
@@ -208,7 +218,10 @@ def test_memgpt_session_edit_sees_the_whole_session_and_counts_sessions() -> Non
     system = build_system("memgpt", llm=llm, embedder=HashingEmbedder(), edit_timing="session")
     update = system.end_session(system.initial_state(), exchange("First.") + exchange("Second."), NOW)
     assert len(llm.calls) == 1 and "User: First." in llm.calls[0][1]["content"]
-    assert update.state["sessions"] == 1 and update.trace["core_after"] == {"persona": update.state["persona"], "human": ""}
+    assert update.state["sessions"] == 1 and update.trace["core_after"] == {
+        "persona": update.state["persona"],
+        "human": "",
+    }
     assert system.end_session({**update.state}, [], NOW).state["sessions"] == 2
     assert len(llm.calls) == 1  # an empty session is not edited
     turn_system = build_system("memgpt", llm=llm, embedder=HashingEmbedder())
@@ -299,6 +312,74 @@ def test_mem0_passes_a_fact_against_the_most_similar_unchanged_memory_and_the_fi
     assert events_by_i == {0: "UPDATE", 1: "NONE", 2: "DELETE", 3: "NONE"}
 
 
+class ByPurposeLLM(RecordingLLM):
+    """Answers each call with the reply scripted for its purpose (e.g. ``mem0_extract``)."""
+
+    def __init__(self, replies: dict[str, list[str]]) -> None:
+        super().__init__(["unused"])
+        self.replies = {k: list(v) for k, v in replies.items()}
+
+    def complete(self, messages: Any, **kw: Any) -> Completion:
+        queue = self.replies[kw["purpose"]]
+        self.script = [queue.pop(0) if len(queue) > 1 else queue[0]]
+        self.i = 0
+        return super().complete(messages, **kw)
+
+
+def mem0_llm() -> ByPurposeLLM:
+    return ByPurposeLLM(
+        {
+            "mem0_extract": ['{"facts": ["Likes tea"]}', '{"facts": ["Has a dog named Rex"]}'],
+            "mem0_update": [
+                '{"memory": [{"id": "0", "text": "Likes tea", "event": "ADD"}]}',
+                '{"memory": [{"id": "0", "text": "Likes tea", "event": "NONE"}, '
+                '{"id": "1", "text": "Has a dog named Rex", "event": "ADD"}]}',
+            ],
+            "mem0_summary": ["The user likes tea and has a dog named Rex."],
+        }
+    )
+
+
+def test_mem0_extracts_once_per_answered_message_with_the_m_messages_before_the_pair() -> None:
+    llm = mem0_llm()
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), recent_messages=1, extract_max_tokens=21)
+    later = NOW + dt.timedelta(hours=2)
+    session = [
+        Turn("bot", "Welcome back!", NOW),
+        Turn("user", "I like tea.", NOW),
+        Turn("bot", "Nice.", NOW),
+        Turn("user", "I have a dog named Rex.", later),
+        Turn("bot", "Cute!", later),
+    ]
+    update = system.end_session(system.initial_state(), session, NOW)
+    extracts = [c for c, o in zip(llm.calls, llm.options, strict=True) if o["purpose"] == "mem0_extract"]
+    assert len(extracts) == 2  # the bot's opening is not an exchange
+    assert "<context>\nassistant: Welcome back!\n</context>" in extracts[0][1]["content"]
+    assert "<context>\nassistant: Nice.\n</context>" in extracts[1][1]["content"]  # m = 1: only the last one
+    assert [o["max_tokens"] for o in llm.options if o["purpose"] == "mem0_extract"] == [21, 21]
+    assert update.state["memories"] == [
+        {"id": 0, "text": "Likes tea", "created": iso(NOW), "updated": iso(NOW)},
+        {"id": 1, "text": "Has a dog named Rex", "created": iso(later), "updated": iso(later)},
+    ]
+    assert update.state["recent"] == [["assistant", "Cute!"]] and update.state["sessions"] == 1
+    assert update.state["summary"] == "The user likes tea and has a dog named Rex."
+    assert update.trace["facts"] == [["Likes tea"], ["Has a dog named Rex"]]
+    assert update.trace["memory_after"] == ["Likes tea", "Has a dog named Rex"]
+    second_unit = update.trace["operation_units"][1]
+    assert second_unit["memory_before"] == ["Likes tea"]
+    assert [(p["m"], p["s"], p["op"]) for p in second_unit["pairs"]] == [("Likes tea", "Has a dog named Rex", "APPEND")]
+
+
+def test_mem0_without_recent_messages_or_summary_sends_none_and_keeps_nothing() -> None:
+    llm = mem0_llm()
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), recent_messages=0, summary_sentences=0)
+    update = system.end_session(system.initial_state(), [Turn("bot", "Hi!", NOW), *exchange("I like tea.")], NOW)
+    assert "Recent messages:\n(none)" in llm.calls[0][1]["content"]
+    assert "Conversation summary:\n(none yet)" in llm.calls[0][1]["content"]
+    assert update.state["recent"] == [] and update.state["summary"] == ""
+    assert [o["purpose"] for o in llm.options] == ["mem0_extract", "mem0_update"]
+
+
 # ------------------------------------------------------------------------------------------- BM25
 
 
@@ -330,12 +411,17 @@ def test_bm25_indexes_the_chosen_speakers_non_blank_utterances_with_the_session_
 
 
 def test_bm25_opens_a_session_with_the_users_latest_utterances() -> None:
-    utterances = [{"speaker": s, "text": t, "date": "2026-03-01"} for s, t in
-                  [("user", "A."), ("bot", "B."), ("user", "C."), ("user", "D.")]]
+    utterances = [
+        {"speaker": s, "text": t, "date": "2026-03-01"}
+        for s, t in [("user", "A."), ("bot", "B."), ("user", "C."), ("user", "D.")]
+    ]
     system = BM25(llm=ScriptedLLM(["x"]), k=2, short_replies=False)
     prompt = system.compose({"utterances": utterances}, [], NOW)
     assert prompt.memory == ["(2026-03-01) User: C.", "(2026-03-01) User: D."]
-    assert "(no messages yet)" in prompt.messages[1].content and "Today is Monday, March 2, 2026." in prompt.messages[1].content
+    assert (
+        "(no messages yet)" in prompt.messages[1].content
+        and "Today is Monday, March 2, 2026." in prompt.messages[1].content
+    )
     assert "short" not in prompt.messages[0].content.lower()
     assert BM25(llm=ScriptedLLM(["x"]), k=0).compose({"utterances": utterances}, [], NOW).memory == []
     empty = BM25(llm=ScriptedLLM(["x"])).compose({"utterances": []}, [Turn("user", "Hi", NOW)], NOW)
@@ -392,3 +478,127 @@ def test_rsum_shows_its_memory_sentences_and_the_configured_empty_memory() -> No
     assert "Today is Monday, March 2, 2026." in prompt.messages[1].content
     prompt = system.compose({"memory": "Likes tea. Has a dog."}, [], NOW)
     assert prompt.memory == ["Likes tea.", "Has a dog."] and "(no messages yet)" in prompt.messages[1].content
+
+
+# ------------------------------------------------------------------------------------------- A-Mem
+
+
+def a_note(i: int, **kw: Any) -> dict[str, Any]:
+    return {
+        "id": i,
+        "content": f"note {i}",
+        "timestamp": "t",
+        "keywords": ["k"],
+        "context": "c",
+        "tags": ["old"],
+        "links": [],
+        **kw,
+    }
+
+
+def test_a_mem_reads_the_json_object_around_prose_and_rejects_anything_else() -> None:
+    assert parse_object('Sure!\n```json\n{"a": [1, 2,], "b": False}\n```\nDone.') == {"a": [1, 2], "b": False}
+    assert parse_object("[1, 2]") is None and parse_object("") is None and parse_object(None) is None
+    assert parse_object("{not json}") is None
+    assert strings(["a ", 3, 2.5, "", " ", None, {"x": 1}, ["y"]]) == ["a", "3", "2.5"] and strings("a") == []
+
+
+def test_a_mem_strengthens_only_new_links_to_shown_neighbours_and_keeps_tags_when_none_are_given() -> None:
+    decision = {
+        "should_evolve": True,
+        "actions": ["strengthen"],
+        "suggested_connections": ["4", "-5", "x", 5, 4],
+        "tags_to_update": [],
+    }
+    new, _, changes = evolve(a_note(9, links=[5]), [a_note(4), a_note(5)], decision)
+    assert new["links"] == [5, 4] and new["tags"] == ["old"]  # a repeated suggestion links once
+    assert changes == ["strengthen: links [4], tags ['old']"]
+    same, neighbours, changes = evolve(a_note(9), [a_note(4)], {**decision, "should_evolve": "true"})
+    assert same == a_note(9) and neighbours == [a_note(4)] and changes == []
+
+
+def test_a_mem_updates_neighbours_in_order_up_to_the_shorter_list_and_ignores_malformed_entries() -> None:
+    decision = {
+        "should_evolve": True,
+        "actions": ["update_neighbor"],
+        "new_context_neighborhood": ["  about dogs ", 7],
+        "new_tags_neighborhood": [["dogs"], [], ["z"]],
+    }
+    _, neighbours, changes = evolve(a_note(9), [a_note(4), a_note(5)], decision)
+    assert [(n["context"], n["tags"]) for n in neighbours] == [("about dogs", ["dogs"]), ("c", ["old"])]
+    assert changes == ["update_neighbor 4: 'about dogs' ['dogs']", "update_neighbor 5: 'c' ['old']"]
+    _, neighbours, changes = evolve(
+        a_note(9),
+        [a_note(4), a_note(5)],
+        {**decision, "new_tags_neighborhood": [["d"]], "new_context_neighborhood": "x"},
+    )
+    assert [(n["context"], n["tags"]) for n in neighbours] == [("c", ["d"]), ("c", ["old"])] and len(changes) == 1
+
+
+def test_a_mem_makes_one_note_per_answered_message_and_one_for_an_unanswered_last_message() -> None:
+    llm = RecordingLLM(['{"keywords": ["tea"], "context": "Drinks", "tags": ["food"]}'])
+    system = build_system("a_mem", llm=llm, embedder=HashingEmbedder(), k=0, analyze_max_tokens=33, temperature=0.5)
+    later = NOW + dt.timedelta(hours=1)
+    session = [
+        Turn("bot", "Hello!", NOW),
+        Turn("user", "I like tea.", NOW),
+        Turn("bot", "Nice.", later),
+        Turn("user", "Bye.", later),
+    ]
+    update = system.end_session({"notes": [], "next_id": 3, "sessions": 1}, session, NOW)
+    notes = update.state["notes"]
+    assert [n["content"] for n in notes] == ["User: I like tea.\nAssistant: Nice.", "User: Bye."]
+    assert [n["id"] for n in notes] == [3, 4] and update.state["next_id"] == 5 and update.state["sessions"] == 2
+    assert notes[0]["timestamp"] == later.isoformat() and notes[0]["links"] == []
+    assert (notes[0]["keywords"], notes[0]["context"], notes[0]["tags"]) == (["tea"], "Drinks", ["food"])
+    assert llm.options[0] == {"max_tokens": 33, "temperature": 0.5, "purpose": "a_mem_note", "tools": False}
+    assert [m["role"] for m in llm.calls[0]] == ["system", "user"]
+    assert update.trace["notes"] == [
+        {"note": 3, "neighbours": [], "changes": []},
+        {"note": 4, "neighbours": [], "changes": []},
+    ]
+
+
+def test_a_mem_joins_a_list_context_and_falls_back_to_general_for_a_missing_one() -> None:
+    for reply, context in [
+        ('{"context": ["Likes", "tea"]}', "Likes tea"),
+        ('{"context": 5}', "General"),
+        ('{"context": "  "}', "General"),
+    ]:
+        system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+        (n,) = system.end_session(system.initial_state(), exchange("I like tea."), NOW).state["notes"]
+        assert n["context"] == context and n["keywords"] == [] and n["tags"] == []
+
+
+def test_a_mem_evolution_call_lists_the_neighbours_and_a_bad_decision_changes_nothing() -> None:
+    def script(messages: list[dict[str, str]]) -> str:
+        if "memory evolution agent" in messages[-1]["content"]:
+            return "no idea"
+        return '{"keywords": ["tea"], "context": "Drinks", "tags": ["food"]}'
+
+    llm = RecordingLLM(script)
+    system = build_system("a_mem", llm=llm, embedder=HashingEmbedder(), evolve_max_tokens=44)
+    state = {"notes": [a_note(0, content="User: I like tea.")], "next_id": 1, "sessions": 1}
+    update = system.end_session(state, exchange("I like green tea."), NOW)
+    evolve_prompt = llm.calls[1][-1]["content"]
+    assert "memory index:0\t" in evolve_prompt and "The number of neighbors is 1." in evolve_prompt
+    assert llm.options[1]["max_tokens"] == 44 and llm.options[1]["purpose"] == "a_mem_evolve"
+    assert update.state["notes"][0] == state["notes"][0]
+    assert update.trace["fallbacks"] == [
+        {"where": "a_mem_evolve", "reason": "no JSON decision: no evolution", "raw": "no idea"}
+    ]
+    assert update.trace["notes"] == [{"note": 1, "neighbours": [0], "changes": []}]
+
+
+def test_a_mem_opens_a_session_with_its_newest_notes_and_follows_at_most_k_links() -> None:
+    notes = [a_note(i, timestamp="2026-03-01T10:00", links=[3, 4] if i == 2 else []) for i in range(5)]
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=1, short_replies=False)
+    prompt = system.compose({"notes": notes}, [], NOW)
+    assert prompt.memory == ["(2026-03-01) note 4 [context: c; tags: old]"]
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=1)
+    prompt = system.compose({"notes": notes}, [Turn("user", "note 2", NOW)], NOW)
+    assert [m.split(") ")[1].split(" [")[0] for m in prompt.memory] == ["note 2", "note 3"]  # one link only
+    unlinked = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=1, follow_links=False)
+    assert len(unlinked.compose({"notes": notes}, [Turn("user", "note 2", NOW)], NOW).memory) == 1
+    none = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=0)
+    assert none.compose({"notes": notes}, [], NOW).memory == []
