@@ -170,7 +170,7 @@ def evolve(
     shown = {n["id"] for n in neighbours}
     if "strengthen" in actions:
         links = [int(x) for x in strings(decision.get("suggested_connections")) if x.lstrip("-").isdigit()]
-        links = [x for x in links if x in shown and x not in note["links"]]
+        links = list(dict.fromkeys(x for x in links if x in shown and x not in note["links"]))  # once each
         note["links"] = [*note["links"], *links]
         tags = strings(decision.get("tags_to_update"))
         if tags:

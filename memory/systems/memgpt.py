@@ -28,7 +28,6 @@ or echoing its prompt changes nothing; each text an action would write passes
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -136,7 +135,7 @@ def parse_actions(reply: str | None) -> list[ToolCall] | None:
     None if the reply holds no such JSON."""
     if reply is None:
         return None
-    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip(), flags=re.MULTILINE).strip()
+    text = reply.strip()  # a ```json fence holds no bracket: the bracket search below skips it
     start = min((i for i in (text.find("["), text.find("{")) if i >= 0), default=-1)
     if start < 0:
         return None
