@@ -4,7 +4,10 @@ evaluation whose scores are shown beside the human ones.
 A job is an :class:`~chat.models.ArmJob` row; :func:`start` creates it and dispatches
 ``chat.tasks.run_arm_job`` like every chat job (a Celery task on the ``memory`` queue in production,
 a pool thread in the embedded default); :func:`run` does the work and writes its progress to the row,
-which the study page polls. The arm's model is built exactly as for its chat replies
+which the study page polls. A running job holds a lease that a heartbeat extends (chat/leases.py), as
+replies do: a job whose worker died (a killed Celery child, a restarted web process) is seen as lost
+within a lease, shown as failed, and the next request starts a new one; Celery's redelivery of the
+dead worker's task takes the job over instead of finding it "running" for ever. The arm's model is built exactly as for its chat replies
 (:func:`chat.services.build_llm`), so the checks test what the workers will talk to.
 """
 
@@ -16,8 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from chat import leases
 from chat.jobs import dispatch
 from chat.models import ArmJob
 from chat.services import build_llm, endpoint_options, get_embedder
@@ -32,19 +37,37 @@ EVAL_DATASETS = ("gvd",)  # LoCoMo is not shipped (CC BY-NC 4.0); run it with `p
 
 
 def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
-    """Queue a new job of ``kind`` for ``arm`` (a running one of the same kind is left to finish and
-    returned instead of starting a second)."""
+    """Queue a new job of ``kind`` for ``arm``. A queued or running one of the same kind is left to
+    finish and returned instead of starting a second; a queued one waiting longer than the queue grace
+    is dispatched again (its task may have been lost; a second delivery is a no-op), and a lost one
+    (its lease lapsed) is marked failed and replaced."""
     with transaction.atomic():
         running = (
             ArmJob.objects.select_for_update()
             .filter(arm=arm, kind=kind, status__in=[ArmJob.Status.QUEUED, ArmJob.Status.RUNNING])
             .first()
         )
-        if running is not None:
+        if running is not None and not running.lost:
+            waited = (timezone.now() - running.created_at).total_seconds()
+            if running.status == ArmJob.Status.QUEUED and waited > leases.queue_grace_seconds():
+                pk = running.pk
+                transaction.on_commit(lambda: dispatch(TASK_NAME, pk, local=run, long=True))
             return running
+        if running is not None:
+            fail_lost(running)
         job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
         transaction.on_commit(lambda: dispatch(TASK_NAME, job.pk, local=run, long=True))
     return job
+
+
+def fail_lost(job: ArmJob) -> bool:
+    """Mark a lost job (see :attr:`ArmJob.lost`) failed; ``False`` if it is no longer lost."""
+    lapsed = Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+    return bool(
+        ArmJob.objects.filter(lapsed, pk=job.pk, status=ArmJob.Status.RUNNING).update(
+            status=ArmJob.Status.FAILED, error=ArmJob.LOST_ERROR, finished_at=timezone.now(), lease_until=None
+        )
+    )
 
 
 def _progress(job_id: int) -> Any:
@@ -55,27 +78,37 @@ def _progress(job_id: int) -> Any:
 
 
 def run(job_id: int) -> None:
-    """Run one queued job to its end (idempotent: a job that is no longer queued is left alone)."""
-    claimed = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.QUEUED).update(
-        status=ArmJob.Status.RUNNING, started_at=timezone.now()
+    """Run one queued job to its end. Idempotent: a job that is finished, or running under a live lease,
+    is left alone; a running job whose lease lapsed (its worker died and Celery delivered the task
+    again) is taken over and run from the start."""
+    started = timezone.now()
+    claimed = leases.claim(
+        ArmJob.objects.filter(pk=job_id, status__in=[ArmJob.Status.QUEUED, ArmJob.Status.RUNNING]),
+        status=ArmJob.Status.RUNNING,
+        started_at=started,
     )
     if not claimed:
         return
+    # started_at is this run's claim token: a job taken over by another run no longer matches it.
+    mine = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.RUNNING, started_at=started)
     job = ArmJob.objects.select_related("arm").get(pk=job_id)
-    try:
-        result = _readiness(job) if job.kind == ArmJob.Kind.READINESS else _evaluation(job)
-    except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
-        _finish(job_id, error=str(exc) or type(exc).__name__)
-    except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
-        log.exception("arm job %s failed", job_id)
-        _finish(job_id, error=f"{type(exc).__name__}: {exc}")
-    else:
-        _finish(job_id, result=result)
+    with leases.heartbeat(mine):
+        try:
+            result = _readiness(job) if job.kind == ArmJob.Kind.READINESS else _evaluation(job)
+        except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
+            _finish(job_id, mine, error=str(exc) or type(exc).__name__)
+        except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
+            log.exception("arm job %s failed", job_id)
+            _finish(job_id, mine, error=f"{type(exc).__name__}: {exc}")
+        else:
+            _finish(job_id, mine, result=result)
 
 
-def _finish(job_id: int, *, result: dict[str, Any] | None = None, error: str = "") -> None:
+def _finish(job_id: int, mine: QuerySet[ArmJob], *, result: dict[str, Any] | None = None, error: str = "") -> None:
+    """Write the outcome, unless the job was declared lost or taken over meanwhile (then it is not ours)."""
     status = ArmJob.Status.FAILED if error else ArmJob.Status.DONE
-    ArmJob.objects.filter(pk=job_id).update(status=status, result=result, error=error, finished_at=timezone.now())
+    if not mine.update(status=status, result=result, error=error, finished_at=timezone.now(), lease_until=None):
+        log.warning("arm job %s finished after it was declared lost; its outcome is dropped", job_id)
 
 
 def _readiness(job: ArmJob) -> dict[str, Any]:
@@ -149,7 +182,7 @@ class ArmReadiness:
         if self.state == "not_ready":
             return "failed " + ", ".join(c["name"] for c in self.failed)
         if self.state == "error" and self.job is not None:
-            return self.job.error
+            return self.job.shown_error
         return "" if self.state in ("ready", "exempt") else self.label
 
 
@@ -161,7 +194,9 @@ def readiness(study: Study) -> list[ArmReadiness]:
     for arm in arms:
         job = latest.get(arm.pk)
         failed: list[dict[str, Any]] = []
-        if job is not None and not job.finished:
+        if job is not None and job.lost:
+            state = "error"
+        elif job is not None and not job.finished:
             state = "checking"
         elif job is None or not job.is_current(arm):
             state = "exempt" if arm.is_qc else "outdated" if job is not None else "not_checked"

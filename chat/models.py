@@ -296,6 +296,9 @@ class ArmJob(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Held by the job while it runs and extended by a heartbeat (chat/leases.py): a running job whose
+    # lease lapsed lost its worker (a killed Celery child, a restarted web process).
+    lease_until = models.DateTimeField(null=True, blank=True)
 
     objects = ArmJobQuerySet.as_manager()
 
@@ -309,6 +312,19 @@ class ArmJob(models.Model):
     @property
     def finished(self) -> bool:
         return self.status in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def lost(self) -> bool:
+        """Running, but its lease lapsed: the worker that ran it is gone and nothing will finish it. (A
+        running row without a lease was started before jobs held leases: its worker is gone too.)"""
+        return self.status == self.Status.RUNNING and (self.lease_until is None or self.lease_until < timezone.now())
+
+    LOST_ERROR = "the job stopped: the worker running it was lost (killed or restarted); run it again"
+
+    @property
+    def shown_error(self) -> str:
+        """What the study page says went wrong (a lost job's row says nothing yet)."""
+        return self.LOST_ERROR if self.lost else self.error
 
     @property
     def percent(self) -> int:

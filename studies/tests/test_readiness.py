@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from chat import armjobs
+from chat import armjobs, leases
 from chat.models import ArmJob
 from memory.systems.memorybank import MemoryBank
 from studies import memorycompat
@@ -168,8 +168,9 @@ def test_checking_every_arm_runs_a_background_job_per_arm_with_its_resolved_mode
 def test_the_readiness_card_polls_while_a_check_runs_and_shows_its_progress(rclient: Client, draft: Study) -> None:
     arm = draft.arms.get(memory_system="none")
     ArmJob.objects.create(
-        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=4, total=10, step="probes 2/5"
-    )
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=4, total=10, step="probes 2/5",
+        lease_until=leases.later(60),
+    )  # fmt: skip
     body = rclient.get(reverse("studies:readiness", args=[draft.slug])).content.decode()
     assert body.lstrip().startswith('<section class="card" id="readiness"')
     assert 'hx-trigger="every 2s"' in body and "4/10 probes 2/5" in body and "checking" in body
@@ -179,9 +180,96 @@ def test_the_readiness_card_polls_while_a_check_runs_and_shows_its_progress(rcli
 
 def test_a_second_check_request_while_one_runs_does_not_start_another(draft: Study) -> None:
     arm = draft.arms.get(memory_system="none")
-    first = ArmJob.objects.create(arm=arm, kind="readiness", status="running", config=arm.llm_config())
+    first = ArmJob.objects.create(
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), lease_until=leases.later(60)
+    )
     assert armjobs.start(arm, "readiness") == first
     assert ArmJob.objects.count() == 1
+
+
+def lost_job(arm: Arm, kind: str = "readiness") -> ArmJob:
+    """A job whose worker died mid-run: still "running", its lease lapsed a minute ago."""
+    return ArmJob.objects.create(
+        arm=arm, kind=kind, status="running", config=arm.llm_config(), done=2, total=9,
+        started_at=leases.later(-120), lease_until=leases.later(-60),
+    )  # fmt: skip
+
+
+def test_a_check_whose_worker_died_is_shown_as_failed_and_the_card_stops_polling(rclient: Client, draft: Study) -> None:
+    lost_job(draft.arms.get(memory_system="none"))
+    lost_job(draft.arms.get(memory_system="full_history"), "evaluation")
+    rows = armjobs.readiness(draft)
+    assert [(r.state, r.reason) for r in rows][0] == ("error", ArmJob.LOST_ERROR)
+    body = rclient.get(reverse("studies:readiness", args=[draft.slug])).content.decode()
+    assert "every 2s" not in body and body.count("the worker running it was lost") >= 2
+    assert '<span class="badge err">failed</span> <span class="error">the job stopped' in body
+
+
+def test_checking_again_after_a_worker_died_fails_the_lost_job_and_starts_a_new_one(
+    draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
+    arm = draft.arms.get(memory_system="none")
+    lost = lost_job(arm)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(arm, "readiness")
+    lost.refresh_from_db()
+    job.refresh_from_db()
+    assert job.pk != lost.pk
+    assert (lost.status, lost.error) == ("failed", ArmJob.LOST_ERROR) and lost.finished_at is not None
+    assert (job.status, job.lease_until) == ("done", None)
+    assert [r.state for r in armjobs.readiness(draft)][0] == "ready"
+
+
+def test_a_redelivered_task_takes_over_a_lost_job_but_leaves_a_live_one_alone(
+    draft: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True, calls))
+    arm = draft.arms.get(memory_system="none")
+    live = ArmJob.objects.create(
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), lease_until=leases.later(60)
+    )
+    armjobs.run(live.pk)  # Celery delivered it twice while the first run is alive: nothing happens
+    live.refresh_from_db()
+    assert (live.status, calls) == ("running", [])
+    lost = lost_job(arm)
+    armjobs.run(lost.pk)  # the dead worker's task, delivered again
+    lost.refresh_from_db()
+    assert (lost.status, lost.done, lost.total, len(calls)) == ("done", 3, 3, 1)
+
+
+def test_a_run_taken_over_while_it_ran_does_not_overwrite_the_new_runs_row(
+    draft: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arm = draft.arms.get(memory_system="none")
+    job = ArmJob.objects.create(arm=arm, kind="readiness", config=arm.llm_config())
+
+    def slow_then_taken_over(memory_system: str, llm: Any, **kw: Any) -> dict[str, Any]:
+        # meanwhile the lease lapsed and another delivery claimed the job (a new claim token)
+        ArmJob.objects.filter(pk=job.pk).update(started_at=leases.later(1), lease_until=leases.later(60))
+        return fake_preflight(True)(memory_system, llm, **kw)
+
+    monkeypatch.setattr(memorycompat, "run_preflight", slow_then_taken_over)
+    armjobs.run(job.pk)
+    job.refresh_from_db()
+    assert (job.status, job.result) == ("running", None)
+
+
+def test_a_queued_check_waiting_past_the_grace_is_dispatched_again_when_asked_for(
+    draft: Study, settings: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
+    arm = draft.arms.get(memory_system="none")
+    fresh = ArmJob.objects.create(arm=arm, kind="readiness", config=arm.llm_config())
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert armjobs.start(arm, "readiness") == fresh
+    assert callbacks == []  # queued a moment ago: its task is on its way
+    ArmJob.objects.filter(pk=fresh.pk).update(created_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert armjobs.start(arm, "readiness") == fresh  # its task may be lost: sent again, same job
+    fresh.refresh_from_db()
+    assert (len(callbacks), fresh.status, ArmJob.objects.count()) == (1, "done", 1)
 
 
 def test_without_the_readiness_library_the_check_fails_with_a_clear_message(
