@@ -37,6 +37,22 @@ TABLE2_HUMAN_ACCURACY = 87.52  # "individual label = gold label (estimated human
 TABLE2_NO_GOLD = 1.96
 
 
+class QueueQuerySet(models.QuerySet["Queue"]):
+    def visible_to(self, user: Any) -> QueueQuerySet:
+        """The queues a researcher may see and manage: those of the studies they may see
+        (``Study.objects.visible_to``), and the queues without a study that they created. A queue copies
+        transcripts out of its study, so it is no more visible than the study. Superusers see every queue;
+        a queue without a study or creator (made by a command) is for superusers."""
+        from studies.models import Study
+
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        studies = Study.objects.visible_to(user).values("pk")
+        return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
+
+
 class Queue(models.Model):
     class Kind(models.TextChoices):
         PAIRS = "pairs", "Memory-operation pairs"
@@ -72,6 +88,8 @@ class Queue(models.Model):
     # When a claim last swept this queue's expired leases: claims sweep at most once per
     # services.SWEEP_INTERVAL (whichever process wins the conditional update), not on every claim.
     swept_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = QueueQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -196,7 +196,10 @@ def skip(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 @researcher_required
 def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
-    rows = [{"queue": q, "progress": measures.queue_progress(q)} for q in Queue.objects.select_related("study")]
+    rows = [
+        {"queue": q, "progress": measures.queue_progress(q)}
+        for q in Queue.objects.visible_to(request.user).select_related("study")
+    ]
     return render(request, "annotation/queues.html", {"rows": rows})
 
 
@@ -224,7 +227,7 @@ def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     report = measures.queue_report(queue)
     return render(
         request,
@@ -235,7 +238,7 @@ def queue_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 @researcher_required
 def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     return JsonResponse(measures.queue_report(queue), json_dumps_params={"indent": 2, "default": str})
 
 
@@ -243,7 +246,7 @@ def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonRespons
 @require_POST
 @researcher_required
 def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     form = ImportForm(request.POST, request.FILES, queue=queue)
     if form.is_valid() and form.cleaned_data.get("specs"):
         messages.success(request, f"Added {add_items(queue, form.cleaned_data['specs'])} items.")
@@ -255,7 +258,7 @@ def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def queue_pull(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     n = pull_from_study(queue)
     messages.success(request, f"Added {n} new item{'s' if n != 1 else ''} from the study.")
     return redirect("annotation:queue_detail", pk=queue.pk)
@@ -264,7 +267,7 @@ def queue_pull(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def queue_toggle(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     queue.active = not queue.active
     queue.save(update_fields=["active"])
     return redirect("annotation:queue_detail", pk=queue.pk)
@@ -272,7 +275,7 @@ def queue_toggle(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 @researcher_required
 def adjudication(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
     items = (
         Item.objects.filter(queue=queue)
         .filter(Q(status=Item.Status.ADJUDICATION) | Q(gold_method=Item.GoldMethod.ADJUDICATED))
@@ -285,7 +288,8 @@ def adjudication(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def adjudicate(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    item = get_object_or_404(Item.objects.select_related("queue"), pk=pk)
+    visible = Queue.objects.visible_to(request.user)
+    item = get_object_or_404(Item.objects.select_related("queue").filter(queue__in=visible), pk=pk)
     form = AdjudicationForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose a label.")
@@ -300,14 +304,14 @@ def adjudicate(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 @researcher_required
 def export_gold(request: AuthenticatedHttpRequest, pk: int) -> StreamingHttpResponse:
-    queue = get_object_or_404(Queue, pk=pk, kind=Queue.Kind.PAIRS)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk, kind=Queue.Kind.PAIRS)
     rows = exports.gold_pairs(queue, include_fusion=request.GET.get("fusion") == "1")
     return _jsonl_response(rows, f"queue-{queue.pk}-gold-b4.jsonl")
 
 
 @researcher_required
 def export_summaries(request: AuthenticatedHttpRequest, pk: int) -> StreamingHttpResponse:
-    queue = get_object_or_404(Queue, pk=pk, kind=Queue.Kind.SUMMARIES)
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk, kind=Queue.Kind.SUMMARIES)
     return _jsonl_response(exports.edited_summaries(queue), f"queue-{queue.pk}-summaries.jsonl")
 
 
