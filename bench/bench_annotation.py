@@ -34,6 +34,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "evalsite.settings")
 # As in production: with DEBUG on, Django also records every query in memory, which is client CPU
 # a deployment does not spend. DEBUG=1 in the environment measures the development setting.
 os.environ.setdefault("DEBUG", "0")
+os.environ.setdefault("SECRET_KEY", "bench-annotation-only-" + "x" * 40)  # DEBUG off requires one
 
 import django  # noqa: E402
 

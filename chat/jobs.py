@@ -3,8 +3,9 @@
 Two kinds of plumbing, neither of which knows what a reply or a memory update is:
 
 * :func:`dispatch` runs a job the way the deployment wants (``settings.CHAT_JOB_MODE``): as a Celery
-  task on the workers (production), in a small thread pool of the web process (embedded: eager Celery
-  would run inside the socket's consumer and nothing would stream), or inline (tests). Tasks are named,
+  task on the workers (production), in a small thread pool of the web process, one pool per lane
+  (embedded: eager Celery would run inside the socket's consumer and nothing would stream), or inline
+  (tests). Tasks are named,
   not imported, so the workflows in ``chat.services`` do not import ``chat.tasks``, which imports them.
 * :func:`broadcast` pushes an HTML fragment to every socket of a chat session through the channel
   layer. Job threads have no event loop of their own; the consumer registers the server's loop
@@ -27,13 +28,19 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
+from memory.llm import mark_reply_thread
+
 log = logging.getLogger(__name__)
 
-_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memeval-job")
-# Long background jobs (an arm's readiness checks or evaluation: minutes of LLM calls) get one thread of
-# their own in the embedded default, so they run one after another and never hold the threads that
-# stream the workers' replies.
-_long_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memeval-long-job")
+# The embedded default's lanes (thread mode), mirroring production's queues and worker processes:
+# "reply" serves the workers' chat replies; "memory" runs everything Celery routes to the "memory" queue
+# (end-of-session memory updates: many LLM calls, seconds to minutes), so a burst of session ends never
+# holds the threads that stream replies; "long" is one thread for an arm's readiness checks or
+# evaluation (minutes of LLM calls, one after another). The pools are built on first use, sized by
+# settings.CHAT_REPLY_THREADS and CHAT_MEMORY_THREADS.
+LANES = ("reply", "memory", "long")
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 _main_loop: asyncio.AbstractEventLoop | None = None
 
 
@@ -54,14 +61,42 @@ def retry_delays() -> list[float]:
     return [float(x) for x in settings.CHAT_RETRY_DELAYS]
 
 
+def lane_of(task_name: str, *, long: bool = False) -> str:
+    """The thread-mode lane of a job: ``long`` jobs their own thread, then the queue Celery routes
+    the task to (``settings.CELERY_TASK_ROUTES``): ``memory`` there means the memory lane here, so
+    the embedded default and production separate the same work."""
+    if long:
+        return "long"
+    route = settings.CELERY_TASK_ROUTES.get(task_name) or {}
+    return "memory" if route.get("queue") == "memory" else "reply"
+
+
+def pool(lane: str) -> ThreadPoolExecutor:
+    """The thread pool of a lane (built on first use)."""
+    with _pools_lock:
+        if lane not in _pools:
+            if lane == "reply":
+                # Reply threads go first at the in-process model (memory.llm: one llama.cpp call at a time).
+                size, init = int(settings.CHAT_REPLY_THREADS), mark_reply_thread
+            elif lane == "memory":
+                size, init = int(settings.CHAT_MEMORY_THREADS), None
+            elif lane == "long":
+                size, init = 1, None
+            else:
+                raise ValueError(f"unknown job lane {lane!r} (one of {', '.join(LANES)})")
+            _pools[lane] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"memeval-{lane}", initializer=init)
+        return _pools[lane]
+
+
 def dispatch(
     task_name: str, job_id: int, *, local: Callable[[int], object], countdown: float = 0, long: bool = False
 ) -> None:
     """Run a job: the Celery task ``task_name`` on the workers, or ``local(job_id)`` in this process
     (a pool thread, or inline). ``local`` is what the task itself runs, plus the retries that Celery
     would otherwise do. ``countdown`` delays the start (a retry's back-off) without holding a worker:
-    Celery schedules it, a thread waits on a timer, inline sleeps (tests use 0). ``long`` jobs take the
-    single long-job thread instead of the chat pool.
+    Celery schedules it, a thread waits on a timer, inline sleeps (tests use 0). In thread mode the job
+    takes the pool of its lane (:func:`lane_of`): replies never wait behind memory updates or ``long``
+    jobs for a thread.
 
     A broker that is down raises here; callers enqueueing after a commit catch it, and the lease
     bookkeeping (chat/leases.py) enqueues the job again once it is overdue."""
@@ -72,13 +107,13 @@ def dispatch(
         else:
             signature(task_name, args=(job_id,)).delay()
     elif mode == "thread":
-        pool = _long_executor if long else _executor
+        executor = pool(lane_of(task_name, long=long))
         if countdown > 0:
-            timer = threading.Timer(countdown, pool.submit, args=(_guarded, local, job_id))
+            timer = threading.Timer(countdown, executor.submit, args=(_guarded, local, job_id))
             timer.daemon = True
             timer.start()
         else:
-            pool.submit(_guarded, local, job_id)
+            executor.submit(_guarded, local, job_id)
     else:
         if countdown > 0:
             time.sleep(countdown)

@@ -149,6 +149,10 @@ CELERY_BEAT_SCHEDULE = {
 # --- chat reply and memory-update jobs (chat/services.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
+# Thread mode (the embedded default): replies and memory updates run in separate pools of the web
+# process, as production runs them on separate queues and workers (chat/jobs.py).
+CHAT_REPLY_THREADS = env.integer("CHAT_REPLY_THREADS", 4, minimum=1)
+CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
 CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update

@@ -190,7 +190,52 @@ def smollm2_path() -> Path:
 
 
 _LLAMAS: dict[tuple[str, int, int], Any] = {}
-_LLAMA_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe: one call at a time per process
+_reply_thread = threading.local()
+
+
+def mark_reply_thread() -> None:
+    """Mark the calling thread as one that serves chat replies: at the in-process model its calls go
+    before those of other threads (memory updates) that are waiting (a pool initializer in the
+    embedded default, chat/jobs.py)."""
+    _reply_thread.urgent = True
+
+
+class ReplyFirstLock:
+    """One llama.cpp call at a time (its contexts are not thread-safe), and a waiting reply goes first.
+
+    A plain lock is not fair: a memory update making call after call can take it again before the
+    reply thread that waits for it wakes up, so in the embedded default a reply could wait behind a
+    whole update. Here a reply waits for the call in progress only; threads not marked by
+    :func:`mark_reply_thread` wait while any reply is waiting."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._replies_waiting = 0
+
+    def __enter__(self) -> None:
+        urgent = bool(getattr(_reply_thread, "urgent", False))
+        with self._cond:
+            if urgent:
+                self._replies_waiting += 1
+            acquired = False
+            try:
+                while self._busy or (not urgent and self._replies_waiting):
+                    self._cond.wait()
+                self._busy = acquired = True
+            finally:
+                if urgent:
+                    self._replies_waiting -= 1
+                    if not acquired:  # interrupted: the threads it held back may go
+                        self._cond.notify_all()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._busy = False
+            self._cond.notify_all()
+
+
+_LLAMA_LOCK = ReplyFirstLock()  # one call at a time per process, replies first
 
 
 def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:

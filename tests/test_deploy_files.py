@@ -160,3 +160,22 @@ def test_compose_runs_exactly_one_celery_beat_with_the_periodic_schedule() -> No
     }
     for entry in schedule.values():
         assert routes.get(entry["task"], {}).get("queue", "celery") in consumed
+
+
+def test_a_second_web_process_is_an_opt_in_copy_of_web_on_its_own_port() -> None:
+    """docs/operations.md, "Capacity planning": `docker compose --profile scale up` adds web-2."""
+    web, second = SERVICES["web"], SERVICES["web-2"]
+    assert second["command"] == web["command"] and second["environment"] == web["environment"]
+    assert second["depends_on"] == web["depends_on"]
+    assert second["profiles"] == ["scale"] and "profiles" not in web  # the default deployment is unchanged
+    host_port = {name: interpolate(SERVICES[name]["ports"][0], {}).split(":")[0] for name in ("web", "web-2")}
+    assert host_port == {"web": "8000", "web-2": "8001"}
+    assert interpolate(second["ports"][0], {"WEB_PORT_2": "9001"}) == "9001:8000"
+
+
+def test_the_workers_can_be_scaled_in_place_but_beat_cannot() -> None:
+    """`docker compose up --scale worker=N` needs services without a fixed host port or container name."""
+    for name in ("worker", "memory-worker"):
+        assert "ports" not in SERVICES[name] and "container_name" not in SERVICES[name]
+    compose_text = (ROOT / "docker-compose.yml").read_text()
+    assert "--scale worker=" in compose_text and "Never scale beat" in compose_text

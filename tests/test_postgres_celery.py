@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +185,153 @@ def test_a_real_celery_worker_runs_an_arm_job_on_the_memory_queue_and_writes_its
     assert job.result is not None and (job.result["arm"], job.result["questions"]) == ("full_history", 15)
     assert job.done == job.total > 15 and job.started_at is not None and job.finished_at is not None
     assert armjobs.TASK_NAME in celery_worker.read_text()
+
+
+class _HeldEndpoint:
+    """An OpenAI-compatible endpoint in a thread that holds every request until :meth:`release`:
+    the memory worker's LLM call waits here, so the worker is busy for as long as the test wants."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.released = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                owner.arrived.set()
+                owner.released.wait(60)
+                raw = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake-model",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "- The user has a cat."},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()  # fmt: skip
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _ran(log: Path, task: str) -> bool:
+    """Whether the worker's log shows it received the task (its banner lists every registered task)."""
+    return f"Task {task}[" in log.read_text()
+
+
+@pytest.fixture
+def lane_workers(tmp_path: Path, worker_database_url: str) -> Iterator[tuple[dict[str, Path], _HeldEndpoint]]:
+    """docker-compose's shape: one worker process on the reply queue ("celery"), one on "memory",
+    a single slot each; the memory arm's endpoint holds its calls. Yields the logs and the endpoint."""
+    redis_url = _require_services()
+    endpoint = _HeldEndpoint()
+    env = {
+        **os.environ,
+        "DATABASE_URL": worker_database_url, "REDIS_URL": redis_url, "CELERY_TASK_ALWAYS_EAGER": "false",
+        "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+        "OPENAI_API_KEY": "fake-key", "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.port}/v1",
+        "LLM_TIMEOUT_SECONDS": "60",
+    }  # fmt: skip
+    logs = {name: tmp_path / f"worker-{name}.log" for name in ("reply", "memory")}
+    procs = []
+    for name, queue in (("reply", "celery"), ("memory", "memory")):
+        with logs[name].open("w") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "evalsite",
+                        "worker",
+                        "--pool=solo",
+                        "-c",
+                        "1",
+                        f"--queues={queue}",
+                        "-n",
+                        f"{name}-{os.getpid()}@%h",
+                        "--loglevel=INFO",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--without-heartbeat",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+            )
+    try:
+        for name, log in logs.items():
+            _wait_for(lambda log=log: "ready." in log.read_text(), 90, f"the {name} worker to start", log)  # type: ignore[misc]
+        yield logs, endpoint
+    finally:
+        endpoint.stop()  # lets a held call finish, so the warm shutdown below does not wait on it
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
+    study: Study, lane_workers: tuple[dict[str, Path], _HeldEndpoint], settings: Any
+) -> None:
+    """Issue 12, item 2 in production: the memory update holds the only slot of the memory worker
+    (its LLM call is held), and a worker's message still gets its reply from the reply worker."""
+    from chat import services
+    from evalsite.celery import app
+
+    logs, endpoint = lane_workers
+    settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
+    assert app.amqp.router.route({}, services.MEMORY_UPDATE_TASK)["queue"].name == "memory"
+    assert app.amqp.router.route({}, services.REPLY_TASK)["queue"].name == "celery"
+    assert ".> celery" not in logs["memory"].read_text() and ".> memory" not in logs["reply"].read_text()
+
+    ended = _ended_session(study)
+    Arm.objects.filter(pk=ended.episode.arm_id).update(llm_backend="openai", llm_model="fake-model")
+    services.enqueue_memory_update(ended.pk)
+    assert endpoint.arrived.wait(60), logs["memory"].read_text()[-3000:]  # the memory worker is now busy
+
+    arm = study.arms.get(memory_system="none")
+    participant = Participant.objects.create(study=study, external_id="w-lanes", source=Participant.Source.INVITE)
+    episode = Episode.objects.create(participant=participant, arm=arm, index=1)
+    chatting = ChatSession.objects.create(
+        episode=episode, index=1, status=ChatSession.Status.CHATTING, simulated_start=study.session_start(1),
+        started_at=dt.datetime.now(dt.UTC),
+    )  # fmt: skip
+    services.post_user_message(chatting, "c1", "Hello there")
+    _wait_for(
+        lambda: Message.objects.filter(session=chatting, seq=2, status=Message.Status.COMPLETE).exists(),
+        60, "the reply worker to write the reply", logs["reply"],
+    )  # fmt: skip
+    assert not MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists()
+    assert _ran(logs["reply"], services.REPLY_TASK) and not _ran(logs["memory"], services.REPLY_TASK)
+
+    endpoint.release()
+    _wait_for(
+        lambda: MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists(),
+        60, "the memory worker to finish the update", logs["memory"],
+    )  # fmt: skip
+    assert _ran(logs["memory"], services.MEMORY_UPDATE_TASK) and not _ran(logs["reply"], services.MEMORY_UPDATE_TASK)

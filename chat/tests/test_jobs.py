@@ -58,7 +58,7 @@ def test_a_thread_job_runs_off_the_caller_and_its_failure_is_logged_not_raised(
         deadline = time.monotonic() + 5
         while "job 7 broke" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert threads[0].startswith("memeval-job")
+    assert threads[0].startswith("memeval-reply")
     assert "background job fails(7) failed" in caplog.text and "job 7 broke" in caplog.text
 
 
@@ -85,4 +85,74 @@ def test_a_long_arm_job_runs_on_its_own_thread_and_never_holds_the_chat_pool(set
         jobs.dispatch("chat.tasks.generate_reply_task", i, local=reply)
     assert all(replied.acquire(timeout=5) for _ in range(8))
     release.set()
-    assert names[0].startswith("memeval-long-job") and all(n.startswith("memeval-job") for n in names[1:])
+    assert names[0].startswith("memeval-long") and all(n.startswith("memeval-reply") for n in names[1:])
+
+
+def test_thread_lanes_follow_the_celery_routes_so_both_deployments_separate_the_same_work() -> None:
+    assert jobs.lane_of(services.REPLY_TASK) == "reply"
+    assert jobs.lane_of(services.MEMORY_UPDATE_TASK) == "memory"  # routed to the "memory" queue
+    assert jobs.lane_of("chat.tasks.run_arm_job", long=True) == "long"
+    assert jobs.lane_of("chat.tasks.sweep_abandoned_task") == "reply"  # unrouted: the default queue
+
+
+def test_an_unknown_lane_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown job lane 'bulk'"):
+        jobs.pool("bulk")
+
+
+@pytest.fixture
+def fresh_pools(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Pools built from this test's settings, shut down after it."""
+    monkeypatch.setattr(jobs, "_pools", {})
+    yield
+    for executor in jobs._pools.values():
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def test_a_reply_is_served_while_memory_updates_fill_their_lane_and_queue_behind_it(
+    client: Client, study: Study, settings: Any, monkeypatch: pytest.MonkeyPatch, script: Any, fresh_pools: None
+) -> None:
+    """The browser run of issue 12: replies overlapping memory updates were the slowest. Here every
+    memory thread is held by an update that blocks until the test lets it go, more are queued, and a
+    worker's message still gets its whole reply; no update finished before it."""
+    settings.CHAT_REPLY_THREADS = 2
+    settings.CHAT_MEMORY_THREADS = 2
+    script(["Nice to meet you."])
+    session = start(client, study)
+    settings.CHAT_JOB_MODE = "thread"
+    release = threading.Event()
+    events: list[str] = []
+    lock = threading.Lock()
+    running = threading.Semaphore(0)
+
+    def blocking_update(session_id: int) -> None:
+        with lock:
+            events.append(f"memory {session_id} started on {threading.current_thread().name}")
+        running.release()
+        release.wait(30)
+        with lock:
+            events.append(f"memory {session_id} done")
+
+    monkeypatch.setattr(services, "update_memory_with_retries", blocking_update)
+    for fake_session in range(1001, 1007):  # three times the memory lane's threads
+        services.enqueue_memory_update(fake_session)
+    assert running.acquire(timeout=10) and running.acquire(timeout=10)  # the memory lane is full
+    try:
+        services.post_user_message(session, "c1", "Hi, I'm back")
+        reply = Message.objects.get(session=session, seq=2)
+        deadline = time.monotonic() + 30  # a generous bound for a loaded machine; the assertion is the order
+        while reply.status != Message.Status.COMPLETE and time.monotonic() < deadline:
+            time.sleep(0.02)
+            reply.refresh_from_db()
+        with lock:
+            events.append("reply complete")
+    finally:
+        release.set()
+    assert reply.text == "Nice to meet you."
+    assert not any(e.endswith("done") for e in events[: events.index("reply complete")])
+    started = [e for e in events if "started" in e]
+    assert len(started) == 2 and all("memeval-memory" in e for e in started)  # the rest waited in the lane
+    deadline = time.monotonic() + 30
+    while sum(e.endswith("done") for e in events) < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sum(e.endswith("done") for e in events) == 6  # the queued updates ran once the lane freed

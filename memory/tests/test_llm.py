@@ -3,6 +3,8 @@ the local backend's over-long prompts as clear, non-transient LLM errors."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -14,8 +16,10 @@ from memory.llm import (
     LLMTransientError,
     LocalLLM,
     RecordingLLM,
+    ReplyFirstLock,
     ScriptedLLM,
     finish_reason_of,
+    mark_reply_thread,
 )
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -112,3 +116,70 @@ def test_the_real_local_model_reports_length_and_refuses_an_over_long_prompt() -
     with pytest.raises(LLMError, match="too long") as caught:
         real.complete([{"role": "system", "content": "word " * 9000}], max_tokens=10)
     assert not isinstance(caught.value, LLMTransientError)
+
+
+def test_a_waiting_reply_takes_the_local_model_before_a_memory_update_that_waited_longer() -> None:
+    """Replies and memory updates share one llama.cpp context per process (one call at a time): a
+    reply waits for the call in progress, not behind the update's next calls."""
+    lock = ReplyFirstLock()
+    order: list[str] = []
+    holding = threading.Event()
+    release = threading.Event()
+
+    def current_call() -> None:
+        with lock:
+            holding.set()
+            release.wait(10)
+            order.append("call in progress")
+
+    def memory_update_call() -> None:
+        with lock:
+            order.append("memory update")
+
+    def reply_call() -> None:
+        mark_reply_thread()
+        with lock:
+            order.append("reply")
+
+    first = threading.Thread(target=current_call)
+    first.start()
+    assert holding.wait(5)
+    memory = threading.Thread(target=memory_update_call)
+    memory.start()
+    time.sleep(0.05)  # the update waits first (not asserted: it only makes the test harder to pass)
+    reply = threading.Thread(target=reply_call)
+    reply.start()
+    deadline = time.monotonic() + 5
+    while lock._replies_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert lock._replies_waiting == 1
+    release.set()
+    for t in (first, memory, reply):
+        t.join(5)
+    assert order == ["call in progress", "reply", "memory update"]
+
+
+def test_the_local_model_lock_still_admits_one_call_at_a_time() -> None:
+    lock = ReplyFirstLock()
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+
+    def call(urgent: bool) -> None:
+        nonlocal inside, most
+        if urgent:
+            mark_reply_thread()
+        for _ in range(200):
+            with lock:
+                with guard:
+                    inside += 1
+                    most = max(most, inside)
+                with guard:
+                    inside -= 1
+
+    threads = [threading.Thread(target=call, args=(i % 2 == 0,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert most == 1 and not any(t.is_alive() for t in threads)
