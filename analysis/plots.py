@@ -220,7 +220,7 @@ def session_means(result: dict[str, Any], metric: str = "overall", scale: Scale 
         ax.set_xlabel("session")
         ax.set_ylabel(f"mean {'z-score' if sc == 'z' else 'score (0-100)'}")
         title = f"{metric}: per-session means, 95% CI"
-        ax.set_title(title)
+        ax.set_title(title, y=1.0)  # fixed: no automatic placement (it measures every tick label)
         if sc == "z":
             ax.axhline(0, color="#999", lw=0.6)
         ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -260,7 +260,7 @@ def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
         ax.set_xticks(range(len(metrics)), metrics, rotation=20, ha="right")
         ax.set_ylabel("mean z-score" if sc == "z" else "mean score (0-100)")
         title = f"{'standardized' if sc == 'z' else 'absolute'} scores per arm, 95% CI"
-        ax.set_title(title)
+        ax.set_title(title, y=1.0)  # fixed: no automatic placement (it measures every tick label)
         if sc == "z":
             ax.axhline(0, color="#333", lw=0.6)
         ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -322,7 +322,7 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         title = f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})" + (
             f", session {session}" if session is not None else ""
         )
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=9, y=1.0)
         _square(fig, ax, img, arms, title, "p")
         return _svg(fig, (ax, cells))
 
@@ -355,7 +355,7 @@ def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:
         ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right")
         ax.set_yticks(range(len(metrics)), metrics)
         title = f"{level}-level correlations (n = {n})\nPearson above, Spearman below the diagonal"
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=9, y=1.0)
         _square(fig, ax, img, metrics, title, "r")
         return _svg(fig, (ax, cells))
 
