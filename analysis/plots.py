@@ -245,18 +245,26 @@ def arm_scores(result: dict[str, Any], scale: Scale = "auto") -> str:
         fig = _figure()
         ax = fig.add_subplot()
         width = 0.8 / max(len(arms), 1)
+        all_x: list[float] = []
+        means: list[float] = []
+        lo: list[float] = []
+        hi: list[float] = []
         for k, a in enumerate(arms):
-            means, lo, hi = [], [], []
+            xs = np.arange(len(metrics)) + (k - (len(arms) - 1) / 2) * width
+            heights = []
             for m in metrics:
                 y, ci = _entry(result["arms"][a], m, sc)
                 y = _num(y)
                 e = _err(y, ci)
-                means.append(y)
+                heights.append(y)
                 lo.append(e[0])
                 hi.append(e[1])
-            xs = np.arange(len(metrics)) + (k - (len(arms) - 1) / 2) * width
-            _bars(ax, xs, means, width * 0.95, f"C{k}", a)
-            ax.errorbar(xs, means, yerr=[lo, hi], fmt="none", ecolor="k", capsize=2, lw=0.8, label="_nolegend_")
+            _bars(ax, xs, heights, width * 0.95, f"C{k}", a)
+            all_x.extend(xs)
+            means.extend(heights)
+        # every CI bar is black and drawn above every bar (lines have the higher z-order), so one call draws
+        # them all: as ax.bar(yerr=...) per arm drew them, with one set of artists instead of one per arm
+        ax.errorbar(all_x, means, yerr=[lo, hi], fmt="none", ecolor="k", capsize=2, lw=0.8, label="_nolegend_")
         ax.set_xticks(range(len(metrics)), metrics, rotation=20, ha="right")
         ax.set_ylabel("mean z-score" if sc == "z" else "mean score (0-100)")
         title = f"{'standardized' if sc == 'z' else 'absolute'} scores per arm, 95% CI"
