@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -77,7 +77,7 @@ def read_text_table(handle: IO[str]) -> pd.DataFrame:
     :func:`pandas.read_csv` does.
     """
     scan = _ScanningReader(handle)
-    table = pd.read_csv(scan, dtype=str, keep_default_na=False, na_values=[""])
+    table: pd.DataFrame = pd.read_csv(cast("Any", scan), dtype=str, keep_default_na=False, na_values=[""])
     scan.check()
     return table
 

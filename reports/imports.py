@@ -59,11 +59,12 @@ def read_table(fileobj: IO[bytes] | IO[str]) -> pd.DataFrame:
     of one copy of the bytes, one of the text and one of a StringIO before parsing. Bad UTF-8 raises
     ``UnicodeDecodeError``; a NUL character or a repeated column name is a :class:`RatingsError` naming where
     (:func:`analysis.data.read_text_table`: pandas would cut the cell or rename the column silently)."""
-    text: IO[str]
+    wrapper = None
     if isinstance(fileobj, io.TextIOBase):
         text = cast("IO[str]", fileobj)
     else:
-        text = io.TextIOWrapper(cast("IO[bytes]", fileobj), encoding="utf-8-sig", errors="strict", newline="")
+        wrapper = io.TextIOWrapper(cast("IO[bytes]", fileobj), encoding="utf-8-sig", errors="strict", newline="")
+        text = wrapper
     try:
         return read_text_table(text)
     except pd.errors.EmptyDataError:
@@ -71,8 +72,8 @@ def read_table(fileobj: IO[bytes] | IO[str]) -> pd.DataFrame:
     except pd.errors.ParserError as exc:
         raise RatingsError(f"not a readable CSV file: {exc}") from exc
     finally:
-        if text is not fileobj:
-            text.detach()  # the upload is the caller's to close, not the wrapper's
+        if wrapper is not None:
+            wrapper.detach()  # the upload is the caller's to close, not the wrapper's
 
 
 def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:

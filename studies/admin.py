@@ -29,7 +29,8 @@ class ArmInline(admin.TabularInline[Arm, Study]):
     form = ArmForm  # the same parameter validation as the researcher page
     extra = 0
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Study | None = None) -> Any:
+    # Django passes an inline the parent object (the study), whatever the stubs say
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ARM_READINESS_FIELDS if _gated(obj) else ()
 
     def has_add_permission(self, request: HttpRequest, obj: Study | None = None) -> bool:
