@@ -15,16 +15,26 @@ are a non-numeric or out-of-range score and two rows for the same (worker, unit,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import csv
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pandas as pd
 
 from analysis.spec import AnalysisSpec, RatingsError
 
-__all__ = ["RatingsError", "canonical_frame", "check_arms", "data_warnings", "flag_column", "is_long", "read_csv"]
+__all__ = [
+    "RatingsError",
+    "canonical_frame",
+    "check_arms",
+    "data_warnings",
+    "flag_column",
+    "is_long",
+    "read_csv",
+    "read_text_table",
+]
 
 WORKER, UNIT, ARM, SESSION = "_worker", "_unit", "_arm", "_session"
 KEYS = (WORKER, UNIT, ARM, SESSION)
@@ -39,7 +49,8 @@ def read_csv(path: str | Path) -> pd.DataFrame:
     if p.is_dir():
         raise RatingsError(f"{path} is a directory, not a CSV file")
     try:
-        return pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+        with p.open(encoding="utf-8", newline="") as handle:
+            return read_text_table(handle)
     except FileNotFoundError as exc:
         raise RatingsError(f"no such file: {path}") from exc
     except PermissionError as exc:
@@ -50,8 +61,87 @@ def read_csv(path: str | Path) -> pd.DataFrame:
         raise RatingsError(f"{path} is empty") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise RatingsError(f"{path} is not a readable CSV file: {exc}") from exc
+    except RatingsError as exc:
+        raise RatingsError(f"{path}: {exc}") from None
     except OSError as exc:
         raise RatingsError(f"{path} cannot be read: {exc.strerror or exc}") from exc
+
+
+def read_text_table(handle: IO[str]) -> pd.DataFrame:
+    """Parse an open text CSV with every column as text, refusing what pandas would change silently.
+
+    pandas' C parser ends a cell at a NUL character (``"ab\\x00cd"`` becomes ``"ab"``) and renames a repeated
+    column name (``score``, ``score.1``): either would analyse something other than the file. Both are
+    :class:`RatingsError` naming the line and column. The file is still parsed in blocks (no whole copy): a
+    thin reader looks at each block as pandas takes it. Raises pandas' ``EmptyDataError``/``ParserError`` as
+    :func:`pandas.read_csv` does.
+    """
+    scan = _ScanningReader(handle)
+    table: pd.DataFrame = pd.read_csv(cast("Any", scan), dtype=str, keep_default_na=False, na_values=[""])
+    scan.check()
+    return table
+
+
+class _ScanningReader:
+    """A text file as pandas reads it (``read`` in blocks), noting its header line and the first NUL character."""
+
+    mode = "r"
+
+    def __init__(self, handle: IO[str]) -> None:
+        self._handle = handle
+        self._header: list[str] = []  # the first line, in pieces until its newline arrives
+        self._header_done = False
+        self._lines = 0  # newlines before the current block
+        self._nul: tuple[int, str] | None = None  # (line number, the line's text)
+
+    def read(self, size: int = -1) -> str:
+        block = self._handle.read(size)
+        if not self._header_done:
+            end = block.find("\n")
+            self._header.append(block if end < 0 else block[:end])
+            self._header_done = end >= 0 or not block
+        if self._nul is None and "\x00" in block:
+            at = block.index("\x00")
+            start = block.rfind("\n", 0, at) + 1
+            end = block.find("\n", at)
+            self._nul = (self._lines + block.count("\n", 0, at) + 1, block[start : end if end >= 0 else len(block)])
+        self._lines += block.count("\n")
+        return block
+
+    def __iter__(self) -> Iterator[str]:  # pandas takes only objects with __iter__ for files
+        return iter(self._handle)
+
+    def check(self) -> None:
+        header = _csv_fields("".join(self._header).lstrip("\ufeff"))
+        if self._nul is not None:
+            line, text = self._nul
+            fields = _csv_fields(text)
+            column = next((i for i, f in enumerate(fields) if "\x00" in f), None)
+            where = f"line {line}" if line > 1 else "the header"
+            if column is not None:
+                where += (
+                    f", column {header[column]!r}" if column < len(header) and line > 1 else f", field {column + 1}"
+                )
+            raise RatingsError(
+                f"a NUL character (\\x00) in {where}: the file is damaged or not a text CSV (remove the character "
+                "and try again)"
+            )
+        seen: dict[str, int] = {}
+        for i, name in enumerate(header):
+            if name in seen:
+                raise RatingsError(
+                    f"the header names the column {name!r} twice (columns {seen[name] + 1} and {i + 1}): give every "
+                    "column its own name"
+                )
+            seen[name] = i
+
+
+def _csv_fields(line: str) -> list[str]:
+    """The fields of one CSV line (best effort: a quoted field that goes on past this line is cut)."""
+    try:
+        return next(csv.reader([line.rstrip("\r")]), [])
+    except csv.Error:
+        return []
 
 
 def flag_column(name: str) -> str:

@@ -1,7 +1,7 @@
 """Benchmark: a cold ``python -m analysis report`` on Ji et al.'s run 1 (the issue 10 goal: at most 2 s).
 
-    .venv/bin/python bench/bench_cli.py              # 5 runs of each format and test
-    .venv/bin/python bench/bench_cli.py --runs 9
+    .venv/bin/python bench/bench_cli.py              # 5 runs of each format (json, md, latex, html) and test
+    .venv/bin/python bench/bench_cli.py --runs 9 --formats json,html
 
 Each run is a fresh interpreter (imports included, nothing cached), writing to a temporary file. Printed per
 format and test: the median wall time and the median CPU time (user + system of the child process, which
@@ -57,11 +57,12 @@ def once(fmt: str, test: str, out: Path) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--formats", default="json,md,latex,html", help="comma-separated report formats")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     print(f"{'format':<6} {'test':<12} {'wall s (median)':>16} {'cpu s (median)':>15}")
     with tempfile.TemporaryDirectory() as tmp:
-        for fmt in ("json", "html"):
+        for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
             for test in ("cluster-t", "mwu-greater"):
                 runs = [once(fmt, test, Path(tmp) / f"out.{fmt}") for _ in range(args.runs)]
                 wall = statistics.median(r[0] for r in runs)

@@ -7,12 +7,13 @@ exactly when the CLI would accept it.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field, replace
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import pandas as pd
 
-from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame, check_arms
+from analysis.data import ARM, SESSION, UNIT, WORKER, RatingsError, canonical_frame, check_arms, read_text_table
 from analysis.spec import AnalysisSpec
 
 # The long frame of one study's or dataset's ratings (reports.queries reads and writes it); an imported dataset
@@ -56,15 +57,23 @@ def read_table(fileobj: IO[bytes] | IO[str]) -> pd.DataFrame:
 
     The parser reads the file itself, in blocks (an upload larger than 2.5 MB is a temporary file on disk), instead
     of one copy of the bytes, one of the text and one of a StringIO before parsing. Bad UTF-8 raises
-    ``UnicodeDecodeError``."""
+    ``UnicodeDecodeError``; a NUL character or a repeated column name is a :class:`RatingsError` naming where
+    (:func:`analysis.data.read_text_table`: pandas would cut the cell or rename the column silently)."""
+    wrapper = None
+    if isinstance(fileobj, io.TextIOBase):
+        text = cast("IO[str]", fileobj)
+    else:
+        wrapper = io.TextIOWrapper(cast("IO[bytes]", fileobj), encoding="utf-8-sig", errors="strict", newline="")
+        text = wrapper
     try:
-        return pd.read_csv(
-            fileobj, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8-sig", encoding_errors="strict"
-        )
+        return read_text_table(text)
     except pd.errors.EmptyDataError:
         raise RatingsError("the file is empty") from None
     except pd.errors.ParserError as exc:
         raise RatingsError(f"not a readable CSV file: {exc}") from exc
+    finally:
+        if wrapper is not None:
+            wrapper.detach()  # the upload is the caller's to close, not the wrapper's
 
 
 def parse_ratings(table: pd.DataFrame, mapping: Mapping) -> ParsedImport:

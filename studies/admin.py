@@ -13,11 +13,28 @@ from django.http import HttpRequest
 from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, AttentionCheck, Metric, Participant, Study
 
+# What decides whether an arm passes its readiness checks (and whether it counts): on an open study that is not a
+# pilot these stay as they are, as on the study page, where a change that leaves an arm not ready is refused
+# ("close the study, make the change, run the readiness checks, then open it again").
+ARM_READINESS_FIELDS = ("memory_system", "params", "llm_backend", "llm_model", "active")
+
+
+def _gated(study: Study | None) -> bool:
+    """Whether ``study`` is open as a real (non-pilot) study: its arms must stay ready."""
+    return study is not None and study.status == Study.Status.OPEN and not study.pilot
+
 
 class ArmInline(admin.TabularInline[Arm, Study]):
     model = Arm
     form = ArmForm  # the same parameter validation as the researcher page
     extra = 0
+
+    # Django passes an inline the parent object (the study), whatever the stubs say
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ARM_READINESS_FIELDS if _gated(obj) else ()
+
+    def has_add_permission(self, request: HttpRequest, obj: Study | None = None) -> bool:
+        return not _gated(obj) and super().has_add_permission(request, obj)
 
 
 class MetricInline(admin.TabularInline[Metric, Study]):
@@ -44,7 +61,10 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     list_display = ["name", "slug", "status", "sessions_per_episode", "episodes_per_worker", "quota", "created_at"]
     list_filter = ["status"]
     search_fields = ["name", "slug"]
-    readonly_fields = ["created_at"]
+    # Opening is gated on the study page (every arm ready, or "open as pilot" with the data marked as such, and
+    # never a study that cannot run): the admin shows the status but does not change it, so it cannot open a
+    # study that page would refuse, nor clear a pilot's mark. A new study starts as a draft.
+    readonly_fields = ["created_at", "status", "pilot"]
     inlines = [ArmInline, MetricInline, AttentionCheckInline]
     filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
@@ -69,6 +89,10 @@ class ArmAdmin(admin.ModelAdmin[Arm]):
     form = ArmForm
     list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
     list_filter = ["study", "memory_system", "active"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Arm | None = None) -> Any:
+        # (ArmForm has no study field: an arm is added on its study's page or inline, where the inline's rule holds)
+        return ARM_READINESS_FIELDS if obj is not None and _gated(obj.study) else ()
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Arm]:
         return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))

@@ -88,6 +88,11 @@ class StudyForm(forms.ModelForm[Study]):
             "block_paste": "Block pasting into the chat",
             "prolific_decline_code": "Prolific code for declined consent",
         }
+        help_texts = {
+            "instructions": "Workers see the sentence “Between sessions, some time passes for the chatbot (for "
+            "example one week).” with this study’s gap instead (e.g. “… for the chatbot: 3 days.”, a range "
+            "or the same day); anything else exactly as written here.",
+        }
         widgets = {
             "description": forms.Textarea(attrs={"rows": 2}),
             "instructions": forms.Textarea(attrs={"rows": 4}),

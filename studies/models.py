@@ -28,6 +28,9 @@ DEFAULT_METRICS: list[tuple[str, str]] = [
     ("memorability", "This chatbot remembered what I said before."),
 ]
 
+# The sentence of DEFAULT_INSTRUCTIONS about the gap: workers see it with the study's own gap instead
+# (Study.worker_instructions), so a study of 3-day or same-day sessions does not promise "one week".
+DEFAULT_GAP_SENTENCE = "Between sessions, some time passes for the chatbot (for example one week)."
 DEFAULT_INSTRUCTIONS = (
     "You will chat with a chatbot over several short sessions. Between sessions, some time passes for "
     "the chatbot (for example one week). Talk about your everyday life as you would with an "
@@ -262,6 +265,24 @@ class Study(models.Model):
         if not self.gap_days:
             return "on the same day"
         return gap_label(self.gap_days).removesuffix(" later…").lower() + " apart"
+
+    @property
+    def gap_sentence(self) -> str:
+        """The default instructions' sentence about the gap, for this study's gap (fixed, range or none)."""
+        if self.has_gap_range:
+            return (
+                f"Between sessions, some time passes for the chatbot: {self.gap_days:g} to {self.gap_max_days:g} "
+                "days (a different gap each time)."
+            )
+        if not self.gap_days:
+            return "For the chatbot, all sessions take place on the same day."
+        return f"Between sessions, some time passes for the chatbot: {gap_label(self.gap_days).removesuffix(' later…').lower()}."
+
+    @property
+    def worker_instructions(self) -> str:
+        """The instructions as workers read them: the default sentence about the gap ("for example one week")
+        follows the study's configured gap; text a researcher wrote themselves is shown as written."""
+        return self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
 
     def gap_values(self) -> list[float]:
         """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);

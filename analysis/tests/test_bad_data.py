@@ -89,6 +89,29 @@ def test_a_missing_or_binary_file_is_a_clear_error(tmp_path: Path) -> None:
         read_csv(binary)
 
 
+def test_a_nul_character_in_a_cell_is_refused_naming_the_line_and_column(tmp_path: Path) -> None:
+    # pandas' C parser used to end the cell at the NUL silently ("w\x002" became "w")
+    path = tmp_path / "ratings.csv"
+    path.write_bytes(b"worker,unit,arm,m\nw1,u1,A,50\nw\x002,u2,B,60\n")
+    with pytest.raises(RatingsError, match=r"NUL character \(\\x00\) in line 3, column 'worker'"):
+        read_csv(path)
+
+
+def test_a_repeated_column_name_is_refused_instead_of_renamed(tmp_path: Path) -> None:
+    # pandas used to rename the second 'm' to 'm.1' silently, so --metrics m analysed only the first column
+    path = tmp_path / "ratings.csv"
+    path.write_text("worker,unit,arm,m,m\nw1,u1,A,50,10\nw2,u2,B,60,20\n")
+    with pytest.raises(RatingsError, match=r"names the column 'm' twice \(columns 4 and 5\)"):
+        read_csv(path)
+
+
+def test_a_clean_file_reads_as_text_with_quoted_commas_and_newlines(tmp_path: Path) -> None:
+    path = tmp_path / "ratings.csv"
+    path.write_text('worker,unit,arm,m\n"w,1","u\n1",A,50\n')
+    table = read_csv(path)
+    assert table.to_dict("records") == [{"worker": "w,1", "unit": "u\n1", "arm": "A", "m": "50"}]
+
+
 def test_units_with_equal_raw_means_get_exactly_equal_z_so_rank_tests_see_the_tie() -> None:
     # One worker, two units whose integer scores are permutations of each other: equal raw means. Averaging the
     # worker's (rounded) per-rating z-scores gives unequal floats for these values; z of the raw mean does not.

@@ -10,6 +10,7 @@ replication mode ``test="mwu-greater"`` (``--test mwu-greater``); memeval's defa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,28 @@ def test_the_ratings_export_keeps_the_input_row_order(ji: pd.DataFrame) -> None:
     ratings = run(shuffled, **KWARGS).ratings
     assert ratings["worker_id"].tolist() == shuffled["worker_id"].tolist()
     assert ratings["hit_id"].tolist() == shuffled["hit_id"].tolist()
+
+
+def test_the_cli_html_report_of_the_ji_file_holds_each_figure_with_its_content(
+    result: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "report.html"
+    argv = ["report", str(JI_CSV), "--worker", "worker_id", "--unit", "hit_id",
+            "--arm", "model", "--metrics", ",".join(METRICS), "--qc-arm", "QualityControl",
+            "--qc-metrics", ",".join(POSITIVE), "--test", "mwu-greater", "--format", "html", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    page = out.read_text()
+    figures = re.findall(r"<figure>(.*?)<figcaption>(.*?)</figcaption></figure>", page, flags=re.S)
+    by_name = {name: svg for svg, name in figures}
+    assert set(by_name) == {"arm_scores", "pvalues_overall", "correlations_rating"}
+    for svg in by_name.values():
+        assert svg.lstrip().startswith("<svg") and svg.rstrip().endswith("</svg>")
+    arm_chart = by_name["arm_scores"]
+    assert "standardized scores per arm, 95% CI" in arm_chart
+    assert all(f">{arm}<" in arm_chart for arm in EXPECTED_Z) and all(f">{m}<" in arm_chart for m in METRICS)
+    heat = by_name["pvalues_overall"]
+    assert "overall: Holm-adjusted p (row &gt; column)" in heat
+    holm = [p["p_holm"] for p in result["pairwise"] if p["metric"] == "overall"]
+    assert len(holm) == 90  # 10 arms, one-sided both ways
+    assert heat.count("<text") >= 90 + 20  # a label per cell and per arm tick
+    assert "rating-level correlations (n = 1075)" in by_name["correlations_rating"]

@@ -263,3 +263,32 @@ def test_csv_text_cells_that_start_a_formula_are_prefixed_but_negative_numbers_a
     assert lines[0] == "worker,z,'=metric"
     assert [line.split(",")[0] for line in lines[1:]] == ["'=1+1", "'+x", "'-y", "'@z", "'\tt", "ok"]
     assert [line.split(",")[1] for line in lines[1:]] == ["-0.5", "1.0", "-2.0", "0.0", "3.0", "-1.0"]
+
+
+def test_heat_map_cells_carry_their_p_values_and_correlations_as_svg_text(result: dict[str, Any]) -> None:
+    # the cell labels are written into the SVG directly (not as matplotlib Text artists): they must still be
+    # there, one per filled cell, inside the document
+    figures = plots.all_plots(result)
+    ns = "{http://www.w3.org/2000/svg}"
+    p_cells = [t.text for t in ElementTree.fromstring(figures["pvalues_overall"].encode()).iter(f"{ns}text")]
+    overall = [p for p in result["pairwise"] if p["metric"] == "overall"]
+    assert overall
+    for p in overall:
+        label = f"{p['p_holm']:.3f}" if p["p_holm"] >= 0.001 else "<.001"
+        assert p_cells.count(label) >= (1 if result["params"]["test"] == "mwu-greater" else 2)
+    r_cells = [t.text for t in ElementTree.fromstring(figures["correlations_unit"].encode()).iter(f"{ns}text")]
+    for c in (c for c in result["correlations"] if c["level"] == "unit"):
+        assert f"{c['pearson_r']:.2f}" in r_cells and f"{c['spearman_rho']:.2f}" in r_cells
+
+
+def test_importing_the_plots_leaves_matplotlibs_docstring_helper_in_place() -> None:
+    # analysis.plots skips the property tables of artist docstrings while matplotlib is first imported (speed);
+    # the helper itself must be matplotlib's own again afterwards, for any artist class defined later
+    import subprocess
+
+    code = (
+        "import matplotlib.artist as a; original = a.kwdoc; import analysis.plots; "
+        "from matplotlib.lines import Line2D; assert a.kwdoc is original; print('linewidth' in a.kwdoc(Line2D))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

@@ -174,6 +174,16 @@ def test_a_long_csv_is_imported_too(researcher_client: Client, study: Study) -> 
         ({"metrics": "good,bad"}, "worker,unit,arm,good,bad\n", "no scores at all"),
         ({"metrics": "good,bad"}, "\n\n", "the file is empty"),
         ({"metrics": "good,bad"}, b"\xff\xfeworker", "not UTF-8"),
+        (
+            {"metrics": "good,bad"},
+            WIDE.replace("w2,e4,B,1", "w2,e\x004,B,1"),
+            "a NUL character (\\x00) in line 8, column &#x27;unit&#x27;",
+        ),
+        (
+            {"metrics": "good,bad"},
+            WIDE.replace("session,good,bad", "session,good,good"),
+            "the header names the column &#x27;good&#x27; twice (columns 5 and 6)",
+        ),
     ],
 )
 def test_bad_tables_are_rejected_with_a_clear_message(

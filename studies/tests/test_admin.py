@@ -67,6 +67,8 @@ def test_messages_ratings_and_snapshots_cannot_be_edited_in_the_admin(
 
 
 def test_the_admin_rejects_unknown_arm_parameters(client: Client, researcher: Any, study: Study) -> None:
+    study.status = Study.Status.DRAFT  # an open study's arm configuration is read-only in the admin
+    study.save()
     client.force_login(researcher)
     arm = study.arms.get(memory_system="full_history")
     data = {
@@ -111,3 +113,76 @@ def test_the_admin_also_freezes_the_design_once_workers_started(
     assert "Workers have already started episodes" in response.content.decode()
     study.refresh_from_db()
     assert study.sessions_per_episode == 2
+
+
+def _admin_study_post(client: Client, study: Study, **changes: Any) -> Any:
+    """Post the admin's change form of ``study`` as shown, with ``changes`` on top."""
+    response = client.get(reverse("admin:studies_study_change", args=[study.pk]))
+    form = response.context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k not in {"simulated_start", "created_by"}}
+    data.update(
+        {
+            "simulated_start_0": study.simulated_start.strftime("%Y-%m-%d"),
+            "simulated_start_1": study.simulated_start.strftime("%H:%M:%S"),
+            "created_by": study.created_by_id,
+            **changes,
+        }
+    )
+    for prefix in ("arms", "metrics", "attention_checks"):
+        data.update({f"{prefix}-TOTAL_FORMS": 0, f"{prefix}-INITIAL_FORMS": 0})
+    return client.post(reverse("admin:studies_study_change", args=[study.pk]), data)
+
+
+def test_the_admin_cannot_open_a_study_whose_arms_are_not_ready(client: Client, researcher: Any, study: Study) -> None:
+    # the study page refuses to open it (no arm passed its readiness checks) unless as a marked pilot
+    study.status = Study.Status.DRAFT
+    study.save()
+    client.force_login(researcher)
+    response = _admin_study_post(client, study, status=Study.Status.OPEN, name="Renamed")
+    assert response.status_code == 302
+    study.refresh_from_db()
+    assert study.name == "Renamed"  # the rest of the form was saved
+    assert study.status == Study.Status.DRAFT and not study.pilot
+
+
+def test_the_admin_cannot_clear_a_pilots_mark(client: Client, researcher: Any, study: Study) -> None:
+    study.pilot = True
+    study.save()
+    client.force_login(researcher)
+    assert _admin_study_post(client, study, pilot="").status_code == 302
+    study.refresh_from_db()
+    assert study.pilot and study.status == Study.Status.OPEN
+
+
+def test_the_arms_of_an_open_study_cannot_turn_unready_in_the_admin(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    client.force_login(researcher)
+    arm = study.arms.get(memory_system="full_history")
+    data = {
+        "study": study.pk,
+        "name": "Renamed arm",
+        "memory_system": "rsum",
+        "params": "{}",
+        "llm_backend": "scripted",
+        "llm_model": "other",
+        "active": "",
+    }
+    assert client.post(reverse("admin:studies_arm_change", args=[arm.pk]), data).status_code == 302
+    arm.refresh_from_db()
+    assert arm.name == "Renamed arm"
+    assert (arm.memory_system, arm.llm_model, arm.active) == ("full_history", "", True)
+    # no new (unchecked) arm for it either
+    inline = client.get(reverse("admin:studies_study_change", args=[study.pk])).context["inline_admin_formsets"][0]
+    assert not inline.has_add_permission
+
+
+def test_a_pilot_or_closed_studys_arms_stay_editable_in_the_admin(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    study.pilot = True
+    study.save()
+    client.force_login(researcher)
+    arm = study.arms.get(memory_system="full_history")
+    form = client.get(reverse("admin:studies_arm_change", args=[arm.pk])).context["adminform"].form
+    assert {"memory_system", "params", "active"} <= set(form.fields)
