@@ -486,7 +486,7 @@ def post_user_message(
         ack += fragments.controls(len(mine) + 1, study.min_user_turns, pending=True)
         transaction.on_commit(lambda: broadcast(session_id, ack))
         if local:
-            transaction.on_commit(lambda: _hand_over(_Prepared(bot, turns)))
+            transaction.on_commit(lambda: _hand_over(_Prepared(bot, turns, len(mine) + 1)))
         transaction.on_commit(lambda: enqueue_reply(bot.pk))
     return user, True
 
@@ -498,6 +498,7 @@ class _Prepared:
 
     msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state included
     turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
+    user_turns: int  # the worker's messages in the session, this one included
 
 
 _PREPARED: dict[int, _Prepared] = {}
@@ -642,11 +643,17 @@ MEMORY_UPDATE_TASK = "chat.tasks.update_memory"
 def enqueue_reply(message_id: int, *, countdown: float = 0) -> None:
     """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here),
     after ``countdown`` seconds. A broker that is down is logged, not raised: the reply is enqueued
-    again once it is overdue (:func:`recover_replies`)."""
+    again once it is overdue (:func:`recover_replies`). A placeholder claimed when it was inserted, for
+    the job of this process (:func:`post_user_message`), gets its claim back if the job cannot start."""
     try:
         dispatch(REPLY_TASK, message_id, local=generate_reply, countdown=countdown)
     except Exception:  # kombu's errors when Redis is down; nothing is lost, the row is the truth
         log.warning("could not enqueue reply %s; it will be re-enqueued when overdue", message_id, exc_info=True)
+        if (prepared := _take_prepared(message_id)) is not None:
+            with contextlib.suppress(DatabaseError):
+                Message.objects.filter(
+                    pk=message_id, status=Message.Status.PENDING, attempts=prepared.msg.attempts
+                ).update(lease_until=None, attempts=prepared.msg.attempts - 1)
 
 
 def enqueue_memory_update(session_id: int) -> None:
@@ -759,7 +766,7 @@ def generate_reply(message_id: int) -> None:
         msg = prepared.msg
         held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
         try:
-            _reply_attempt(msg, held, turns=prepared.turns)
+            _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
                 held.update(lease_until=None)
@@ -786,9 +793,12 @@ def generate_reply(message_id: int) -> None:
         raise
 
 
-def _reply_attempt(msg: Message, held: QuerySet[Message], *, turns: list[Turn] | None = None) -> None:
-    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``:
-    the session up to the message it answers, when the caller has them already."""
+def _reply_attempt(
+    msg: Message, held: QuerySet[Message], *, turns: list[Turn] | None = None, user_turns: int | None = None
+) -> None:
+    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
+    (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
+    caller has them already."""
     session = msg.session
     attempt = msg.attempts
     deadline = msg.deadline_at or msg.created_at + timedelta(seconds=reply_deadline_seconds())
@@ -868,7 +878,7 @@ def _reply_attempt(msg: Message, held: QuerySet[Message], *, turns: list[Turn] |
     for field, value in done.items():
         setattr(msg, field, value)
     msg.memory_used = memory_used
-    broadcast(session.pk, fragments.message(msg))
+    broadcast(session.pk, fragments.message(msg) + _controls(session, user_turns))
     if not opener:  # an opener follows no exchange to learn from
         after = [*(turns or []), Turn("bot", text, session.simulated_start)]
         _after_turn(session, episode, system, llm, msg, now, start_state, after)
@@ -936,7 +946,20 @@ def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
     """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
     if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
         msg.refresh_from_db()
-        broadcast(msg.session_id, fragments.message(msg))
+        broadcast(msg.session_id, fragments.message(msg) + _controls(msg.session, None))
+
+
+def _controls(session: ChatSession, user_turns: int | None) -> str:
+    """The turn counter and End button once a reply is written (``user_turns`` counted when not given:
+    a retried or recovered reply, or one written by a Celery worker)."""
+    pending = False
+    if user_turns is None:
+        counts = session.messages.aggregate(
+            users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
+            pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
+        )
+        user_turns, pending = counts["users"], counts["pending"] > 0
+    return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
 
 
 def _after_turn(
