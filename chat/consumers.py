@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import close_old_connections
 
 from chat import fragments, jobs, services
 from chat.models import ChatSession
@@ -80,11 +79,10 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     of different sessions do their (short, row-locked) database work in parallel."""
 
     def run(*args: Any) -> T:
-        close_old_connections()
         try:
             return fn(*args)
         finally:
-            close_old_connections()
+            jobs.keep_connections()  # these threads are few and long-lived: each keeps its connection
 
     return sync_to_async(run, thread_sensitive=False)
 

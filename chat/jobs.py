@@ -25,7 +25,7 @@ from asgiref.sync import async_to_sync
 from celery import signature
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connections
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,27 @@ def _guarded(fn: Callable[[int], object], job_id: int) -> None:
     except Exception:  # nobody waits for a pool thread: log it, the database keeps the state
         log.exception("background job %s(%r) failed", getattr(fn, "__name__", fn), job_id)
     finally:
-        close_old_connections()
+        keep_connections()
+
+
+def keep_connections() -> None:
+    """End a unit of database work in one of our long-lived pool threads (the job pools, the socket's
+    database threads): the thread keeps its connection for the next unit, because opening one (with
+    SQLite's pragmas, or a PostgreSQL login) costs more than all the queries of a chat turn. Only a
+    connection that failed and is no longer usable, or was left inside a transaction, is closed; the
+    next query opens a fresh one. (``close_old_connections`` would close every one: ``CONN_MAX_AGE``
+    is 0 because the HTTP side runs each request in a thread of its own.) The pools are bounded, so
+    are the connections."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+            conn.close()
+        elif conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
 
 
 def register_event_loop(loop: asyncio.AbstractEventLoop) -> None:
