@@ -867,10 +867,11 @@ def _reply_attempt(
         store_llm_calls(session.pk, msg.pk, llm.drain())
         _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
         return
-    store_llm_calls(session.pk, msg.pk, llm.drain())
     done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None}
     memory_used = prompt.memory if prompt else []
-    updated = held.update(memory_used=memory_used, **done)
+    with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
+        store_llm_calls(session.pk, msg.pk, llm.drain())
+        updated = held.update(memory_used=memory_used, **done)
     if not updated:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()
         broadcast(session.pk, fragments.message(msg))
