@@ -165,9 +165,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        services.recover_replies(session)
+        turns, pending = services.turn_counts(session)
+        if pending:  # a reply being written may be one whose job died: fail it or enqueue it again
+            services.recover_replies(session)
+            turns, pending = services.turn_counts(session)
         html = fragments.messages(services.messages_after(session, last_seq))
-        turns, pending = services.user_turns(session), services.reply_pending(session)
         return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:

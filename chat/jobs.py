@@ -19,11 +19,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from asgiref.sync import async_to_sync
 from celery import signature
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import connections
 
@@ -130,11 +130,23 @@ def broadcast(session_id: int, html: str) -> None:
     loop = _main_loop
     try:
         if loop is not None and loop.is_running() and not _in_loop(loop):
-            asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop).result(timeout=5)
+            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop)
+            if isinstance(layer, InMemoryChannelLayer):
+                # Not waited for: the loop runs the pushes in the order they were scheduled, and the
+                # in-memory layer queues each at once, so frames keep their order without this thread
+                # waiting for a busy loop. (Another layer may interleave two pushes at its awaits.)
+                future.add_done_callback(lambda f: _log_failed_push(f, group))
+            else:
+                future.result(timeout=5)
         else:
             async_to_sync(layer.group_send)(group, event)
     except Exception:  # a dropped push is recovered by the browser's next resume
         log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def _log_failed_push(future: Future[None], group: str) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("broadcast to %s failed", group, exc_info=future.exception())
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -307,6 +307,15 @@ def user_turns(session: ChatSession) -> int:
     return session.messages.filter(speaker=Message.Speaker.USER).count()
 
 
+def turn_counts(session: ChatSession) -> tuple[int, bool]:
+    """The worker's messages in the session, and whether a reply is pending (one query)."""
+    counts = session.messages.aggregate(
+        users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
+        pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
+    )
+    return int(counts["users"]), counts["pending"] > 0
+
+
 def reply_pending(session: ChatSession) -> bool:
     """Whether the bot is still writing a reply in this session."""
     return session.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists()
@@ -955,11 +964,7 @@ def _controls(session: ChatSession, user_turns: int | None) -> str:
     a retried or recovered reply, or one written by a Celery worker)."""
     pending = False
     if user_turns is None:
-        counts = session.messages.aggregate(
-            users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
-            pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
-        )
-        user_turns, pending = counts["users"], counts["pending"] > 0
+        user_turns, pending = turn_counts(session)
     return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
 
 
