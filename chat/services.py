@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from chat import fragments, leases, limits, records, replies, state
@@ -46,7 +46,7 @@ from chat.models import (
 )
 from memory.base import MemorySystem, Prompt, Turn
 from memory.embed import Embedder, make_embedder
-from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, end_at_sentence, find_prompt_leak
+from memory.hygiene import LEAK_MIN_WORDS, LeakCheck, PromptLeak, end_at_sentence
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
 from studies.models import Arm, Participant, Study
@@ -428,11 +428,12 @@ def post_user_message(
         locked = query.get(pk=session_id)
         participant = locked.episode.participant
         participant.touch(now)
-        # (pk, seq, speaker, status, client_id, text, created_at): read after the lock, so exact
+        # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
         rows = list(
             Message.objects.filter(session_id=session_id)
+            .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
             .order_by("seq")
-            .values_list("pk", "seq", "speaker", "status", "client_id", "text", "created_at")
+            .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
         )
         existing = next((r[0] for r in rows if r[4] == client_id), None)
         if existing is not None:
@@ -464,7 +465,7 @@ def post_user_message(
             limits.check_can_post(
                 study,
                 turns=len(mine),
-                recent=int(locked.recent_elsewhere or 0) + sum(1 for r in mine if r[6] >= since),
+                recent=int(locked.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
                 stored=int(locked.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
                 new_chars=len(text),
             )
@@ -761,7 +762,7 @@ def generate_reply(message_id: int) -> None:
     :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs (compare-and-set write).
     Database errors propagate, for the Celery task to retry.
 
-    Blinding: a reply that recites its prompt (:func:`memory.hygiene.find_prompt_leak`) is caught while
+    Blinding: a reply that recites its prompt (:class:`memory.hygiene.LeakCheck`) is caught while
     it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
     and regenerated once within the same attempt (same lease, same deadline); a second leak fails the
     reply with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
@@ -923,6 +924,13 @@ def _stream_reply(
         if close:
             close()  # stop the model writing the rest of a reply nobody will see
 
+    prepared: list[LeakCheck] = []
+
+    def leak_check() -> LeakCheck:  # prepared once per stream: the prompt and session are the costly part
+        if not prepared:
+            prepared.append(LeakCheck(prompt.messages, chat=chat))
+        return prepared[0]
+
     pieces: list[str] = []
     shown = 0
     last_flush = 0.0
@@ -935,7 +943,7 @@ def _stream_reply(
         pieces.append(piece)
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
-            if fixed is None and (leak := find_prompt_leak(so_far, prompt.messages, chat=chat)) is not None:
+            if fixed is None and (leak := leak_check().find(so_far)) is not None:
                 stop()
                 raise PromptLeakError(leak)
             safe = shown_prefix(so_far) if fixed is None else len(so_far)
@@ -946,7 +954,7 @@ def _stream_reply(
     text = _check_reply("".join(pieces))
     if fixed is not None:
         return text
-    leak = find_prompt_leak(text, prompt.messages, chat=chat)
+    leak = leak_check().find(text)
     if leak is not None:
         raise PromptLeakError(leak)
     return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
