@@ -25,7 +25,7 @@ from asgiref.sync import async_to_sync
 from celery import signature
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
-from django.db import connections
+from django.db import close_old_connections, connections
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,12 @@ def keep_connections() -> None:
     connection that failed and is no longer usable, or was left inside a transaction, is closed; the
     next query opens a fresh one. (``close_old_connections`` would close every one: ``CONN_MAX_AGE``
     is 0 because the HTTP side runs each request in a thread of its own.) The pools are bounded, so
-    are the connections."""
+    are the connections. ``settings.CHAT_DB_KEEP_CONNECTIONS = False`` closes them after every unit
+    (the test suite: pool threads outlive a test, and their connections would keep the test database
+    from being dropped)."""
+    if not getattr(settings, "CHAT_DB_KEEP_CONNECTIONS", True):
+        close_old_connections()
+        return
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
             continue
