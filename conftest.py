@@ -17,6 +17,8 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.LLM_BACKEND = "scripted"
     settings.EMBEDDER = "hashing"
+    # chat's pool threads outlive a test: a kept connection would keep the test database from being dropped
+    settings.CHAT_DB_KEEP_CONNECTIONS = False
 
 
 @pytest.fixture

@@ -98,7 +98,10 @@ async def echo_turns(ws: Any, turns: int, lat: list[float], start: asyncio.Event
     await ws.close()
 
 
-async def run(kind: str, base: str, n: int, turns: int, workers: list[tuple[str, int]]) -> tuple[list[float], float]:
+async def run(
+    kind: str, base: str, n: int, turns: int, workers: list[tuple[str, int]], server_pid: int
+) -> tuple[list[float], float, float]:
+    """Latencies, wall time and the server's CPU seconds of the timed part (connecting not included)."""
     origin = base.replace("ws://", "http://")
     gate = asyncio.Semaphore(20)
     if kind == "chat":
@@ -110,10 +113,16 @@ async def run(kind: str, base: str, n: int, turns: int, workers: list[tuple[str,
     body = chat_turns if kind == "chat" else echo_turns
     jobs = [asyncio.create_task(body(ws, turns, lat, start)) for ws in sockets]
     await asyncio.sleep(0.5)  # every client has resumed
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds(server_pid)
     start.set()
     await asyncio.gather(*jobs)
-    return lat, time.perf_counter() - t0
+    return lat, time.perf_counter() - t0, cpu_seconds(server_pid) - cpu0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -139,20 +148,25 @@ def main() -> None:
 
     django.setup()
     port = free_port()
-    with serving(daphne_command(port), env, port, quiet=True):
+    with serving(daphne_command(port), env, port, quiet=True) as server:
         base = f"ws://127.0.0.1:{port}"
         db = env["DATABASE_URL"].split(":")[0]
         layer = "redis" if env.get("REDIS_URL") else "in-memory"
         print(f"daphne (1 process) on loopback, database {db}, channel layer {layer}, scripted LLM (zero latency)")
-        print(f"{args.turns} turns per client; latency = send -> final reply (after the last streamed token)\n")
-        print(f"{'clients':>7} {'consumer':<9} {'turns':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'turns/s':>8}")
+        print(f"{args.turns} turns per client; latency = send -> final reply (after the last streamed token);")
+        print("cpu ms/turn = the server's CPU time (all threads) while the turns ran / turns: what a turn costs the")
+        print("process whatever else runs on the machine (1000 / it = turns/s one process could do on one core)\n")
+        head = f"{'clients':>7} {'consumer':<9} {'turns':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'turns/s':>8}"
+        print(head + f" {'cpu ms/turn':>11}")
         for n in args.clients:
             workers = setup_workers(n, f"n{n}-{uuid.uuid4().hex[:6]}")
             for kind in ("echo", "chat"):
-                lat, wall = asyncio.run(run(kind, base, n, args.turns, workers))
+                lat, wall, cpu_s = asyncio.run(run(kind, base, n, args.turns, workers, server.pid))
+                cpu = cpu_s * 1000 / len(lat)
                 ms = [x * 1000 for x in lat]
                 print(
                     f"{n:>7} {kind:<9} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} {max(ms):>8.1f} {len(ms) / wall:>8.1f}"
+                    f" {cpu:>11.1f}"
                 )
 
 

@@ -97,19 +97,25 @@ def clean_signals(raw: object, *, max_chars: int) -> Signals | None:
     )
 
 
+def store_signals(message: Message, signals: Signals) -> MessageSignals:
+    """Store the signals of a message created in this transaction (one insert: it has none yet)."""
+    return MessageSignals.objects.create(message=message, **_fields(signals))
+
+
+def _fields(signals: Signals) -> dict[str, Any]:
+    return {
+        "pasted": signals.pasted,
+        "paste_chars": signals.paste_chars,
+        "typed_chars": signals.typed_chars,
+        "typing_ms": signals.typing_ms,
+        "hidden_ms": signals.hidden_ms,
+        "paste_blocked": signals.paste_blocked,
+    }
+
+
 def record_signals(message: Message, signals: Signals) -> MessageSignals:
     """Store a message's signals (once: a message re-sent after a reconnect keeps its first measurement)."""
-    row, _ = MessageSignals.objects.get_or_create(
-        message=message,
-        defaults={
-            "pasted": signals.pasted,
-            "paste_chars": signals.paste_chars,
-            "typed_chars": signals.typed_chars,
-            "typing_ms": signals.typing_ms,
-            "hidden_ms": signals.hidden_ms,
-            "paste_blocked": signals.paste_blocked,
-        },
-    )
+    row, _ = MessageSignals.objects.get_or_create(message=message, defaults=_fields(signals))
     return row
 
 

@@ -25,10 +25,8 @@ from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import close_old_connections
 
 from chat import fragments, jobs, services
-from chat.authenticity import clean_signals
 from chat.models import ChatSession
 from studies.participants import participant_ids_in_session
 
@@ -81,11 +79,10 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     of different sessions do their (short, row-locked) database work in parallel."""
 
     def run(*args: Any) -> T:
-        close_old_connections()
         try:
             return fn(*args)
         finally:
-            close_old_connections()
+            jobs.keep_connections()  # these threads are few and long-lived: each keeps its connection
 
     return sync_to_async(run, thread_sensitive=False)
 
@@ -135,38 +132,44 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html)
 
     def _handle(self, kind: str, data: dict[str, Any]) -> str:
-        session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
-        study = session.episode.participant.study
         try:
+            if kind == "message":
+                return self._message(data)
+            session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
             if kind == "resume":
                 return self._state(session, whole_number(data.get("last_seq")))
             if kind == "retry":
                 msg = services.retry_reply(session, whole_number(data.get("seq")))
                 return fragments.clear_error() + fragments.message(msg)
-            if kind == "message":
-                session.episode.participant.touch()
-                signals = clean_signals(data.get("signals"), max_chars=int(study.max_message_chars))
-                msg, created = services.post_user_message(
-                    session, text_field(data.get("client_id")), text_field(data.get("text")), signals=signals
-                )
-                html = fragments.messages(services.messages_after(session, msg.seq - 1))
-                html += fragments.controls(
-                    services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
-                )
-                if created:
-                    jobs.broadcast(session.pk, html)  # the worker's other tabs
-                return fragments.clear_error() + html
         except services.ChatError as exc:
             return fragments.error(str(exc))
         except (TypeError, ValueError):
             return fragments.error(NOT_UNDERSTOOD)
         return fragments.error("Unknown request.")
 
+    def _message(self, data: dict[str, Any]) -> str:
+        """A new message is acknowledged through the session's group (this socket is in it): the push
+        happens after the commit and before the reply is enqueued, so the reply cannot overtake it.
+        Only a resend is answered here, from the database."""
+        client_id, text = text_field(data.get("client_id")), text_field(data.get("text"))
+        msg, created = services.post_user_message(self.session_id, client_id, text, raw_signals=data.get("signals"))
+        if created:
+            return ""
+        session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
+        study = session.episode.participant.study
+        html = fragments.messages(services.messages_after(session, msg.seq - 1))
+        html += fragments.controls(
+            services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
+        )
+        return fragments.clear_error() + html
+
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        services.recover_replies(session)
+        turns, pending = services.turn_counts(session)
+        if pending:  # a reply being written may be one whose job died: fail it or enqueue it again
+            services.recover_replies(session)
+            turns, pending = services.turn_counts(session)
         html = fragments.messages(services.messages_after(session, last_seq))
-        turns, pending = services.user_turns(session), services.reply_pending(session)
         return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:

@@ -20,13 +20,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from asgiref.sync import async_to_sync
 from celery import signature
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from memory.llm import mark_reply_thread
 
@@ -126,7 +126,32 @@ def _guarded(fn: Callable[[int], object], job_id: int) -> None:
     except Exception:  # nobody waits for a pool thread: log it, the database keeps the state
         log.exception("background job %s(%r) failed", getattr(fn, "__name__", fn), job_id)
     finally:
+        keep_connections()
+
+
+def keep_connections() -> None:
+    """End a unit of database work in one of our long-lived pool threads (the job pools, the socket's
+    database threads): the thread keeps its connection for the next unit, because opening one (with
+    SQLite's pragmas, or a PostgreSQL login) costs more than all the queries of a chat turn. Only a
+    connection that failed and is no longer usable, or was left inside a transaction, is closed; the
+    next query opens a fresh one. (``close_old_connections`` would close every one: ``CONN_MAX_AGE``
+    is 0 because the HTTP side runs each request in a thread of its own.) The pools are bounded, so
+    are the connections. ``settings.CHAT_DB_KEEP_CONNECTIONS = False`` closes them after every unit
+    (the test suite: pool threads outlive a test, and their connections would keep the test database
+    from being dropped)."""
+    if not getattr(settings, "CHAT_DB_KEEP_CONNECTIONS", True):
         close_old_connections()
+        return
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+            conn.close()
+        elif conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                conn.close()
 
 
 def register_event_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -145,11 +170,23 @@ def broadcast(session_id: int, html: str) -> None:
     loop = _main_loop
     try:
         if loop is not None and loop.is_running() and not _in_loop(loop):
-            asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop).result(timeout=5)
+            future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop)
+            if isinstance(layer, InMemoryChannelLayer):
+                # Not waited for: the loop runs the pushes in the order they were scheduled, and the
+                # in-memory layer queues each at once, so frames keep their order without this thread
+                # waiting for a busy loop. (Another layer may interleave two pushes at its awaits.)
+                future.add_done_callback(lambda f: _log_failed_push(f, group))
+            else:
+                future.result(timeout=5)
         else:
             async_to_sync(layer.group_send)(group, event)
     except Exception:  # a dropped push is recovered by the browser's next resume
         log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def _log_failed_push(future: Future[None], group: str) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.warning("broadcast to %s failed", group, exc_info=future.exception())
 
 
 def _in_loop(loop: asyncio.AbstractEventLoop) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -61,35 +62,83 @@ def claim(queryset: models.QuerySet[models.Model], **changes: object) -> bool:
 class Heartbeat:
     """Extends a lease every third of its length while the job runs. ``lost`` turns true when the
     lease was taken over (the row no longer matches ``queryset``): the job should stop and write
-    nothing. A database that is briefly down only skips beats."""
+    nothing. A database that is briefly down only skips beats.
+
+    Every heartbeat of the process is kept by one shared thread (:class:`_Beater`): starting a thread
+    per reply cost more than the rest of a turn on a busy machine. After :meth:`stop` returns, no beat
+    of this heartbeat runs any more (the job may release the lease without a late beat taking it back)."""
 
     def __init__(self, queryset: models.QuerySet[models.Model]) -> None:
         self.queryset = queryset
         self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="memeval-lease", daemon=True)
-
-    def _run(self) -> None:
-        interval = lease_seconds() / 3
-        try:
-            while not self._stop.wait(interval):
-                until = timezone.now() + timedelta(seconds=lease_seconds())
-                try:
-                    if not self.queryset.update(lease_until=until):
-                        self.lost = True
-                        return
-                except DatabaseError:
-                    log.warning("lease heartbeat failed; trying again", exc_info=True)
-        finally:
-            close_old_connections()
+        self.due = 0.0
+        self._lock = threading.Lock()
+        self._stopped = False
 
     def start(self) -> Heartbeat:
-        self._thread.start()
+        self.due = time.monotonic() + lease_seconds() / 3
+        _BEATER.add(self)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        with self._lock:
+            self._stopped = True
+        _BEATER.discard(self)
+
+    def beat(self) -> bool:
+        """Extend the lease once; ``False`` when this heartbeat is over (stopped or lost)."""
+        with self._lock:
+            if self._stopped:
+                return False
+            until = timezone.now() + timedelta(seconds=lease_seconds())
+            try:
+                if not self.queryset.update(lease_until=until):
+                    self.lost = True
+                    return False
+            except DatabaseError:
+                log.warning("lease heartbeat failed; trying again", exc_info=True)
+            self.due = time.monotonic() + lease_seconds() / 3
+            return True
+
+
+class _Beater:
+    """The one thread that beats every running heartbeat when it is due (started on first use)."""
+
+    def __init__(self) -> None:
+        self._beats: set[Heartbeat] = set()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, beat: Heartbeat) -> None:
+        with self._wake:
+            self._beats.add(beat)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="memeval-lease", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def discard(self, beat: Heartbeat) -> None:
+        with self._wake:
+            self._beats.discard(beat)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                now = time.monotonic()
+                due = [b for b in self._beats if b.due <= now]
+                if not due:
+                    wait = min((b.due for b in self._beats), default=now + 60) - now
+                    self._wake.wait(timeout=max(0.01, wait))
+                    continue
+            try:
+                for b in due:
+                    if not b.beat():
+                        self.discard(b)
+            finally:
+                close_old_connections()
+
+
+_BEATER = _Beater()
 
 
 @contextmanager

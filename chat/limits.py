@@ -5,13 +5,14 @@ session's row lock, before anything is stored; the worker is told which limit th
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Count, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from chat.models import ChatSession, Message
+from chat.models import Message
 from studies.models import Study
 
 
@@ -19,34 +20,48 @@ class LimitReached(Exception):
     """A message refused by a limit; the text is for the worker."""
 
 
-def check_can_post(session: ChatSession, study: Study, new_chars: int = 0) -> None:
+def check_can_post(study: Study, *, turns: int, recent: int, stored: int, new_chars: int = 0) -> None:
     """Raise :class:`LimitReached` if the participant may not send another message of ``new_chars``
-    characters now."""
-    turns = session.messages.filter(speaker=Message.Speaker.USER).count()
+    characters now. ``turns``: their user messages in this session; ``recent``: their user messages
+    (all sessions) in the last minute (:func:`window_start`); ``stored``: the characters of all their
+    user messages. The caller counts them under the session's row lock (one query with the transcript,
+    see ``chat.services.post_user_message``)."""
     if turns >= study.max_turns_per_session:
         raise LimitReached(
             f"This session has reached its limit of {study.max_turns_per_session} messages. "
             "Please end the session to continue."
         )
-    since = timezone.now() - timedelta(minutes=1)
-    recent = Message.objects.filter(
-        session__episode__participant_id=session.episode.participant_id,
-        speaker=Message.Speaker.USER,
-        created_at__gte=since,
-    ).count()
     if recent >= study.max_messages_per_minute:
         raise LimitReached(
             f"You are sending messages very quickly (the limit is {study.max_messages_per_minute} a minute). "
             "Please wait a moment, then send your message again."
         )
-    stored = (
-        Message.objects.filter(
-            session__episode__participant_id=session.episode.participant_id, speaker=Message.Speaker.USER
-        ).aggregate(n=Sum(Length("text")))["n"]
-        or 0
-    )
     if stored + new_chars > study.max_stored_chars:
         raise LimitReached(
             f"You have reached this study's limit of {study.max_stored_chars:,} characters of messages. "
             "Please end the session; thank you for your messages."
         )
+
+
+def window_start(now: datetime | None = None) -> datetime:
+    """The start of the messages-per-minute window."""
+    return (now or timezone.now()) - timedelta(minutes=1)
+
+
+def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
+    """The participant's user messages outside the session (expressions, for a subquery)."""
+    return Message.objects.filter(
+        session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER
+    ).exclude(session_id=session_ref)
+
+
+def recent_elsewhere(session_ref: Any, participant_ref: Any, since: datetime) -> Subquery:
+    """Subquery: the participant's user messages in other sessions since ``since``."""
+    rows = other_sessions(session_ref, participant_ref).filter(created_at__gte=since).order_by()
+    return Subquery(rows.values("speaker").annotate(n=Count("pk")).values("n")[:1])
+
+
+def stored_elsewhere(session_ref: Any, participant_ref: Any) -> Subquery:
+    """Subquery: the characters of the participant's user messages in other sessions."""
+    rows = other_sessions(session_ref, participant_ref).order_by()
+    return Subquery(rows.values("speaker").annotate(n=Sum(Length("text"))).values("n")[:1])

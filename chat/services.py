@@ -21,17 +21,18 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from chat import fragments, leases, limits, records, replies, state
-from chat.authenticity import Signals, record_signals
-from chat.jobs import broadcast, dispatch, retry_delays
+from chat.authenticity import Signals, clean_signals, store_signals
+from chat.jobs import broadcast, dispatch, job_mode, retry_delays
 from chat.models import (
     PROMPT_LEAK_ERROR,
     REPLY_TOO_SLOW,
@@ -45,7 +46,7 @@ from chat.models import (
 )
 from memory.base import MemorySystem, Prompt, Turn
 from memory.embed import Embedder, make_embedder
-from memory.hygiene import LEAK_MIN_WORDS, PromptLeak, end_at_sentence, find_prompt_leak
+from memory.hygiene import LEAK_MIN_WORDS, LeakCheck, PromptLeak, end_at_sentence
 from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM, make_llm
 from memory.registry import build_system
 from studies.models import Arm, Participant, Study
@@ -252,7 +253,11 @@ class RateFirst(ChatError):
 
 
 def _rate_first(unrated: ChatSession) -> str:
-    return f"Please rate session {unrated.index} before you continue."
+    return _rate_first_index(unrated.index)
+
+
+def _rate_first_index(index: int) -> str:
+    return f"Please rate session {index} before you continue."
 
 
 def unrated_earlier(session: ChatSession) -> ChatSession | None:
@@ -302,6 +307,15 @@ def user_turns(session: ChatSession) -> int:
     return session.messages.filter(speaker=Message.Speaker.USER).count()
 
 
+def turn_counts(session: ChatSession) -> tuple[int, bool]:
+    """The worker's messages in the session, and whether a reply is pending (one query)."""
+    counts = session.messages.aggregate(
+        users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
+        pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
+    )
+    return int(counts["users"]), counts["pending"] > 0
+
+
 def reply_pending(session: ChatSession) -> bool:
     """Whether the bot is still writing a reply in this session."""
     return session.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists()
@@ -313,7 +327,8 @@ def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]
     if upto_seq is not None:
         qs = qs.filter(seq__lte=upto_seq)
     at = session.simulated_start
-    return [Turn("user" if m.speaker == Message.Speaker.USER else "bot", m.text, at) for m in qs.order_by("seq")]
+    rows = qs.order_by("seq").values_list("speaker", "text")
+    return [Turn("user" if speaker == Message.Speaker.USER else "bot", text, at) for speaker, text in rows]
 
 
 def stale_reply_seconds() -> float:
@@ -359,66 +374,163 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
 
 
 def post_user_message(
-    session: ChatSession, client_id: str, text: str, *, signals: Signals | None = None
+    session: ChatSession | int,
+    client_id: str,
+    text: str,
+    *,
+    signals: Signals | None = None,
+    raw_signals: object = None,
 ) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
     Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
     with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
     message, a message while a reply is still being written, or a session that is not chatting.
-    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``)
-    are stored with a new message as a related row; they never make a message fail.
+    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``),
+    or ``raw_signals`` as the browser sent them (cleaned here against the study's message limit), are
+    stored with a new message as a related row; they never make a message fail.
+
+    After the commit, the new message and the pending placeholder are pushed to every socket of the
+    session (the sender's acknowledgement, and the worker's other tabs) before the reply is enqueued,
+    so that no frame of the reply can overtake them.
+
+    What it costs (issue 12): the session row locked together with everything the checks need (one
+    query), the session's messages read once (one query: duplicate, pending reply, limits, next seq,
+    and the transcript the reply is composed from), two inserts (the message, the placeholder) and
+    the signals row when there are signals. In the local job modes the placeholder is inserted
+    already claimed by this process's job, which gets the loaded rows with it (no reload).
     """
+    session_id = session if isinstance(session, int) else session.pk
     client_id = (client_id or "").strip()
     if not client_id or len(client_id) > 64:
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
+    local = job_mode() != "celery"
+    now = timezone.now()
+    since = limits.window_start(now)
     with transaction.atomic():
-        locked = (
-            ChatSession.objects.select_for_update().select_related("episode__participant__study").get(pk=session.pk)
+        query = (
+            ChatSession.objects.select_for_update(of=("self",))
+            .select_related("episode__participant__study", "episode__arm")
+            .annotate(
+                unrated_index=Subquery(
+                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
+                    .exclude(status=ChatSession.Status.DONE)
+                    .order_by("index")
+                    .values("index")[:1]
+                ),
+                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
+                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
+            )
         )
-        existing = locked.messages.filter(client_id=client_id).first()
-        if existing:
-            return existing, False
-        study = locked.episode.participant.study
+        if not local:  # the job reads the state itself; it can be large
+            query = query.defer("episode__memory_state")
+        locked = query.get(pk=session_id)
+        participant = locked.episode.participant
+        participant.touch(now)
+        # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
+        rows = list(
+            Message.objects.filter(session_id=session_id)
+            .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
+            .order_by("seq")
+            .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
+        )
+        existing = next((r[0] for r in rows if r[4] == client_id), None)
+        if existing is not None:
+            return Message.objects.get(pk=existing), False
+        study = participant.study
         if not text:
             raise ChatError("Your message is empty.")
         if len(text) > study.max_message_chars:
             raise ChatError(
                 f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
             )
-        unrated = unrated_earlier(locked)
-        if unrated is not None:
-            raise ChatError(_rate_first(unrated))
+        if locked.unrated_index is not None:
+            raise ChatError(_rate_first_index(locked.unrated_index))
         if locked.status == ChatSession.Status.READY:
             if opens_with_bot(locked):  # the session page starts it, with the bot's first message
                 raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
-            locked.status, locked.started_at = ChatSession.Status.CHATTING, timezone.now()
+            locked.status, locked.started_at = ChatSession.Status.CHATTING, now
             locked.save(update_fields=["status", "started_at"])
         if locked.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended; no more messages can be sent.")
         if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
             raise ChatError("The time for this session is up; please go on to the rating.")
-        fail_stale_replies(locked)
-        if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
-            raise ChatError("Please wait for the reply before sending another message.")
+        if any(r[2] == Message.Speaker.BOT and r[3] == Message.Status.PENDING for r in rows):
+            fail_stale_replies(locked)  # only when a reply is pending: it may be one whose job died
+            if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
+                raise ChatError("Please wait for the reply before sending another message.")
+        mine = [r for r in rows if r[2] == Message.Speaker.USER]
         try:
-            limits.check_can_post(locked, study, len(text))
+            limits.check_can_post(
+                study,
+                turns=len(mine),
+                recent=int(locked.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
+                stored=int(locked.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                new_chars=len(text),
+            )
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
-        seq = (locked.messages.aggregate(m=Max("seq"))["m"] or 0) + 1
+        seq = (rows[-1][1] if rows else 0) + 1
         user = Message.objects.create(
-            session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text
+            session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
         )
-        now = timezone.now()
         bot = Message.objects.create(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
-            deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now,
+            deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now, created_at=now,
+            # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
+            attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
         )  # fmt: skip
+        if signals is None and raw_signals is not None:
+            signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
-            record_signals(user, signals)
+            store_signals(user, signals)
+        at = locked.simulated_start
+        turns = [
+            Turn("user" if r[2] == Message.Speaker.USER else "bot", r[5], at)
+            for r in rows
+            if r[2] == Message.Speaker.USER or r[3] == Message.Status.COMPLETE
+        ]
+        turns.append(Turn("user", text, at))
+        ack = fragments.clear_error() + fragments.messages([user, bot])
+        ack += fragments.controls(len(mine) + 1, study.min_user_turns, pending=True)
+        transaction.on_commit(lambda: broadcast(session_id, ack))
+        if local:
+            transaction.on_commit(lambda: _hand_over(_Prepared(bot, turns, len(mine) + 1)))
         transaction.on_commit(lambda: enqueue_reply(bot.pk))
     return user, True
+
+
+@dataclass
+class _Prepared:
+    """A reply placeholder claimed when it was inserted, with the rows its job needs: handed to the job
+    of this process (:func:`generate_reply`) so that it neither claims nor reads them again."""
+
+    msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state included
+    turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
+    user_turns: int  # the worker's messages in the session, this one included
+
+
+_PREPARED: dict[int, _Prepared] = {}
+_PREPARED_LOCK = threading.Lock()
+
+
+def _hand_over(prepared: _Prepared) -> None:
+    now = timezone.now()
+    with _PREPARED_LOCK:
+        for pk in [pk for pk, p in _PREPARED.items() if (p.msg.lease_until or now) <= now]:
+            del _PREPARED[pk]  # never picked up (the pool was shut down): the lease has lapsed anyway
+        _PREPARED[prepared.msg.pk] = prepared
+
+
+def _take_prepared(message_id: int) -> _Prepared | None:
+    """The hand-over of a reply claimed at its insertion, if this process has it and the claim still
+    holds (a job that waited in the queue past its lease claims again, like any other)."""
+    with _PREPARED_LOCK:
+        prepared = _PREPARED.pop(message_id, None)
+    if prepared is None or prepared.msg.lease_until is None or timezone.now() >= prepared.msg.lease_until:
+        return None
+    return prepared
 
 
 def retry_reply(session: ChatSession, seq: int) -> Message:
@@ -541,11 +653,17 @@ MEMORY_UPDATE_TASK = "chat.tasks.update_memory"
 def enqueue_reply(message_id: int, *, countdown: float = 0) -> None:
     """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here),
     after ``countdown`` seconds. A broker that is down is logged, not raised: the reply is enqueued
-    again once it is overdue (:func:`recover_replies`)."""
+    again once it is overdue (:func:`recover_replies`). A placeholder claimed when it was inserted, for
+    the job of this process (:func:`post_user_message`), gets its claim back if the job cannot start."""
     try:
         dispatch(REPLY_TASK, message_id, local=generate_reply, countdown=countdown)
     except Exception:  # kombu's errors when Redis is down; nothing is lost, the row is the truth
         log.warning("could not enqueue reply %s; it will be re-enqueued when overdue", message_id, exc_info=True)
+        if (prepared := _take_prepared(message_id)) is not None:
+            with contextlib.suppress(DatabaseError):
+                Message.objects.filter(
+                    pk=message_id, status=Message.Status.PENDING, attempts=prepared.msg.attempts
+                ).update(lease_until=None, attempts=prepared.msg.attempts - 1)
 
 
 def enqueue_memory_update(session_id: int) -> None:
@@ -605,23 +723,25 @@ class PromptLeakError(Exception):
 def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
     """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows; a reply's
     earlier turns are stored once, in the transcript, not again with every call (chat/records.py)."""
-    LLMCallRecord.objects.bulk_create(
-        [
-            LLMCallRecord(
-                session_id=session_id,
-                message_id=message_id,
-                purpose=c.get("purpose") or "",
-                model=c.get("model") or "",
-                messages=records.compact_messages(c.get("messages") or [], c.get("purpose") or ""),
-                reply=c.get("reply") or "",
-                latency_ms=c.get("latency_ms") or 0,
-                prompt_tokens=c.get("prompt_tokens"),
-                completion_tokens=c.get("completion_tokens"),
-                error=c.get("error") or "",
-            )
-            for c in calls
-        ]
-    )
+    rows = [
+        LLMCallRecord(
+            session_id=session_id,
+            message_id=message_id,
+            purpose=c.get("purpose") or "",
+            model=c.get("model") or "",
+            messages=records.compact_messages(c.get("messages") or [], c.get("purpose") or ""),
+            reply=c.get("reply") or "",
+            latency_ms=c.get("latency_ms") or 0,
+            prompt_tokens=c.get("prompt_tokens"),
+            completion_tokens=c.get("completion_tokens"),
+            error=c.get("error") or "",
+        )
+        for c in calls
+    ]
+    if len(rows) == 1:
+        rows[0].save(force_insert=True)  # one statement (bulk_create wraps even one row in a transaction)
+    elif rows:
+        LLMCallRecord.objects.bulk_create(rows)
 
 
 class _Superseded(Exception):
@@ -642,7 +762,7 @@ def generate_reply(message_id: int) -> None:
     :class:`LLMCallRecord`. After a reply, the arm's ``after_turn`` runs (compare-and-set write).
     Database errors propagate, for the Celery task to retry.
 
-    Blinding: a reply that recites its prompt (:func:`memory.hygiene.find_prompt_leak`) is caught while
+    Blinding: a reply that recites its prompt (:class:`memory.hygiene.LeakCheck`) is caught while
     it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
     and regenerated once within the same attempt (same lease, same deadline); a second leak fails the
     reply with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
@@ -651,6 +771,17 @@ def generate_reply(message_id: int) -> None:
     The bot's opening message of a session (a placeholder replying to nothing, see :func:`add_opener`)
     is written from ``compose_opening``; no ``after_turn`` follows it.
     """
+    prepared = _take_prepared(message_id)
+    if prepared is not None:  # claimed when it was inserted, by this process (post_user_message)
+        msg = prepared.msg
+        held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
+        try:
+            _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
+        except DatabaseError:
+            with contextlib.suppress(DatabaseError):
+                held.update(lease_until=None)
+            raise
+        return
     msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
         pk=message_id
     )
@@ -672,8 +803,12 @@ def generate_reply(message_id: int) -> None:
         raise
 
 
-def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
-    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it)."""
+def _reply_attempt(
+    msg: Message, held: QuerySet[Message], *, turns: list[Turn] | None = None, user_turns: int | None = None
+) -> None:
+    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
+    (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
+    caller has them already."""
     session = msg.session
     attempt = msg.attempts
     deadline = msg.deadline_at or msg.created_at + timedelta(seconds=reply_deadline_seconds())
@@ -697,7 +832,8 @@ def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
     prompt = None
     try:
         with leases.heartbeat(held) as beat:
-            turns = turns_of(session, upto_seq=msg.seq - 1)
+            if turns is None:
+                turns = turns_of(session, upto_seq=msg.seq - 1)
             if opener:
                 prompt = system.compose_opening(episode.memory_state, now)
             else:
@@ -741,15 +877,22 @@ def _reply_attempt(msg: Message, held: QuerySet[Message]) -> None:
         store_llm_calls(session.pk, msg.pk, llm.drain())
         _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
         return
-    store_llm_calls(session.pk, msg.pk, llm.drain())
-    updated = held.update(
-        status=Message.Status.COMPLETE, text=text, error="", memory_used=prompt.memory if prompt else [],
-        lease_until=None,
-    )  # fmt: skip
-    msg.refresh_from_db()
-    broadcast(session.pk, fragments.message(msg))
-    if updated and not opener:  # an opener follows no exchange to learn from
-        _after_turn(session, episode, system, llm, msg, now, start_state)
+    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None}
+    memory_used = prompt.memory if prompt else []
+    with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
+        store_llm_calls(session.pk, msg.pk, llm.drain())
+        updated = held.update(memory_used=memory_used, **done)
+    if not updated:  # taken over meanwhile: show what the row holds
+        msg.refresh_from_db()
+        broadcast(session.pk, fragments.message(msg))
+        return
+    for field, value in done.items():
+        setattr(msg, field, value)
+    msg.memory_used = memory_used
+    broadcast(session.pk, fragments.message(msg) + _controls(session, user_turns))
+    if not opener:  # an opener follows no exchange to learn from
+        after = [*(turns or []), Turn("bot", text, session.simulated_start)]
+        _after_turn(session, episode, system, llm, msg, now, start_state, after)
 
 
 def _stream_reply(
@@ -781,6 +924,13 @@ def _stream_reply(
         if close:
             close()  # stop the model writing the rest of a reply nobody will see
 
+    prepared: list[LeakCheck] = []
+
+    def leak_check() -> LeakCheck:  # prepared once per stream: the prompt and session are the costly part
+        if not prepared:
+            prepared.append(LeakCheck(prompt.messages, chat=chat))
+        return prepared[0]
+
     pieces: list[str] = []
     shown = 0
     last_flush = 0.0
@@ -793,7 +943,7 @@ def _stream_reply(
         pieces.append(piece)
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
-            if fixed is None and (leak := find_prompt_leak(so_far, prompt.messages, chat=chat)) is not None:
+            if fixed is None and (leak := leak_check().find(so_far)) is not None:
                 stop()
                 raise PromptLeakError(leak)
             safe = shown_prefix(so_far) if fixed is None else len(so_far)
@@ -804,7 +954,7 @@ def _stream_reply(
     text = _check_reply("".join(pieces))
     if fixed is not None:
         return text
-    leak = find_prompt_leak(text, prompt.messages, chat=chat)
+    leak = leak_check().find(text)
     if leak is not None:
         raise PromptLeakError(leak)
     return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
@@ -814,7 +964,16 @@ def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
     """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
     if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
         msg.refresh_from_db()
-        broadcast(msg.session_id, fragments.message(msg))
+        broadcast(msg.session_id, fragments.message(msg) + _controls(msg.session, None))
+
+
+def _controls(session: ChatSession, user_turns: int | None) -> str:
+    """The turn counter and End button once a reply is written (``user_turns`` counted when not given:
+    a retried or recovered reply, or one written by a Celery worker)."""
+    pending = False
+    if user_turns is None:
+        user_turns, pending = turn_counts(session)
+    return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
 
 
 def _after_turn(
@@ -825,11 +984,12 @@ def _after_turn(
     msg: Message,
     now: datetime,
     start_state: tuple[dict[str, Any], int],
+    turns: list[Turn],
 ) -> None:
     """The arm's per-turn update, written with compare-and-set: if the state changed since the reply
     read it (the end-of-session update ran meanwhile), the update is computed again from the new
-    state. A failure is recorded and the previous state kept."""
-    turns = turns_of(session, upto_seq=msg.seq)
+    state. A failure is recorded and the previous state kept. ``turns``: the session up to and
+    including the reply."""
     try:
         applied = state.apply(episode.pk, lambda current: system.after_turn(current, turns, now), start=start_state)
     except Exception as exc:

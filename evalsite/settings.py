@@ -95,6 +95,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Django's backend, with the process's writers queued in Python rather than napping in SQLite's
+    # busy handler (evalsite/sqlite/base.py)
+    DATABASES["default"]["ENGINE"] = "evalsite.sqlite"
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",

@@ -167,8 +167,15 @@ def _runs(reply: list[str], source: list[str], n: int) -> list[tuple[int, int]]:
     """(start, length) in ``reply`` of each maximal run of >= n words that also occurs in ``source``."""
     if len(reply) < n or len(source) < n:
         return []
-    grams = {tuple(source[i : i + n]) for i in range(len(source) - n + 1)}
-    joined = " " + " ".join(source) + " "
+    return _runs_in(reply, _grams(source, n), " " + " ".join(source) + " ", n)
+
+
+def _grams(source: list[str], n: int) -> set[tuple[str, ...]]:
+    return {tuple(source[i : i + n]) for i in range(len(source) - n + 1)}
+
+
+def _runs_in(reply: list[str], grams: set[tuple[str, ...]], joined: str, n: int) -> list[tuple[int, int]]:
+    """:func:`_runs` against a source prepared once: its n-grams and its words joined by spaces."""
     out = []
     i = 0
     while i <= len(reply) - n:
@@ -202,21 +209,46 @@ def prompt_leaks(
     min_words: int = LEAK_MIN_WORDS,
 ) -> list[PromptLeak]:
     """Every stretch of prompt text in ``reply`` (see :func:`find_prompt_leak`), in reply order per message."""
-    found = [
-        PromptLeak(f"<{tag}>", 1, "data tag")
-        for tag in re.findall(r"</?\s*([A-Za-z_][\w-]*)\s*>", reply)
-        if tag.lower() in DATA_TAGS
-    ]
-    reply_words = words(reply)
-    chat = list(chat)
-    supplied = f" {' '.join(words(_data_text(messages, chat)))} "
-    for role, text in instruction_texts(messages, chat):
-        for start, length in _runs(reply_words, words(text), min_words):
-            run = " ".join(reply_words[start : start + length])
-            # Words the worker also wrote (an example sentence they really said) are theirs, not a leak.
-            if f" {run} " not in supplied:
-                found.append(PromptLeak(run, length, role or "prompt"))
-    return found
+    return LeakCheck(messages, chat=chat, min_words=min_words).leaks(reply)
+
+
+class LeakCheck:
+    """:func:`find_prompt_leak` for one prompt, prepared once: a streamed reply is checked at every flush,
+    and preparing (the words and n-grams of the whole prompt and session) is the costly part."""
+
+    def __init__(self, messages: Iterable[Any], *, chat: Iterable[str] = (), min_words: int = LEAK_MIN_WORDS):
+        messages, chat = list(messages), list(chat)
+        self.min_words = min_words
+        self.supplied = f" {' '.join(words(_data_text(messages, chat)))} "
+        self.sources: list[tuple[str, set[tuple[str, ...]], str]] = []
+        for role, text in instruction_texts(messages, chat):
+            source = words(text)
+            if len(source) >= min_words:
+                self.sources.append((role, _grams(source, min_words), " " + " ".join(source) + " "))
+
+    def leaks(self, reply: str) -> list[PromptLeak]:
+        """Every stretch of prompt text in ``reply``, in reply order per message."""
+        found = [
+            PromptLeak(f"<{tag}>", 1, "data tag")
+            for tag in re.findall(r"</?\s*([A-Za-z_][\w-]*)\s*>", reply)
+            if tag.lower() in DATA_TAGS
+        ]
+        reply_words = words(reply)
+        if len(reply_words) < self.min_words:
+            return found
+        for role, grams, joined in self.sources:
+            for start, length in _runs_in(reply_words, grams, joined, self.min_words):
+                run = " ".join(reply_words[start : start + length])
+                # Words the worker also wrote (an example sentence they really said) are theirs, not a leak.
+                if f" {run} " not in self.supplied:
+                    found.append(PromptLeak(run, length, role or "prompt"))
+        return found
+
+    def find(self, reply: str) -> PromptLeak | None:
+        """The leak :func:`find_prompt_leak` reports: a data tag first, else the longest run."""
+        leaks = self.leaks(reply)
+        tags = [x for x in leaks if x.source == "data tag"]
+        return tags[0] if tags else max(leaks, key=lambda x: x.words, default=None)
 
 
 def find_prompt_leak(
@@ -231,10 +263,9 @@ def find_prompt_leak(
     ``messages`` are the prompt's messages (dicts or :class:`memory.base.ChatMessage`); pass the
     session's turn texts as ``chat`` so that the worker's own words, quoted back, do not count. A data
     tag (``<notes>``) in the reply wins; otherwise the longest shared run of words; a run that also
-    occurs in the prompt's data (the worker said it) does not count."""
-    leaks = prompt_leaks(reply, messages, chat=chat, min_words=min_words)
-    tags = [x for x in leaks if x.source == "data tag"]
-    return tags[0] if tags else max(leaks, key=lambda x: x.words, default=None)
+    occurs in the prompt's data (the worker said it) does not count. To check several replies (or the
+    growing text of one) against the same prompt, prepare a :class:`LeakCheck` once."""
+    return LeakCheck(messages, chat=chat, min_words=min_words).find(reply)
 
 
 #: A memory-task output is an echo of its prompt (and discarded) when it holds a run of this many

@@ -30,7 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -138,7 +138,11 @@ class LLMCall:
     finish_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not dataclasses.asdict: its deep copy of a reply's prompt (the whole session) was a measurable
+        # part of a chat turn; the messages are flat dicts of strings, a copy of each is enough.
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["messages"] = [dict(m) for m in self.messages]
+        return out
 
 
 @runtime_checkable

@@ -121,8 +121,9 @@ def test_retries_are_enqueued_with_a_countdown_instead_of_sleeping_in_the_worker
 
 
 def test_a_duplicate_delivery_while_the_reply_is_claimed_makes_no_llm_call(
-    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+    client: Client, study: Study, script: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
+    settings.CHAT_JOB_MODE = "celery"  # the reply is for a worker elsewhere (in-process jobs claim it at once)
     llm = script(["Hello!"])
     monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)
     session = start(client, study)
@@ -134,6 +135,7 @@ def test_a_duplicate_delivery_while_the_reply_is_claimed_makes_no_llm_call(
     # that worker dies: its lease lapses, and the page's next resume enqueues the reply again
     Message.objects.filter(pk=reply.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
     monkeypatch.undo()
+    settings.CHAT_JOB_MODE = "inline"
     script(["Hello!"])
     assert services.recover_replies(session) == 1
     reply.refresh_from_db()
