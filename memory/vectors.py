@@ -121,6 +121,9 @@ class Vectors:
         self._row_of: dict[str, int] | None = None
         self._block: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        # The state objects these vectors were last checked against (see load_checked): strong
+        # references, so that an identity test can never match a new object at a recycled address.
+        self._checked: tuple[object, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -155,6 +158,16 @@ class Vectors:
             return self.matrix[[row_of[t] for t in texts]] if n else self.matrix[:0]
         except KeyError:
             return None
+
+    def checked_against(self, source: tuple[object, ...]) -> bool:
+        """Whether ``source`` (compared element by element by identity) is what :func:`load_checked`
+        last compared these vectors' texts with."""
+        checked = self._checked
+        return (
+            checked is not None
+            and len(checked) == len(source)
+            and all(a is b for a, b in zip(checked, source, strict=True))
+        )
 
     def derived(self, key: Hashable, build: Callable[[], T], valid: Callable[[T], bool] | None = None) -> T:
         """``build()`` once per key for these vectors (e.g. an LSH table); later calls return it. If
@@ -300,6 +313,33 @@ def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder 
         log.info("embedding %d memory texts (the state has no matching vector block)", len(wanted))
     vecs = Vectors(model, wanted, _embed(embedder, wanted), digest)
     CACHE.put(vecs)
+    return vecs
+
+
+def load_checked(
+    block: dict[str, Any] | None,
+    source: tuple[object, ...],
+    count: int,
+    texts: Callable[[], Sequence[str]],
+    embedder: Embedder | None,
+) -> Vectors:
+    """:func:`load` for an arm's compose, reading the texts once per memory version and state object.
+
+    ``source`` holds the state's objects the texts are read from (e.g. its list of events), ``count``
+    the number of texts (cheap to know) and ``texts`` reads them (the costly part: one dict per item).
+    When the block's digest names cached vectors that were last checked against these very objects
+    (by identity) and ``count`` is unchanged, the texts are not read again; otherwise they are read
+    and compared as :func:`load` does, and the result remembers ``source``. A state edited into a new
+    object, or whose block, digest or length changed, is therefore checked in full. What is not seen is
+    an edit *in place* of an object already checked (same list, same length, an item's text replaced):
+    no arm or platform code edits a state in place (docs/memory-systems.md, "Stored vectors")."""
+    usable = isinstance(block, dict) and embedder is not None and block.get("model") == embedder.name
+    if usable and block is not None and block.get("count") == count:
+        cached = CACHE.get(str(block.get("digest", "")))
+        if cached is not None and len(cached) == count and cached.checked_against(source):
+            return cached
+    vecs = load(block, texts(), embedder)
+    vecs._checked = tuple(source)
     return vecs
 
 

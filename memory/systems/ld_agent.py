@@ -320,7 +320,16 @@ class LDAgent(BaseSystem):
         return tuple(self.key_text(e) for e in events)
 
     def stored_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
-        return vectors.load(state.get("vectors"), self.key_texts(self.stored_events(state)), self.embedder)
+        """The vectors of :meth:`stored_events`; their texts are read and checked once per state object
+        and memory version (:func:`memory.vectors.load_checked`), not at every reply."""
+        long_term, pending = state.get("long_term", []), state.get("pending")
+        return vectors.load_checked(
+            state.get("vectors"),
+            (long_term, pending),
+            len(long_term) + (1 if pending else 0),
+            lambda: self.key_texts(self.stored_events(state)),
+            self.embedder,
+        )
 
     def with_vectors(self, before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
         """``after`` with the vectors of its stored events, embedding only the events that are new."""
