@@ -284,3 +284,24 @@ def test_an_edited_state_is_not_served_the_vectors_of_the_state_it_was_copied_fr
     vectors.CACHE.clear()  # a new process: what the edited state retrieves from scratch
     assert system.compose(edited, turn, at).as_dicts() == warm.as_dicts()
     assert system.compose(state, turn, at).as_dicts() == original.as_dicts()  # the original still answers as before
+
+
+def test_load_checked_never_frees_a_gone_state_on_the_callers_path() -> None:
+    embedder = CountingEmbedder()
+    block = vectors.extend(None, ["a cat"], embedder).block()
+    freed: list[str] = []
+
+    class Items(list[str]):
+        def __del__(self) -> None:
+            freed.append(self[0])
+
+    def load(items: Items) -> vectors.Vectors:
+        return vectors.load_checked(block, (items,), 1, lambda: list(items), embedder)
+
+    first = load(Items(["a cat"]))  # its state is gone once the call returns: only the vectors hold it
+    alive = Items(["a cat"])
+    assert load(alive) is first and freed == []  # not freed here, and ``alive`` is not remembered
+    assert not first.checked_against((alive,))
+    vectors.CACHE.clear()
+    del first
+    assert freed == ["a cat"]  # freed with the cache entry
