@@ -346,11 +346,11 @@ def main() -> None:
             else:
                 row.append("-")
         index = TopicIndex([e["topics"] for e in lds["long_term"]])
-        same = min(
+        agreement = min(
             same_results(agent, lds, queries, "long_term", partial(ld_agent_reference, lds, embedder, index=index)),
             same_results(tim_default, tims, queries, "thoughts", partial(tim_reference, tims, embedder)),
         )
-        row.append(f"{100 * same:.0f}%")
+        row.append(f"{100 * agreement:.0f}%")
         per_item = len(json.dumps(tims)) / n
         no_vec = len(json.dumps({k: v for k, v in tims.items() if k != "vectors"})) / n
         row.append(f"{per_item:,.0f} B ({no_vec:,.0f} B without vectors)")
