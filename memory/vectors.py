@@ -15,7 +15,8 @@ replays with the very vectors it was written with. The cost is size: 2 bytes per
 
 Decoding a block costs milliseconds at 10k items, so :func:`load` keeps the decoded matrix in a
 process-wide LRU cache keyed by the block's digest; a hit is checked against the caller's texts
-(cheap list comparison), so a state edited behind the arm's back is never served stale rows. The
+(a list comparison), so a state edited behind the arm's back is never served stale rows;
+:func:`load_checked` does that comparison once per state object and memory version. The
 cache holds at most ``MEMEVAL_VECTOR_CACHE_MB`` megabytes (default 256). Every row is rounded to
 float16 whether it comes from the embedder or from a block, so retrieval gives the same result on a
 cache hit, after a decode, or after a re-embed.
