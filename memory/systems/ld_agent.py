@@ -327,12 +327,14 @@ class LDAgent(BaseSystem):
 
     def view(self, state: dict[str, Any], t: datetime) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(M_L, M_S) as they are when an utterance arrives at ``t`` (Eq. 4 applied without an LLM call:
-        uses the summary precomputed at session end, if it covers the whole cache)."""
-        lt, st = list(state.get("long_term", [])), list(state.get("short_term", []))
+        uses the summary precomputed at session end, if it covers the whole cache). The lists are the
+        state's own when the rule changes nothing (not copied at every reply): read them, do not modify."""
+        lt: list[dict[str, Any]] = state.get("long_term", [])
+        st: list[dict[str, Any]] = state.get("short_term", [])
         if st and gap_exceeds(st[-1]["time"], t, float(self.p["beta"])):
             pending = state.get("pending")
             if pending and pending.get("size") == len(st):
-                lt.append({k: pending[k] for k in ("time", "summary", "topics")})
+                lt = [*lt, {k: pending[k] for k in ("time", "summary", "topics")}]
             st = []
         return lt, st
 
