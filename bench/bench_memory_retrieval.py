@@ -23,7 +23,9 @@ other processes held the core, and the "(wall)" columns show it for the warm com
    "same result" = on every query, the warm, new-object and cold (first 20 queries) prompts are
    identical, and the memories shown are those of a reference computed apart (ld_agent: s_sem by a
    matrix product and ``rank_paper`` on ``TopicIndex.overlap``, the code path before load_checked and
-   rank_paper_indexed; tim: ``recall``, which scans the stored group labels instead of the tables).
+   rank_paper_indexed; tim: ``recall``, which scans the stored group labels instead of the tables);
+   "json.loads" = parsing the ld_agent state's JSON once (best of 3), what reading the state from
+   the database costs a reply before compose (the transfer excluded).
 2. ld_agent's scoring step alone (Eq. 1-3 given s_sem): the Python loop it replaced against the
    vectorized version (memory/systems/ld_agent.py rank_paper with a prebuilt TopicIndex).
 3. TiM recall@5 against exhaustive search, per size, for the paper's single group and the arm's
@@ -323,9 +325,10 @@ def main() -> None:
     print("\n1. compose(), model excluded\n")
     print(
         "| items | ld_agent warm | (wall) | ld_agent new object | ld_agent cold | ld_agent no block | tim warm "
-        "| (wall) | tim new object | tim cold | tim no block | same result | state JSON per item |"
+        "| (wall) | tim new object | tim cold | tim no block | same result | state JSON per item "
+        "| json.loads of the ld_agent state |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     few = queries[:3]
     data: dict[int, tuple[list[str], np.ndarray]] = {}
     for n in sizes:
@@ -354,6 +357,9 @@ def main() -> None:
         per_item = len(json.dumps(tims)) / n
         no_vec = len(json.dumps({k: v for k, v in tims.items() if k != "vectors"})) / n
         row.append(f"{per_item:,.0f} B ({no_vec:,.0f} B without vectors)")
+        raw = json.dumps(lds)
+        parse = min(timed(partial(json.loads, raw)) for _ in range(ROUNDS))
+        row.append(f"{1000 * parse:.1f} ({len(raw) / 1e6:.1f} MB)")
         print("| " + " | ".join(row) + " |", flush=True)
         vectors.CACHE.clear()
 
