@@ -12,10 +12,20 @@ other processes held the core, and the "(wall)" columns show it for the warm com
 
 1. Compose: the arm's whole ``compose()`` on a state of n items with its vector block, the way the
    platform calls it (state as parsed JSON; the query is embedded, the model is not called):
-   "warm" = the vectors are in the process cache (every reply after the first of a process);
+   "warm" = the vectors are in the process cache and were checked against this state object
+   (``vectors.load_checked``: a process that keeps the parsed state between replies);
+   "new object" = the same, but each call gets a new copy of the state's items (as when the state is
+   read from the database at every reply, which the platform does today): the stored texts are read
+   and compared with the cached vectors' texts again;
    "cold" = cache cleared before each call (the block is decoded: first reply in a new process);
    "no block" = a state without vectors (as before this change: everything is embedded, once per
-   process now, at every reply before) - wall time on 3 queries only, at most 10k items.
+   process now, at every reply before) - wall time on 3 queries only, at most 10k items;
+   "same result" = on every query, the warm, new-object and cold (first 20 queries) prompts are
+   identical, and the memories shown are those of a reference computed apart (ld_agent: s_sem by a
+   matrix product and ``rank_paper`` on ``TopicIndex.overlap``, the code path before load_checked and
+   rank_paper_indexed; tim: ``recall``, which scans the stored group labels instead of the tables);
+   "json.loads" = parsing the ld_agent state's JSON once (best of 3), what reading the state from
+   the database costs a reply before compose (the transfer excluded).
 2. ld_agent's scoring step alone (Eq. 1-3 given s_sem): the Python loop it replaced against the
    vectorized version (memory/systems/ld_agent.py rank_paper with a prebuilt TopicIndex).
 3. TiM recall@5 against exhaustive search, per size, for the paper's single group and the arm's
@@ -53,7 +63,7 @@ from memory import vectors  # noqa: E402
 from memory.base import Turn  # noqa: E402
 from memory.embed import Embedder, make_embedder  # noqa: E402
 from memory.systems.common import top_k  # noqa: E402
-from memory.systems.ld_agent import LDAgent, TopicIndex, rank_paper  # noqa: E402
+from memory.systems.ld_agent import LDAgent, TopicIndex, humanize_age, rank_paper  # noqa: E402
 from memory.systems.nouns import heuristic_nouns  # noqa: E402
 from memory.systems.tim import (  # noqa: E402
     LSHTable,
@@ -62,6 +72,7 @@ from memory.systems.tim import (  # noqa: E402
     lsh,
     make_projection,
     probe_order,
+    recall,
     recall_tables,
 )
 
@@ -217,6 +228,60 @@ def compose_times(
     return out
 
 
+def new_object(state: dict[str, Any], key: str) -> dict[str, Any]:
+    """``state`` with its list of items ``key`` parsed again: equal content, new objects."""
+    return {**state, key: json.loads(json.dumps(state[key]))}
+
+
+def new_object_times(system: Any, state: dict[str, Any], queries: list[str], key: str) -> list[float]:
+    out = []
+    for q in queries:
+        copy = new_object(state, key)  # outside the timing: the platform parses the state before compose
+        out.append(timed(partial(system.compose, copy, [Turn("user", q, NOW)], NOW)))
+    return out
+
+
+def ld_agent_reference(state: dict[str, Any], embedder: Embedder, query: str, index: TopicIndex) -> list[str]:
+    """The memories ld_agent's compose showed before load_checked and rank_paper_indexed (Eq. 1-3 with
+    the default parameters, all arrays over the whole memory)."""
+    events = state["long_term"]
+    matrix = vectors.decode(state["vectors"]).astype(np.float32)
+    s_sem = matrix @ embedder.embed([query])[0]
+    ages = NOW.timestamp() - np.array([datetime.fromisoformat(e["time"]).timestamp() for e in events])
+    ranked = rank_paper(s_sem, index.overlap(heuristic_nouns(query)), ages, tau=1e7, gamma=0.25, top_n=1)
+    return [
+        f"{humanize_age((NOW - datetime.fromisoformat(events[i]['time'])).total_seconds())} ago, "
+        f"{events[i]['summary'].rstrip('.')}."
+        for i, _ in ranked
+    ]
+
+
+def tim_reference(state: dict[str, Any], embedder: Embedder, query: str) -> list[str]:
+    """The thoughts TiM recalls by scanning the stored group labels (``recall``), not the tables."""
+    thoughts = state["thoughts"]
+    matrix = vectors.decode(state["vectors"]).astype(np.float32)
+    groups = np.array([t["group"] for t in thoughts])
+    found = recall(embedder.embed([query])[0], matrix, groups, np.asarray(state["R"], dtype=np.float32), 3, probes=3)
+    return [thoughts[i]["text"] for i, _ in found]
+
+
+def same_results(
+    system: Any, state: dict[str, Any], queries: list[str], key: str, reference: Callable[[str], list[str]]
+) -> float:
+    """Share of queries whose warm, new-object and cold (first 20) prompts agree and show the
+    reference's memories."""
+    same = []
+    for j, q in enumerate(queries):
+        session = [Turn("user", q, NOW)]
+        warm = system.compose(state, session, NOW)
+        agree = warm.as_dicts() == system.compose(new_object(state, key), session, NOW).as_dicts()
+        if j < 20:
+            vectors.CACHE.clear()
+            agree = agree and system.compose(state, session, NOW).as_dicts() == warm.as_dicts()
+        same.append(agree and list(warm.memory) == reference(q))
+    return statistics.mean(same)
+
+
 # ---------------------------------------------------------------------------------------- ld_agent
 
 
@@ -259,10 +324,11 @@ def main() -> None:
 
     print("\n1. compose(), model excluded\n")
     print(
-        "| items | ld_agent warm | (wall) | ld_agent cold | ld_agent no block | tim warm | (wall) | tim cold "
-        "| tim no block | state JSON per item |"
+        "| items | ld_agent warm | (wall) | ld_agent new object | ld_agent cold | ld_agent no block | tim warm "
+        "| (wall) | tim new object | tim cold | tim no block | same result | state JSON per item "
+        "| json.loads of the ld_agent state |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     few = queries[:3]
     data: dict[int, tuple[list[str], np.ndarray]] = {}
     for n in sizes:
@@ -270,9 +336,10 @@ def main() -> None:
         lds, tims = ld_agent_state(items, agent, embedder), tim_state(items, embedder)
         data[n] = (items, vectors.decode(tims["vectors"]).astype(np.float32))
         row = [f"{n:,}"]
-        for system, state in ((agent, lds), (tim_default, tims)):
+        for system, state, key in ((agent, lds, "long_term"), (tim_default, tims, "thoughts")):
             row.append(f"{min(median_ms(compose_times(system, state, queries)) for _ in range(ROUNDS)):.3f}")
             row.append(f"{median_ms(compose_times(system, state, queries, clock=wall_timed)):.3f}")
+            row.append(f"{min(median_ms(new_object_times(system, state, queries, key)) for _ in range(ROUNDS)):.3f}")
             row.append(f"{median_ms(compose_times(system, state, queries[:20], cold=True)):.1f}")
             if n <= 10000:
                 vectors.CACHE.clear()
@@ -281,9 +348,18 @@ def main() -> None:
                 row.append(f"{median_ms(no_block):.0f} (wall)")
             else:
                 row.append("-")
+        index = TopicIndex([e["topics"] for e in lds["long_term"]])
+        agreement = min(
+            same_results(agent, lds, queries, "long_term", partial(ld_agent_reference, lds, embedder, index=index)),
+            same_results(tim_default, tims, queries, "thoughts", partial(tim_reference, tims, embedder)),
+        )
+        row.append(f"{100 * agreement:.0f}%")
         per_item = len(json.dumps(tims)) / n
         no_vec = len(json.dumps({k: v for k, v in tims.items() if k != "vectors"})) / n
         row.append(f"{per_item:,.0f} B ({no_vec:,.0f} B without vectors)")
+        raw = json.dumps(lds)
+        parse = min(timed(partial(json.loads, raw)) for _ in range(ROUNDS))
+        row.append(f"{1000 * parse:.1f} ({len(raw) / 1e6:.1f} MB)")
         print("| " + " | ".join(row) + " |", flush=True)
         vectors.CACHE.clear()
 

@@ -15,7 +15,8 @@ replays with the very vectors it was written with. The cost is size: 2 bytes per
 
 Decoding a block costs milliseconds at 10k items, so :func:`load` keeps the decoded matrix in a
 process-wide LRU cache keyed by the block's digest; a hit is checked against the caller's texts
-(cheap list comparison), so a state edited behind the arm's back is never served stale rows. The
+(a list comparison), so a state edited behind the arm's back is never served stale rows;
+:func:`load_checked` does that comparison once per state object and memory version. The
 cache holds at most ``MEMEVAL_VECTOR_CACHE_MB`` megabytes (default 256). Every row is rounded to
 float16 whether it comes from the embedder or from a block, so retrieval gives the same result on a
 cache hit, after a decode, or after a re-embed.
@@ -38,6 +39,7 @@ import base64
 import hashlib
 import logging
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -121,6 +123,9 @@ class Vectors:
         self._row_of: dict[str, int] | None = None
         self._block: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        # The state objects these vectors were last checked against (see load_checked): strong
+        # references, so that an identity test can never match a new object at a recycled address.
+        self._checked: tuple[object, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -155,6 +160,16 @@ class Vectors:
             return self.matrix[[row_of[t] for t in texts]] if n else self.matrix[:0]
         except KeyError:
             return None
+
+    def checked_against(self, source: tuple[object, ...]) -> bool:
+        """Whether ``source`` (compared element by element by identity) is what :func:`load_checked`
+        last compared these vectors' texts with."""
+        checked = self._checked
+        return (
+            checked is not None
+            and len(checked) == len(source)
+            and all(a is b for a, b in zip(checked, source, strict=True))
+        )
 
     def derived(self, key: Hashable, build: Callable[[], T], valid: Callable[[T], bool] | None = None) -> T:
         """``build()`` once per key for these vectors (e.g. an LSH table); later calls return it. If
@@ -301,6 +316,44 @@ def load(block: dict[str, Any] | None, texts: Sequence[str], embedder: Embedder 
     vecs = Vectors(model, wanted, _embed(embedder, wanted), digest)
     CACHE.put(vecs)
     return vecs
+
+
+def load_checked(
+    block: dict[str, Any] | None,
+    source: tuple[object, ...],
+    count: int,
+    texts: Callable[[], Sequence[str]],
+    embedder: Embedder | None,
+) -> Vectors:
+    """:func:`load` for an arm's compose, reading the texts once per memory version and state object.
+
+    ``source`` holds the state's objects the texts are read from (e.g. its list of events), ``count``
+    the number of texts (cheap to know) and ``texts`` reads them (the costly part: one dict per item).
+    When the block's digest names cached vectors that were last checked against these very objects
+    (by identity) and ``count`` is unchanged, the texts are not read again; otherwise they are read
+    and compared as :func:`load` does, and the result remembers ``source``. A state edited into a new
+    object, or whose block, digest or length changed, is therefore checked in full. What is not seen is
+    an edit *in place* of an object already checked (same list, same length, an item's text replaced):
+    no arm or platform code edits a state in place (docs/memory-systems.md, "Stored vectors")."""
+    usable = isinstance(block, dict) and embedder is not None and block.get("model") == embedder.name
+    if usable and block is not None and block.get("count") == count:
+        cached = CACHE.get(str(block.get("digest", "")))
+        if cached is not None and len(cached) == count and cached.checked_against(source):
+            return cached
+    vecs = load(block, texts(), embedder)
+    held = vecs._checked
+    if held is None or _referenced_elsewhere(held):
+        vecs._checked = tuple(source)
+    # else the objects checked last are referenced by nothing but these vectors (their state is gone,
+    # e.g. the previous reply's): dropping them here would free a whole state on the reply's path
+    # (about 2 ms at 10k items), so they are kept until the vectors leave the cache.
+    return vecs
+
+
+def _referenced_elsewhere(held: tuple[object, ...]) -> bool:
+    """Whether any of ``held`` (other than None) is referenced by more than the tuple itself."""
+    # getrefcount counts its argument and the tuple's slot: 2 means no one else holds the object.
+    return any(held[i] is not None and sys.getrefcount(held[i]) > 2 for i in range(len(held)))
 
 
 def extend(

@@ -259,7 +259,13 @@ class ThinkInMemory(BaseSystem):
 
     def memory_vectors(self, state: dict[str, Any], thoughts: Sequence[dict[str, Any]]) -> vectors.Vectors:
         """The stored embeddings of the thoughts (embedded only if the state has none for them)."""
-        return vectors.load(state.get("vectors"), list(map(itemgetter("text"), thoughts)), self.embedder)
+        return vectors.load_checked(
+            state.get("vectors"),
+            (thoughts,),
+            len(thoughts),
+            lambda: list(map(itemgetter("text"), thoughts)),
+            self.embedder,
+        )
 
     def tables(self, state: dict[str, Any], vecs: vectors.Vectors) -> list[LSHTable]:
         """The hash tables of these thoughts, built once per process and memory. Table 0 hashes the

@@ -19,7 +19,7 @@ from memory.base import Turn
 from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
 from memory.systems.common import top_indices, top_k
-from memory.systems.ld_agent import LDAgent, TopicIndex, rank_code, rank_paper
+from memory.systems.ld_agent import LDAgent, TopicIndex, rank_code, rank_paper, rank_paper_indexed
 from memory.systems.memory_update import MemoryUpdate, apply_operations
 from memory.systems.nouns import heuristic_nouns
 from memory.systems.tim import (
@@ -219,6 +219,22 @@ def test_the_vectorized_paper_score_ranks_exactly_like_the_loop() -> None:
         want = score_loop(s_sem, vq, keys, ages, 0.25, 7)
         assert [i for i, _ in got] == [i for i, _ in want]
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12)
+
+
+def test_ranking_on_the_candidates_only_gives_exactly_the_full_ranking() -> None:
+    rng = np.random.default_rng(1)
+    texts = facts(500, seed=9)
+    index = TopicIndex([heuristic_nouns(t) for t in texts] + [[]])
+    epochs = rng.uniform(1.6e9, 1.8e9, 501)
+    now = 1.75e9  # some events lie in the future: their age counts as 0
+    for query in facts(30, seed=12) + ["", "nothing shared here"]:
+        vq = heuristic_nouns(query)
+        s_sem = rng.uniform(-0.2, 1.0, 501).astype(np.float32)
+        s_sem[:5] = s_sem[5]  # ties
+        for gamma, top_n in ((0.25, 1), (0.3, 7), (0.9, 3), (2.0, 1)):
+            want = rank_paper(s_sem, index.overlap(vq), now - epochs, tau=1e7, gamma=gamma, top_n=top_n)
+            got = rank_paper_indexed(s_sem, vq, index, epochs, now, tau=1e7, gamma=gamma, top_n=top_n)
+            assert got == want  # the same indices and bit-identical scores
 
 
 def test_the_code_variant_takes_the_nearest_keys_before_the_overlap() -> None:

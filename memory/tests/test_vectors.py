@@ -228,3 +228,80 @@ def test_an_arm_without_an_embedder_still_updates_and_keeps_no_vectors(name: str
     state = system.after_turn(state, session, NOW).state
     update = system.end_session(state, session, NOW + timedelta(minutes=5))
     assert "Rex" in json.dumps(update.state) and "vectors" not in update.state
+
+
+def test_load_checked_reads_the_texts_once_per_state_object_and_version() -> None:
+    embedder = CountingEmbedder()
+    items = ["The user has a dog named Rex.", "The user works at a bakery."]
+    block = vectors.extend(None, items, embedder).block()
+    reads: list[int] = []
+
+    def texts_of(events: list[dict[str, str]]) -> list[str]:
+        reads.append(1)
+        return [e["text"] for e in events]
+
+    def load(events: list[dict[str, str]], blk: dict[str, Any]) -> vectors.Vectors:
+        return vectors.load_checked(blk, (events,), len(events), lambda: texts_of(events), embedder)
+
+    events = [{"text": t} for t in items]
+    first = load(events, block)
+    assert load(events, block) is first and len(reads) == 1  # the same object again: trusted
+    assert load(roundtrip(events), block) is first and len(reads) == 2  # a new object: read and compared
+    grown = vectors.extend(first, [*items, "The user plays chess."], embedder).block()
+    events.append({"text": "The user plays chess."})  # same list, new length and block: read again
+    assert load(events, grown).texts[-1] == "The user plays chess." and len(reads) == 3
+
+
+EDITED = "The user keeps a tortoise named Shelly in the garden."
+
+
+def edited_copy(name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with one stored text replaced and everything else (the vector block too) unchanged."""
+    edited = roundtrip(state)
+    if name == "tim":
+        edited["thoughts"][0]["text"] = EDITED
+    else:
+        edited["long_term"][0]["summary"] = EDITED
+    return edited
+
+
+@pytest.mark.parametrize("name", ["ld_agent", "tim"])
+def test_an_edited_state_is_not_served_the_vectors_of_the_state_it_was_copied_from(name: str) -> None:
+    embedder = CountingEmbedder()
+    state = roundtrip(built_state(name, embedder))
+    assert stored_texts(name, state)[0] != EDITED
+    system = build_system(name, llm=fake_llm(), embedder=embedder, **params(name))
+    at = NOW + timedelta(days=28, minutes=1)
+    turn = [Turn("user", EDITED, at)]
+    original = system.compose(state, turn, at)
+    system.compose(state, turn, at)  # now trusted for this object
+    edited = edited_copy(name, state)
+    assert edited["vectors"] == state["vectors"]
+    embedder.texts.clear()
+    warm = system.compose(edited, turn, at)
+    assert embedder.texts.count(EDITED) == 2  # the query, and the edited item: embedded, not served its old row
+    assert any(EDITED in line for line in warm.memory) and not any(EDITED in line for line in original.memory)
+    vectors.CACHE.clear()  # a new process: what the edited state retrieves from scratch
+    assert system.compose(edited, turn, at).as_dicts() == warm.as_dicts()
+    assert system.compose(state, turn, at).as_dicts() == original.as_dicts()  # the original still answers as before
+
+
+def test_load_checked_never_frees_a_gone_state_on_the_callers_path() -> None:
+    embedder = CountingEmbedder()
+    block = vectors.extend(None, ["a cat"], embedder).block()
+    freed: list[str] = []
+
+    class Items(list[str]):
+        def __del__(self) -> None:
+            freed.append(self[0])
+
+    def load(items: Items) -> vectors.Vectors:
+        return vectors.load_checked(block, (items,), 1, lambda: list(items), embedder)
+
+    first = load(Items(["a cat"]))  # its state is gone once the call returns: only the vectors hold it
+    alive = Items(["a cat"])
+    assert load(alive) is first and freed == []  # not freed here, and ``alive`` is not remembered
+    assert not first.checked_against((alive,))
+    vectors.CACHE.clear()
+    del first
+    assert freed == ["a cat"]  # freed with the cache entry
