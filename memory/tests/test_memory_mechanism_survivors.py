@@ -13,9 +13,10 @@ import pytest
 
 from memory.base import Turn
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
-from memory.llm import ScriptedLLM
+from memory.llm import LLMError, ScriptedLLM
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
+from memory.systems.rsum import P_R, Rsum, parse_memory
 
 NOW = dt.datetime(2026, 3, 2, 18, tzinfo=dt.UTC)
 
@@ -123,3 +124,59 @@ def test_bm25_prompt_is_a_system_instruction_and_a_user_message_quoting_context_
 def test_bm25_indexes_a_session_into_a_state_without_utterances() -> None:
     update = BM25(llm=ScriptedLLM(["x"])).end_session({}, [Turn("user", "My dog is Rex.", NOW)], NOW)
     assert [u["text"] for u in update.state["utterances"]] == ["My dog is Rex."]
+
+
+# ------------------------------------------------------------------------------------------- Rsum
+
+
+def test_rsum_reads_the_memory_after_the_last_marker_and_strips_only_bullets() -> None:
+    reply = "Updated memory: The user likes tea.\nOn reflection, the Updated memory: Xavier's dog is called MAX"
+    assert parse_memory(reply) == "Xavier's dog is called MAX"
+
+
+def test_rsum_prompt_is_p_r_with_the_short_reply_rule_only_when_asked_in_a_user_message() -> None:
+    session = [Turn("user", "Hi.", NOW)]
+    short = Rsum(llm=ScriptedLLM(["x"])).compose({"memory": "Likes tea."}, session, NOW)
+    plain = Rsum(llm=ScriptedLLM(["x"]), short_replies=False).compose({"memory": "Likes tea."}, session, NOW)
+    assert [m.role for m in short.messages] == ["system", "user"]
+    assert short.messages[1].content.startswith(f"{P_R}\n{SHORT_REPLIES}\n{DATA_RULE}")
+    assert plain.messages[1].content.startswith(f"{P_R}\n{DATA_RULE}")
+
+
+def test_rsum_a_state_without_memory_is_shown_and_updated_as_the_configured_empty_memory() -> None:
+    assert "<memory>\nEmpty\n</memory>" in Rsum(llm=ScriptedLLM(["x"])).compose({}, [], NOW).messages[1].content
+    llm = ScriptedLLM(["Updated memory: EMPTY"])
+    update = Rsum(llm=llm).end_session({}, [Turn("user", "Hi.", NOW)], NOW)
+    assert "<memory>\nEmpty\n</memory>" in llm.calls[0][1]["content"]
+    assert update.state == {"memory": "", "sessions": 1}
+
+
+def test_rsum_keeps_the_previous_memory_and_traces_no_raw_text_when_the_llm_fails() -> None:
+    before = "The user likes tea. The user has a dog. The user lives in Porto."
+    system = Rsum(llm=ScriptedLLM([LLMError("down")]), max_sentences=2)
+    update = system.end_session({"memory": before}, [Turn("user", "Hi.", NOW)], NOW)
+    assert update.state["memory"] == "The user has a dog. The user lives in Porto."
+    assert update.trace["raw"] == "" and update.trace["memory_before"] == before and "rejected" not in update.trace
+    assert [f["raw"] for f in update.trace["fallbacks"]] == ["", ""]  # the error, then the trimming
+
+
+@pytest.mark.parametrize("reply", ["Updated memory: EMPTY.", "Updated memory: none"])
+def test_rsum_an_empty_update_is_not_recorded_as_a_rejected_memory_line(reply: str) -> None:
+    update = Rsum(llm=ScriptedLLM([reply])).end_session({"memory": "Likes tea."}, [Turn("user", "Hi.", NOW)], NOW)
+    assert update.state["memory"] == "Likes tea." and "rejected" not in update.trace
+
+
+def test_rsum_keeps_the_systems_traits_and_traces_rejected_lines_under_its_step() -> None:
+    # P_m keeps personality information of both the user and the system
+    reply = "Updated memory: System: Is cheerful and loves jazz. The user likes tea. User: I'm sorry."
+    update = Rsum(llm=ScriptedLLM([reply])).end_session({}, [Turn("user", "I like tea.", NOW)], NOW)
+    assert update.state["memory"] == "System: Is cheerful and loves jazz. The user likes tea."
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [("rsum_memory", "User: I'm sorry.")]
+    assert update.trace["fallbacks"] == []
+
+
+def test_rsum_a_memory_of_exactly_the_cap_is_not_trimmed() -> None:
+    reply = "Updated memory: The user likes tea. The user has a dog."
+    update = Rsum(llm=ScriptedLLM([reply]), max_sentences=2).end_session({}, [Turn("user", "Hi.", NOW)], NOW)
+    assert update.state["memory"] == "The user likes tea. The user has a dog."
+    assert "trimmed" not in update.trace and update.trace["fallbacks"] == []
