@@ -6,16 +6,22 @@ the mutant active), and pins a behaviour a plausible bug would break. See docs/m
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+from typing import Any
 
 import bm25s
 import pytest
 
 from memory.base import Turn
+from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
-from memory.llm import LLMError, ScriptedLLM
+from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
+from memory.registry import build_system
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
+from memory.systems.mem0 import parse_events
+from memory.systems.memgpt import EDIT_SYSTEM, apply_action, render_core
 from memory.systems.rsum import P_R, Rsum, parse_memory
 
 NOW = dt.datetime(2026, 3, 2, 18, tzinfo=dt.UTC)
@@ -180,3 +186,208 @@ def test_rsum_a_memory_of_exactly_the_cap_is_not_trimmed() -> None:
     update = Rsum(llm=ScriptedLLM([reply]), max_sentences=2).end_session({}, [Turn("user", "Hi.", NOW)], NOW)
     assert update.state["memory"] == "The user likes tea. The user has a dog."
     assert "trimmed" not in update.trace and update.trace["fallbacks"] == []
+
+
+# ------------------------------------------------------------------------------------------- MemGPT
+
+
+def memgpt(llm: Any = None, **params: Any) -> Any:
+    return build_system("memgpt", llm=llm or ScriptedLLM(["[]"]), embedder=HashingEmbedder(), **params)
+
+
+def exchange(user: str, bot: str = "I see.", at: dt.datetime | None = NOW) -> list[Turn]:
+    return [Turn("user", user, at), Turn("bot", bot, at)]
+
+
+def test_memgpt_renders_a_missing_block_as_an_empty_block() -> None:
+    assert render_core({"persona": "I am a bot."}, 50) == (
+        "persona (11/50 characters):\n<persona>\nI am a bot.\n</persona>\nhuman (0/50 characters):\n<human>\n\n</human>"
+    )
+
+
+def test_memgpt_starts_from_the_configured_persona_and_keeps_exactly_its_state_keys() -> None:
+    system = memgpt(persona="I am Ada, a chatbot.", human="Name is Bo.")
+    state = system.initial_state()
+    assert state == {
+        "persona": "I am Ada, a chatbot.",
+        "human": "Name is Bo.",
+        "archive": [],
+        "next_id": 0,
+        "sessions": 0,
+    }
+    assert system.end_session(state, exchange("Hi."), NOW).state.keys() == state.keys()
+
+
+def test_memgpt_lists_each_line_of_each_block_as_a_memory_and_quotes_archival_hits_as_notes() -> None:
+    archive = [
+        {"id": 0, "text": "The user's sister lives in Lisbon.", "created": "t"},
+        {"id": 1, "text": "The user has a cat named Tom.", "created": "t"},
+        {"id": 2, "text": "The user's cat Tom is grey.", "created": "t"},
+    ]
+    state = {"persona": "I am a bot.", "human": "Likes tea.\nHas a cat.", "archive": archive}
+    prompt = memgpt(archival_k=2).compose(state, [Turn("user", "Is my cat Tom grey?", NOW)], NOW)
+    assert prompt.memory == [
+        "persona: I am a bot.",
+        "human: Likes tea.",
+        "human: Has a cat.",
+        "archival: The user's cat Tom is grey.",
+        "archival: The user has a cat named Tom.",
+    ]
+    assert (
+        data_block("notes", "- The user's cat Tom is grey.\n- The user has a cat named Tom.")
+        in prompt.messages[0].content
+    )
+
+
+def test_memgpt_opens_a_session_without_searching_the_archive() -> None:
+    state = {"archive": [{"id": 0, "text": "The user has a cat named Tom.", "created": "t"}]}
+    assert memgpt().compose(state, [], NOW).memory == ["persona: " + memgpt().initial_state()["persona"]]
+
+
+def test_memgpt_explicit_action_formats_override_what_the_llm_supports() -> None:
+    json_llm = ScriptedLLM(["[]"], supports_tools=True)
+    memgpt(json_llm, action_format="json").after_turn({}, exchange("I have a cat."), NOW)
+    tools_llm = ScriptedLLM([[]], supports_tools=False)
+    memgpt(tools_llm, action_format="tools").after_turn({}, exchange("I have a cat."), NOW)
+    assert json_llm.tools_seen == [None] and tools_llm.tools_seen[0] is not None
+    with pytest.raises(ValueError, match="action_format must be auto, tools or json, not 'xml'"):
+        memgpt(action_format="xml").after_turn({}, exchange("I have a cat."), NOW)
+
+
+class BareLLM:
+    """An LLM object that does not say whether it supports tools."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedLLM(["[]"])
+
+    def complete(self, messages: Any, **kw: Any) -> Completion:
+        return self.inner.complete(messages, **kw)
+
+
+def test_memgpt_asks_an_llm_that_does_not_declare_tool_support_for_json() -> None:
+    llm = BareLLM()
+    memgpt(llm).after_turn({}, exchange("I have a cat."), NOW)
+    assert llm.inner.tools_seen == [None] and "Answer with a JSON list" in llm.inner.calls[0][-1]["content"]
+
+
+def test_memgpt_tool_edit_is_a_system_and_a_user_message_and_its_fallbacks_are_memgpt_edit() -> None:
+    llm = ScriptedLLM([LLMError("tools not supported"), "[]"], supports_tools=True)
+    update = memgpt(llm).after_turn({}, exchange("I have a cat."), NOW)
+    assert [m["role"] for m in llm.calls[0]] == ["system", "user"]
+    assert [f["where"] for f in update.trace["fallbacks"]] == ["memgpt_edit"]
+    cut = Completion("", "m", 0, 5, finish_reason=FINISH_LENGTH, tool_calls=[ToolCall("archival_memory_insert", {})])
+    update = memgpt(ScriptedLLM([cut], supports_tools=True)).after_turn({}, exchange("I have a cat."), NOW)
+    assert [f["where"] for f in update.trace["fallbacks"]] == ["memgpt_edit"]
+
+
+def test_memgpt_discards_tool_calls_whose_text_repeats_the_edit_prompt() -> None:
+    echo = " ".join(EDIT_SYSTEM.split()[:20])
+    calls = [ToolCall("archival_memory_insert", {"content": "The user has a cat."})]
+    out = Completion(echo, "m", 0, 5, tool_calls=calls)
+    update = memgpt(ScriptedLLM([out], supports_tools=True)).after_turn({}, exchange("I have a cat."), NOW)
+    assert update.state["archive"] == []
+    [record] = update.trace["fallbacks"]
+    assert record["where"] == "memgpt_edit" and record["raw"] == echo and "repeats the prompt" in record["reason"]
+    # a few words of the prompt (no 15-word run) are not an echo for a structured answer
+    quoting = Completion("Keep the human block up to date.", "m", 0, 5, tool_calls=calls)
+    update = memgpt(ScriptedLLM([quoting], supports_tools=True)).after_turn({}, exchange("I have a cat."), NOW)
+    assert [e["text"] for e in update.state["archive"]] == ["The user has a cat."]
+
+
+def test_memgpt_checks_the_new_content_of_a_replace_and_lets_an_emptying_replace_delete() -> None:
+    state = {"human": "Has a cat.\nLives in Porto."}
+    bad = [
+        ToolCall("core_memory_replace", {"label": "human", "old_content": "Has a cat.", "new_content": "Chatbot: ok"})
+    ]
+    update = memgpt(ScriptedLLM([bad], supports_tools=True)).after_turn(state, exchange("My cat died."), NOW)
+    assert update.state["human"] == "Has a cat.\nLives in Porto."
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [("memgpt_edit", "Chatbot: ok")]
+    assert set(update.trace["rejected"][0]) == {"where", "text", "reason"}
+    delete = [ToolCall("core_memory_replace", {"label": "human", "old_content": "Has a cat.", "new_content": ""})]
+    update = memgpt(ScriptedLLM([delete], supports_tools=True)).after_turn(state, exchange("My cat died."), NOW)
+    assert update.state["human"] == "Lives in Porto." and "rejected" not in update.trace
+
+
+def test_memgpt_refuses_an_append_without_content() -> None:
+    state = {"persona": "", "human": "", "archive": [], "next_id": 0}
+    call = ToolCall("core_memory_append", {"label": "human"})
+    assert apply_action(state, call, limit=100, now="t") == (state, "core_memory_append without content")
+
+
+def test_memgpt_turn_edit_sees_only_the_last_two_turns_dated_now_when_they_carry_no_time() -> None:
+    llm = ScriptedLLM(["[]"])
+    later = NOW + dt.timedelta(days=3)
+    session = [*exchange("Old news.", "Old reply."), *exchange("I have a cat.", "Nice.", at=None)]
+    update = memgpt(llm).after_turn({}, session, later)
+    prompt = llm.calls[0][1]["content"]
+    assert "User: I have a cat.\nChatbot: Nice." in prompt and "Old reply." not in prompt
+    assert f"New messages ({later:%Y-%m-%d})" in prompt
+    assert update.trace == {"fallbacks": []}
+
+
+def test_memgpt_traces_no_fallback_when_nothing_is_edited() -> None:
+    assert memgpt().after_turn({}, [Turn("user", "Hi.", NOW)], NOW).trace == {"fallbacks": []}
+    assert memgpt().end_session({}, exchange("Hi."), NOW).trace["fallbacks"] == []
+
+
+# ------------------------------------------------------------------------------------------- mem0
+
+
+def mem0_state(*texts: str) -> dict[str, Any]:
+    memories = [{"id": i, "text": t, "created": "t", "updated": "t"} for i, t in enumerate(texts)]
+    return {"memories": memories, "next_id": len(texts), "summary": "", "recent": [], "sessions": 0}
+
+
+def mem0_update(reply: str, state: dict[str, Any], facts: list[str]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    llm = ScriptedLLM([reply])
+    trace: dict[str, Any] = {"fallbacks": []}
+    new_state, unit = build_system("mem0", llm=llm, embedder=HashingEmbedder()).update(state, facts, NOW, trace)
+    return llm, new_state, trace | {"unit": unit}
+
+
+def test_mem0_update_prompt_is_one_user_message_with_non_ascii_text_as_written() -> None:
+    llm, _, _ = mem0_update('{"memory": []}', mem0_state("Lives in Zürich"), ["Likes crème brûlée"])
+    [message] = llm.calls[0]
+    assert message["role"] == "user"
+    assert "Lives in Zürich" in message["content"] and "Likes crème brûlée" in message["content"]
+
+
+def test_mem0_reads_events_past_a_malformed_entry_and_drops_entries_without_an_event() -> None:
+    reply = json.dumps(
+        {"memory": ["junk", {"id": "0", "text": "Likes tea"}, {"text": "Has a dog", "event": "ADD"}, {"event": "noop"}]}
+    )
+    assert parse_events(reply) == [
+        {"id": "", "text": "Has a dog", "event": "ADD"},
+        {"id": "", "text": "", "event": "NONE"},
+    ]
+
+
+def test_mem0_records_where_and_what_the_update_reply_was_when_it_is_skipped() -> None:
+    _, state, trace = mem0_update("I cannot decide.", mem0_state("Likes tea"), ["Likes green tea"])
+    assert state["memories"] == mem0_state("Likes tea")["memories"]
+    assert [(f["where"], f["raw"]) for f in trace["fallbacks"]] == [("mem0_update", "I cannot decide.")]
+    reply = '{"memory": [{"id": "7", "text": "Likes tea", "event": "DELETE"}]}'
+    _, _, trace = mem0_update(reply, mem0_state("Likes tea"), ["Likes green tea"])
+    assert trace["fallbacks"] == [
+        {"where": "mem0_update", "reason": "skipped: DELETE of id '7', which was not shown", "raw": reply}
+    ]
+
+
+def test_mem0_checks_only_new_texts_and_accepts_an_example_the_facts_support() -> None:
+    memories = mem0_state("Has a cold", "Likes tea")
+    reply = json.dumps(
+        {
+            "memory": [
+                {"id": "0", "text": "Cold", "event": "DELETE"},  # a one-word text: a DELETE still applies
+                {"id": "1", "text": "I'm sorry, I cannot help with that.", "event": "UPDATE"},  # a refusal
+                {"id": "2", "text": "Loves cheese pizza", "event": "ADD"},  # an example nobody said
+                {"id": "3", "text": "Name is John", "event": "ADD"},  # an example the facts say
+            ]
+        }
+    )
+    _, state, trace = mem0_update(reply, memories, ["My cold is gone", "Name is John", "Likes tea"])
+    assert [m["text"] for m in state["memories"]] == ["Likes tea", "Name is John"]
+    assert [(r["where"], r["text"]) for r in trace["rejected"]] == [
+        ("mem0_update", "I'm sorry, I cannot help with that."),
+        ("mem0_update", "Loves cheese pizza"),
+    ]
