@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import bm25s
+import numpy as np
 import pytest
 
 from memory.base import Turn
@@ -20,7 +21,7 @@ from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCal
 from memory.registry import build_system
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
-from memory.systems.mem0 import parse_events
+from memory.systems.mem0 import pairs_from_events, parse_events
 from memory.systems.memgpt import EDIT_SYSTEM, apply_action, render_core
 from memory.systems.rsum import P_R, Rsum, parse_memory
 
@@ -391,3 +392,24 @@ def test_mem0_checks_only_new_texts_and_accepts_an_example_the_facts_support() -
         ("mem0_update", "I'm sorry, I cannot help with that."),
         ("mem0_update", "Loves cheese pizza"),
     ]
+
+
+def test_mem0_opens_a_session_with_the_latest_updated_memories_and_none_when_k_is_0() -> None:
+    state = mem0_state("Likes tea", "Has a dog", "Lives in Porto")
+    state["memories"][0]["updated"] = "2026-03-02T10:00:00+00:00"  # the oldest memory, updated last
+    for m in state["memories"][1:]:
+        m["updated"] = "2026-03-01T10:00:00+00:00"
+    system = build_system("mem0", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=2)
+    assert system.compose(state, [], NOW).memory == ["Lives in Porto", "Likes tea"]
+    none = build_system("mem0", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=0)
+    assert none.compose(state, [], NOW).memory == []
+
+
+def test_mem0_retrieves_nothing_after_only_the_bots_opening_message() -> None:
+    system = build_system("mem0", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
+    assert system.compose(mem0_state("Likes tea"), [Turn("bot", "Welcome back!", NOW)], NOW).memory == []
+
+
+def test_mem0_pairs_of_a_shown_memory_without_an_event_are_labelled_none() -> None:
+    pairs = pairs_from_events(["Likes tea"], ["Has a dog"], [], [0], np.array([[0.1]], dtype=np.float32))
+    assert [(p["op"], p["event"]) for p in pairs] == [("APPEND", "NONE")]
