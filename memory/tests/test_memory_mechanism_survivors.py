@@ -413,3 +413,52 @@ def test_mem0_retrieves_nothing_after_only_the_bots_opening_message() -> None:
 def test_mem0_pairs_of_a_shown_memory_without_an_event_are_labelled_none() -> None:
     pairs = pairs_from_events(["Likes tea"], ["Has a dog"], [], [0], np.array([[0.1]], dtype=np.float32))
     assert [(p["op"], p["event"]) for p in pairs] == [("APPEND", "NONE")]
+
+
+def test_mem0_retrieves_for_a_reply_by_the_users_message() -> None:
+    state = mem0_state("The user's sister lives in Lisbon", "The user has a cat named Tom", "The cat Tom is grey")
+    system = build_system("mem0", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=1)
+    assert system.compose(state, [Turn("user", "Is my cat Tom grey?", NOW)], NOW).memory == ["The cat Tom is grey"]
+
+
+def test_mem0_extraction_is_a_system_and_a_user_message_and_keeps_its_state_keys() -> None:
+    llm = ByPurpose({"mem0_extract": "Sure, noted.", "mem0_summary": "The user said hi."})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("Hi, I like tea."), NOW)
+    assert [m["role"] for m in llm.calls[0]] == ["system", "user"]
+    assert update.trace["fallbacks"] == [
+        {
+            "where": "mem0_extract",
+            "reason": 'no {"facts": [...]} in the reply: no fact extracted',
+            "raw": "Sure, noted.",
+        }
+    ]
+    assert update.state.keys() == system.initial_state().keys()
+
+
+def test_mem0_keeps_facts_whose_json_quotes_words_of_the_prompts_examples() -> None:
+    # the answer format is shown by example, so a short run of the prompt in a JSON answer is no echo
+    llm = ByPurpose(
+        {
+            "mem0_extract": '{"facts" : ["Looking for a restaurant in San Francisco"]}',
+            "mem0_update": '{"memory": []}',
+            "mem0_summary": "x",
+        }
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    update = system.end_session(
+        system.initial_state(), exchange("I am looking for a restaurant in San Francisco."), NOW
+    )
+    assert update.trace["facts"] == [["Looking for a restaurant in San Francisco"]]
+
+
+class ByPurpose(ScriptedLLM):
+    """Answers each call with the reply given for its purpose."""
+
+    def __init__(self, replies: dict[str, str]) -> None:
+        super().__init__(lambda messages: "")
+        self.replies = replies
+
+    def complete(self, messages: Any, **kw: Any) -> Completion:
+        self.script = lambda _: self.replies[kw["purpose"]]
+        return super().complete(messages, **kw)
