@@ -61,7 +61,8 @@ def claim(queryset: models.QuerySet[models.Model], **changes: object) -> bool:
 class Heartbeat:
     """Extends a lease every third of its length while the job runs. ``lost`` turns true when the
     lease was taken over (the row no longer matches ``queryset``): the job should stop and write
-    nothing. A database that is briefly down only skips beats."""
+    nothing. A database that is briefly down only skips beats: a broken connection is discarded, and the
+    next beat opens a new one."""
 
     def __init__(self, queryset: models.QuerySet[models.Model]) -> None:
         self.queryset = queryset
@@ -80,6 +81,9 @@ class Heartbeat:
                         return
                 except DatabaseError:
                     log.warning("lease heartbeat failed; trying again", exc_info=True)
+                    # A connection the server dropped (a restart, a failover) stays closed: Django reconnects
+                    # only once it is discarded, which no request cycle does for this thread.
+                    close_old_connections()
         finally:
             close_old_connections()
 
