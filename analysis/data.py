@@ -16,6 +16,7 @@ are a non-numeric or out-of-range score and two rows for the same (worker, unit,
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, cast
@@ -82,6 +83,9 @@ def read_text_table(handle: IO[str]) -> pd.DataFrame:
     return table
 
 
+_HEADER_SCAN_LIMIT = 1 << 20  # characters
+
+
 class _ScanningReader:
     """A text file as pandas reads it (``read`` in blocks), noting its header line and the first NUL character."""
 
@@ -89,7 +93,8 @@ class _ScanningReader:
 
     def __init__(self, handle: IO[str]) -> None:
         self._handle = handle
-        self._header: list[str] = []  # the first line, in pieces until its newline arrives
+        self._head: list[str] = []  # the blocks up to the end of the header record (pandas' header)
+        self._head_size = 0
         self._header_done = False
         self._lines = 0  # newlines before the current block
         self._nul: tuple[int, str] | None = None  # (line number, the line's text)
@@ -97,9 +102,17 @@ class _ScanningReader:
     def read(self, size: int = -1) -> str:
         block = self._handle.read(size)
         if not self._header_done:
-            end = block.find("\n")
-            self._header.append(block if end < 0 else block[:end])
-            self._header_done = end >= 0 or not block
+            self._head.append(block)
+            self._head_size += len(block)
+            # Most headers end in the first block; a header past it (blank lines first, a quoted line break, old
+            # Mac line ends) is parsed again only when a block brings a line end, and not past a megabyte (an
+            # unclosed quote would make every block parse the whole file again).
+            if (
+                not block
+                or self._head_size > _HEADER_SCAN_LIMIT
+                or (("\n" in block or "\r" in block) and _header_record("".join(self._head)) is not None)
+            ):
+                self._header_done = True
         if self._nul is None and "\x00" in block:
             at = block.index("\x00")
             start = block.rfind("\n", 0, at) + 1
@@ -112,7 +125,7 @@ class _ScanningReader:
         return iter(self._handle)
 
     def check(self) -> None:
-        header = _csv_fields("".join(self._header).lstrip("\ufeff"))
+        header = _header_record("".join(self._head), at_end=True) or []
         if self._nul is not None:
             line, text = self._nul
             fields = _csv_fields(text)
@@ -128,12 +141,33 @@ class _ScanningReader:
             )
         seen: dict[str, int] = {}
         for i, name in enumerate(header):
+            if not name:  # pandas names an empty header cell "Unnamed: <i>" (a spreadsheet's trailing commas)
+                continue
             if name in seen:
                 raise RatingsError(
                     f"the header names the column {name!r} twice (columns {seen[name] + 1} and {i + 1}): give every "
                     "column its own name"
                 )
             seen[name] = i
+
+
+def _header_record(text: str, *, at_end: bool = False) -> list[str] | None:
+    """The first non-blank CSV record of ``text`` (the header pandas reads: it skips blank lines, and a quoted
+    name may hold a line break); ``None`` while it may still go on past the end of ``text``."""
+    reader = csv.reader(io.StringIO(text.lstrip("\ufeff"), newline=""))
+    try:
+        for fields in reader:
+            if not fields:
+                continue
+            if at_end:
+                return fields
+            next(reader)  # a following record (even a blank line) proves this one complete
+            return fields
+    except StopIteration:
+        return None
+    except csv.Error:
+        return [] if at_end else None
+    return [] if at_end else None
 
 
 def _csv_fields(line: str) -> list[str]:

@@ -52,6 +52,19 @@ class QueueQuerySet(models.QuerySet["Queue"]):
         studies = Study.objects.visible_to(user).values("pk")
         return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
 
+    def workable_by(self, user: Any) -> QueueQuerySet:
+        """The queues ``user`` may open in the annotator workspace. Members of the annotators group work
+        every queue (the workspace shows the item's payload only). A researcher is an annotator by being
+        staff, not by being given the role: without the group they annotate only the queues they may see,
+        so the workspace does not open another researcher's transcripts (or let them be labelled)."""
+        from studies.roles import ANNOTATOR_GROUP
+
+        if not getattr(user, "is_active", False):
+            return self.none()
+        if user.groups.filter(name=ANNOTATOR_GROUP).exists():
+            return self
+        return self.visible_to(user)
+
 
 class Queue(models.Model):
     class Kind(models.TextChoices):

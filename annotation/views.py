@@ -83,14 +83,14 @@ SUMMARY_GUIDELINES = [
 def home(request: AuthenticatedHttpRequest) -> HttpResponse:
     queues = [
         {"queue": q, "progress": services.annotator_progress(q, request.user)}
-        for q in Queue.objects.filter(active=True).annotate(n=Count("items")).filter(n__gt=0)
+        for q in Queue.objects.workable_by(request.user).filter(active=True).annotate(n=Count("items")).filter(n__gt=0)
     ]
     return render(request, "annotation/home.html", {"queues": queues})
 
 
 @annotator_required
 def work(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue, pk=pk, active=True)
+    queue = get_object_or_404(Queue.objects.workable_by(request.user), pk=pk, active=True)
     assignment = services.claim_next_item(queue, request.user)
     if assignment is None:
         return render(

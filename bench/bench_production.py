@@ -104,8 +104,8 @@ class ProductionStack(Stack):
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "evalsite.asgi:application"],
             cwd=ROOT, env=self.env, stdout=self.log(f"daphne-{port}"), stderr=subprocess.STDOUT,
         )  # fmt: skip
+        self.extra_webs.append(proc)  # before waiting: stop() ends it even if it never comes up
         wait_until(lambda: port_open(port), 60, "the second daphne")
-        self.extra_webs.append(proc)
         self.web_ports.append(port)
 
     def groups(self) -> dict[str, int]:

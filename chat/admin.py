@@ -80,7 +80,11 @@ class LLMCallInline(EvidenceInline):
 class EpisodeAdmin(StudyScoped, admin.ModelAdmin[Episode]):
     study_path = "arm__study"
     list_display = ["id", "participant", "arm", "index", "status", "created_at", "completed_at"]
-    list_filter = ["status", "arm__study", "arm"]
+    list_filter = [
+        "status",
+        ("arm__study", admin.RelatedOnlyFieldListFilter),
+        ("arm", admin.RelatedOnlyFieldListFilter),
+    ]
     readonly_fields = ["participant", "arm", "index", "memory_state", "created_at"]
     inlines = [ChatSessionInline]
 
@@ -89,7 +93,7 @@ class EpisodeAdmin(StudyScoped, admin.ModelAdmin[Episode]):
 class ChatSessionAdmin(StudyScoped, admin.ModelAdmin[ChatSession]):
     study_path = "episode__arm__study"
     list_display = ["id", "episode", "index", "status", "simulated_start", "ended_at", "rated_at"]
-    list_filter = ["status", "episode__arm__study"]
+    list_filter = ["status", ("episode__arm__study", admin.RelatedOnlyFieldListFilter)]
     readonly_fields = ["episode", "index", "simulated_start", "started_at", "ended_at", "rated_at"]
     inlines = [MessageInline, RatingInline, MemorySnapshotInline, LLMCallInline]
 
@@ -104,7 +108,7 @@ class MessageAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[Message]):
 @admin.register(Rating)
 class RatingAdmin(StudyScoped, ReadOnlyMixin, admin.ModelAdmin[Rating]):
     list_display = ["id", "session", "metric", "value", "created_at"]
-    list_filter = ["metric__study", "metric__key"]
+    list_filter = [("metric__study", admin.RelatedOnlyFieldListFilter), "metric__key"]
 
 
 @admin.register(MemorySnapshot)

@@ -51,13 +51,25 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
             waited = (timezone.now() - running.created_at).total_seconds()
             if running.status == ArmJob.Status.QUEUED and waited > leases.queue_grace_seconds():
                 pk = running.pk
-                transaction.on_commit(lambda: dispatch(TASK_NAME, pk, local=run, long=True))
+                transaction.on_commit(lambda: _dispatch(pk))
             return running
         if running is not None:
             fail_lost(running)
         job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
-        transaction.on_commit(lambda: dispatch(TASK_NAME, job.pk, local=run, long=True))
+        transaction.on_commit(lambda: _dispatch(job.pk))
     return job
+
+
+def _dispatch(job_id: int) -> None:
+    """Send the job to its worker. A broker that is down is logged, not raised (the researcher's request
+    would answer 500 after the job was saved): the job stays queued, and asking again once the queue grace
+    has passed sends it again (:func:`start`)."""
+    try:
+        dispatch(TASK_NAME, job_id, local=run, long=True)
+    except Exception:  # kombu's errors when Redis is down; the row is the truth
+        log.warning(
+            "could not enqueue arm job %s; it is sent again when asked for after the grace", job_id, exc_info=True
+        )
 
 
 def fail_lost(job: ArmJob) -> bool:

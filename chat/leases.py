@@ -62,7 +62,8 @@ def claim(queryset: models.QuerySet[models.Model], **changes: object) -> bool:
 class Heartbeat:
     """Extends a lease every third of its length while the job runs. ``lost`` turns true when the
     lease was taken over (the row no longer matches ``queryset``): the job should stop and write
-    nothing. A database that is briefly down only skips beats.
+    nothing. A database that is briefly down only skips beats: after each round the beating thread
+    discards a broken connection (``close_old_connections``), and the next beat opens a new one.
 
     Every heartbeat of the process is kept by one shared thread (:class:`_Beater`): starting a thread
     per reply cost more than the rest of a turn on a busy machine. After :meth:`stop` returns, no beat

@@ -88,11 +88,16 @@ class StudyAdmin(admin.ModelAdmin[Study]):
 class ArmAdmin(admin.ModelAdmin[Arm]):
     form = ArmForm
     list_display = ["name", "study", "memory_system", "llm_backend", "llm_model", "is_qc", "active"]
-    list_filter = ["study", "memory_system", "active"]
+    # the filter lists the studies of the arms shown, not every researcher's study names
+    list_filter = [("study", admin.RelatedOnlyFieldListFilter), "memory_system", "active"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Arm | None = None) -> Any:
-        # (ArmForm has no study field: an arm is added on its study's page or inline, where the inline's rule holds)
         return ARM_READINESS_FIELDS if obj is not None and _gated(obj.study) else ()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # ArmForm has no study field (its add page failed with an IntegrityError): an arm is added on its study's
+        # page or inline, where the readiness gate holds for an open study.
+        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Arm]:
         return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))
@@ -110,7 +115,7 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
         "declined_at",
         "abandoned_at",
     ]
-    list_filter = ["study", "source"]
+    list_filter = [("study", admin.RelatedOnlyFieldListFilter), "source"]
     search_fields = ["external_id"]
     readonly_fields = ["created_at", "last_seen_at"]
 

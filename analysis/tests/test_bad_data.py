@@ -105,6 +105,31 @@ def test_a_repeated_column_name_is_refused_instead_of_renamed(tmp_path: Path) ->
         read_csv(path)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\n\nworker,unit,arm,m,m\nw1,u1,A,50,10\n",  # pandas skips the blank lines to the header
+        "\r\n\r\nworker,unit,arm,m,m\r\nw1,u1,A,50,10\r\n",
+        "worker,unit,arm,m,m\rw1,u1,A,50,10\r",  # old Mac line ends: no \n in the whole file
+        '"wor\nker",unit,arm,m,m\nw1,u1,A,50,10\n',  # a quoted line break in the header
+        "\ufeffworker,unit,arm,m,m",  # a BOM, and no line end at all
+    ],
+)
+def test_a_repeated_column_name_is_refused_wherever_the_header_ends(tmp_path: Path, text: str) -> None:
+    # the check read the first physical line as the header: these files had 'm' renamed 'm.1' silently
+    path = tmp_path / "ratings.csv"
+    path.write_bytes(text.encode())
+    with pytest.raises(RatingsError, match=r"names the column 'm' twice \(columns 4 and 5\)"):
+        read_csv(path)
+
+
+def test_empty_header_cells_are_not_repeated_names(tmp_path: Path) -> None:
+    # a spreadsheet's trailing commas: pandas names them "Unnamed: 4" and "Unnamed: 5", nothing is renamed
+    path = tmp_path / "ratings.csv"
+    path.write_text("worker,unit,arm,m,,\nw1,u1,A,50,,\n")
+    assert list(read_csv(path).columns) == ["worker", "unit", "arm", "m", "Unnamed: 4", "Unnamed: 5"]
+
+
 def test_a_clean_file_reads_as_text_with_quoted_commas_and_newlines(tmp_path: Path) -> None:
     path = tmp_path / "ratings.csv"
     path.write_text('worker,unit,arm,m\n"w,1","u\n1",A,50\n')

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
 
-from annotation.models import Item, Queue
+from annotation.models import Assignment, Item, Queue
 from annotation.sources import add_items
 from annotation.tests.conftest import pair_spec
 from studies.models import Study
@@ -119,3 +119,25 @@ def test_a_superuser_sees_every_queue_and_an_inactive_or_non_staff_user_none(
 def test_an_annotator_still_works_a_queue_of_any_study(annotator: User, queues: dict[str, Queue]) -> None:
     response = logged_in(annotator).get(reverse("annotation:work", args=[queues["of_study"].pk]))
     assert response.status_code == 200 and "Has a dog." in response.content.decode()
+
+
+def test_a_researcher_cannot_read_or_label_another_researchers_queue_in_the_annotator_workspace(
+    bob: User, queues: dict[str, Queue]
+) -> None:
+    # staff makes bob an annotator too: the workspace must not be a way round the queue pages' 404
+    client = logged_in(bob)
+    assert "Alice study queue" not in client.get(reverse("annotation:home")).content.decode()
+    response = client.get(reverse("annotation:work", args=[queues["of_study"].pk]))
+    assert response.status_code == 404 and "Has a dog." not in response.content.decode()
+    assert not Assignment.objects.filter(annotator=bob).exists()
+
+
+def test_a_researcher_annotates_the_queues_they_may_see_or_all_when_also_in_the_annotators_group(
+    alice: User, bob: User, queues: dict[str, Queue]
+) -> None:
+    home = logged_in(alice).get(reverse("annotation:home")).content.decode()
+    assert "Alice study queue" in home and "Command queue" not in home
+    assert logged_in(alice).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200
+    group, _ = Group.objects.get_or_create(name="annotators")
+    bob.groups.add(group)
+    assert logged_in(bob).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200

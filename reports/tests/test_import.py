@@ -184,6 +184,11 @@ def test_a_long_csv_is_imported_too(researcher_client: Client, study: Study) -> 
             WIDE.replace("session,good,bad", "session,good,good"),
             "the header names the column &#x27;good&#x27; twice (columns 5 and 6)",
         ),
+        (
+            {"metrics": "good,bad"},
+            "\r\n" + WIDE.replace("session,good,bad", "session,good,good"),
+            "the header names the column &#x27;good&#x27; twice (columns 5 and 6)",
+        ),
     ],
 )
 def test_bad_tables_are_rejected_with_a_clear_message(

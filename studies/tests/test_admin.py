@@ -186,3 +186,28 @@ def test_a_pilot_or_closed_studys_arms_stay_editable_in_the_admin(
     arm = study.arms.get(memory_system="full_history")
     form = client.get(reverse("admin:studies_arm_change", args=[arm.pk])).context["adminform"].form
     assert {"memory_system", "params", "active"} <= set(form.fields)
+
+
+def test_arms_are_added_only_on_their_studys_page_or_inline_not_on_a_studyless_admin_page(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    # the arm's own add page had no study field and answered 500 (NOT NULL study_id) on save
+    client.force_login(researcher)
+    post = {"name": "X", "memory_system": "rsum", "params": "{}", "llm_backend": "scripted", "active": "on"}
+    assert client.post(reverse("admin:studies_arm_add"), {"study": study.pk, **post}).status_code == 403
+    assert study.arms.count() == 2
+
+
+def test_the_admins_study_and_arm_filters_name_only_those_the_researcher_may_see(client: Client, study: Study) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    bob = User.objects.create_user("bob", password="pw", is_staff=True)
+    bob.user_permissions.set(Permission.objects.filter(content_type__app_label="studies"))
+    Study.objects.create(name="Bobs own study", created_by=bob).arms.create(name="B", memory_system="none")
+    client.force_login(bob)
+    body = client.get(reverse("admin:studies_arm_changelist")).content.decode()
+    assert "Bobs own study" in body and study.name not in body
+    bob.user_permissions.add(*Permission.objects.filter(content_type__app_label="chat"))
+    for model in ("studies_participant", "chat_episode", "chat_chatsession", "chat_rating"):
+        body = client.get(reverse(f"admin:{model}_changelist")).content.decode()
+        assert study.name not in body and "No memory" not in body, model  # nor another study's arm names

@@ -416,3 +416,27 @@ def test_an_open_studys_arm_cannot_be_changed_into_an_unready_one_but_other_edit
     assert response.status_code == 302
     draft.refresh_from_db()
     assert draft.name == "Renamed" and status_of(draft) == ("open", False)
+
+
+def test_a_check_requested_while_the_broker_is_down_stays_queued_and_is_sent_when_asked_again(
+    draft: Study, settings: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    # the dispatch after the commit raised out of the view: a 500 for a job that was saved anyway
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
+    arm = draft.arms.get(memory_system="none")
+    real_dispatch = armjobs.dispatch
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(armjobs, "dispatch", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(arm, "readiness")
+    job.refresh_from_db()
+    assert job.status == ArmJob.Status.QUEUED
+    monkeypatch.setattr(armjobs, "dispatch", real_dispatch)
+    ArmJob.objects.filter(pk=job.pk).update(created_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert armjobs.start(arm, "readiness") == job
+    job.refresh_from_db()
+    assert job.status == ArmJob.Status.DONE

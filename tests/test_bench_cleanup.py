@@ -1,0 +1,57 @@
+"""bench/bench_production.py leaves no process behind when a step fails (no services needed: the
+processes it would start are stood in for by ``sleep``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.fixture
+def bench_production() -> Iterator[Any]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import bench_production
+
+        yield bench_production
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_a_second_web_process_that_does_not_come_up_is_still_stopped(
+    bench_production: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def fake_daphne(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(["sleep", "60"])
+        started.append(proc)
+        return proc
+
+    def too_slow(*args: Any, **kwargs: Any) -> None:
+        raise TimeoutError("timed out after 60 s waiting for the second daphne")
+
+    stack = bench_production.ProductionStack()
+    try:
+        monkeypatch.setattr(bench_production.subprocess, "Popen", fake_daphne)
+        monkeypatch.setattr(bench_production, "wait_until", too_slow)
+        with pytest.raises(TimeoutError):
+            stack.add_web()
+        monkeypatch.undo()
+        stack.stop()  # what main()'s `finally` does
+        assert len(started) == 1
+        assert started[0].poll() is not None, "the daphne that did not come up outlived the bench"
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stack.cleanup()
