@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from chat import leases
@@ -26,10 +26,17 @@ def _lease(pk: int) -> Any:
 
 @pytest.mark.django_db(transaction=True)  # committed rows: the heartbeat thread has its own connection
 def test_a_heartbeat_keeps_the_lease_after_the_database_dropped_its_connection(
-    study: Study, settings: Any, caplog: Any
+    study: Study, settings: Any, caplog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert connection.vendor == "postgresql", "run with scripts/with-services.sh (DATABASE_URL=postgres://...)"
     settings.CHAT_JOB_LEASE_SECONDS = 0.9  # a beat every 0.3 s
+    # Persistent connections without health checks (a deployment may set both): the beating thread keeps
+    # its connection between rounds, so the cut below reaches it, and nothing but the heartbeat's own
+    # handling replaces it. (The defaults, CONN_MAX_AGE 0 and health checks on, close it after every round
+    # or check it before reuse; this is the hardest case.)
+    db_settings = connections.settings["default"]
+    monkeypatch.setitem(db_settings, "CONN_MAX_AGE", None)
+    monkeypatch.setitem(db_settings, "CONN_HEALTH_CHECKS", False)
     job = ArmJob.objects.create(
         arm=study.arms.first(), kind=ArmJob.Kind.READINESS, status=ArmJob.Status.RUNNING, lease_until=leases.later(0.9)
     )
