@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from chat import leases
 from chat.models import ArmJob
 from studies import memorycompat
 from studies.models import Study
@@ -121,9 +122,10 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     study.status = Study.Status.DRAFT
     study.save()
     arm = study.arms.get(memory_system="none")
-    running = ArmJob.objects.create(
-        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5"
-    )
+    running = ArmJob.objects.create(  # a live job: its heartbeat holds the lease (chat/leases.py)
+        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5",
+        lease_until=leases.later(600),
+    )  # fmt: skip
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(20_000)
