@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, models
+from django.db import DatabaseError, close_old_connections, connections, models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -127,6 +127,12 @@ class _Beater:
             with self._wake:
                 now = time.monotonic()
                 due = [b for b in self._beats if b.due <= now]
+                idle = not self._beats
+            if idle:
+                # Nothing to beat: hold no database connection while idle (even a persistent one), so
+                # none stays open between jobs, and a test database can be dropped after its tests.
+                connections.close_all()
+            with self._wake:
                 if not due:
                     wait = min((b.due for b in self._beats), default=now + 60) - now
                     self._wake.wait(timeout=max(0.01, wait))
