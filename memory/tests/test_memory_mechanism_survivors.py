@@ -462,3 +462,34 @@ class ByPurpose(ScriptedLLM):
     def complete(self, messages: Any, **kw: Any) -> Completion:
         self.script = lambda _: self.replies[kw["purpose"]]
         return super().complete(messages, **kw)
+
+
+def test_mem0_drops_an_extracted_fact_that_only_repeats_the_bots_reply() -> None:
+    llm = ByPurpose(
+        {
+            "mem0_extract": '{"facts": ["You should try the green tea at Lupa", "Likes green tea"]}',
+            "mem0_update": '{"memory": []}',
+            "mem0_summary": "x",
+        }
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    update = system.end_session(
+        system.initial_state(), exchange("I like green tea.", "You should try the green tea at Lupa."), NOW
+    )
+    assert update.trace["facts"] == [["Likes green tea"]]
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
+        ("mem0_extract", "You should try the green tea at Lupa")
+    ]
+
+
+def test_mem0_summary_is_one_user_message_with_the_data_rule_the_sentence_cap_and_no_empty_notes() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes tea."})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=3)
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    [message] = llm.calls[-1]
+    assert message["role"] == "user" and DATA_RULE in message["content"]
+    assert "at most 3 sentences" in message["content"]
+    assert data_block("notes", "") not in message["content"]  # no summary yet: no empty data block
+    assert update.state["summary"] == "The user likes tea."
+    system.end_session(update.state, exchange("I like coffee too."), NOW)
+    assert data_block("notes", "The user likes tea.") in llm.calls[-1][0]["content"]
