@@ -455,7 +455,7 @@ def test_mem0_keeps_facts_whose_json_quotes_words_of_the_prompts_examples() -> N
 class ByPurpose(ScriptedLLM):
     """Answers each call with the reply given for its purpose."""
 
-    def __init__(self, replies: dict[str, str]) -> None:
+    def __init__(self, replies: dict[str, str | Exception]) -> None:
         super().__init__(lambda messages: "")
         self.replies = replies
 
@@ -495,3 +495,24 @@ def test_mem0_summary_is_one_user_message_quoting_the_session_with_the_data_rule
     assert update.state["summary"] == "The user likes tea."
     system.end_session(update.state, exchange("I like coffee too."), NOW)
     assert data_block("notes", "The user likes tea.") in llm.calls[-1][0]["content"]
+
+
+def test_mem0_summary_drops_a_sentence_of_the_bot_and_records_it_under_its_step() -> None:
+    llm = ByPurpose(
+        {"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes green tea. You should try the tea at Lupa."}
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session(
+        system.initial_state(), exchange("I like green tea.", "You should try the tea at Lupa."), NOW
+    )
+    assert update.state["summary"] == "The user likes green tea."
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
+        ("mem0_summary", "You should try the tea at Lupa.")
+    ]
+
+
+def test_mem0_keeps_its_summary_and_records_no_rejected_line_when_the_summary_call_fails() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": LLMError("down")})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session({**system.initial_state(), "summary": "The user likes tea."}, exchange("Hi."), NOW)
+    assert update.state["summary"] == "The user likes tea." and "rejected" not in update.trace
