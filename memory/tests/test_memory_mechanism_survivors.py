@@ -483,7 +483,7 @@ def test_mem0_drops_an_extracted_fact_that_only_repeats_the_bots_reply() -> None
 
 
 def test_mem0_summary_is_one_user_message_quoting_the_session_with_the_data_rule_and_the_sentence_cap() -> None:
-    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes tea."})
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes tea.\n The user  has a dog."})
     system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=3)
     update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
     [message] = llm.calls[-1]
@@ -492,9 +492,9 @@ def test_mem0_summary_is_one_user_message_quoting_the_session_with_the_data_rule
     assert data_block("notes", "") not in message["content"]  # no summary yet: no empty data block
     # the session is quoted data, in the roles mem0 records messages with
     assert data_block("conversation", "user: I like tea.\nassistant: I see.") in message["content"]
-    assert update.state["summary"] == "The user likes tea."
+    assert update.state["summary"] == "The user likes tea. The user has a dog."
     system.end_session(update.state, exchange("I like coffee too."), NOW)
-    assert data_block("notes", "The user likes tea.") in llm.calls[-1][0]["content"]
+    assert data_block("notes", "The user likes tea. The user has a dog.") in llm.calls[-1][0]["content"]
 
 
 def test_mem0_summary_drops_a_sentence_of_the_bot_and_records_it_under_its_step() -> None:
