@@ -516,3 +516,13 @@ def test_mem0_keeps_its_summary_and_records_no_rejected_line_when_the_summary_ca
     system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
     update = system.end_session({**system.initial_state(), "summary": "The user likes tea."}, exchange("Hi."), NOW)
     assert update.state["summary"] == "The user likes tea." and "rejected" not in update.trace
+
+
+def test_mem0_keeps_its_summary_and_records_the_raw_reply_when_every_summary_sentence_is_rejected() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "User:"})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session({**system.initial_state(), "summary": "The user likes tea."}, exchange("Hi."), NOW)
+    assert update.state["summary"] == "The user likes tea."
+    [entry] = update.trace["fallbacks"]
+    assert (entry["where"], entry["raw"]) == ("mem0_summary", "User:") and isinstance(entry["reason"], str)
+    assert entry["reason"]
