@@ -526,3 +526,10 @@ def test_mem0_keeps_its_summary_and_records_the_raw_reply_when_every_summary_sen
     [entry] = update.trace["fallbacks"]
     assert (entry["where"], entry["raw"]) == ("mem0_summary", "User:") and isinstance(entry["reason"], str)
     assert entry["reason"]
+
+
+def test_mem0_traces_an_empty_list_of_fallbacks_when_nothing_fell_back() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user said hi."})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("Hi."), NOW)
+    assert update.trace["fallbacks"] == [] and update.trace["facts"] == [[]] and update.trace["operation_units"] == []
