@@ -533,3 +533,26 @@ def test_mem0_traces_an_empty_list_of_fallbacks_when_nothing_fell_back() -> None
     system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
     update = system.end_session(system.initial_state(), exchange("Hi."), NOW)
     assert update.trace["fallbacks"] == [] and update.trace["facts"] == [[]] and update.trace["operation_units"] == []
+
+
+def test_mem0_extracts_only_from_a_user_message_answered_by_the_bot() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "x"})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    session = [Turn("bot", "Welcome back!", NOW), Turn("user", "Hi.", NOW), Turn("user", "I like tea.", NOW)]
+    assert system.end_session(system.initial_state(), session, NOW).trace["facts"] == []  # no answer yet
+    update = system.end_session(system.initial_state(), [*session, Turn("bot", "Nice.", NOW)], NOW)
+    assert update.trace["facts"] == [[]] and len(llm.calls) == 1
+    assert "user: I like tea.\nassistant: Nice." in llm.calls[0][1]["content"]
+
+
+def test_mem0_dates_an_undated_exchange_now() -> None:
+    llm = ByPurpose(
+        {"mem0_extract": '{"facts": ["Likes green tea"]}', "mem0_update": '{"memory": []}', "mem0_summary": "x"}
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    state = mem0_state("Likes tea")
+    update = system.end_session(state, exchange("I like green tea.", at=None), NOW)
+    assert NOW.strftime("%Y-%m-%d") in llm.calls[0][0]["content"]
+    llm.replies["mem0_update"] = '{"memory": [{"id": "0", "text": "Likes green tea", "event": "UPDATE"}]}'
+    update = system.end_session(state, exchange("I like green tea.", at=None), NOW)
+    assert update.state["memories"][0]["updated"] == NOW.isoformat()
