@@ -528,11 +528,13 @@ def test_mem0_keeps_its_summary_and_records_the_raw_reply_when_every_summary_sen
     assert entry["reason"]
 
 
-def test_mem0_traces_an_empty_list_of_fallbacks_when_nothing_fell_back() -> None:
+def test_mem0_counts_sessions_and_traces_an_empty_list_of_fallbacks_when_nothing_fell_back() -> None:
     llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user said hi."})
     system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
     update = system.end_session(system.initial_state(), exchange("Hi."), NOW)
     assert update.trace["fallbacks"] == [] and update.trace["facts"] == [[]] and update.trace["operation_units"] == []
+    assert update.state["sessions"] == 1
+    assert system.end_session(update.state, exchange("Hi again."), NOW).state["sessions"] == 2
 
 
 def test_mem0_extracts_only_from_a_user_message_answered_by_the_bot() -> None:
