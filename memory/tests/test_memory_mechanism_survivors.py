@@ -21,7 +21,7 @@ from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCal
 from memory.registry import build_system
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
-from memory.systems.mem0 import pairs_from_events, parse_events
+from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
 from memory.systems.memgpt import EDIT_SYSTEM, apply_action, render_core
 from memory.systems.rsum import P_R, Rsum, parse_memory
 
@@ -558,3 +558,12 @@ def test_mem0_dates_an_undated_exchange_now() -> None:
     llm.replies["mem0_update"] = '{"memory": [{"id": "0", "text": "Likes green tea", "event": "UPDATE"}]}'
     update = system.end_session(state, exchange("I like green tea.", at=None), NOW)
     assert update.state["memories"][0]["updated"] == NOW.isoformat()
+
+
+def test_mem0_reads_a_json_object_between_prose_and_keeps_only_scalar_facts() -> None:
+    assert parse_facts('Here: {"facts": [null, {"a": 1}, ["b"], 7, "Likes tea", "Likes tea"]} Hope it helps.') == [
+        "7",
+        "Likes tea",
+    ]
+    reply = 'Sure: {"memory": [{"id": "0", "text": "Likes tea", "event": "NONE"}]} Done.'
+    assert parse_events(reply) == [{"id": "0", "text": "Likes tea", "event": "NONE"}]
