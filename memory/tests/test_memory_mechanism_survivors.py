@@ -565,5 +565,48 @@ def test_mem0_reads_a_json_object_between_prose_and_keeps_only_scalar_facts() ->
         "7",
         "Likes tea",
     ]
-    reply = 'Sure: {"memory": [{"id": "0", "text": "Likes tea", "event": "NONE"}]} Done.'
+    reply = 'Sure: {"memory": [{"id": "0", "text": "Likes tea", "event": "NONE"}]}.'
     assert parse_events(reply) == [{"id": "0", "text": "Likes tea", "event": "NONE"}]
+
+
+# ------------------------------------------------------------------------------------------- A-Mem
+
+
+def a_mem_note(i: int, content: str, context: str = "Baking at home") -> dict[str, Any]:
+    return {
+        "id": i,
+        "content": content,
+        "timestamp": NOW.isoformat(),
+        "links": [],
+        "keywords": ["bread"],
+        "context": context,
+        "tags": ["home"],
+    }
+
+
+def a_mem_evolving(contexts: list[str], **kw: Any) -> tuple[Any, Any]:
+    """An A-Mem whose analysis is fixed and whose evolution rewrites the neighbours' contexts."""
+    note = json.dumps({"keywords": ["oven"], "context": "A broken oven", "tags": ["home"]})
+    decision = json.dumps(
+        {
+            "should_evolve": True,
+            "actions": ["update_neighbor"],
+            "new_context_neighborhood": contexts,
+            "new_tags_neighborhood": [["food"] for _ in contexts],
+        }
+    )
+    llm = ScriptedLLM(lambda messages: decision if "evolution agent" in messages[-1]["content"] else note)
+    return llm, build_system("a_mem", llm=llm, embedder=HashingEmbedder(), **kw)
+
+
+def test_a_mem_keeps_a_one_word_neighbour_context_but_not_one_that_repeats_the_neighbours_bot_line() -> None:
+    bread = a_mem_note(0, "User: I bake bread\nAssistant: Sourdough needs a long slow rise.")
+    _, system = a_mem_evolving(["Sourdough"], k=1)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    assert update.state["notes"][0]["context"] == "Sourdough" and "rejected" not in update.trace
+    _, system = a_mem_evolving(["Sourdough needs a long slow rise."], k=1)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    assert update.state["notes"][0]["context"] == "Baking at home"
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
+        ("a_mem_evolve", "Sourdough needs a long slow rise.")
+    ]
