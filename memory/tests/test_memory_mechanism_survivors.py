@@ -607,6 +607,6 @@ def test_a_mem_keeps_a_one_word_neighbour_context_but_not_one_that_repeats_the_n
     _, system = a_mem_evolving(["Sourdough needs a long slow rise."], k=1)
     update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
     assert update.state["notes"][0]["context"] == "Baking at home"
-    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
-        ("a_mem_evolve", "Sourdough needs a long slow rise.")
+    assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
+        ("a_mem_evolve", "Sourdough needs a long slow rise.", True)
     ]
