@@ -19,6 +19,7 @@ from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
+from memory.systems.a_mem import evolve
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
@@ -610,3 +611,18 @@ def test_a_mem_keeps_a_one_word_neighbour_context_but_not_one_that_repeats_the_n
     assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
         ("a_mem_evolve", "Sourdough needs a long slow rise.", True)
     ]
+
+
+def test_a_mem_ignores_malformed_link_ids_and_a_tag_list_that_is_not_a_list() -> None:
+    shown = [a_mem_note(4, "User: a"), a_mem_note(5, "User: b")]
+    decision = {"should_evolve": True, "actions": ["strengthen"], "suggested_connections": ["4-", "X5", "-4", "5"]}
+    new, _, _ = evolve(a_mem_note(9, "User: c"), shown, decision)
+    assert new["links"] == [5]
+    decision = {
+        "should_evolve": True,
+        "actions": ["update_neighbor"],
+        "new_context_neighborhood": ["About dogs", "About cats"],
+        "new_tags_neighborhood": "dogs",
+    }
+    _, neighbours, changes = evolve(a_mem_note(9, "User: c"), shown, decision)
+    assert neighbours == shown and changes == []
