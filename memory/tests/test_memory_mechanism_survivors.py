@@ -19,7 +19,7 @@ from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
-from memory.systems.a_mem import evolve
+from memory.systems.a_mem import evolve, note_turns
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
@@ -626,3 +626,11 @@ def test_a_mem_ignores_malformed_link_ids_and_a_tag_list_that_is_not_a_list() ->
     }
     _, neighbours, changes = evolve(a_mem_note(9, "User: c"), shown, decision)
     assert neighbours == shown and changes == []
+
+
+def test_a_mem_reads_a_notes_exchange_back_as_turns_of_its_two_speakers_only() -> None:
+    content = "User: I bake bread: every day\nNote: not a turn\nUser: \nAssistant: Sourdough needs time."
+    assert [(t.speaker, t.text) for t in note_turns(content)] == [
+        ("user", "I bake bread: every day"),
+        ("bot", "Sourdough needs time."),
+    ]
