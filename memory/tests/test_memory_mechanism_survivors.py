@@ -634,3 +634,9 @@ def test_a_mem_reads_a_notes_exchange_back_as_turns_of_its_two_speakers_only() -
         ("user", "I bake bread: every day"),
         ("bot", "Sourdough needs time."),
     ]
+
+
+def test_a_mem_composes_from_a_state_without_notes() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
+    assert system.compose({}, [], NOW).memory == []
+    assert system.compose({}, [Turn("user", "Hi.", NOW)], NOW).memory == []
