@@ -640,3 +640,27 @@ def test_a_mem_composes_from_a_state_without_notes() -> None:
     system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
     assert system.compose({}, [], NOW).memory == []
     assert system.compose({}, [Turn("user", "Hi.", NOW)], NOW).memory == []
+
+
+def test_a_mem_stores_the_codes_default_note_and_records_one_fallback_per_call_when_the_llm_fails() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM([LLMError("down")]), embedder=HashingEmbedder(), k=1)
+    state = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
+    update = system.end_session(state, exchange("My oven broke."), NOW)
+    new = update.state["notes"][1]
+    assert (new["keywords"], new["context"], new["tags"], new["links"]) == ([], "General", [], [])
+    assert update.state["notes"][0] == state["notes"][0]
+    assert [(f["where"], f["raw"]) for f in update.trace["fallbacks"]] == [("a_mem_note", ""), ("a_mem_evolve", "")]
+    assert update.trace["notes"] == [{"note": 1, "neighbours": [0], "changes": []}]
+
+
+def test_a_mem_keeps_a_one_word_note_context_but_not_one_that_repeats_the_bots_reply() -> None:
+    for context, kept in [("Baking", "Baking"), ("Sourdough needs a long slow rise.", "General")]:
+        reply = json.dumps({"keywords": ["bread"], "context": context, "tags": ["food"]})
+        system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+        update = system.end_session(
+            system.initial_state(), exchange("I bake bread.", "Sourdough needs a long slow rise."), NOW
+        )
+        assert update.state["notes"][0]["context"] == kept
+    assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
+        ("a_mem_note", "Sourdough needs a long slow rise.", True)
+    ]
