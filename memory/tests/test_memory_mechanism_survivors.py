@@ -642,6 +642,12 @@ def test_a_mem_composes_from_a_state_without_notes() -> None:
     assert system.compose({}, [Turn("user", "Hi.", NOW)], NOW).memory == []
 
 
+def test_a_mem_retrieves_nothing_after_only_the_bots_opening_message() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
+    state = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
+    assert system.compose(state, [Turn("bot", "Welcome back!", NOW)], NOW).memory == []
+
+
 def test_a_mem_stores_the_codes_default_note_and_records_one_fallback_per_call_when_the_llm_fails() -> None:
     system = build_system("a_mem", llm=ScriptedLLM([LLMError("down")]), embedder=HashingEmbedder(), k=1)
     state = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
