@@ -19,7 +19,7 @@ from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
-from memory.systems.a_mem import evolve, note_turns
+from memory.systems.a_mem import evolve, neighbour_listing, note_turns
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
@@ -670,3 +670,22 @@ def test_a_mem_keeps_a_one_word_note_context_but_not_one_that_repeats_the_bots_r
     assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
         ("a_mem_note", "Sourdough needs a long slow rise.", True)
     ]
+
+
+def test_a_mem_shows_each_note_unbulleted_with_all_its_tags_and_each_linked_note_once() -> None:
+    bread = {**a_mem_note(0, "User: I bake bread"), "tags": ["home", "food"], "links": [2]}
+    oven = {**a_mem_note(1, "User: I bake bread in my oven"), "links": [2, 0]}
+    flour = a_mem_note(2, "User: flour is expensive")
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=2)
+    prompt = system.compose({"notes": [bread, oven, flour]}, [Turn("user", "I bake bread", NOW)], NOW)
+    assert prompt.memory == [
+        "(2026-03-02) User: I bake bread [context: Baking at home; tags: home, food]",
+        "(2026-03-02) User: I bake bread in my oven [context: Baking at home; tags: home]",
+        "(2026-03-02) User: flour is expensive [context: Baking at home; tags: home]",
+    ]
+    assert data_block("notes", "\n".join(prompt.memory)) in prompt.messages[0].content
+
+
+def test_a_mem_lists_each_neighbour_on_its_own_line_by_note_id() -> None:
+    listing = neighbour_listing([a_mem_note(4, "User: a"), a_mem_note(7, "User: b")])
+    assert [line.split("\t")[0] for line in listing.splitlines()] == ["memory index:4", "memory index:7"]
