@@ -19,7 +19,7 @@ from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
-from memory.systems.a_mem import evolve, neighbour_listing, note_turns
+from memory.systems.a_mem import evolve, neighbour_listing, note_document, note_turns
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
@@ -689,3 +689,8 @@ def test_a_mem_shows_each_note_unbulleted_with_all_its_tags_and_each_linked_note
 def test_a_mem_lists_each_neighbour_on_its_own_line_by_note_id() -> None:
     listing = neighbour_listing([a_mem_note(4, "User: a"), a_mem_note(7, "User: b")])
     assert [line.split("\t")[0] for line in listing.splitlines()] == ["memory index:4", "memory index:7"]
+
+
+def test_a_mem_indexes_every_keyword_and_tag_of_a_note_comma_separated() -> None:
+    note = {**a_mem_note(0, "User: hi"), "keywords": ["bread", "oven"], "tags": ["home", "food"]}
+    assert note_document(note) == "content:User: hi context:Baking at home keywords: bread, oven tags: home, food"
