@@ -694,3 +694,11 @@ def test_a_mem_lists_each_neighbour_on_its_own_line_by_note_id() -> None:
 def test_a_mem_indexes_every_keyword_and_tag_of_a_note_comma_separated() -> None:
     note = {**a_mem_note(0, "User: hi"), "keywords": ["bread", "oven"], "tags": ["home", "food"]}
     assert note_document(note) == "content:User: hi context:Baking at home keywords: bread, oven tags: home, food"
+
+
+def test_a_mem_numbers_notes_from_0_and_keeps_exactly_its_state_keys() -> None:
+    reply = json.dumps({"keywords": ["tea"], "context": "Drinks", "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder(), k=0)
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    assert [n["id"] for n in update.state["notes"]] == [0]
+    assert set(update.state) == {"notes", "next_id", "sessions"} and update.state["sessions"] == 1
