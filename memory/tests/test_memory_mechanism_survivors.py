@@ -702,3 +702,12 @@ def test_a_mem_numbers_notes_from_0_and_keeps_exactly_its_state_keys() -> None:
     update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
     assert [n["id"] for n in update.state["notes"]] == [0]
     assert set(update.state) == {"notes", "next_id", "sessions"} and update.state["sessions"] == 1
+
+
+def test_a_mem_keeps_an_analysis_whose_json_quotes_a_short_run_of_the_prompt() -> None:
+    # the answer format is shown by example, so a short run of the prompt in a JSON answer is no echo
+    context = "Identifying the most salient keywords focus on nouns verbs and key concepts"
+    reply = json.dumps({"keywords": ["tea"], "context": context, "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    assert update.state["notes"][0]["context"] == context and update.trace["fallbacks"] == []
