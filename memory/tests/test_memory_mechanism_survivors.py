@@ -711,3 +711,11 @@ def test_a_mem_keeps_an_analysis_whose_json_quotes_a_short_run_of_the_prompt() -
     system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
     update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
     assert update.state["notes"][0]["context"] == context and update.trace["fallbacks"] == []
+
+
+def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["Tea is nice."]), embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    [entry] = update.trace["fallbacks"]
+    assert (entry["where"], entry["raw"]) == ("a_mem_note", "Tea is nice.") and isinstance(entry["reason"], str)
+    assert entry["reason"]
