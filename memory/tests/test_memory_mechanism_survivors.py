@@ -461,7 +461,7 @@ class ByPurpose(ScriptedLLM):
         self.replies = replies
 
     def complete(self, messages: Any, **kw: Any) -> Completion:
-        self.script = lambda _: self.replies[kw["purpose"]]
+        self.script = [self.replies[kw["purpose"]]]
         return super().complete(messages, **kw)
 
 
@@ -650,7 +650,7 @@ def test_a_mem_retrieves_nothing_after_only_the_bots_opening_message() -> None:
 
 def test_a_mem_stores_the_codes_default_note_and_records_one_fallback_per_call_when_the_llm_fails() -> None:
     system = build_system("a_mem", llm=ScriptedLLM([LLMError("down")]), embedder=HashingEmbedder(), k=1)
-    state = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
+    state: dict[str, Any] = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
     update = system.end_session(state, exchange("My oven broke."), NOW)
     new = update.state["notes"][1]
     assert (new["keywords"], new["context"], new["tags"], new["links"]) == ([], "General", [], [])
