@@ -16,7 +16,7 @@ import pytest
 
 from memory.base import Turn
 from memory.embed import HashingEmbedder
-from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
+from memory.hygiene import DATA_RULE, NO_RECITAL, data_block, inline_data
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
 from memory.systems.a_mem import evolve, neighbour_listing, note_document, note_turns
@@ -719,3 +719,14 @@ def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
     [entry] = update.trace["fallbacks"]
     assert (entry["where"], entry["raw"]) == ("a_mem_note", "Tea is nice.") and isinstance(entry["reason"], str)
     assert entry["reason"]
+
+
+def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours() -> None:
+    bread = a_mem_note(0, "User: I bake bread")
+    llm, system = a_mem_evolving(["Baking bread"], k=1)
+    system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    prompt = llm.calls[1][-1]["content"]
+    assert inline_data("context", "A broken oven") in prompt
+    assert data_block("conversation", "User: My oven broke.\nAssistant: I see.") in prompt
+    assert inline_data("notes", "['oven']") in prompt
+    assert data_block("memory", neighbour_listing([bread])) in prompt
