@@ -721,10 +721,12 @@ def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
     assert entry["reason"]
 
 
-def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours() -> None:
+def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours_and_its_changes_are_traced() -> None:
     bread = a_mem_note(0, "User: I bake bread")
     llm, system = a_mem_evolving(["Baking bread"], k=1)
-    system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    [record] = update.trace["notes"]  # the neighbour's rewrite is recorded with the note
+    assert set(record) == {"note", "neighbours", "changes"} and len(record["changes"]) == 1
     prompt = llm.calls[1][-1]["content"]
     assert inline_data("context", "A broken oven") in prompt
     assert data_block("conversation", "User: My oven broke.\nAssistant: I see.") in prompt
