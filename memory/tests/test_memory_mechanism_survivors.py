@@ -732,3 +732,19 @@ def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neigh
     assert data_block("conversation", "User: My oven broke.\nAssistant: I see.") in prompt
     assert inline_data("notes", "['oven']") in prompt
     assert data_block("memory", neighbour_listing([bread])) in prompt
+
+
+def test_a_mem_dates_a_note_by_its_last_message_or_now_when_undated() -> None:
+    reply = json.dumps({"keywords": ["tea"], "context": "Drinks", "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder(), k=0)
+    t1, t2 = NOW + dt.timedelta(minutes=1), NOW + dt.timedelta(minutes=2)
+    session = [Turn("user", "I like tea.", NOW), Turn("bot", "Nice.", t1), Turn("user", "Bye.", t2)]
+    notes = system.end_session(system.initial_state(), session, NOW).state["notes"]
+    assert [(n["content"], n["timestamp"]) for n in notes] == [
+        ("User: I like tea.\nAssistant: Nice.", t1.isoformat()),
+        ("User: Bye.", t2.isoformat()),
+    ]
+    undated = [Turn("user", "I like tea."), Turn("bot", "Nice."), Turn("user", "Bye.")]
+    later = NOW + dt.timedelta(days=1)
+    notes = system.end_session(system.initial_state(), undated, later).state["notes"]
+    assert [n["timestamp"] for n in notes] == [later.isoformat(), later.isoformat()]
