@@ -19,7 +19,7 @@ from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block, inline_data
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
-from memory.systems.a_mem import evolve, neighbour_listing, note_document, note_turns
+from memory.systems.a_mem import evolve, neighbour_listing, note_document, note_turns, parse_object
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
@@ -748,3 +748,7 @@ def test_a_mem_dates_a_note_by_its_last_message_or_now_when_undated() -> None:
     later = NOW + dt.timedelta(days=1)
     notes = system.end_session(system.initial_state(), undated, later).state["notes"]
     assert [n["timestamp"] for n in notes] == [later.isoformat(), later.isoformat()]
+
+
+def test_a_mem_reads_the_outermost_json_object_of_a_reply_ending_right_after_it() -> None:
+    assert parse_object('Decision: {"a": {"b": 1}, "c": [{"d": 2}]}.') == {"a": {"b": 1}, "c": [{"d": 2}]}
