@@ -721,7 +721,9 @@ def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
     assert entry["reason"]
 
 
-def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours_and_its_changes_are_traced() -> None:
+def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours_and_its_changes_are_traced() -> (
+    None
+):
     bread = a_mem_note(0, "User: I bake bread")
     llm, system = a_mem_evolving(["Baking bread"], k=1)
     update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
