@@ -1,4 +1,5 @@
-"""Mechanism tests written from the survivors of the second mutation run (issue 13 item 2): each one
+"""Mechanism tests written from the survivors of the second mutation run and of the complete A-Mem and mem0
+run on c55526a (issue 13 item 2): each one
 fails on a mutant of memory/systems/ that the earlier tests let through (checked by running it with
 the mutant active), and pins a behaviour a plausible bug would break. See docs/memory-systems.md,
 "Mutation score (mutmut) of memory/systems/", for the survivors left and why."""
@@ -721,9 +722,7 @@ def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
     assert entry["reason"]
 
 
-def test_a_mem_evolution_prompt_quotes_the_new_notes_analysis_exchange_and_neighbours_and_its_changes_are_traced() -> (
-    None
-):
+def test_a_mem_evolution_prompt_quotes_the_new_note_and_its_neighbours_and_the_changes_are_traced() -> None:
     bread = a_mem_note(0, "User: I bake bread")
     llm, system = a_mem_evolving(["Baking bread"], k=1)
     update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
