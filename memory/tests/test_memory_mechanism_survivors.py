@@ -1,7 +1,6 @@
 """Mechanism tests written from the survivors of the second mutation run and of the complete A-Mem and mem0
-run on c55526a (issue 13 item 2): each one
-fails on a mutant of memory/systems/ that the earlier tests let through (checked by running it with
-the mutant active), and pins a behaviour a plausible bug would break. See docs/memory-systems.md,
+run on c55526a (issue 13 item 2): each one fails on a mutant of memory/systems/ that the earlier tests let
+through (checked by running it with the mutant active), and pins a behaviour a plausible bug would break. See docs/memory-systems.md,
 "Mutation score (mutmut) of memory/systems/", for the survivors left and why."""
 
 from __future__ import annotations
