@@ -1,6 +1,6 @@
-"""Mechanism tests written from the survivors of the second mutation run (issue 13 item 2): each one
-fails on a mutant of memory/systems/ that the earlier tests let through (checked by running it with
-the mutant active), and pins a behaviour a plausible bug would break. See docs/memory-systems.md,
+"""Mechanism tests written from the survivors of the second mutation run and of the complete A-Mem and mem0
+run on c55526a (issue 13 item 2): each one fails on a mutant of memory/systems/ that the earlier tests let
+through (checked by running it with the mutant active), and pins a behaviour a plausible bug would break. See docs/memory-systems.md,
 "Mutation score (mutmut) of memory/systems/", for the survivors left and why."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import pytest
 
 from memory.base import Turn
 from memory.embed import HashingEmbedder
-from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
+from memory.hygiene import DATA_RULE, NO_RECITAL, data_block, inline_data
 from memory.llm import FINISH_LENGTH, Completion, LLMError, ScriptedLLM, ToolCall
 from memory.registry import build_system
+from memory.systems.a_mem import evolve, neighbour_listing, note_document, note_turns, parse_object
 from memory.systems.bm25 import BM25, INSTRUCTION, bm25_rank
 from memory.systems.common import SHORT_REPLIES
-from memory.systems.mem0 import pairs_from_events, parse_events
+from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
 from memory.systems.memgpt import EDIT_SYSTEM, apply_action, render_core
 from memory.systems.rsum import P_R, Rsum, parse_memory
 
@@ -455,10 +456,299 @@ def test_mem0_keeps_facts_whose_json_quotes_words_of_the_prompts_examples() -> N
 class ByPurpose(ScriptedLLM):
     """Answers each call with the reply given for its purpose."""
 
-    def __init__(self, replies: dict[str, str]) -> None:
+    def __init__(self, replies: dict[str, str | Exception]) -> None:
         super().__init__(lambda messages: "")
         self.replies = replies
 
     def complete(self, messages: Any, **kw: Any) -> Completion:
-        self.script = lambda _: self.replies[kw["purpose"]]
+        self.script = [self.replies[kw["purpose"]]]
         return super().complete(messages, **kw)
+
+
+def test_mem0_drops_an_extracted_fact_that_only_repeats_the_bots_reply() -> None:
+    llm = ByPurpose(
+        {
+            "mem0_extract": '{"facts": ["You should try the green tea at Lupa", "Likes green tea"]}',
+            "mem0_update": '{"memory": []}',
+            "mem0_summary": "x",
+        }
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    update = system.end_session(
+        system.initial_state(), exchange("I like green tea.", "You should try the green tea at Lupa."), NOW
+    )
+    assert update.trace["facts"] == [["Likes green tea"]]
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
+        ("mem0_extract", "You should try the green tea at Lupa")
+    ]
+
+
+def test_mem0_summary_is_one_user_message_quoting_the_session_with_the_data_rule_and_the_sentence_cap() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes tea.\n The user  has a dog."})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=3)
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    [message] = llm.calls[-1]
+    assert message["role"] == "user" and DATA_RULE in message["content"]
+    assert "at most 3 sentences" in message["content"]
+    assert data_block("notes", "") not in message["content"]  # no summary yet: no empty data block
+    # the session is quoted data, in the roles mem0 records messages with
+    assert data_block("conversation", "user: I like tea.\nassistant: I see.") in message["content"]
+    assert update.state["summary"] == "The user likes tea. The user has a dog."
+    system.end_session(update.state, exchange("I like coffee too."), NOW)
+    assert data_block("notes", "The user likes tea. The user has a dog.") in llm.calls[-1][0]["content"]
+
+
+def test_mem0_summary_drops_a_sentence_of_the_bot_and_records_it_under_its_step() -> None:
+    llm = ByPurpose(
+        {"mem0_extract": '{"facts": []}', "mem0_summary": "The user likes green tea. You should try the tea at Lupa."}
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session(
+        system.initial_state(), exchange("I like green tea.", "You should try the tea at Lupa."), NOW
+    )
+    assert update.state["summary"] == "The user likes green tea."
+    assert [(r["where"], r["text"]) for r in update.trace["rejected"]] == [
+        ("mem0_summary", "You should try the tea at Lupa.")
+    ]
+
+
+def test_mem0_keeps_its_summary_and_records_no_rejected_line_when_the_summary_call_fails() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": LLMError("down")})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session({**system.initial_state(), "summary": "The user likes tea."}, exchange("Hi."), NOW)
+    assert update.state["summary"] == "The user likes tea." and "rejected" not in update.trace
+
+
+def test_mem0_keeps_its_summary_and_records_the_raw_reply_when_every_summary_sentence_is_rejected() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "User:"})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session({**system.initial_state(), "summary": "The user likes tea."}, exchange("Hi."), NOW)
+    assert update.state["summary"] == "The user likes tea."
+    [entry] = update.trace["fallbacks"]
+    assert (entry["where"], entry["raw"]) == ("mem0_summary", "User:") and isinstance(entry["reason"], str)
+    assert entry["reason"]
+
+
+def test_mem0_counts_sessions_and_traces_an_empty_list_of_fallbacks_when_nothing_fell_back() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "The user said hi."})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("Hi."), NOW)
+    assert update.trace["fallbacks"] == [] and update.trace["facts"] == [[]] and update.trace["operation_units"] == []
+    assert update.state["sessions"] == 1
+    assert system.end_session(update.state, exchange("Hi again."), NOW).state["sessions"] == 2
+
+
+def test_mem0_extracts_only_from_a_user_message_answered_by_the_bot() -> None:
+    llm = ByPurpose({"mem0_extract": '{"facts": []}', "mem0_summary": "x"})
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    session = [Turn("bot", "Welcome back!", NOW), Turn("user", "Hi.", NOW), Turn("user", "I like tea.", NOW)]
+    assert system.end_session(system.initial_state(), session, NOW).trace["facts"] == []  # no answer yet
+    update = system.end_session(system.initial_state(), [*session, Turn("bot", "Nice.", NOW)], NOW)
+    assert update.trace["facts"] == [[]] and len(llm.calls) == 1
+    assert "user: I like tea.\nassistant: Nice." in llm.calls[0][1]["content"]
+
+
+def test_mem0_dates_an_undated_exchange_now() -> None:
+    llm = ByPurpose(
+        {"mem0_extract": '{"facts": ["Likes green tea"]}', "mem0_update": '{"memory": []}', "mem0_summary": "x"}
+    )
+    system = build_system("mem0", llm=llm, embedder=HashingEmbedder(), summary_sentences=0)
+    state = mem0_state("Likes tea")
+    update = system.end_session(state, exchange("I like green tea.", at=None), NOW)
+    assert NOW.strftime("%Y-%m-%d") in llm.calls[0][0]["content"]
+    llm.replies["mem0_update"] = '{"memory": [{"id": "0", "text": "Likes green tea", "event": "UPDATE"}]}'
+    update = system.end_session(state, exchange("I like green tea.", at=None), NOW)
+    assert update.state["memories"][0]["updated"] == NOW.isoformat()
+
+
+def test_mem0_reads_a_json_object_between_prose_and_keeps_only_scalar_facts() -> None:
+    assert parse_facts('Here: {"facts": [null, {"a": 1}, ["b"], 7, "Likes tea", "Likes tea"]} Hope it helps.') == [
+        "7",
+        "Likes tea",
+    ]
+    reply = 'Sure: {"memory": [{"id": "0", "text": "Likes tea", "event": "NONE"}]}.'
+    assert parse_events(reply) == [{"id": "0", "text": "Likes tea", "event": "NONE"}]
+
+
+# ------------------------------------------------------------------------------------------- A-Mem
+
+
+def a_mem_note(i: int, content: str, context: str = "Baking at home") -> dict[str, Any]:
+    return {
+        "id": i,
+        "content": content,
+        "timestamp": NOW.isoformat(),
+        "links": [],
+        "keywords": ["bread"],
+        "context": context,
+        "tags": ["home"],
+    }
+
+
+def a_mem_evolving(contexts: list[str], **kw: Any) -> tuple[Any, Any]:
+    """An A-Mem whose analysis is fixed and whose evolution rewrites the neighbours' contexts."""
+    note = json.dumps({"keywords": ["oven"], "context": "A broken oven", "tags": ["home"]})
+    decision = json.dumps(
+        {
+            "should_evolve": True,
+            "actions": ["update_neighbor"],
+            "new_context_neighborhood": contexts,
+            "new_tags_neighborhood": [["food"] for _ in contexts],
+        }
+    )
+    llm = ScriptedLLM(lambda messages: decision if "evolution agent" in messages[-1]["content"] else note)
+    return llm, build_system("a_mem", llm=llm, embedder=HashingEmbedder(), **kw)
+
+
+def test_a_mem_keeps_a_one_word_neighbour_context_but_not_one_that_repeats_the_neighbours_bot_line() -> None:
+    bread = a_mem_note(0, "User: I bake bread\nAssistant: Sourdough needs a long slow rise.")
+    _, system = a_mem_evolving(["Sourdough"], k=1)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    assert update.state["notes"][0]["context"] == "Sourdough" and "rejected" not in update.trace
+    _, system = a_mem_evolving(["Sourdough needs a long slow rise."], k=1)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    assert update.state["notes"][0]["context"] == "Baking at home"
+    assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
+        ("a_mem_evolve", "Sourdough needs a long slow rise.", True)
+    ]
+
+
+def test_a_mem_ignores_malformed_link_ids_and_a_tag_list_that_is_not_a_list() -> None:
+    shown = [a_mem_note(4, "User: a"), a_mem_note(5, "User: b")]
+    decision = {"should_evolve": True, "actions": ["strengthen"], "suggested_connections": ["4-", "X5", "-4", "5"]}
+    new, _, _ = evolve(a_mem_note(9, "User: c"), shown, decision)
+    assert new["links"] == [5]
+    decision = {
+        "should_evolve": True,
+        "actions": ["update_neighbor"],
+        "new_context_neighborhood": ["About dogs", "About cats"],
+        "new_tags_neighborhood": "dogs",
+    }
+    _, neighbours, changes = evolve(a_mem_note(9, "User: c"), shown, decision)
+    assert neighbours == shown and changes == []
+
+
+def test_a_mem_reads_a_notes_exchange_back_as_turns_of_its_two_speakers_only() -> None:
+    content = "User: I bake bread: every day\nNote: not a turn\nUser: \nAssistant: Sourdough needs time."
+    assert [(t.speaker, t.text) for t in note_turns(content)] == [
+        ("user", "I bake bread: every day"),
+        ("bot", "Sourdough needs time."),
+    ]
+
+
+def test_a_mem_composes_from_a_state_without_notes() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
+    assert system.compose({}, [], NOW).memory == []
+    assert system.compose({}, [Turn("user", "Hi.", NOW)], NOW).memory == []
+
+
+def test_a_mem_retrieves_nothing_after_only_the_bots_opening_message() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder())
+    state = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
+    assert system.compose(state, [Turn("bot", "Welcome back!", NOW)], NOW).memory == []
+
+
+def test_a_mem_stores_the_codes_default_note_and_records_one_fallback_per_call_when_the_llm_fails() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM([LLMError("down")]), embedder=HashingEmbedder(), k=1)
+    state: dict[str, Any] = {"notes": [a_mem_note(0, "User: I bake bread")], "next_id": 1, "sessions": 1}
+    update = system.end_session(state, exchange("My oven broke."), NOW)
+    new = update.state["notes"][1]
+    assert (new["keywords"], new["context"], new["tags"], new["links"]) == ([], "General", [], [])
+    assert update.state["notes"][0] == state["notes"][0]
+    assert [(f["where"], f["raw"]) for f in update.trace["fallbacks"]] == [("a_mem_note", ""), ("a_mem_evolve", "")]
+    assert update.trace["notes"] == [{"note": 1, "neighbours": [0], "changes": []}]
+
+
+def test_a_mem_keeps_a_one_word_note_context_but_not_one_that_repeats_the_bots_reply() -> None:
+    for context, kept in [("Baking", "Baking"), ("Sourdough needs a long slow rise.", "General")]:
+        reply = json.dumps({"keywords": ["bread"], "context": context, "tags": ["food"]})
+        system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+        update = system.end_session(
+            system.initial_state(), exchange("I bake bread.", "Sourdough needs a long slow rise."), NOW
+        )
+        assert update.state["notes"][0]["context"] == kept
+    assert [(r["where"], r["text"], bool(r["reason"])) for r in update.trace["rejected"]] == [
+        ("a_mem_note", "Sourdough needs a long slow rise.", True)
+    ]
+
+
+def test_a_mem_shows_each_note_unbulleted_with_all_its_tags_and_each_linked_note_once() -> None:
+    bread = {**a_mem_note(0, "User: I bake bread"), "tags": ["home", "food"], "links": [2]}
+    oven = {**a_mem_note(1, "User: I bake bread in my oven"), "links": [2, 0]}
+    flour = a_mem_note(2, "User: flour is expensive")
+    system = build_system("a_mem", llm=ScriptedLLM(["x"]), embedder=HashingEmbedder(), k=2)
+    prompt = system.compose({"notes": [bread, oven, flour]}, [Turn("user", "I bake bread", NOW)], NOW)
+    assert prompt.memory == [
+        "(2026-03-02) User: I bake bread [context: Baking at home; tags: home, food]",
+        "(2026-03-02) User: I bake bread in my oven [context: Baking at home; tags: home]",
+        "(2026-03-02) User: flour is expensive [context: Baking at home; tags: home]",
+    ]
+    assert data_block("notes", "\n".join(prompt.memory)) in prompt.messages[0].content
+
+
+def test_a_mem_lists_each_neighbour_on_its_own_line_by_note_id() -> None:
+    listing = neighbour_listing([a_mem_note(4, "User: a"), a_mem_note(7, "User: b")])
+    assert [line.split("\t")[0] for line in listing.splitlines()] == ["memory index:4", "memory index:7"]
+
+
+def test_a_mem_indexes_every_keyword_and_tag_of_a_note_comma_separated() -> None:
+    note = {**a_mem_note(0, "User: hi"), "keywords": ["bread", "oven"], "tags": ["home", "food"]}
+    assert note_document(note) == "content:User: hi context:Baking at home keywords: bread, oven tags: home, food"
+
+
+def test_a_mem_numbers_notes_from_0_and_keeps_exactly_its_state_keys() -> None:
+    reply = json.dumps({"keywords": ["tea"], "context": "Drinks", "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder(), k=0)
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    assert [n["id"] for n in update.state["notes"]] == [0]
+    assert set(update.state) == {"notes", "next_id", "sessions"} and update.state["sessions"] == 1
+
+
+def test_a_mem_keeps_an_analysis_whose_json_quotes_a_short_run_of_the_prompt() -> None:
+    # the answer format is shown by example, so a short run of the prompt in a JSON answer is no echo
+    context = "Identifying the most salient keywords focus on nouns verbs and key concepts"
+    reply = json.dumps({"keywords": ["tea"], "context": context, "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    assert update.state["notes"][0]["context"] == context and update.trace["fallbacks"] == []
+
+
+def test_a_mem_records_why_and_what_an_unparseable_analysis_was() -> None:
+    system = build_system("a_mem", llm=ScriptedLLM(["Tea is nice."]), embedder=HashingEmbedder())
+    update = system.end_session(system.initial_state(), exchange("I like tea."), NOW)
+    [entry] = update.trace["fallbacks"]
+    assert (entry["where"], entry["raw"]) == ("a_mem_note", "Tea is nice.") and isinstance(entry["reason"], str)
+    assert entry["reason"]
+
+
+def test_a_mem_evolution_prompt_quotes_the_new_note_and_its_neighbours_and_the_changes_are_traced() -> None:
+    bread = a_mem_note(0, "User: I bake bread")
+    llm, system = a_mem_evolving(["Baking bread"], k=1)
+    update = system.end_session({"notes": [bread], "next_id": 1, "sessions": 1}, exchange("My oven broke."), NOW)
+    [record] = update.trace["notes"]  # the neighbour's rewrite is recorded with the note
+    assert set(record) == {"note", "neighbours", "changes"} and len(record["changes"]) == 1
+    prompt = llm.calls[1][-1]["content"]
+    assert inline_data("context", "A broken oven") in prompt
+    assert data_block("conversation", "User: My oven broke.\nAssistant: I see.") in prompt
+    assert inline_data("notes", "['oven']") in prompt
+    assert data_block("memory", neighbour_listing([bread])) in prompt
+
+
+def test_a_mem_dates_a_note_by_its_last_message_or_now_when_undated() -> None:
+    reply = json.dumps({"keywords": ["tea"], "context": "Drinks", "tags": ["food"]})
+    system = build_system("a_mem", llm=ScriptedLLM([reply]), embedder=HashingEmbedder(), k=0)
+    t1, t2 = NOW + dt.timedelta(minutes=1), NOW + dt.timedelta(minutes=2)
+    session = [Turn("user", "I like tea.", NOW), Turn("bot", "Nice.", t1), Turn("user", "Bye.", t2)]
+    notes = system.end_session(system.initial_state(), session, NOW).state["notes"]
+    assert [(n["content"], n["timestamp"]) for n in notes] == [
+        ("User: I like tea.\nAssistant: Nice.", t1.isoformat()),
+        ("User: Bye.", t2.isoformat()),
+    ]
+    undated = [Turn("user", "I like tea."), Turn("bot", "Nice."), Turn("user", "Bye.")]
+    later = NOW + dt.timedelta(days=1)
+    notes = system.end_session(system.initial_state(), undated, later).state["notes"]
+    assert [n["timestamp"] for n in notes] == [later.isoformat(), later.isoformat()]
+
+
+def test_a_mem_reads_the_outermost_json_object_of_a_reply_ending_right_after_it() -> None:
+    assert parse_object('Decision: {"a": {"b": 1}, "c": [{"d": 2}]}.') == {"a": {"b": 1}, "c": [{"d": 2}]}
