@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from chat import leases
@@ -74,9 +74,9 @@ def _dispatch(job_id: int) -> None:
 
 def fail_lost(job: ArmJob) -> bool:
     """Mark a lost job (see :attr:`ArmJob.lost`) failed; ``False`` if it is no longer lost."""
-    lapsed = Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+    # no live lease: exactly the rows a job could claim (chat/leases.py)
     return bool(
-        ArmJob.objects.filter(lapsed, pk=job.pk, status=ArmJob.Status.RUNNING).update(
+        ArmJob.objects.filter(leases.claimable(), pk=job.pk, status=ArmJob.Status.RUNNING).update(
             status=ArmJob.Status.FAILED, error=ArmJob.LOST_ERROR, finished_at=timezone.now(), lease_until=None
         )
     )
