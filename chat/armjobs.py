@@ -39,7 +39,7 @@ EVAL_DATASETS = ("gvd",)  # LoCoMo is not shipped (CC BY-NC 4.0); run it with `p
 def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
     """Queue a new job of ``kind`` for ``arm``. A queued or running one of the same kind is left to
     finish and returned instead of starting a second; a queued one waiting longer than the queue grace
-    is dispatched again (its task may have been lost; a second delivery is a no-op), and a lost one
+    is dispatched again (:func:`redispatch_overdue`), and a lost one
     (its lease lapsed) is marked failed and replaced."""
     with transaction.atomic():
         running = (
@@ -48,10 +48,8 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
             .first()
         )
         if running is not None and not running.lost:
-            waited = (timezone.now() - running.created_at).total_seconds()
-            if running.status == ArmJob.Status.QUEUED and waited > leases.queue_grace_seconds():
-                pk = running.pk
-                transaction.on_commit(lambda: _dispatch(pk))
+            if running.status == ArmJob.Status.QUEUED:
+                _redispatch_if_overdue(running.pk)
             return running
         if running is not None:
             fail_lost(running)
@@ -70,6 +68,31 @@ def _dispatch(job_id: int) -> None:
         log.warning(
             "could not enqueue arm job %s; it is sent again when asked for after the grace", job_id, exc_info=True
         )
+
+
+def _overdue() -> QuerySet[ArmJob]:
+    """Queued jobs not started within the queue grace since their task was last sent."""
+    return ArmJob.objects.filter(leases.lost(due_field="dispatched_at"), status=ArmJob.Status.QUEUED)
+
+
+def _redispatch_if_overdue(job_id: int) -> bool:
+    """Send an overdue queued job again (after the commit); ``False`` if it is not overdue. The send time is
+    moved with a compare-and-set, so of many pages asking at once one sends it, once per grace."""
+    if not _overdue().filter(pk=job_id).update(dispatched_at=timezone.now()):
+        return False
+    transaction.on_commit(lambda: _dispatch(job_id))
+    return True
+
+
+def redispatch_overdue(study: Study) -> list[int]:
+    """Send again every job of ``study`` still queued a grace after its task was sent; the ids sent.
+
+    Such a task was lost (the embedded default's queue lives in the web process and is gone after a
+    restart; a broker can drop a message) or is still waiting behind another long job: a second delivery
+    of a job that is on its way is a no-op (the first claim wins, chat/leases.py). The study page and its
+    poll call this, so a lost queued job starts again without anyone asking, as a running job whose lease
+    lapsed is shown failed without anyone asking (:attr:`ArmJob.lost`)."""
+    return [pk for pk in _overdue().filter(arm__study=study).values_list("pk", flat=True) if _redispatch_if_overdue(pk)]
 
 
 def fail_lost(job: ArmJob) -> bool:
