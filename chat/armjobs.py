@@ -7,13 +7,16 @@ a pool thread in the embedded default); :func:`run` does the work and writes its
 which the study page polls. A running job holds a lease that a heartbeat extends (chat/leases.py), as
 replies do: a job whose worker died (a killed Celery child, a restarted web process) is seen as lost
 within a lease, shown as failed, and the next request starts a new one; Celery's redelivery of the
-dead worker's task takes the job over instead of finding it "running" for ever. The arm's model is built exactly as for its chat replies
+dead worker's task takes the job over instead of finding it "running" for ever. A run that lost its
+lease (declared lost, or taken over) stops before its next LLM call or progress write and writes
+nothing (:class:`JobLost`). The arm's model is built exactly as for its chat replies
 (:func:`chat.services.build_llm`), so the checks test what the workers will talk to.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,7 @@ from chat import leases
 from chat.jobs import dispatch
 from chat.models import ArmJob
 from chat.services import build_llm, endpoint_options, get_embedder
-from memory.llm import LLMError
+from memory.llm import LLM, Completion, LLMError, Messages, Tools
 from studies import memorycompat
 from studies.models import Arm, Study
 
@@ -105,11 +108,66 @@ def fail_lost(job: ArmJob) -> bool:
     )
 
 
-def _progress(job_id: int) -> Any:
-    def report(done: int, total: int, step: str) -> None:
-        ArmJob.objects.filter(pk=job_id).update(done=done, total=total, step=step[:200])
+class JobLost(Exception):
+    """This run no longer holds its job (declared lost, or taken over by another run): it stops."""
 
-    return report
+
+@dataclass
+class _Hold:
+    """This run's hold on its job: checked before every LLM call and with every progress write, so a run
+    that lost its lease stops at the next call instead of making the rest of its calls, and writes
+    nothing more (neither progress nor outcome) over the row that is no longer its own."""
+
+    mine: QuerySet[ArmJob]
+    beat: leases.Heartbeat
+
+    def check(self) -> None:
+        # the heartbeat already knows (its last extension matched no row): no query per call
+        if self.beat.lost:
+            raise JobLost("the job's lease was lost")
+
+    def progress(self, done: int, total: int, step: str) -> None:
+        self.check()
+        if not self.mine.update(done=done, total=total, step=step[:200]):
+            raise JobLost("the job's lease was lost")
+
+    def guard(self, llm: LLM) -> LLM:
+        return _HeldLLM(llm, self)
+
+
+class _HeldLLM:
+    """An arm's LLM that makes a call only while the job holds its lease."""
+
+    def __init__(self, inner: LLM, hold: _Hold) -> None:
+        self.inner = inner
+        self.hold = hold
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def supports_tools(self) -> bool:
+        return bool(getattr(self.inner, "supports_tools", False))
+
+    def complete(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
+    ) -> Completion:
+        self.hold.check()
+        extra: dict[str, Any] = {"tools": tools} if tools else {}  # as RecordingLLM: older LLMs take no tools
+        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        self.hold.check()
+        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
 
 
 def run(job_id: int) -> None:
@@ -127,9 +185,12 @@ def run(job_id: int) -> None:
     # started_at is this run's claim token: a job taken over by another run no longer matches it.
     mine = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.RUNNING, started_at=started)
     job = ArmJob.objects.select_related("arm").get(pk=job_id)
-    with leases.heartbeat(mine):
+    with leases.heartbeat(mine) as beat:
+        hold = _Hold(mine, beat)
         try:
-            result = _readiness(job) if job.kind == ArmJob.Kind.READINESS else _evaluation(job)
+            result = _readiness(job, hold) if job.kind == ArmJob.Kind.READINESS else _evaluation(job, hold)
+        except JobLost:
+            log.warning("arm job %s lost its lease; stopped before its next LLM call, writing nothing", job_id)
         except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
             _finish(job_id, mine, error=str(exc) or type(exc).__name__)
         except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
@@ -146,20 +207,20 @@ def _finish(job_id: int, mine: QuerySet[ArmJob], *, result: dict[str, Any] | Non
         log.warning("arm job %s finished after it was declared lost; its outcome is dropped", job_id)
 
 
-def _readiness(job: ArmJob) -> dict[str, Any]:
+def _readiness(job: ArmJob, hold: _Hold) -> dict[str, Any]:
     arm = job.arm
     return memorycompat.run_preflight(
         arm.memory_system,
-        build_llm(arm),
+        hold.guard(build_llm(arm)),
         embedder=get_embedder(),
         params=dict(arm.params or {}),
         backend=arm.resolved_backend,
-        progress=_progress(job.pk),
+        progress=hold.progress,
         reply_max_tokens=int(settings.LLM_MAX_TOKENS),
     )
 
 
-def _evaluation(job: ArmJob) -> dict[str, Any]:
+def _evaluation(job: ArmJob, hold: _Hold) -> dict[str, Any]:
     from memory.evaluation import run as evaluate
 
     arm = job.arm
@@ -177,7 +238,8 @@ def _evaluation(job: ArmJob) -> dict[str, Any]:
         params=dict(arm.params or {}),
         max_questions=int(max_questions) if max_questions else None,
         max_tokens=int(settings.LLM_MAX_TOKENS),
-        progress=_progress(job.pk),
+        progress=hold.progress,
+        wrap_llm=hold.guard,
     )
     return result
 
