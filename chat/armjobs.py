@@ -16,7 +16,6 @@ nothing (:class:`JobLost`). The arm's model is built exactly as for its chat rep
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,7 @@ from chat import leases
 from chat.jobs import dispatch
 from chat.models import ArmJob
 from chat.services import build_llm, endpoint_options, get_embedder
-from memory.llm import LLM, Completion, LLMError, Messages, Tools
+from memory.llm import LLM, CheckedLLM, LLMError
 from studies import memorycompat
 from studies.models import Arm, Study
 
@@ -132,42 +131,8 @@ class _Hold:
             raise JobLost("the job's lease was lost")
 
     def guard(self, llm: LLM) -> LLM:
-        return _HeldLLM(llm, self)
-
-
-class _HeldLLM:
-    """An arm's LLM that makes a call only while the job holds its lease."""
-
-    def __init__(self, inner: LLM, hold: _Hold) -> None:
-        self.inner = inner
-        self.hold = hold
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def supports_tools(self) -> bool:
-        return bool(getattr(self.inner, "supports_tools", False))
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        self.hold.check()
-        extra: dict[str, Any] = {"tools": tools} if tools else {}  # as RecordingLLM: older LLMs take no tools
-        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        self.hold.check()
-        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+        """``llm``, making a call only while this run holds its job."""
+        return CheckedLLM(llm, check=self.check)
 
 
 def run(job_id: int) -> None:

@@ -9,6 +9,7 @@ platform calls them, except in the last test, which runs the real checks when th
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,12 @@ def draft(study: Study) -> Study:
     study.status = Study.Status.DRAFT
     study.save()
     return study
+
+
+@pytest.fixture
+def overdue(settings: Any) -> dt.datetime:
+    """A moment longer ago than the queue grace: a job queued then and not started should have been."""
+    return leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1)
 
 
 @pytest.fixture(autouse=True)
@@ -273,11 +280,7 @@ def test_a_queued_check_waiting_past_the_grace_is_dispatched_again_when_asked_fo
 
 
 def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_cards_poll(
-    rclient: Client,
-    draft: Study,
-    settings: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: Any,
+    rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     # The embedded default's queue lived in the web process: after a restart the row says "queued" and
     # nothing will run it. Nobody asks again; the page polls.
@@ -288,7 +291,6 @@ def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_cards_poll(
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert "checking…" in rclient.get(url).content.decode()
     assert callbacks == []  # sent a moment ago: its task is on its way
-    overdue = leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1)
     ArmJob.objects.filter(pk=job.pk).update(created_at=overdue, dispatched_at=overdue)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         body = rclient.get(url).content.decode()
@@ -299,14 +301,9 @@ def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_cards_poll(
 
 
 def test_a_queued_check_is_sent_again_once_per_grace_however_often_the_page_asks(
-    rclient: Client,
-    draft: Study,
-    settings: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    django_capture_on_commit_callbacks: Any,
+    rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     arm = draft.arms.get(memory_system="none")
-    overdue = leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1)
     job = ArmJob.objects.create(arm=arm, kind="evaluation", config=arm.llm_config(), dispatched_at=overdue)
     sent: list[int] = []
     monkeypatch.setattr(armjobs, "_dispatch", sent.append)
