@@ -1,4 +1,5 @@
-"""Shared test fixtures: the cast (researcher, annotator, outsider) and a ready study.
+"""Shared test fixtures: the cast (researcher, annotator, outsider, and two plain researchers: owner and
+other) and a ready study.
 
 Tests run on the embedded default (SQLite, in-memory layer, eager Celery) with the scripted LLM and
 the hashing embedder unless they ask for the real ones (markers ``llm`` and ``postgres``).
@@ -47,6 +48,18 @@ def annotator(db: Any) -> User:
 @pytest.fixture
 def outsider(db: Any) -> User:
     return User.objects.create_user("otto", password="pw")
+
+
+@pytest.fixture
+def owner(db: Any) -> User:
+    """A researcher who is not a superuser: sees what they made and what was shared with them."""
+    return User.objects.create_user("olga", password="pw", is_staff=True)
+
+
+@pytest.fixture
+def other(db: Any) -> User:
+    """A second such researcher, to whom nothing of ``owner``'s is shared unless a test shares it."""
+    return User.objects.create_user("oscar", password="pw", is_staff=True)
 
 
 @pytest.fixture

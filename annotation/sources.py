@@ -1,7 +1,8 @@
 """Where queue items come from: a study's memory-update traces, or a CSV / JSONL import.
 
 Imports are all-or-nothing: every row is validated first, and one bad row rejects the file with the
-line number and the reason, so a researcher never has half a data set in a queue.
+line number and the reason, so a researcher never has half a data set in a queue. The valid rows are then
+written in chunks (:func:`add_items`), so a large file never holds SQLite's one write lock for long.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 
 from annotation.models import OPERATIONS, Item, Queue
@@ -21,6 +23,12 @@ from memory.registry import MEMORY_SYSTEMS
 
 MAX_IMPORT_ROWS = 50_000
 MAX_FIELD_CHARS = 5_000
+# As the ratings import (reports/queries.py): items are written IMPORT_CHUNK_ROWS at a time, one transaction each,
+# so on SQLite (one writer at a time) a worker's chat message waits for one chunk, not for the whole file
+# (bench/bench_import_lock.py --items); between chunks the import pauses for longer than SQLite's longest
+# busy-wait step, so a waiting writer gets the lock before the next chunk.
+IMPORT_CHUNK_ROWS = 5000
+IMPORT_PAUSE_SECONDS = 0.12
 
 
 class ImportError_(ValueError):  # noqa: N801 - the builtin name is taken
@@ -256,22 +264,41 @@ def pull_from_study(queue: Queue) -> int:
 
 
 def add_items(queue: Queue, specs: list[dict[str, Any]]) -> int:
-    """Append item specs to a queue in one transaction. Returns how many were added."""
-    with transaction.atomic():
-        start = (queue.items.aggregate(m=Max("position"))["m"] or 0) + 1
-        Item.objects.bulk_create(
-            [
-                Item(
-                    queue=queue,
-                    position=start + k,
-                    unit=spec.get("unit", ""),
-                    external_id=spec.get("external_id", ""),
-                    payload=spec["payload"],
-                    meta=spec.get("meta", {}),
-                    required=queue.labels_per_item,
+    """Append item specs to a queue. Returns how many were added.
+
+    Written in chunks of :data:`IMPORT_CHUNK_ROWS`, one transaction each: a chunk is claimable as soon as it
+    is committed. If a chunk fails, the items already added are removed again (but for any an annotator
+    labelled meanwhile: a label is never thrown away) and the error is raised."""
+    start = (queue.items.aggregate(m=Max("position"))["m"] or 0) + 1
+    added: list[int] = []
+    try:
+        for offset in range(0, len(specs), IMPORT_CHUNK_ROWS):
+            if offset:
+                _between_chunks()
+            with transaction.atomic():
+                created = Item.objects.bulk_create(
+                    [
+                        Item(
+                            queue=queue,
+                            position=start + k,
+                            unit=spec.get("unit", ""),
+                            external_id=spec.get("external_id", ""),
+                            payload=spec["payload"],
+                            meta=spec.get("meta", {}),
+                            required=queue.labels_per_item,
+                        )
+                        for k, spec in enumerate(specs[offset : offset + IMPORT_CHUNK_ROWS], start=offset)
+                    ],
+                    batch_size=1000,
                 )
-                for k, spec in enumerate(specs)
-            ],
-            batch_size=1000,
-        )
+            added.extend(item.pk for item in created)
+    except BaseException:
+        for i in range(0, len(added), 1000):
+            Item.objects.filter(pk__in=added[i : i + 1000], labels__isnull=True).delete()
+        raise
     return len(specs)
+
+
+def _between_chunks() -> None:
+    if connection.vendor == "sqlite":
+        time.sleep(IMPORT_PAUSE_SECONDS)

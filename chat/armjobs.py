@@ -7,7 +7,9 @@ a pool thread in the embedded default); :func:`run` does the work and writes its
 which the study page polls. A running job holds a lease that a heartbeat extends (chat/leases.py), as
 replies do: a job whose worker died (a killed Celery child, a restarted web process) is seen as lost
 within a lease, shown as failed, and the next request starts a new one; Celery's redelivery of the
-dead worker's task takes the job over instead of finding it "running" for ever. The arm's model is built exactly as for its chat replies
+dead worker's task takes the job over instead of finding it "running" for ever. A run that lost its
+lease (declared lost, or taken over) stops before its next LLM call or progress write and writes
+nothing (:class:`JobLost`). The arm's model is built exactly as for its chat replies
 (:func:`chat.services.build_llm`), so the checks test what the workers will talk to.
 """
 
@@ -26,7 +28,7 @@ from chat import leases
 from chat.jobs import dispatch
 from chat.models import ArmJob
 from chat.services import build_llm, endpoint_options, get_embedder
-from memory.llm import LLMError
+from memory.llm import LLM, CheckedLLM, LLMError
 from studies import memorycompat
 from studies.models import Arm, Study
 
@@ -39,7 +41,7 @@ EVAL_DATASETS = ("gvd",)  # LoCoMo is not shipped (CC BY-NC 4.0); run it with `p
 def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
     """Queue a new job of ``kind`` for ``arm``. A queued or running one of the same kind is left to
     finish and returned instead of starting a second; a queued one waiting longer than the queue grace
-    is dispatched again (its task may have been lost; a second delivery is a no-op), and a lost one
+    is dispatched again (:func:`redispatch_overdue`), and a lost one
     (its lease lapsed) is marked failed and replaced."""
     with transaction.atomic():
         running = (
@@ -48,10 +50,8 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
             .first()
         )
         if running is not None and not running.lost:
-            waited = (timezone.now() - running.created_at).total_seconds()
-            if running.status == ArmJob.Status.QUEUED and waited > leases.queue_grace_seconds():
-                pk = running.pk
-                transaction.on_commit(lambda: _dispatch(pk))
+            if running.status == ArmJob.Status.QUEUED:
+                _redispatch_if_overdue(running.pk)
             return running
         if running is not None:
             fail_lost(running)
@@ -72,6 +72,31 @@ def _dispatch(job_id: int) -> None:
         )
 
 
+def _overdue() -> QuerySet[ArmJob]:
+    """Queued jobs not started within the queue grace since their task was last sent."""
+    return ArmJob.objects.filter(leases.lost(due_field="dispatched_at"), status=ArmJob.Status.QUEUED)
+
+
+def _redispatch_if_overdue(job_id: int) -> bool:
+    """Send an overdue queued job again (after the commit); ``False`` if it is not overdue. The send time is
+    moved with a compare-and-set, so of many pages asking at once one sends it, once per grace."""
+    if not _overdue().filter(pk=job_id).update(dispatched_at=timezone.now()):
+        return False
+    transaction.on_commit(lambda: _dispatch(job_id))
+    return True
+
+
+def redispatch_overdue(study: Study) -> list[int]:
+    """Send again every job of ``study`` still queued a grace after its task was sent; the ids sent.
+
+    Such a task was lost (the embedded default's queue lives in the web process and is gone after a
+    restart; a broker can drop a message) or is still waiting behind another long job: a second delivery
+    of a job that is on its way is a no-op (the first claim wins, chat/leases.py). The study page and its
+    poll call this, so a lost queued job starts again without anyone asking, as a running job whose lease
+    lapsed is shown failed without anyone asking (:attr:`ArmJob.lost`)."""
+    return [pk for pk in _overdue().filter(arm__study=study).values_list("pk", flat=True) if _redispatch_if_overdue(pk)]
+
+
 def fail_lost(job: ArmJob) -> bool:
     """Mark a lost job (see :attr:`ArmJob.lost`) failed; ``False`` if it is no longer lost."""
     # no live lease: exactly the rows a job could claim (chat/leases.py)
@@ -82,11 +107,32 @@ def fail_lost(job: ArmJob) -> bool:
     )
 
 
-def _progress(job_id: int) -> Any:
-    def report(done: int, total: int, step: str) -> None:
-        ArmJob.objects.filter(pk=job_id).update(done=done, total=total, step=step[:200])
+class JobLost(Exception):
+    """This run no longer holds its job (declared lost, or taken over by another run): it stops."""
 
-    return report
+
+@dataclass
+class _Hold:
+    """This run's hold on its job: checked before every LLM call and with every progress write, so a run
+    that lost its lease stops at the next call instead of making the rest of its calls, and writes
+    nothing more (neither progress nor outcome) over the row that is no longer its own."""
+
+    mine: QuerySet[ArmJob]
+    beat: leases.Heartbeat
+
+    def check(self) -> None:
+        # the heartbeat already knows (its last extension matched no row): no query per call
+        if self.beat.lost:
+            raise JobLost("the job's lease was lost")
+
+    def progress(self, done: int, total: int, step: str) -> None:
+        self.check()
+        if not self.mine.update(done=done, total=total, step=step[:200]):
+            raise JobLost("the job's lease was lost")
+
+    def guard(self, llm: LLM) -> LLM:
+        """``llm``, making a call only while this run holds its job."""
+        return CheckedLLM(llm, check=self.check)
 
 
 def run(job_id: int) -> None:
@@ -104,9 +150,12 @@ def run(job_id: int) -> None:
     # started_at is this run's claim token: a job taken over by another run no longer matches it.
     mine = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.RUNNING, started_at=started)
     job = ArmJob.objects.select_related("arm").get(pk=job_id)
-    with leases.heartbeat(mine):
+    with leases.heartbeat(mine) as beat:
+        hold = _Hold(mine, beat)
         try:
-            result = _readiness(job) if job.kind == ArmJob.Kind.READINESS else _evaluation(job)
+            result = _readiness(job, hold) if job.kind == ArmJob.Kind.READINESS else _evaluation(job, hold)
+        except JobLost:
+            log.warning("arm job %s lost its lease; stopped before its next LLM call, writing nothing", job_id)
         except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
             _finish(job_id, mine, error=str(exc) or type(exc).__name__)
         except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
@@ -123,20 +172,20 @@ def _finish(job_id: int, mine: QuerySet[ArmJob], *, result: dict[str, Any] | Non
         log.warning("arm job %s finished after it was declared lost; its outcome is dropped", job_id)
 
 
-def _readiness(job: ArmJob) -> dict[str, Any]:
+def _readiness(job: ArmJob, hold: _Hold) -> dict[str, Any]:
     arm = job.arm
     return memorycompat.run_preflight(
         arm.memory_system,
-        build_llm(arm),
+        hold.guard(build_llm(arm)),
         embedder=get_embedder(),
         params=dict(arm.params or {}),
         backend=arm.resolved_backend,
-        progress=_progress(job.pk),
+        progress=hold.progress,
         reply_max_tokens=int(settings.LLM_MAX_TOKENS),
     )
 
 
-def _evaluation(job: ArmJob) -> dict[str, Any]:
+def _evaluation(job: ArmJob, hold: _Hold) -> dict[str, Any]:
     from memory.evaluation import run as evaluate
 
     arm = job.arm
@@ -154,7 +203,8 @@ def _evaluation(job: ArmJob) -> dict[str, Any]:
         params=dict(arm.params or {}),
         max_questions=int(max_questions) if max_questions else None,
         max_tokens=int(settings.LLM_MAX_TOKENS),
-        progress=_progress(job.pk),
+        progress=hold.progress,
+        wrap_llm=hold.guard,
     )
     return result
 

@@ -294,6 +294,8 @@ class ArmJob(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # When its task was last sent: a job still queued a grace after this is sent again (chat/armjobs.py).
+    dispatched_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # Held by the job while it runs and extended by a heartbeat (chat/leases.py): a running job whose

@@ -462,20 +462,23 @@ def run(
     max_questions: int | None = None,
     max_tokens: int = 64,
     progress: Progress | None = None,
+    wrap_llm: Callable[[LLM], LLM] | None = None,
 ) -> dict[str, Any]:
     """Evaluate the registered arm ``arm`` on ``dataset``: the entry point for a CLI or a background job.
 
     The answer model and the arm's own calls use ``backend``/``model``; the judge uses the same
     backend with ``judge_model`` (default: ``model``); with ``backend="scripted"`` the judge is the
-    F1 stand-in. Raises :class:`DatasetError` for a bad dataset or dialogue name, ValueError for an
-    unknown arm or parameter."""
+    F1 stand-in. ``wrap_llm``, if given, wraps the answer model and the judge before any call (a
+    background job stops its calls there once it lost its lease). Raises :class:`DatasetError` for a bad
+    dataset or dialogue name, ValueError for an unknown arm or parameter."""
     from memory.embed import make_embedder
     from memory.llm import make_llm
     from memory.registry import build_system
 
     options = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
-    llm = RecordingLLM(make_llm(backend, model, **options))
-    judge = None if backend == "scripted" else make_llm(backend, judge_model or model, **options)
+    wrap = wrap_llm or (lambda x: x)
+    llm = RecordingLLM(wrap(make_llm(backend, model, **options)))
+    judge = None if backend == "scripted" else wrap(make_llm(backend, judge_model or model, **options))
     emb = make_embedder(embedder)
     system = build_system(arm, llm=llm, embedder=emb, **(params or {}))
     data = load_dataset(dataset, path)

@@ -559,15 +559,14 @@ class ScriptedLLM:
         return TextStream(chunks())
 
 
-# ----------------------------------------------------------------------------------------- recording
+# ------------------------------------------------------------------------------------ recording, checking
 
 
 @dataclass
-class RecordingLLM:
-    """Wraps an LLM and records every call (also failed ones) as :class:`LLMCall`."""
+class _Wrapping:
+    """An LLM around another one: its model and tool support are the inner one's."""
 
     inner: LLM
-    calls: list[LLMCall] = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -576,6 +575,40 @@ class RecordingLLM:
     @property
     def supports_tools(self) -> bool:
         return bool(getattr(self.inner, "supports_tools", False))
+
+
+@dataclass
+class CheckedLLM(_Wrapping):
+    """Calls ``check()`` before every call of the wrapped LLM: a background job that must stop (it lost its
+    lease) raises there, before the call is made."""
+
+    check: Callable[[], None] = field(default=lambda: None)
+
+    def complete(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
+    ) -> Completion:
+        self.check()
+        extra: dict[str, Any] = {"tools": tools} if tools else {}  # as RecordingLLM: older LLMs take no tools
+        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        self.check()
+        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+
+
+@dataclass
+class RecordingLLM(_Wrapping):
+    """Wraps an LLM and records every call (also failed ones) as :class:`LLMCall`."""
+
+    calls: list[LLMCall] = field(default_factory=list)
 
     def complete(
         self,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 
 from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, AttentionCheck, Metric, Participant, Study
@@ -24,6 +26,21 @@ def _gated(study: Study | None) -> bool:
     return study is not None and study.status == Study.Status.OPEN and not study.pilot
 
 
+# Deleting an arm of an open study changes the design under the workers (an arm without episodes yet is still
+# drawn for the next one), and deleting every arm leaves a study that cannot run: as on the study page, close it
+# first. Deleting the study itself deletes its arms, so it is refused the same way.
+OPEN_ARM_DELETE_REFUSED = (
+    "Not deleted: the study of {names} is open (not a pilot). Close the study first, or untick “active” to stop "
+    "drawing an arm."
+)
+OPEN_STUDY_DELETE_REFUSED = "Not deleted: {names} is open (not a pilot). Close the study first."
+
+
+def _refuse(request: HttpRequest, template: str, objects: list[Any]) -> None:
+    names = ", ".join(f"“{o}”" for o in objects)
+    messages.error(request, template.format(names=names))
+
+
 class ArmInline(admin.TabularInline[Arm, Study]):
     model = Arm
     form = ArmForm  # the same parameter validation as the researcher page
@@ -35,6 +52,9 @@ class ArmInline(admin.TabularInline[Arm, Study]):
 
     def has_add_permission(self, request: HttpRequest, obj: Study | None = None) -> bool:
         return not _gated(obj) and super().has_add_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:  # obj: the study, as above
+        return not _gated(obj) and super().has_delete_permission(request, obj)
 
 
 class MetricInline(admin.TabularInline[Metric, Study]):
@@ -68,7 +88,25 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     inlines = [ArmInline, MetricInline, AttentionCheckInline]
     filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    actions = ["add_default_metrics"]
+    actions = ["add_default_metrics", "delete_selected"]
+
+    @admin.action(permissions=["delete"], description="Delete selected studies")
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Study]) -> HttpResponse | None:
+        """Django's bulk delete, unless a selected study is open (not a pilot): then nothing is deleted."""
+        if refused := [s for s in queryset if _gated(s)]:
+            _refuse(request, OPEN_STUDY_DELETE_REFUSED, refused)
+            return None
+        return django_delete_selected(self, request, queryset)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Study | None = None) -> bool:
+        return not _gated(obj) and super().has_delete_permission(request, obj)
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        study = self.get_object(request, object_id)
+        if study is not None and _gated(study):
+            _refuse(request, OPEN_STUDY_DELETE_REFUSED, [study])
+            return HttpResponseRedirect(reverse("admin:studies_study_change", args=[study.pk]))
+        return super().delete_view(request, object_id, extra_context)
 
     @admin.action(description="Add the five default metrics")
     def add_default_metrics(self, request: HttpRequest, queryset: Any) -> None:
@@ -93,6 +131,26 @@ class ArmAdmin(admin.ModelAdmin[Arm]):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Arm | None = None) -> Any:
         return ARM_READINESS_FIELDS if obj is not None and _gated(obj.study) else ()
+
+    actions = ["delete_selected"]
+
+    @admin.action(permissions=["delete"], description="Delete selected arms")
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Arm]) -> HttpResponse | None:
+        """Django's bulk delete, unless a selected arm belongs to an open study: then nothing is deleted."""
+        if refused := [a for a in queryset.select_related("study") if _gated(a.study)]:
+            _refuse(request, OPEN_ARM_DELETE_REFUSED, refused)
+            return None
+        return django_delete_selected(self, request, queryset)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Arm | None = None) -> bool:
+        return not (obj is not None and _gated(obj.study)) and super().has_delete_permission(request, obj)
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        arm = self.get_object(request, object_id)
+        if arm is not None and _gated(arm.study):
+            _refuse(request, OPEN_ARM_DELETE_REFUSED, [arm])
+            return HttpResponseRedirect(reverse("admin:studies_arm_change", args=[arm.pk]))
+        return super().delete_view(request, object_id, extra_context)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # ArmForm has no study field (its add page failed with an IntegrityError): an arm is added on its study's

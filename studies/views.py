@@ -234,6 +234,7 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
@@ -359,6 +360,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ import pytest
 from django.db import connection
 
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message
+from chat.tests.fake_openai import ScriptedEndpoint, completion, serving
 from studies.models import Arm, Participant, Study
 
 pytestmark = pytest.mark.postgres
@@ -187,47 +186,19 @@ def test_a_real_celery_worker_runs_an_arm_job_on_the_memory_queue_and_writes_its
     assert armjobs.TASK_NAME in celery_worker.read_text()
 
 
-class _HeldEndpoint:
-    """An OpenAI-compatible endpoint in a thread that holds every request until :meth:`release`:
-    the memory worker's LLM call waits here, so the worker is busy for as long as the test wants."""
+class _Held(ScriptedEndpoint):
+    """Holds every request until ``released`` is set: the memory worker's LLM call waits here, so the
+    worker is busy for as long as the test wants. ``arrived`` is set by the first request. (Events on the
+    class, as ``plan``: the fixture gives each test fresh ones.)"""
 
-    def __init__(self) -> None:
-        self.arrived = threading.Event()
-        self.released = threading.Event()
-        owner = self
+    protocol_version = "HTTP/1.1"
+    arrived = threading.Event()
+    released = threading.Event()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                owner.arrived.set()
-                owner.released.wait(60)
-                raw = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake-model",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "- The user has a cat."},
-                                 "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def release(self) -> None:
-        self.released.set()
-
-    def stop(self) -> None:
-        self.released.set()
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, step: Any) -> None:
+        type(self).arrived.set()
+        type(self).released.wait(60)
+        self.send_json(200, completion("- The user has a cat."))
 
 
 def _ran(log: Path, task: str) -> bool:
@@ -236,16 +207,24 @@ def _ran(log: Path, task: str) -> bool:
 
 
 @pytest.fixture
-def lane_workers(tmp_path: Path, worker_database_url: str) -> Iterator[tuple[dict[str, Path], _HeldEndpoint]]:
+def lane_workers(tmp_path: Path, worker_database_url: str) -> Iterator[tuple[dict[str, Path], type[_Held]]]:
     """docker-compose's shape: one worker process on the reply queue ("celery"), one on "memory",
     a single slot each; the memory arm's endpoint holds its calls. Yields the logs and the endpoint."""
     redis_url = _require_services()
-    endpoint = _HeldEndpoint()
+    _Held.arrived, _Held.released = threading.Event(), threading.Event()
+    with serving(_Held) as url:
+        yield from _workers(tmp_path, worker_database_url, redis_url, url)
+
+
+def _workers(
+    tmp_path: Path, worker_database_url: str, redis_url: str, llm_url: str
+) -> Iterator[tuple[dict[str, Path], type[_Held]]]:
+    """The two workers of :func:`lane_workers`, their LLM at ``llm_url``; stopped when the caller is done."""
     env = {
         **os.environ,
         "DATABASE_URL": worker_database_url, "REDIS_URL": redis_url, "CELERY_TASK_ALWAYS_EAGER": "false",
         "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-        "OPENAI_API_KEY": "fake-key", "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.port}/v1",
+        "OPENAI_API_KEY": "fake-key", "OPENAI_BASE_URL": llm_url,
         "LLM_TIMEOUT_SECONDS": "60",
     }  # fmt: skip
     logs = {name: tmp_path / f"worker-{name}.log" for name in ("reply", "memory")}
@@ -281,9 +260,9 @@ def lane_workers(tmp_path: Path, worker_database_url: str) -> Iterator[tuple[dic
     try:
         for name, log in logs.items():
             _wait_for(lambda log=log: "ready." in log.read_text(), 90, f"the {name} worker to start", log)  # type: ignore[misc]
-        yield logs, endpoint
+        yield logs, _Held
     finally:
-        endpoint.stop()  # lets a held call finish, so the warm shutdown below does not wait on it
+        _Held.released.set()  # lets a held call finish, so the warm shutdown below does not wait on it
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         for proc in procs:
@@ -296,7 +275,7 @@ def lane_workers(tmp_path: Path, worker_database_url: str) -> Iterator[tuple[dic
 
 @pytest.mark.django_db(transaction=True)
 def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
-    study: Study, lane_workers: tuple[dict[str, Path], _HeldEndpoint], settings: Any
+    study: Study, lane_workers: tuple[dict[str, Path], type[_Held]], settings: Any
 ) -> None:
     """Issue 12, item 2 in production: the memory update holds the only slot of the memory worker
     (its LLM call is held), and a worker's message still gets its reply from the reply worker."""
@@ -329,7 +308,7 @@ def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
     assert not MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists()
     assert _ran(logs["reply"], services.REPLY_TASK) and not _ran(logs["memory"], services.REPLY_TASK)
 
-    endpoint.release()
+    endpoint.released.set()
     _wait_for(
         lambda: MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists(),
         60, "the memory worker to finish the update", logs["memory"],

@@ -4,8 +4,6 @@ researcher who made it. Annotators still work every active queue."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
@@ -20,25 +18,15 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice(db: Any) -> User:
-    return User.objects.create_user("alice", password="pw", is_staff=True)
+def owners_study(owner: User) -> Study:
+    return Study.objects.create(name="Olga's study", created_by=owner)
 
 
 @pytest.fixture
-def bob(db: Any) -> User:
-    return User.objects.create_user("bob", password="pw", is_staff=True)
-
-
-@pytest.fixture
-def alices_study(alice: User) -> Study:
-    return Study.objects.create(name="Alice's study", created_by=alice)
-
-
-@pytest.fixture
-def queues(alice: User, alices_study: Study) -> dict[str, Queue]:
+def queues(owner: User, owners_study: Study) -> dict[str, Queue]:
     out = {
-        "of_study": Queue.objects.create(name="Alice study queue", kind="pairs", study=alices_study, created_by=alice),
-        "imported": Queue.objects.create(name="Alice imported queue", kind="pairs", created_by=alice),
+        "of_study": Queue.objects.create(name="Olga study queue", kind="pairs", study=owners_study, created_by=owner),
+        "imported": Queue.objects.create(name="Olga imported queue", kind="pairs", created_by=owner),
         "by_command": Queue.objects.create(name="Command queue", kind="pairs"),
     }
     for q in out.values():
@@ -68,15 +56,15 @@ def researcher_pages(queue: Queue) -> list[tuple[str, str]]:
     return pages
 
 
-def test_a_researcher_sees_no_queue_of_another_researchers_study(bob: User, queues: dict[str, Queue]) -> None:
-    body = logged_in(bob).get(reverse("annotation:queues")).content.decode()
+def test_a_researcher_sees_no_queue_of_another_researchers_study(other: User, queues: dict[str, Queue]) -> None:
+    body = logged_in(other).get(reverse("annotation:queues")).content.decode()
     assert not any(q.name in body for q in queues.values())
 
 
 def test_every_page_of_another_researchers_queue_is_not_found_and_changes_nothing(
-    bob: User, queues: dict[str, Queue]
+    other: User, queues: dict[str, Queue]
 ) -> None:
-    client = logged_in(bob)
+    client = logged_in(other)
     for queue in queues.values():
         for method, url in researcher_pages(queue):
             response = getattr(client, method)(url, {"label": "PASS"} if "adjudicate" in url else {})
@@ -86,9 +74,9 @@ def test_every_page_of_another_researchers_queue_is_not_found_and_changes_nothin
 
 
 def test_the_owner_sees_her_study_queue_and_her_imported_queue_but_not_a_command_made_one(
-    alice: User, queues: dict[str, Queue]
+    owner: User, queues: dict[str, Queue]
 ) -> None:
-    client = logged_in(alice)
+    client = logged_in(owner)
     body = client.get(reverse("annotation:queues")).content.decode()
     assert queues["of_study"].name in body and queues["imported"].name in body
     assert queues["by_command"].name not in body
@@ -97,21 +85,21 @@ def test_the_owner_sees_her_study_queue_and_her_imported_queue_but_not_a_command
 
 
 def test_sharing_the_study_shares_its_queues_but_not_the_owners_other_queues(
-    bob: User, alices_study: Study, queues: dict[str, Queue]
+    other: User, owners_study: Study, queues: dict[str, Queue]
 ) -> None:
-    alices_study.shared_with.add(bob)
-    client = logged_in(bob)
+    owners_study.shared_with.add(other)
+    client = logged_in(other)
     assert client.get(reverse("annotation:queue_detail", args=[queues["of_study"].pk])).status_code == 200
     assert client.get(reverse("annotation:queue_detail", args=[queues["imported"].pk])).status_code == 404
-    assert list(Queue.objects.visible_to(bob)) == [queues["of_study"]]
+    assert list(Queue.objects.visible_to(other)) == [queues["of_study"]]
 
 
 def test_a_superuser_sees_every_queue_and_an_inactive_or_non_staff_user_none(
-    researcher: User, alice: User, queues: dict[str, Queue]
+    researcher: User, owner: User, queues: dict[str, Queue]
 ) -> None:
     assert set(Queue.objects.visible_to(researcher)) == set(queues.values())
-    alice.is_active = False
-    assert not Queue.objects.visible_to(alice).exists()
+    owner.is_active = False
+    assert not Queue.objects.visible_to(owner).exists()
     annotator = User.objects.create_user("ann", password="pw")
     assert not Queue.objects.visible_to(annotator).exists()
 
@@ -122,22 +110,22 @@ def test_an_annotator_still_works_a_queue_of_any_study(annotator: User, queues: 
 
 
 def test_a_researcher_cannot_read_or_label_another_researchers_queue_in_the_annotator_workspace(
-    bob: User, queues: dict[str, Queue]
+    other: User, queues: dict[str, Queue]
 ) -> None:
-    # staff makes bob an annotator too: the workspace must not be a way round the queue pages' 404
-    client = logged_in(bob)
-    assert "Alice study queue" not in client.get(reverse("annotation:home")).content.decode()
+    # staff makes the other researcher an annotator too: the workspace must not be a way round the queue pages' 404
+    client = logged_in(other)
+    assert "Olga study queue" not in client.get(reverse("annotation:home")).content.decode()
     response = client.get(reverse("annotation:work", args=[queues["of_study"].pk]))
     assert response.status_code == 404 and "Has a dog." not in response.content.decode()
-    assert not Assignment.objects.filter(annotator=bob).exists()
+    assert not Assignment.objects.filter(annotator=other).exists()
 
 
 def test_a_researcher_annotates_the_queues_they_may_see_or_all_when_also_in_the_annotators_group(
-    alice: User, bob: User, queues: dict[str, Queue]
+    owner: User, other: User, queues: dict[str, Queue]
 ) -> None:
-    home = logged_in(alice).get(reverse("annotation:home")).content.decode()
-    assert "Alice study queue" in home and "Command queue" not in home
-    assert logged_in(alice).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200
+    home = logged_in(owner).get(reverse("annotation:home")).content.decode()
+    assert "Olga study queue" in home and "Command queue" not in home
+    assert logged_in(owner).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200
     group, _ = Group.objects.get_or_create(name="annotators")
-    bob.groups.add(group)
-    assert logged_in(bob).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200
+    other.groups.add(group)
+    assert logged_in(other).get(reverse("annotation:work", args=[queues["of_study"].pk])).status_code == 200

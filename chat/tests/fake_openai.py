@@ -25,6 +25,13 @@ def sse_chunk(text: str) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
+def completion(text: str) -> dict[str, Any]:
+    """A whole (not streamed) chat completion answering ``text``."""
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+
+
 class ScriptedEndpoint(BaseHTTPRequestHandler):
     """Answers each POST by the next step of ``plan`` (``default_step`` once it is empty); subclasses set
     ``plan`` on their own class and implement :meth:`answer`."""
@@ -41,6 +48,15 @@ class ScriptedEndpoint(BaseHTTPRequestHandler):
 
     def answer(self, step: Any) -> None:
         raise NotImplementedError
+
+    def send_json(self, status: int, data: dict[str, Any]) -> None:
+        """Answer with ``data`` as a JSON body of a known length (a keep-alive connection stays usable)."""
+        raw = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
 
 
 H = TypeVar("H", bound=ScriptedEndpoint)

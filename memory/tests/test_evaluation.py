@@ -174,6 +174,33 @@ def test_an_answer_that_names_the_gold_scores_with_a_real_judge(tmp_path: Path, 
     assert result["judge"]["model"] == "judge" and result["model"] == "answerer"
 
 
+def test_wrap_llm_sees_the_answer_model_and_the_judge_before_any_call(tmp_path: Path, monkeypatch: Any) -> None:
+    import memory.llm as llm_module
+
+    monkeypatch.setattr(llm_module, "make_llm", lambda backend, model="", **o: ScriptedLLM(model=model))
+
+    class Counted:
+        def __init__(self, inner: ScriptedLLM) -> None:
+            self.inner, self.model, self.calls = inner, inner.model, 0
+
+        def complete(self, messages: Any, **kw: Any) -> Any:
+            self.calls += 1
+            return self.inner.complete(messages, **kw)
+
+    wrapped: list[Counted] = []
+
+    def wrap(llm: Any) -> Any:
+        wrapped.append(Counted(llm))
+        return wrapped[-1]
+
+    result = run(
+        "none", "locomo", locomo_file(tmp_path), backend="openai", model="answerer", judge_model="judge",
+        embedder="hashing", wrap_llm=wrap,
+    )  # fmt: skip
+    assert [(w.model, w.calls > 0) for w in wrapped] == [("answerer", True), ("judge", True)]
+    assert result["model"] == "answerer"
+
+
 def test_the_eval_cli_prints_a_complete_report_for_mem0_on_gvd() -> None:
     out = io.StringIO()
     code = main(

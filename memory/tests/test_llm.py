@@ -11,6 +11,7 @@ import pytest
 
 from memory import llm as llm_module
 from memory.llm import (
+    CheckedLLM,
     Completion,
     LLMError,
     LLMTransientError,
@@ -64,6 +65,25 @@ def test_the_recorder_records_a_failed_stream_and_reraises() -> None:
     with pytest.raises(LLMTransientError):
         list(rec.stream(MESSAGES))
     assert rec.calls[0].error == "timeout"
+
+
+def test_a_checked_model_asks_before_every_call_and_makes_none_once_the_check_raises() -> None:
+    inner = ScriptedLLM(["a b", "c d", "e f"], supports_tools=True)
+    stopped: list[bool] = [False]
+
+    def check() -> None:
+        if stopped[0]:
+            raise RuntimeError("lease lost")
+
+    llm = CheckedLLM(inner, check=check)
+    assert llm.complete(MESSAGES).text == "a b" and "".join(llm.stream(MESSAGES)) == "c d"
+    assert (llm.model, llm.supports_tools) == ("scripted", True)
+    stopped[0] = True
+    with pytest.raises(RuntimeError):
+        llm.complete(MESSAGES)
+    with pytest.raises(RuntimeError):
+        llm.stream(MESSAGES)
+    assert len(inner.calls) == 2
 
 
 class _FakeLlama:

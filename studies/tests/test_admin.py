@@ -211,3 +211,76 @@ def test_the_admins_study_and_arm_filters_name_only_those_the_researcher_may_see
     for model in ("studies_participant", "chat_episode", "chat_chatsession", "chat_rating"):
         body = client.get(reverse(f"admin:{model}_changelist")).content.decode()
         assert study.name not in body and "No memory" not in body, model  # nor another study's arm names
+
+
+def _delete_selected(client: Client, model: str, pks: list[int]) -> Any:
+    return client.post(
+        reverse(f"admin:studies_{model}_changelist"),
+        {"action": "delete_selected", "_selected_action": [str(pk) for pk in pks], "post": "yes"},
+        follow=True,
+    )
+
+
+def _shown_messages(response: Any) -> str:
+    return " ".join(str(m) for m in response.context["messages"])
+
+
+def test_the_admins_delete_selected_refuses_to_delete_the_arms_of_an_open_study(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    # the study has no episodes yet, so nothing protects its arms but this guard
+    client.force_login(researcher)
+    pks = list(study.arms.values_list("pk", flat=True))
+    response = _delete_selected(client, "arm", pks)
+    assert response.status_code == 200
+    assert "Not deleted: the study of “No memory (none)”, “Full history (full_history)” is open" in _shown_messages(
+        response
+    )
+    assert study.arms.count() == 2
+
+
+def test_the_admins_single_delete_refuses_an_arm_of_an_open_study_with_a_message(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    client.force_login(researcher)
+    arm = study.arms.get(memory_system="none")
+    change = client.get(reverse("admin:studies_arm_change", args=[arm.pk]))
+    assert not change.context["has_delete_permission"]  # no Delete link to follow
+    response = client.post(reverse("admin:studies_arm_delete", args=[arm.pk]), {"post": "yes"}, follow=True)
+    assert response.redirect_chain[-1][0] == reverse("admin:studies_arm_change", args=[arm.pk])
+    assert "Close the study first" in _shown_messages(response)
+    assert Arm.objects.filter(pk=arm.pk).exists()
+
+
+def test_the_studys_inline_offers_no_delete_box_for_the_arms_of_an_open_study(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    client.force_login(researcher)
+    inline = client.get(reverse("admin:studies_study_change", args=[study.pk])).context["inline_admin_formsets"][0]
+    assert not inline.formset.can_delete
+
+
+def test_the_admin_refuses_to_delete_an_open_study_and_with_it_its_arms(
+    client: Client, researcher: Any, study: Study
+) -> None:
+    client.force_login(researcher)
+    response = _delete_selected(client, "study", [study.pk])
+    assert "Not deleted: “Test study” is open (not a pilot)" in _shown_messages(response)
+    response = client.post(reverse("admin:studies_study_delete", args=[study.pk]), {"post": "yes"}, follow=True)
+    assert "Close the study first" in _shown_messages(response)
+    assert Study.objects.filter(pk=study.pk).exists() and study.arms.count() == 2
+
+
+@pytest.mark.parametrize("change", [{"pilot": True}, {"status": Study.Status.CLOSED}])
+def test_the_arms_of_a_pilot_or_closed_study_can_still_be_deleted_in_the_admin(
+    client: Client, researcher: Any, study: Study, change: dict[str, Any]
+) -> None:
+    Study.objects.filter(pk=study.pk).update(**change)
+    client.force_login(researcher)
+    arm = study.arms.get(memory_system="none")
+    response = _delete_selected(client, "arm", [arm.pk])
+    assert "Successfully deleted 1 arm." in _shown_messages(response)
+    response = client.post(
+        reverse("admin:studies_arm_delete", args=[study.arms.get().pk]), {"post": "yes"}, follow=True
+    )
+    assert response.status_code == 200 and not study.arms.exists()

@@ -9,6 +9,7 @@ platform calls them, except in the last test, which runs the real checks when th
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,12 @@ def draft(study: Study) -> Study:
     study.status = Study.Status.DRAFT
     study.save()
     return study
+
+
+@pytest.fixture
+def overdue(settings: Any) -> dt.datetime:
+    """A moment longer ago than the queue grace: a job queued then and not started should have been."""
+    return leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1)
 
 
 @pytest.fixture(autouse=True)
@@ -265,11 +272,47 @@ def test_a_queued_check_waiting_past_the_grace_is_dispatched_again_when_asked_fo
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert armjobs.start(arm, "readiness") == fresh
     assert callbacks == []  # queued a moment ago: its task is on its way
-    ArmJob.objects.filter(pk=fresh.pk).update(created_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
+    ArmJob.objects.filter(pk=fresh.pk).update(dispatched_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         assert armjobs.start(arm, "readiness") == fresh  # its task may be lost: sent again, same job
     fresh.refresh_from_db()
     assert (len(callbacks), fresh.status, ArmJob.objects.count()) == (1, "done", 1)
+
+
+def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_cards_poll(
+    rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The embedded default's queue lived in the web process: after a restart the row says "queued" and
+    # nothing will run it. Nobody asks again; the page polls.
+    monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
+    arm = draft.arms.get(memory_system="none")
+    job = ArmJob.objects.create(arm=arm, kind="readiness", config=arm.llm_config())
+    url = reverse("studies:readiness", args=[draft.slug])
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert "checking…" in rclient.get(url).content.decode()
+    assert callbacks == []  # sent a moment ago: its task is on its way
+    ArmJob.objects.filter(pk=job.pk).update(created_at=overdue, dispatched_at=overdue)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        body = rclient.get(url).content.decode()
+    job.refresh_from_db()
+    assert (len(callbacks), job.status) == (1, "done")
+    # the card rendered before the job ran (the send waits for the commit); the next poll shows it
+    assert "checking…" in body and "readiness-ready" in rclient.get(url).content.decode()
+
+
+def test_a_queued_check_is_sent_again_once_per_grace_however_often_the_page_asks(
+    rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    arm = draft.arms.get(memory_system="none")
+    job = ArmJob.objects.create(arm=arm, kind="evaluation", config=arm.llm_config(), dispatched_at=overdue)
+    sent: list[int] = []
+    monkeypatch.setattr(armjobs, "_dispatch", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        rclient.get(reverse("studies:detail", args=[draft.slug]))
+        rclient.get(reverse("studies:readiness", args=[draft.slug]))
+        armjobs.start(arm, "evaluation")
+    job.refresh_from_db()
+    assert sent == [job.pk] and job.status == "queued" and job.dispatched_at > overdue
 
 
 def test_without_the_readiness_library_the_check_fails_with_a_clear_message(
@@ -435,7 +478,7 @@ def test_a_check_requested_while_the_broker_is_down_stays_queued_and_is_sent_whe
     job.refresh_from_db()
     assert job.status == ArmJob.Status.QUEUED
     monkeypatch.setattr(armjobs, "dispatch", real_dispatch)
-    ArmJob.objects.filter(pk=job.pk).update(created_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
+    ArmJob.objects.filter(pk=job.pk).update(dispatched_at=leases.later(-settings.CHAT_JOB_QUEUE_GRACE_SECONDS - 1))
     with django_capture_on_commit_callbacks(execute=True):
         assert armjobs.start(arm, "readiness") == job
     job.refresh_from_db()

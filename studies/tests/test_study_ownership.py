@@ -3,8 +3,6 @@ on every study URL (the study's existence is not confirmed), and sees none of it
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -18,16 +16,6 @@ from reports.reporting import FORMATS, PLOT_NAMES
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def owner(db: Any) -> User:
-    return User.objects.create_user("olga", password="pw", is_staff=True)
-
-
-@pytest.fixture
-def other(db: Any) -> User:
-    return User.objects.create_user("oscar", password="pw", is_staff=True)
 
 
 @pytest.fixture
