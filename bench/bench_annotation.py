@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import threading
@@ -59,6 +60,8 @@ class Run:
     submit_ms: list[float]
     ok: bool
     errors: list[str]
+    client_cpu: float  # seconds of CPU (user + system) of the annotator threads' process(es)
+    server_cpu: float | None  # seconds of CPU of the PostgreSQL server, None when it cannot be read
 
     @property
     def rate(self) -> float:
@@ -75,6 +78,82 @@ def percentile(values: list[float], k: int) -> float:
     if len(values) < 2:
         return float("nan")
     return statistics.quantiles(values, n=100)[k - 1]
+
+
+def cpu_per_assignment(run: Run) -> str:
+    server = "n/a" if run.server_cpu is None else f"{1000 * run.server_cpu / run.assignments:.2f}"
+    return f"CPU per assignment: client {1000 * run.client_cpu / run.assignments:.2f} ms, PostgreSQL {server} ms"
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process and of its reaped children (the forked annotator processes)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces: split after its closing parenthesis
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def server_cpu() -> float | None:
+    """CPU seconds of the PostgreSQL server so far: the postmaster, its live children (backends,
+    background workers) and the children it has reaped (backends that exited), from /proc.
+
+    Only when the server runs on this machine and we may read its data directory's postmaster.pid
+    (the bench connects as a superuser under scripts/with-services.sh); otherwise ``None``.
+    """
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+            row = cursor.fetchone()
+        with open(Path(row[0]) / "postmaster.pid") as f:
+            postmaster = f.readline().strip()
+    except Exception:  # noqa: BLE001 - not readable here: the figure is left out, not the run
+        return None
+    fields = _stat(postmaster)
+    if fields is None:
+        return None
+    # after the ")": field 3 is state, so utime/stime/cutime/cstime (fields 14-17) sit at 11..14
+    ticks = sum(int(v) for v in fields[11:15])
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            child = _stat(entry)
+            if child is not None and child[1] == postmaster:
+                ticks += sum(int(v) for v in child[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def reset_statement_stats() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cursor.execute("SELECT pg_stat_statements_reset()")
+    connections.close_all()
+
+
+def print_statement_stats(assignments: int) -> None:
+    """The statements that cost the server most in the run, per call and per assignment."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT calls, total_plan_time, total_exec_time, "
+            "shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
+            "FROM pg_stat_statements WHERE calls > 0 ORDER BY total_plan_time + total_exec_time DESC LIMIT 8"
+        )
+        rows = cursor.fetchall()
+    print("  statements (calls; plan, execute ms per call; buffers per call; plan + execute ms per assignment):")
+    for calls, plan, execute, blocks, query in rows:
+        print(
+            f"    {calls:6d}; {plan / calls:6.3f} {execute / calls:6.3f}; {blocks / calls:7.1f}; "
+            f"{(plan + execute) / assignments:6.3f}  {query}"
+        )
+    connections.close_all()
 
 
 def load() -> str:
@@ -181,7 +260,9 @@ def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: An
 def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: int) -> Run:
     users = make_users(tag, n_annotators)
     queue = make_queue(tag, n_items, labels)
+    server_before = server_cpu()
     connections.close_all()  # children must not share the parent's connection
+    client_before = own_cpu()
 
     if processes == 1:
         barrier: Any = threading.Barrier(n_annotators + 1)
@@ -207,6 +288,12 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
         parts = [results.get() for _ in children]
         for child in children:
             child.join()
+    client = own_cpu() - client_before
+    # the annotators' connections are closed; give the postmaster a moment to reap their backends,
+    # whose CPU then counts in its children's total
+    time.sleep(0.5)
+    server_after = server_cpu()
+    server = None if server_before is None or server_after is None else server_after - server_before
 
     claim_ms = [ms for part in parts for ms in part.claim_ms]
     submit_ms = [ms for part in parts for ms in part.submit_ms]
@@ -217,7 +304,7 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
     ok = (
         not errors and len(per_item) == n_items and set(per_item.values()) == {labels} and len(pairs) == len(set(pairs))
     )
-    return Run(len(claim_ms), elapsed, claim_ms, submit_ms, ok, errors)
+    return Run(len(claim_ms), elapsed, claim_ms, submit_ms, ok, errors, client, server)
 
 
 def main() -> None:
@@ -233,6 +320,13 @@ def main() -> None:
         help="spread the annotator threads over this many processes (as a web deployment would), default 1",
     )
     parser.add_argument("--show-sql", action="store_true", help="print the statements of one claim and one submit")
+    parser.add_argument(
+        "--statement-stats",
+        action="store_true",
+        help="after each run, print planning and execution time per statement from pg_stat_statements "
+        "(the server must preload it: MEMEVAL_PGOPTS='-c shared_preload_libraries=pg_stat_statements "
+        "-c pg_stat_statements.track_planning=on' with scripts/with-services.sh)",
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("run this on PostgreSQL: bash scripts/with-services.sh .venv/bin/python bench/bench_annotation.py")
@@ -252,6 +346,8 @@ def main() -> None:
 
     runs: list[Run] = []
     for k in range(args.runs):
+        if args.statement_stats:
+            reset_statement_stats()
         before = load()
         run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes)
         runs.append(run)
@@ -261,6 +357,9 @@ def main() -> None:
             f"submit p50 {run.submit_p(50):.1f} p95 {run.submit_p(95):.1f} p99 {run.submit_p(99):.1f} ms; "
             f"load {before} -> {load()}; invariants {'OK' if run.ok else 'VIOLATED'}"
         )
+        print(f"  {cpu_per_assignment(run)}")
+        if args.statement_stats:
+            print_statement_stats(run.assignments)
         if run.errors:
             print("  first error:", run.errors[0])
     best = max(runs, key=lambda r: r.rate)
@@ -268,10 +367,13 @@ def main() -> None:
         f"best:   {best.rate:.0f} assignments/s, claim p95 {best.claim_p(95):.1f} ms, "
         f"submit p95 {best.submit_p(95):.1f} ms"
     )
+    servers = [r.server_cpu / r.assignments for r in runs if r.server_cpu is not None]
     print(
         f"median: {statistics.median(r.rate for r in runs):.0f} assignments/s, "
         f"claim p95 {statistics.median(r.claim_p(95) for r in runs):.1f} ms, "
-        f"submit p95 {statistics.median(r.submit_p(95) for r in runs):.1f} ms"
+        f"submit p95 {statistics.median(r.submit_p(95) for r in runs):.1f} ms; CPU per assignment: "
+        f"client {1000 * statistics.median(r.client_cpu / r.assignments for r in runs):.2f} ms, "
+        f"PostgreSQL {f'{1000 * statistics.median(servers):.2f}' if servers else 'n/a'} ms"
     )
     ok = all(r.ok for r in runs)
     print(
