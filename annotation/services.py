@@ -516,7 +516,7 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
     values = list(row[1:])
     for k, convert in _item_converters():
         values[k] = convert(values[k], None, connection)
-    item = Item.from_db(connection.alias, None, values)
+    item = Item.from_db(connection.alias, _attnames(Item), values)
     assignment = _loaded(
         Assignment,
         id=row[0],
@@ -616,7 +616,13 @@ def _loaded(model: type[_M], **values: Any) -> _M:
     ``from_db`` takes the positional fast path of ``Model.__init__``: a fraction of the CPU of keyword
     construction. A KeyError here means a field was added to the model and not to the fast path.
     """
-    return model.from_db(connection.alias, None, [values[field.attname] for field in model._meta.concrete_fields])
+    names = _attnames(model)
+    return model.from_db(connection.alias, names, [values[name] for name in names])
+
+
+@functools.cache
+def _attnames(model: type[Model]) -> list[str]:
+    return [field.attname for field in model._meta.concrete_fields]
 
 
 @contextmanager
@@ -650,9 +656,10 @@ def _prepared_cursor() -> Iterator[Any]:
 
 @functools.cache
 def _preparing_cursor_class() -> type:
-    from django.db.backends.postgresql.base import ServerBindingCursor  # needs psycopg: PostgreSQL only
+    # needs psycopg, so PostgreSQL only; defined only when psycopg 3 is (the stubs do not know it)
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc]
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             return super().execute(query, params, prepare=True, **kwargs)
 

@@ -212,8 +212,18 @@ class Timings:
     errors: list[str]
 
 
-def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
-    """One thread per annotator: claim -> submit until the queue is empty; all start at ``barrier``."""
+@dataclass
+class Shape:
+    cold_start: bool = False  # connect after the barrier: the first claims pay 50 simultaneous connects
+    connect_per_call: bool = False  # a new connection for every claim and submit (CONN_MAX_AGE = 0)
+
+
+def annotate(queue: Queue, users: list[User], barrier: Any, shape: Shape) -> Timings:
+    """One thread per annotator: claim -> submit until the queue is empty; all start at ``barrier``.
+
+    Each thread opens its database connection before the barrier, as a web process's threads hold
+    theirs (persistent connections or a pool), unless ``shape.cold_start``.
+    """
     claim_ms: list[float] = []
     submit_ms: list[float] = []
     errors: list[str] = []
@@ -224,14 +234,20 @@ def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
         mine_c: list[float] = []
         mine_s: list[float] = []
         try:
+            if not shape.cold_start:
+                connection.ensure_connection()
             barrier.wait()
             while True:
                 t0 = time.perf_counter()
                 a = services.claim_next_item(queue, user)
+                if shape.connect_per_call:
+                    connection.close()
                 t1 = time.perf_counter()
                 if a is None:
                     break
                 services.submit_label(a.pk, annotator=user, op="APPEND")
+                if shape.connect_per_call:
+                    connection.close()
                 t2 = time.perf_counter()
                 mine_c.append((t1 - t0) * 1000)
                 mine_s.append((t2 - t1) * 1000)
@@ -253,21 +269,69 @@ def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
     return Timings(claim_ms, submit_ms, max(finished, default=time.perf_counter()), errors)
 
 
-def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any) -> None:
-    results.put(annotate(queue, users, barrier))
+def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any, shape: Shape) -> None:
+    results.put(annotate(queue, users, barrier, shape))
 
 
-def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: int) -> Run:
+class WaitSampler:
+    """Samples what the other client backends are doing every ``interval`` s (pg_stat_activity) while
+    a run goes: running, waiting for the client (ClientRead), for a lock, and so on."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.counts: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        sql = (
+            "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = current_database()"
+        )
+        try:
+            while not self._stop.wait(self.interval):
+                with connection.cursor() as cursor:
+                    cursor.execute(sql)
+                    for state, kind, event in cursor.fetchall():
+                        if state == "active" and kind is None:
+                            key = "active: on CPU (or waiting for one)"
+                        elif kind is None:
+                            key = f"{state}"
+                        else:
+                            key = f"{state}: {kind} {event}"
+                        self.counts[key] += 1
+        finally:
+            connections.close_all()
+
+    def report(self) -> str:
+        total = sum(self.counts.values()) or 1
+        return "; ".join(f"{k} {100 * n / total:.0f}%" for k, n in self.counts.most_common(8))
+
+
+def run_once(
+    tag: str, n_annotators: int, n_items: int, labels: int, processes: int, shape: Shape, waits: bool = False
+) -> Run:
     users = make_users(tag, n_annotators)
     queue = make_queue(tag, n_items, labels)
     server_before = server_cpu()
     connections.close_all()  # children must not share the parent's connection
     client_before = own_cpu()
+    sampler = WaitSampler() if waits else None
+    if sampler is not None:
+        sampler.__enter__()
 
     if processes == 1:
         barrier: Any = threading.Barrier(n_annotators + 1)
         parts: list[Timings] = []
-        runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier)))
+        runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier, shape)))
         runner.start()
         barrier.wait()
         start = time.perf_counter()
@@ -278,7 +342,7 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
         barrier = ctx.Barrier(n_annotators + 1)
         results = ctx.Queue()
         children = [
-            ctx.Process(target=annotate_in_child, args=(queue, users[k::processes], barrier, results))
+            ctx.Process(target=annotate_in_child, args=(queue, users[k::processes], barrier, results, shape))
             for k in range(processes)
         ]
         for child in children:
@@ -288,6 +352,9 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
         parts = [results.get() for _ in children]
         for child in children:
             child.join()
+    if sampler is not None:
+        sampler.__exit__(None, None, None)
+        print(f"  backend samples ({sum(sampler.counts.values())}): {sampler.report()}")
     client = own_cpu() - client_before
     # the annotators' connections are closed; give the postmaster a moment to reap their backends,
     # whose CPU then counts in its children's total
@@ -321,6 +388,22 @@ def main() -> None:
     )
     parser.add_argument("--show-sql", action="store_true", help="print the statements of one claim and one submit")
     parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="open each thread's connection after the barrier (the first claims then wait for 50 "
+        "simultaneous connects); by default they are open before, as a web process's would be",
+    )
+    parser.add_argument(
+        "--connect-per-call",
+        action="store_true",
+        help="a new connection for every claim and every submit, as with CONN_MAX_AGE = 0 per request",
+    )
+    parser.add_argument(
+        "--waits",
+        action="store_true",
+        help="sample pg_stat_activity every 20 ms during each run: what the backends wait for",
+    )
+    parser.add_argument(
         "--statement-stats",
         action="store_true",
         help="after each run, print planning and execution time per statement from pg_stat_statements "
@@ -328,6 +411,7 @@ def main() -> None:
         "-c pg_stat_statements.track_planning=on' with scripts/with-services.sh)",
     )
     args = parser.parse_args()
+    shape = Shape(cold_start=args.cold_start, connect_per_call=args.connect_per_call)
     if connection.vendor != "postgresql":
         sys.exit("run this on PostgreSQL: bash scripts/with-services.sh .venv/bin/python bench/bench_annotation.py")
     call_command("migrate", verbosity=0)
@@ -335,7 +419,9 @@ def main() -> None:
     claim_sql, submit_sql = count_statements(stamp)
     print(
         f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
-        f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}"
+        f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}, "
+        f"connections: {'opened after the start' if args.cold_start else 'open before the start'}"
+        f"{', a new one per call' if args.connect_per_call else ''}"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
     if args.show_sql:
@@ -349,7 +435,7 @@ def main() -> None:
         if args.statement_stats:
             reset_statement_stats()
         before = load()
-        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes)
+        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes, shape, args.waits)
         runs.append(run)
         print(
             f"run {k + 1}: {run.assignments} assignments in {run.seconds:.2f} s = {run.rate:.0f} assignments/s; "
