@@ -405,19 +405,20 @@ WITH candidate AS (
     WHERE i.queue_id = %(queue)s AND i.status = '{item_open}' AND i.required > i.done_count + i.in_flight
       {chain_and_stages}
       AND NOT EXISTS (SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s)
-      AND NOT EXISTS (
-          SELECT 1 FROM {assignment} AS mine
-          WHERE mine.queue_id = %(queue)s AND mine.annotator_id = %(user)s AND mine.status = '{open}'
-      )
     ORDER BY i.done_count DESC, i.position, i.id
     LIMIT 1
     FOR UPDATE OF i SKIP LOCKED
-), taken AS (
-    UPDATE {item} AS i SET in_flight = i.in_flight + 1 FROM candidate WHERE i.id = candidate.id RETURNING i.*
 ), leased AS (
+    -- An annotator who holds an open assignment in this queue gets no new one: the partial unique
+    -- index answers that in one probe (a NOT EXISTS over the queue's open assignments was planned as
+    -- a scan of all of them), and a second tab claiming at the same moment waits for the first's
+    -- row and then inserts nothing, instead of failing.
     INSERT INTO {assignment} (queue_id, item_id, annotator_id, status, created_at, expires_at)
-    SELECT %(queue)s, taken.id, %(user)s, '{open}', %(now)s, %(expires)s FROM taken
+    SELECT %(queue)s, candidate.id, %(user)s, '{open}', %(now)s, %(expires)s FROM candidate
+    ON CONFLICT (queue_id, annotator_id) WHERE status = '{open}' DO NOTHING
     RETURNING id, item_id
+), taken AS (
+    UPDATE {item} AS i SET in_flight = i.in_flight + 1 FROM leased WHERE i.id = leased.item_id RETURNING i.*
 )
 SELECT leased.id, {columns} FROM taken JOIN leased ON leased.item_id = taken.id
 """
@@ -497,8 +498,9 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
 
     The same rules as the ORM claim (breadth-first, never an item twice, chains one editor at a time,
     stage groups, nothing new while one is open) in one statement: lock the first candidate with SKIP
-    LOCKED, raise its ``in_flight``, insert the assignment. Two tabs of one annotator: the second
-    INSERT fails on ``assignment_one_open_per_queue`` (IntegrityError, retried by the caller).
+    LOCKED, insert the assignment unless ``assignment_one_open_per_queue`` already holds one for this
+    annotator, raise the item's ``in_flight``. Two tabs of one annotator: the second inserts nothing
+    and gets ``None``; the caller then returns the open assignment.
     """
     stages = eligible_stages(queue, user)
     if stages == []:
