@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -518,7 +518,7 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
     values = list(row[1:])
     for k, convert in _item_converters():
         values[k] = convert(values[k], None, connection)
-    item = Item.from_db(connection.alias, _attnames(Item), values)
+    item = Item.from_db(DEFAULT_DB_ALIAS, _attnames(Item), values)
     assignment = _loaded(
         Assignment,
         id=row[0],
@@ -619,7 +619,7 @@ def _loaded(model: type[_M], **values: Any) -> _M:
     construction. A KeyError here means a field was added to the model and not to the fast path.
     """
     names = _attnames(model)
-    return model.from_db(connection.alias, names, [values[name] for name in names])
+    return model.from_db(DEFAULT_DB_ALIAS, names, [values[name] for name in names])
 
 
 @functools.cache
@@ -643,15 +643,17 @@ def _prepared_cursor() -> Iterator[Any]:
         with connection.cursor() as cursor:
             yield cursor
         return
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    if connection.connection.prepare_threshold is None:
+    db = connections[DEFAULT_DB_ALIAS]  # once: every attribute of the ``connection`` proxy is a lookup
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    pg = db.connection
+    if pg.prepare_threshold is None:
         # Django turns psycopg's preparing off (None), which also refuses prepare=True. A threshold no
         # query reaches prepares only what asks for it: Django's own cursors bind on the client and
         # never prepare.
-        connection.connection.prepare_threshold = sys.maxsize
-    raw = _PreparingCursor(connection.connection)
-    cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+        pg.prepare_threshold = sys.maxsize
+    raw = _PreparingCursor(pg)
+    cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
     with cursor:
         yield cursor
 
