@@ -399,6 +399,12 @@ def main() -> None:
         help="a new connection for every claim and every submit, as with CONN_MAX_AGE = 0 per request",
     )
     parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="take connections from Django's psycopg pool (DATABASES OPTIONS 'pool', needs psycopg-pool); "
+        "with --connect-per-call each call gives its connection back, as a request would",
+    )
+    parser.add_argument(
         "--waits",
         action="store_true",
         help="sample pg_stat_activity every 20 ms during each run: what the backends wait for",
@@ -412,6 +418,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     shape = Shape(cold_start=args.cold_start, connect_per_call=args.connect_per_call)
+    if args.pool and args.processes != 1:
+        sys.exit("--pool runs in one process (a pool's threads do not survive a fork)")
+    if args.pool:
+        # before the first connection: the pool is made from these options when one is first needed
+        connections.settings["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 4,
+            "max_size": args.annotators + 4,
+            "timeout": 30,
+        }
     if connection.vendor != "postgresql":
         sys.exit("run this on PostgreSQL: bash scripts/with-services.sh .venv/bin/python bench/bench_annotation.py")
     call_command("migrate", verbosity=0)
@@ -421,7 +436,7 @@ def main() -> None:
         f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
         f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}, "
         f"connections: {'opened after the start' if args.cold_start else 'open before the start'}"
-        f"{', a new one per call' if args.connect_per_call else ''}"
+        f"{', closed after every call' if args.connect_per_call else ''}{' (pooled)' if args.pool else ''}"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
     if args.show_sql:
