@@ -404,7 +404,11 @@ WITH candidate AS (
     SELECT i.id FROM {item} AS i
     WHERE i.queue_id = %(queue)s AND i.status = '{item_open}' AND i.required > i.done_count + i.in_flight
       {chain_and_stages}
-      AND NOT EXISTS (SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s)
+      -- OFFSET 0 keeps this a per-row probe of assignment_once_per_annotator: turned into an anti
+      -- join, the generic plan of the prepared statement read all of the annotator's assignments
+      AND NOT EXISTS (
+          SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s OFFSET 0
+      )
     ORDER BY i.done_count DESC, i.position, i.id
     LIMIT 1
     FOR UPDATE OF i SKIP LOCKED

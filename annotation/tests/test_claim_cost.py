@@ -134,3 +134,29 @@ class TestClaimCostOnPostgres(ClaimCost):
         assert held[0].item.payload["m"] == "m0"  # the JSON payload decoded on this path too
         assert (item.status, item.gold_label, item.done_count) == ("complete", "DELETE", 3)
         assert self.prepared() == []
+
+    def test_the_claims_generic_plan_probes_each_candidate_rather_than_reading_the_annotators_history(
+        self, make_annotators
+    ):
+        # A prepared statement settles on a generic plan after five calls. Planned as an anti join,
+        # "not seen by this annotator" read every assignment the annotator ever had, on every claim.
+        queue = queue_with_stale_leases(make_annotators, 5, 0)
+        (user,) = make_annotators(1, prefix="plan-")
+        with connection.cursor() as cursor:
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            assert services.claim_next_item(queue, user) is not None
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement LIKE '%%WITH candidate%%'")
+                (name,) = cursor.fetchone()
+                now = timezone.now()
+                # parameters in order of first use in _CLAIM_SQL: queue, user, now, expires
+                cursor.execute(
+                    f"EXPLAIN EXECUTE {name}(%s, %s, %s, %s)", [queue.pk, user.pk, now, now + dt.timedelta(minutes=5)]
+                )
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET plan_cache_mode")
+        assert "Anti Join" not in plan, plan
+        assert "Index Cond: ((item_id = i.id) AND (annotator_id = $2))" in plan, plan
