@@ -648,6 +648,7 @@ def _prepared_cursor() -> Iterator[Any]:
             yield cursor
         return
     db = connections[DEFAULT_DB_ALIAS]  # once: every attribute of the ``connection`` proxy is a lookup
+    db.close_if_health_check_failed()  # as connection.cursor() does (CONN_HEALTH_CHECKS)
     db.ensure_connection()
     db.validate_thread_sharing()
     pg = db.connection
@@ -656,7 +657,7 @@ def _prepared_cursor() -> Iterator[Any]:
         # query reaches prepares only what asks for it: Django's own cursors bind on the client and
         # never prepare.
         pg.prepare_threshold = sys.maxsize
-    raw = _PreparingCursor(pg)
+    raw = _preparing_cursor_class()(pg)
     cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
     with cursor:
         yield cursor
@@ -672,10 +673,6 @@ def _preparing_cursor_class() -> type:
             return super().execute(query, params, prepare=True, **kwargs)
 
     return PreparingCursor
-
-
-def _PreparingCursor(conn: Any) -> Any:  # noqa: N802 - used like the class it returns
-    return _preparing_cursor_class()(conn)
 
 
 @contextmanager
