@@ -16,20 +16,24 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from analysis.agreement import majority_label
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
+
+_M = TypeVar("_M", bound="Model")
 
 MAX_SENTENCES = 60
 MAX_DRAFT_CHARS = 20_000
@@ -399,22 +403,26 @@ _CLAIM_SQL = """
 WITH candidate AS (
     SELECT i.id FROM {item} AS i
     WHERE i.queue_id = %(queue)s AND i.status = '{item_open}' AND i.required > i.done_count + i.in_flight
-      AND (NOT %(chain)s OR i.in_flight = 0)
-      AND (%(any_stage)s OR i.done_count = ANY(%(stages)s))
-      AND NOT EXISTS (SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s)
+      {chain_and_stages}
+      -- OFFSET 0 keeps this a per-row probe of assignment_once_per_annotator: turned into an anti
+      -- join, the generic plan of the prepared statement read all of the annotator's assignments
       AND NOT EXISTS (
-          SELECT 1 FROM {assignment} AS mine
-          WHERE mine.queue_id = %(queue)s AND mine.annotator_id = %(user)s AND mine.status = '{open}'
+          SELECT 1 FROM {assignment} AS seen WHERE seen.item_id = i.id AND seen.annotator_id = %(user)s OFFSET 0
       )
     ORDER BY i.done_count DESC, i.position, i.id
     LIMIT 1
     FOR UPDATE OF i SKIP LOCKED
-), taken AS (
-    UPDATE {item} AS i SET in_flight = i.in_flight + 1 FROM candidate WHERE i.id = candidate.id RETURNING i.*
 ), leased AS (
+    -- An annotator who holds an open assignment in this queue gets no new one: the partial unique
+    -- index answers that in one probe (a NOT EXISTS over the queue's open assignments was planned as
+    -- a scan of all of them), and a second tab claiming at the same moment waits for the first's
+    -- row and then inserts nothing, instead of failing.
     INSERT INTO {assignment} (queue_id, item_id, annotator_id, status, created_at, expires_at)
-    SELECT %(queue)s, taken.id, %(user)s, '{open}', %(now)s, %(expires)s FROM taken
+    SELECT %(queue)s, candidate.id, %(user)s, '{open}', %(now)s, %(expires)s FROM candidate
+    ON CONFLICT (queue_id, annotator_id) WHERE status = '{open}' DO NOTHING
     RETURNING id, item_id
+), taken AS (
+    UPDATE {item} AS i SET in_flight = i.in_flight + 1 FROM leased WHERE i.id = leased.item_id RETURNING i.*
 )
 SELECT leased.id, {columns} FROM taken JOIN leased ON leased.item_id = taken.id
 """
@@ -441,16 +449,40 @@ WITH done AS (
     RETURNING id, item_id, assignment_id, revision
 ), dropped AS (
     DELETE FROM {draft} AS d USING done WHERE d.assignment_id = done.id
+), earlier AS (
+    -- the submit that completes the item also reads the earlier votes, so that gold needs one more
+    -- statement instead of two; only those its snapshot sees (the caller checks it saw all of them)
+    SELECT count(*) AS n, array_agg(l.op ORDER BY l.revision) AS ops,
+           array_agg(l.fused_text ORDER BY l.revision) AS fused
+    FROM {label} AS l JOIN counted ON l.item_id = counted.id
+    WHERE counted.done_count >= counted.required
 )
-SELECT stored.id, stored.item_id, stored.assignment_id, stored.revision, counted.required, done.gold_min_votes
+SELECT stored.id, stored.item_id, stored.revision, counted.required, done.gold_min_votes,
+       earlier.n, earlier.ops, earlier.fused
 FROM stored JOIN counted ON counted.id = stored.item_id JOIN done ON done.id = stored.assignment_id
+CROSS JOIN earlier
 """
+
+_GOLD_SQL = """
+UPDATE {item} SET status = %(status)s, gold_label = %(gold)s, gold_method = %(method)s, gold_fused = %(fused)s
+WHERE id = %(item)s AND status = '{adjudication}' AND gold_method = ''
+"""
+
+_VOTES_SQL = "SELECT op, fused_text FROM {label} WHERE item_id = %(item)s ORDER BY revision"
 
 
 @functools.cache
-def _sql(template: str) -> str:
-    """A fast-path statement with its table names, item columns and status values filled in."""
+def _sql(template: str, *, chain: bool = False, staged: bool = False) -> str:
+    """A fast-path statement with its table names, item columns and status values filled in.
+
+    The claim's filters for chains and stage groups are written into the text only where they apply
+    (not switched by parameters): the plan of a prepared statement is then the same for every call,
+    so PostgreSQL settles on one generic plan instead of planning every execution.
+    """
     return template.format(
+        chain_and_stages=" ".join(
+            (["AND i.in_flight = 0"] if chain else []) + (["AND i.done_count = ANY(%(stages)s)"] if staged else [])
+        ),
         item=Item._meta.db_table,
         assignment=Assignment._meta.db_table,
         queue=Queue._meta.db_table,
@@ -470,45 +502,41 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
 
     The same rules as the ORM claim (breadth-first, never an item twice, chains one editor at a time,
     stage groups, nothing new while one is open) in one statement: lock the first candidate with SKIP
-    LOCKED, raise its ``in_flight``, insert the assignment. Two tabs of one annotator: the second
-    INSERT fails on ``assignment_one_open_per_queue`` (IntegrityError, retried by the caller).
+    LOCKED, insert the assignment unless ``assignment_one_open_per_queue`` already holds one for this
+    annotator, raise the item's ``in_flight``. Two tabs of one annotator: the second inserts nothing
+    and gets ``None``; the caller then returns the open assignment.
     """
     stages = eligible_stages(queue, user)
     if stages == []:
         return None
-    params: dict[str, Any] = {
-        "queue": queue.pk,
-        "user": user.pk,
-        "chain": queue.is_chain,
-        "any_stage": stages is None,
-        "stages": stages or [],
-        "now": now,
-        "expires": now + queue.lease,
-    }
-    with _statement_savepoint(), connection.cursor() as cursor:
-        cursor.execute(_sql(_CLAIM_SQL), params)
+    params: dict[str, Any] = {"queue": queue.pk, "user": user.pk, "now": now, "expires": now + queue.lease}
+    if stages is not None:
+        params["stages"] = stages
+    with _statement_savepoint(), _prepared_cursor() as cursor:
+        cursor.execute(_sql(_CLAIM_SQL, chain=queue.is_chain, staged=stages is not None), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    # Built here rather than through Item.objects.raw(), which costs more CPU than the statement:
-    # the row holds the item's concrete fields in order, converted as the ORM would.
-    fields = Item._meta.concrete_fields
-    values = []
-    for field, value in zip(fields, row[1:], strict=True):
-        convert = getattr(field, "from_db_value", None)  # the JSON fields
-        values.append(value if convert is None else convert(value, None, connection))
-    item = Item.from_db(connection.alias, [field.attname for field in fields], values)
-    assignment = Assignment(
-        pk=row[0],
-        queue=queue,
-        item=item,
+    # Built here rather than through Item.objects.raw(), which costs more CPU than the statement: the
+    # row holds the item's concrete fields in order, converted as the ORM would (the JSON fields).
+    values = list(row[1:])
+    for k, convert in _item_converters():
+        values[k] = convert(values[k], None, connection)
+    item = Item.from_db(DEFAULT_DB_ALIAS, _attnames(Item), values)
+    assignment = _loaded(
+        Assignment,
+        id=row[0],
+        queue_id=queue.pk,
+        item_id=item.pk,
         annotator_id=user.pk,
         status=Assignment.Status.OPEN,
         created_at=now,
         expires_at=now + queue.lease,
+        submitted_at=None,
     )
-    assignment._state.adding = False
-    assignment._state.db = connection.alias
+    # the caller (the workspace view) reads both: no query for either
+    Assignment.queue.field.set_cached_value(assignment, queue)
+    Assignment.item.field.set_cached_value(assignment, item)
     return assignment
 
 
@@ -532,34 +560,119 @@ def _submit_pair_in_one_statement(
         "length": len(fused_text),
         "now": now,
     }
-    with connection.cursor() as cursor:
+    with _prepared_cursor() as cursor:
         cursor.execute(_sql(_SUBMIT_PAIR_SQL), params)
         row = cursor.fetchone()
-    if row is None:
-        return None
-    label_id, item_id, assignment_pk, revision, required, min_votes = row
-    label = Label(
-        pk=label_id,
-        item_id=item_id,
-        annotator_id=annotator.pk,
-        assignment_id=assignment_pk,
-        op=op,
-        fused_text=fused_text,
-        revision=revision,
-        created_at=now,
-    )
-    label._state.adding = False
-    label._state.db = connection.alias
-    if revision >= required:
-        _decide_majority_gold(item_id, min_votes)
+        if row is None:
+            return None
+        label_id, item_id, revision, required, min_votes, n_earlier, earlier_ops, earlier_fused = row
+        label = _loaded(
+            Label,
+            id=label_id,
+            item_id=item_id,
+            annotator_id=annotator.pk,
+            assignment_id=assignment_id,
+            op=op,
+            fused_text=fused_text,
+            sentences=[],
+            parent_id=None,
+            revision=revision,
+            changed=True,
+            created_at=now,
+        )
+        if revision >= required:
+            if n_earlier == revision - 1:
+                votes = [*zip(earlier_ops, earlier_fused, strict=True), (op, fused_text)]
+            else:
+                # an earlier submit committed after this statement's snapshot was taken (it waited for
+                # that submit's row lock): read the votes again, now that all of them are committed
+                cursor.execute(_sql(_VOTES_SQL), {"item": label.item_id})
+                votes = [(vote, text) for vote, text in cursor.fetchall()]
+            _store_majority_gold(cursor, label.item_id, votes, min_votes)
     return SubmitResult(label=label, created=True)
 
 
-def _decide_majority_gold(item_id: int, min_votes: int) -> None:
-    fields = _pair_gold(_votes(item_id), min_votes)
+def _store_majority_gold(cursor: Any, item_id: int, votes: list[tuple[str, str]], min_votes: int) -> None:
+    fields = _pair_gold(votes, min_votes)
     if fields["status"] == Item.Status.COMPLETE:
         # not over a researcher's decision, should one have come first
-        Item.objects.filter(pk=item_id, status=Item.Status.ADJUDICATION, gold_method="").update(**fields)
+        params = {
+            "item": item_id,
+            "status": fields["status"],
+            "gold": fields["gold_label"],
+            "method": fields["gold_method"],
+            "fused": fields.get("gold_fused", ""),
+        }
+        cursor.execute(_sql(_GOLD_SQL), params)
+
+
+@functools.cache
+def _item_converters() -> list[tuple[int, Callable[..., Any]]]:
+    """(position, from_db_value) of the Item fields whose database value needs converting."""
+    return [
+        (k, field.from_db_value)
+        for k, field in enumerate(Item._meta.concrete_fields)
+        if hasattr(field, "from_db_value")
+    ]
+
+
+def _loaded(model: type[_M], **values: Any) -> _M:
+    """An instance of ``model`` as if loaded from the database, from every concrete field's value.
+
+    ``from_db`` takes the positional fast path of ``Model.__init__``: a fraction of the CPU of keyword
+    construction. A KeyError here means a field was added to the model and not to the fast path.
+    """
+    names = _attnames(model)
+    return model.from_db(DEFAULT_DB_ALIAS, names, [values[name] for name in names])
+
+
+@functools.cache
+def _attnames(model: type[Model]) -> list[str]:
+    return [field.attname for field in model._meta.concrete_fields]
+
+
+@contextmanager
+def _prepared_cursor() -> Iterator[Any]:
+    """A cursor whose statements PostgreSQL prepares once per connection and then only executes.
+
+    Django's cursors bind parameters on the client and never prepare (``prepare_threshold`` is off so
+    that transaction-mode poolers keep working). The two hot statements below cost PostgreSQL more to
+    plan than to run, so they go through psycopg's server-side binding with ``prepare=True`` instead.
+    Wrapped like any Django cursor: errors become django.db errors (IntegrityError for the claim's
+    retry) and the statements are logged where Django logs queries (the statement-count tests).
+    ``ANNOTATION_PREPARED_STATEMENTS = False`` turns it off, for a pooler that cannot keep prepared
+    statements (PgBouncer before 1.21, or without ``max_prepared_statements``).
+    """
+    if not settings.ANNOTATION_PREPARED_STATEMENTS:
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    db = connections[DEFAULT_DB_ALIAS]  # once: every attribute of the ``connection`` proxy is a lookup
+    db.close_if_health_check_failed()  # as connection.cursor() does (CONN_HEALTH_CHECKS)
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    pg = db.connection
+    if pg.prepare_threshold is None:
+        # Django turns psycopg's preparing off (None), which also refuses prepare=True. A threshold no
+        # query reaches prepares only what asks for it: Django's own cursors bind on the client and
+        # never prepare.
+        pg.prepare_threshold = sys.maxsize
+    raw = _preparing_cursor_class()(pg)
+    cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
+    with cursor:
+        yield cursor
+
+
+@functools.cache
+def _preparing_cursor_class() -> type:
+    # needs psycopg, so PostgreSQL only; defined only when psycopg 3 is (the stubs do not know it)
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            return super().execute(query, params, prepare=True, **kwargs)
+
+    return PreparingCursor
 
 
 @contextmanager

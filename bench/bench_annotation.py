@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import statistics
 import sys
 import threading
@@ -59,6 +60,8 @@ class Run:
     submit_ms: list[float]
     ok: bool
     errors: list[str]
+    client_cpu: float  # seconds of CPU (user + system) of the annotator threads' process(es)
+    server_cpu: float | None  # seconds of CPU of the PostgreSQL server, None when it cannot be read
 
     @property
     def rate(self) -> float:
@@ -75,6 +78,82 @@ def percentile(values: list[float], k: int) -> float:
     if len(values) < 2:
         return float("nan")
     return statistics.quantiles(values, n=100)[k - 1]
+
+
+def cpu_per_assignment(run: Run) -> str:
+    server = "n/a" if run.server_cpu is None else f"{1000 * run.server_cpu / run.assignments:.2f}"
+    return f"CPU per assignment: client {1000 * run.client_cpu / run.assignments:.2f} ms, PostgreSQL {server} ms"
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process and of its reaped children (the forked annotator processes)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may hold spaces: split after its closing parenthesis
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def server_cpu() -> float | None:
+    """CPU seconds of the PostgreSQL server so far: the postmaster, its live children (backends,
+    background workers) and the children it has reaped (backends that exited), from /proc.
+
+    Only when the server runs on this machine and we may read its data directory's postmaster.pid
+    (the bench connects as a superuser under scripts/with-services.sh); otherwise ``None``.
+    """
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT setting FROM pg_settings WHERE name = 'data_directory'")
+            row = cursor.fetchone()
+        with open(Path(row[0]) / "postmaster.pid") as f:
+            postmaster = f.readline().strip()
+    except Exception:  # noqa: BLE001 - not readable here: the figure is left out, not the run
+        return None
+    fields = _stat(postmaster)
+    if fields is None:
+        return None
+    # after the ")": field 3 is state, so utime/stime/cutime/cstime (fields 14-17) sit at 11..14
+    ticks = sum(int(v) for v in fields[11:15])
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            child = _stat(entry)
+            if child is not None and child[1] == postmaster:
+                ticks += sum(int(v) for v in child[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def reset_statement_stats() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        cursor.execute("SELECT pg_stat_statements_reset()")
+    connections.close_all()
+
+
+def print_statement_stats(assignments: int) -> None:
+    """The statements that cost the server most in the run, per call and per assignment."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT calls, total_plan_time, total_exec_time, "
+            "shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) "
+            "FROM pg_stat_statements WHERE calls > 0 ORDER BY total_plan_time + total_exec_time DESC LIMIT 8"
+        )
+        rows = cursor.fetchall()
+    print("  statements (calls; plan, execute ms per call; buffers per call; plan + execute ms per assignment):")
+    for calls, plan, execute, blocks, query in rows:
+        print(
+            f"    {calls:6d}; {plan / calls:6.3f} {execute / calls:6.3f}; {blocks / calls:7.1f}; "
+            f"{(plan + execute) / assignments:6.3f}  {query}"
+        )
+    connections.close_all()
 
 
 def load() -> str:
@@ -133,8 +212,18 @@ class Timings:
     errors: list[str]
 
 
-def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
-    """One thread per annotator: claim -> submit until the queue is empty; all start at ``barrier``."""
+@dataclass
+class Shape:
+    cold_start: bool = False  # connect after the barrier: the first claims pay 50 simultaneous connects
+    connect_per_call: bool = False  # a new connection for every claim and submit (CONN_MAX_AGE = 0)
+
+
+def annotate(queue: Queue, users: list[User], barrier: Any, shape: Shape) -> Timings:
+    """One thread per annotator: claim -> submit until the queue is empty; all start at ``barrier``.
+
+    Each thread opens its database connection before the barrier, as a web process's threads hold
+    theirs (persistent connections or a pool), unless ``shape.cold_start``.
+    """
     claim_ms: list[float] = []
     submit_ms: list[float] = []
     errors: list[str] = []
@@ -145,14 +234,20 @@ def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
         mine_c: list[float] = []
         mine_s: list[float] = []
         try:
+            if not shape.cold_start:
+                connection.ensure_connection()
             barrier.wait()
             while True:
                 t0 = time.perf_counter()
                 a = services.claim_next_item(queue, user)
+                if shape.connect_per_call:
+                    connection.close()
                 t1 = time.perf_counter()
                 if a is None:
                     break
                 services.submit_label(a.pk, annotator=user, op="APPEND")
+                if shape.connect_per_call:
+                    connection.close()
                 t2 = time.perf_counter()
                 mine_c.append((t1 - t0) * 1000)
                 mine_s.append((t2 - t1) * 1000)
@@ -174,19 +269,69 @@ def annotate(queue: Queue, users: list[User], barrier: Any) -> Timings:
     return Timings(claim_ms, submit_ms, max(finished, default=time.perf_counter()), errors)
 
 
-def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any) -> None:
-    results.put(annotate(queue, users, barrier))
+def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any, shape: Shape) -> None:
+    results.put(annotate(queue, users, barrier, shape))
 
 
-def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: int) -> Run:
+class WaitSampler:
+    """Samples what the other client backends are doing every ``interval`` s (pg_stat_activity) while
+    a run goes: running, waiting for the client (ClientRead), for a lock, and so on."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.counts: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        sql = (
+            "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = current_database()"
+        )
+        try:
+            while not self._stop.wait(self.interval):
+                with connection.cursor() as cursor:
+                    cursor.execute(sql)
+                    for state, kind, event in cursor.fetchall():
+                        if state == "active" and kind is None:
+                            key = "active: on CPU (or waiting for one)"
+                        elif kind is None:
+                            key = f"{state}"
+                        else:
+                            key = f"{state}: {kind} {event}"
+                        self.counts[key] += 1
+        finally:
+            connections.close_all()
+
+    def report(self) -> str:
+        total = sum(self.counts.values()) or 1
+        return "; ".join(f"{k} {100 * n / total:.0f}%" for k, n in self.counts.most_common(8))
+
+
+def run_once(
+    tag: str, n_annotators: int, n_items: int, labels: int, processes: int, shape: Shape, waits: bool = False
+) -> Run:
     users = make_users(tag, n_annotators)
     queue = make_queue(tag, n_items, labels)
+    server_before = server_cpu()
     connections.close_all()  # children must not share the parent's connection
+    client_before = own_cpu()
+    sampler = WaitSampler() if waits else None
+    if sampler is not None:
+        sampler.__enter__()
 
     if processes == 1:
         barrier: Any = threading.Barrier(n_annotators + 1)
         parts: list[Timings] = []
-        runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier)))
+        runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier, shape)))
         runner.start()
         barrier.wait()
         start = time.perf_counter()
@@ -197,7 +342,7 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
         barrier = ctx.Barrier(n_annotators + 1)
         results = ctx.Queue()
         children = [
-            ctx.Process(target=annotate_in_child, args=(queue, users[k::processes], barrier, results))
+            ctx.Process(target=annotate_in_child, args=(queue, users[k::processes], barrier, results, shape))
             for k in range(processes)
         ]
         for child in children:
@@ -207,6 +352,15 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
         parts = [results.get() for _ in children]
         for child in children:
             child.join()
+    if sampler is not None:
+        sampler.__exit__(None, None, None)
+        print(f"  backend samples ({sum(sampler.counts.values())}): {sampler.report()}")
+    client = own_cpu() - client_before
+    # the annotators' connections are closed; give the postmaster a moment to reap their backends,
+    # whose CPU then counts in its children's total
+    time.sleep(0.5)
+    server_after = server_cpu()
+    server = None if server_before is None or server_after is None else server_after - server_before
 
     claim_ms = [ms for part in parts for ms in part.claim_ms]
     submit_ms = [ms for part in parts for ms in part.submit_ms]
@@ -217,7 +371,7 @@ def run_once(tag: str, n_annotators: int, n_items: int, labels: int, processes: 
     ok = (
         not errors and len(per_item) == n_items and set(per_item.values()) == {labels} and len(pairs) == len(set(pairs))
     )
-    return Run(len(claim_ms), elapsed, claim_ms, submit_ms, ok, errors)
+    return Run(len(claim_ms), elapsed, claim_ms, submit_ms, ok, errors, client, server)
 
 
 def main() -> None:
@@ -233,7 +387,46 @@ def main() -> None:
         help="spread the annotator threads over this many processes (as a web deployment would), default 1",
     )
     parser.add_argument("--show-sql", action="store_true", help="print the statements of one claim and one submit")
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="open each thread's connection after the barrier (the first claims then wait for 50 "
+        "simultaneous connects); by default they are open before, as a web process's would be",
+    )
+    parser.add_argument(
+        "--connect-per-call",
+        action="store_true",
+        help="a new connection for every claim and every submit, as with CONN_MAX_AGE = 0 per request",
+    )
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="take connections from Django's psycopg pool (DATABASES OPTIONS 'pool', needs psycopg-pool); "
+        "with --connect-per-call each call gives its connection back, as a request would",
+    )
+    parser.add_argument(
+        "--waits",
+        action="store_true",
+        help="sample pg_stat_activity every 20 ms during each run: what the backends wait for",
+    )
+    parser.add_argument(
+        "--statement-stats",
+        action="store_true",
+        help="after each run, print planning and execution time per statement from pg_stat_statements "
+        "(the server must preload it: MEMEVAL_PGOPTS='-c shared_preload_libraries=pg_stat_statements "
+        "-c pg_stat_statements.track_planning=on' with scripts/with-services.sh)",
+    )
     args = parser.parse_args()
+    shape = Shape(cold_start=args.cold_start, connect_per_call=args.connect_per_call)
+    if args.pool and args.processes != 1:
+        sys.exit("--pool runs in one process (a pool's threads do not survive a fork)")
+    if args.pool:
+        # before the first connection: the pool is made from these options when one is first needed
+        connections.settings["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 4,
+            "max_size": args.annotators + 4,
+            "timeout": 30,
+        }
     if connection.vendor != "postgresql":
         sys.exit("run this on PostgreSQL: bash scripts/with-services.sh .venv/bin/python bench/bench_annotation.py")
     call_command("migrate", verbosity=0)
@@ -241,7 +434,9 @@ def main() -> None:
     claim_sql, submit_sql = count_statements(stamp)
     print(
         f"PostgreSQL {getattr(connection, 'pg_version', 0) // 10000}, {os.cpu_count()} CPUs, {args.annotators} annotator threads, "
-        f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}"
+        f"{args.items} items x {args.labels} labels, {args.processes} process(es), DEBUG={settings.DEBUG}, "
+        f"connections: {'opened after the start' if args.cold_start else 'open before the start'}"
+        f"{', closed after every call' if args.connect_per_call else ''}{' (pooled)' if args.pool else ''}"
     )
     print(f"statements: claim {len(claim_sql)}, submit {len(submit_sql)} (BEGIN/COMMIT included)")
     if args.show_sql:
@@ -252,8 +447,10 @@ def main() -> None:
 
     runs: list[Run] = []
     for k in range(args.runs):
+        if args.statement_stats:
+            reset_statement_stats()
         before = load()
-        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes)
+        run = run_once(f"{stamp}-{k}", args.annotators, args.items, args.labels, args.processes, shape, args.waits)
         runs.append(run)
         print(
             f"run {k + 1}: {run.assignments} assignments in {run.seconds:.2f} s = {run.rate:.0f} assignments/s; "
@@ -261,6 +458,9 @@ def main() -> None:
             f"submit p50 {run.submit_p(50):.1f} p95 {run.submit_p(95):.1f} p99 {run.submit_p(99):.1f} ms; "
             f"load {before} -> {load()}; invariants {'OK' if run.ok else 'VIOLATED'}"
         )
+        print(f"  {cpu_per_assignment(run)}")
+        if args.statement_stats:
+            print_statement_stats(run.assignments)
         if run.errors:
             print("  first error:", run.errors[0])
     best = max(runs, key=lambda r: r.rate)
@@ -268,10 +468,13 @@ def main() -> None:
         f"best:   {best.rate:.0f} assignments/s, claim p95 {best.claim_p(95):.1f} ms, "
         f"submit p95 {best.submit_p(95):.1f} ms"
     )
+    servers = [r.server_cpu / r.assignments for r in runs if r.server_cpu is not None]
     print(
         f"median: {statistics.median(r.rate for r in runs):.0f} assignments/s, "
         f"claim p95 {statistics.median(r.claim_p(95) for r in runs):.1f} ms, "
-        f"submit p95 {statistics.median(r.submit_p(95) for r in runs):.1f} ms"
+        f"submit p95 {statistics.median(r.submit_p(95) for r in runs):.1f} ms; CPU per assignment: "
+        f"client {1000 * statistics.median(r.client_cpu / r.assignments for r in runs):.2f} ms, "
+        f"PostgreSQL {f'{1000 * statistics.median(servers):.2f}' if servers else 'n/a'} ms"
     )
     ok = all(r.ok for r in runs)
     print(

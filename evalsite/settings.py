@@ -103,6 +103,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# PostgreSQL: the annotation claim and submit are prepared once per connection (annotation/services.py,
+# _prepared_cursor). Off for a pooler that cannot keep prepared statements (PgBouncer < 1.21).
+ANNOTATION_PREPARED_STATEMENTS = env.boolean("ANNOTATION_PREPARED_STATEMENTS", True)
 
 # --- channels and Celery: Redis from REDIS_URL, else in-memory layer and eager tasks
 REDIS_URL = env.text("REDIS_URL")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command with a throw-away PostgreSQL and Redis on loopback, then stops them.
 #   scripts/with-services.sh .venv/bin/python -m pytest -m postgres
-# Exports DATABASE_URL and REDIS_URL for the command.
+# Exports DATABASE_URL and REDIS_URL for the command. MEMEVAL_PGOPTS adds server options, e.g.
+#   MEMEVAL_PGOPTS="-c shared_preload_libraries=pg_stat_statements" (for profiling a benchmark).
 set -euo pipefail
 PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n1)")
 TMP=$(mktemp -d /tmp/memeval-services.XXXXXX)
@@ -22,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 "${RUNAS[@]}" "$PGBIN/initdb" -D "$TMP/pg" -U memeval --auth=trust -E UTF8 >/dev/null
 "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg" -l "$TMP/pg.log" -w \
-  -o "-h 127.0.0.1 -p $PGPORT -k $TMP -c max_connections=200 -c fsync=off" start >/dev/null
+  -o "-h 127.0.0.1 -p $PGPORT -k $TMP -c max_connections=200 -c fsync=off ${MEMEVAL_PGOPTS:-}" start >/dev/null
 redis-server --port "$REDISPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
   --pidfile "$TMP/redis.pid" --logfile "$TMP/redis.log"
 for _ in $(seq 50); do redis-cli -p "$REDISPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done

@@ -27,8 +27,9 @@ from .conftest import pair_spec
 # statements per call, BEGIN/COMMIT included
 CLAIM = {"postgresql": 1, "sqlite": 5}
 SUBMIT = {"postgresql": 1, "sqlite": 6}
-# the submit that brings an item to N labels also reads the votes and stores gold
-SUBMIT_COMPLETING = {"postgresql": 3, "sqlite": 7}
+# the submit that brings an item to N labels also stores gold (PostgreSQL: the submit statement reads
+# the earlier votes itself; SQLite reads them in a query of their own)
+SUBMIT_COMPLETING = {"postgresql": 2, "sqlite": 7}
 
 
 def statements(call: Callable[[], Any]) -> tuple[Any, list[str]]:
@@ -103,3 +104,59 @@ class TestClaimCostOnTheDefaultDatabase(ClaimCost):
 class TestClaimCostOnPostgres(ClaimCost):
     def test_it_runs_on_postgresql(self):
         assert connection.vendor == "postgresql"
+
+    def prepared(self) -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+            return [row[0] for row in cursor.fetchall()]
+
+    def test_the_claim_and_the_submit_are_prepared_statements_on_postgresql(self, make_annotators):
+        # Django turns psycopg's preparing off, which silently ignores prepare=True too: this checks
+        # that PostgreSQL really holds them, not only that the code asks for it
+        queue = queue_with_stale_leases(make_annotators, 5, 0)
+        (user,) = make_annotators(1, prefix="prep-")
+        assignment = services.claim_next_item(queue, user)
+        services.submit_label(assignment.pk, annotator=user, op="PASS")
+        held = self.prepared()
+        assert any("WITH candidate" in sql for sql in held), held
+        assert any("WITH done" in sql for sql in held), held
+
+    def test_with_prepared_statements_off_the_same_calls_work_unprepared(self, make_annotators, settings):
+        settings.ANNOTATION_PREPARED_STATEMENTS = False
+        connection.close()  # a fresh connection: nothing prepared by the tests before
+        queue = queue_with_stale_leases(make_annotators, 5, 0)
+        users = make_annotators(3, prefix="unprep-")
+        held = [services.claim_next_item(queue, u) for u in users]
+        for user, assignment in zip(users, held, strict=True):
+            _, sql = statements(lambda u=user, a=assignment: services.submit_label(a.pk, annotator=u, op="DELETE"))
+            assert len(sql) <= expected(SUBMIT_COMPLETING)
+        item = Item.objects.get(pk=held[0].item_id)
+        assert held[0].item.payload["m"] == "m0"  # the JSON payload decoded on this path too
+        assert (item.status, item.gold_label, item.done_count) == ("complete", "DELETE", 3)
+        assert self.prepared() == []
+
+    def test_the_claims_generic_plan_probes_each_candidate_rather_than_reading_the_annotators_history(
+        self, make_annotators
+    ):
+        # A prepared statement settles on a generic plan after five calls. Planned as an anti join,
+        # "not seen by this annotator" read every assignment the annotator ever had, on every claim.
+        queue = queue_with_stale_leases(make_annotators, 5, 0)
+        (user,) = make_annotators(1, prefix="plan-")
+        with connection.cursor() as cursor:
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            assert services.claim_next_item(queue, user) is not None
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement LIKE '%%WITH candidate%%'")
+                (name,) = cursor.fetchone()
+                now = timezone.now()
+                # parameters in order of first use in _CLAIM_SQL: queue, user, now, expires
+                cursor.execute(
+                    f"EXPLAIN EXECUTE {name}(%s, %s, %s, %s)", [queue.pk, user.pk, now, now + dt.timedelta(minutes=5)]
+                )
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET plan_cache_mode")
+        assert "Anti Join" not in plan, plan
+        assert "Index Cond: ((item_id = i.id) AND (annotator_id = $2))" in plan, plan

@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import random
 import threading
+import time
 from collections import Counter
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from annotation import services
@@ -143,3 +144,58 @@ def test_a_chained_summary_queue_has_one_editor_per_item_at_a_time_under_load(ma
         revisions = list(item.labels.order_by("revision"))
         assert [r.revision for r in revisions] == [1, 2, 3]
         assert [r.parent_id for r in revisions] == [None, revisions[0].pk, revisions[1].pk]
+
+
+def test_the_completing_submit_counts_a_vote_committed_while_it_waited_for_the_item(make_annotators):
+    """The last submit's statement reads the earlier votes from its snapshot. Here the second vote
+    commits after that snapshot was taken (the last submit was waiting for that submit's lock on the
+    item), so the snapshot holds one earlier vote where two exist: gold must still count all three."""
+    queue = Queue.objects.create(name="Race", kind=Queue.Kind.PAIRS, labels_per_item=3, gold_min_votes=2)
+    add_items(queue, [pair_spec("m", "s")])
+    first, second, third = make_annotators(3, prefix="race")
+    claimed = [services.claim_next_item(queue, user) for user in (first, second, third)]
+    assert all(a is not None for a in claimed)
+    services.submit_label(claimed[0].pk, annotator=first, op="APPEND")
+
+    holding = threading.Event()
+    release = threading.Event()
+
+    def second_vote_in_an_open_transaction() -> None:
+        try:
+            with transaction.atomic():
+                services.submit_label(claimed[1].pk, annotator=second, op="DELETE")
+                holding.set()  # the item's row stays locked until this block commits
+                assert release.wait(30)
+        finally:
+            connections.close_all()
+
+    def release_once_the_third_submit_waits() -> None:
+        try:
+            waiting = False
+            for _ in range(3000):
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%WITH done%%'"
+                    )
+                    waiting = cursor.fetchone()[0] > 0
+                if waiting:
+                    break
+                time.sleep(0.01)
+            assert waiting, "the third submit never waited for the item's lock"
+        finally:
+            release.set()
+            connections.close_all()
+
+    holder = threading.Thread(target=second_vote_in_an_open_transaction)
+    holder.start()
+    assert holding.wait(30)
+    watcher = threading.Thread(target=release_once_the_third_submit_waits)
+    watcher.start()
+    result = services.submit_label(claimed[2].pk, annotator=third, op="DELETE")
+    holder.join(30)
+    watcher.join(30)
+
+    assert result.label.revision == 3
+    item = Item.objects.get(queue=queue)
+    # APPEND, DELETE, DELETE: with only the vote the snapshot saw it would be a 1/1 tie (adjudication)
+    assert (item.status, item.gold_label, item.gold_method) == (Item.Status.COMPLETE, "DELETE", "majority")
