@@ -350,6 +350,16 @@ def load_checked(
     return vecs
 
 
+def built_from(vecs: Vectors, source: tuple[object, ...]) -> Vectors:
+    """Record that ``vecs`` hold exactly the texts just read from ``source`` (the state's objects the
+    arm's compose passes to :func:`load_checked`), and return them. An arm's update calls it on the
+    state it returns, whose texts it has just read to compute the block: the next compose of that
+    state object then skips reading them again (in the platform, the reply after a per-turn update).
+    Called on the update's path, so freeing the objects checked before is not a reply's cost."""
+    vecs._checked = tuple(source)
+    return vecs
+
+
 def _referenced_elsewhere(held: tuple[object, ...]) -> bool:
     """Whether any of ``held`` (other than None) is referenced by more than the tuple itself."""
     # getrefcount counts its argument and the tuple's slot: 2 means no one else holds the object.

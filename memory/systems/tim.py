@@ -420,6 +420,7 @@ class ThinkInMemory(BaseSystem):
                     kept.append(t)
             thoughts = list(reversed(kept))
         vecs = vectors.extend(vecs, [t["text"] for t in thoughts], self.embedder)
+        vectors.built_from(vecs, (thoughts,))  # read just now: the next compose of this state need not
         sizes = Counter(t["group"] for t in thoughts)
         trace["groups"] = {str(g): sizes[g] for g in sorted(sizes)}
         return Update(state={"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}, trace=trace)
