@@ -173,3 +173,40 @@ def test_memorybank_keeps_dated_dialogue_units_and_summaries() -> None:
 def test_bm25_indexes_every_past_utterance() -> None:
     result = run("bm25")
     assert len(result.states[-1]["utterances"]) == 2 * sum(len(s) for s in SESSIONS)
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(name: str) -> None:
+    """The platform caches parsed states by version and hands the same object to every reply and update
+    of that version (chat/state.py): an arm that edited its input in place would change what the next
+    reply sees without a write. Driven like run_dialogue, but each step gets the very object the step
+    before returned (no JSON round trip), as the platform's cache gives it."""
+    from datetime import timedelta
+
+    from memory.base import Turn
+    from memory.tests.dialogue import START
+
+    llm = fake_llm()
+    system = build_system(name, llm=llm, embedder=HashingEmbedder())
+
+    def unchanged(state: dict[str, Any], step: Any) -> Any:
+        before = json.dumps(state, sort_keys=True)
+        out = step()
+        assert json.dumps(state, sort_keys=True) == before, f"{name}: {step} changed the state it was given"
+        return out
+
+    state = system.initial_state()
+    for k, messages in enumerate(SESSIONS):
+        start = START + timedelta(days=7 * k)
+        session: list[Turn] = []
+        for n, text in enumerate(messages):
+            at = start + timedelta(minutes=2 * n)
+            session.append(Turn("user", text, at))
+            prompt = unchanged(state, lambda: system.compose(state, list(session), at))
+            reply = llm.complete(prompt.as_dicts(), max_tokens=256, purpose="reply").text
+            session.append(Turn("bot", reply, at + timedelta(seconds=30)))
+            state = unchanged(state, lambda: system.after_turn(state, list(session), at + timedelta(seconds=30))).state
+            assert json.loads(json.dumps(state)) == state, f"{name}: after_turn returned a state that is not plain JSON"
+        state = unchanged(state, lambda: system.end_session(state, list(session), start + timedelta(minutes=10))).state
+        assert json.loads(json.dumps(state)) == state, f"{name}: end_session returned a state that is not plain JSON"
+    assert unchanged(state, lambda: system.compose_opening(state, START + timedelta(days=60)))

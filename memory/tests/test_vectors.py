@@ -305,3 +305,26 @@ def test_load_checked_never_frees_a_gone_state_on_the_callers_path() -> None:
     vectors.CACHE.clear()
     del first
     assert freed == ["a cat"]  # freed with the cache entry
+
+
+@pytest.mark.parametrize("name", ["ld_agent", "tim"])
+def test_the_state_a_per_turn_update_returns_is_composed_without_reading_its_texts_again(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = CountingEmbedder()
+    system = build_system(name, llm=fake_llm(), embedder=embedder, **params(name))
+    at = NOW + timedelta(days=28, minutes=1)
+    state = roundtrip(built_state(name, embedder))
+    session = [Turn("user", "I adopted a kitten named Tom last week.", at), Turn("bot", "How lovely!", at)]
+    new = system.after_turn(state, session, at).state
+    assert new is not state and stored_texts(name, new) != []
+    full_checks: list[int] = []
+    load = vectors.load
+    monkeypatch.setattr(vectors, "load", lambda *a, **k: full_checks.append(1) or load(*a, **k))
+    query = [Turn("user", "Do you remember my kitten?", at)]
+    trusted = system.compose(new, query, at)  # the update read these texts to write the block
+    assert full_checks == []
+    parsed = roundtrip(new)  # the same state read from the database: a new object, checked in full
+    assert system.compose(parsed, query, at).as_dicts() == trusted.as_dicts() and full_checks == [1]
+    vectors.CACHE.clear()  # and a new process retrieves the same
+    assert system.compose(roundtrip(new), query, at).as_dicts() == trusted.as_dicts()
