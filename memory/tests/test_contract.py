@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from memory.base import Param, Prompt, operation_units
+from memory.base import Param, Prompt, Turn, operation_units
 from memory.embed import HashingEmbedder
 from memory.registry import MEMORY_SYSTEMS, build_system, param_defaults
-from memory.tests.dialogue import SESSIONS, run_dialogue
+from memory.tests.dialogue import SESSIONS, START, run_dialogue
 from memory.tests.fake_llm import fake_llm
 
 ARMS = sorted(MEMORY_SYSTEMS)
@@ -181,20 +182,8 @@ def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(na
     of that version (chat/state.py): an arm that edited its input in place would change what the next
     reply sees without a write. Driven like run_dialogue, but each step gets the very object the step
     before returned (no JSON round trip), as the platform's cache gives it."""
-    from datetime import timedelta
-
-    from memory.base import Turn
-    from memory.tests.dialogue import START
-
     llm = fake_llm()
     system = build_system(name, llm=llm, embedder=HashingEmbedder())
-
-    def unchanged(state: dict[str, Any], step: Any) -> Any:
-        before = json.dumps(state, sort_keys=True)
-        out = step()
-        assert json.dumps(state, sort_keys=True) == before, f"{name}: {step} changed the state it was given"
-        return out
-
     state = system.initial_state()
     for k, messages in enumerate(SESSIONS):
         start = START + timedelta(days=7 * k)
@@ -202,11 +191,20 @@ def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(na
         for n, text in enumerate(messages):
             at = start + timedelta(minutes=2 * n)
             session.append(Turn("user", text, at))
-            prompt = unchanged(state, lambda: system.compose(state, list(session), at))
+            before = json.dumps(state, sort_keys=True)
+            prompt = system.compose(state, list(session), at)
+            assert json.dumps(state, sort_keys=True) == before, f"{name}: compose changed its state"
             reply = llm.complete(prompt.as_dicts(), max_tokens=256, purpose="reply").text
             session.append(Turn("bot", reply, at + timedelta(seconds=30)))
-            state = unchanged(state, lambda: system.after_turn(state, list(session), at + timedelta(seconds=30))).state
-            assert json.loads(json.dumps(state)) == state, f"{name}: after_turn returned a state that is not plain JSON"
-        state = unchanged(state, lambda: system.end_session(state, list(session), start + timedelta(minutes=10))).state
-        assert json.loads(json.dumps(state)) == state, f"{name}: end_session returned a state that is not plain JSON"
-    assert unchanged(state, lambda: system.compose_opening(state, START + timedelta(days=60)))
+            new = system.after_turn(state, list(session), at + timedelta(seconds=30)).state
+            assert json.dumps(state, sort_keys=True) == before, f"{name}: after_turn changed its state"
+            assert json.loads(json.dumps(new)) == new, f"{name}: after_turn returned a state that is not plain JSON"
+            state = new
+        before = json.dumps(state, sort_keys=True)
+        new = system.end_session(state, list(session), start + timedelta(minutes=10)).state
+        assert json.dumps(state, sort_keys=True) == before, f"{name}: end_session changed its state"
+        assert json.loads(json.dumps(new)) == new, f"{name}: end_session returned a state that is not plain JSON"
+        state = new
+    before = json.dumps(state, sort_keys=True)
+    system.compose_opening(state, START + timedelta(days=60))
+    assert json.dumps(state, sort_keys=True) == before, f"{name}: compose_opening changed its state"
