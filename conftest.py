@@ -31,7 +31,9 @@ def _empty_state_cache() -> Any:
 
     state.CACHE.clear()
     yield
+    poisoned = list(state.CACHE.verify())
     state.CACHE.clear()
+    assert not poisoned, f"a cached memory state was changed in place (chat/state.py): {poisoned}"
 
 
 @pytest.fixture

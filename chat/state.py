@@ -113,6 +113,24 @@ class StateCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        # when verifying: "episode e version v" of every state found changed in place (tests assert it stays empty)
+        self.poisoned: list[str] = []
+
+    def _changed(self, episode_id: int, entry: _Entry) -> bool:
+        """Whether a verified entry's state no longer matches its JSON when cached (recorded, logged)."""
+        if entry.dump is None or _dump(entry.state) == entry.dump:
+            return False
+        self.poisoned.append(f"episode {episode_id} version {entry.version}")
+        log.error("the cached memory state of episode %s (version %s) was changed in place", episode_id, entry.version)
+        return True
+
+    def verify(self) -> list[str]:
+        """Check every verified entry now; returns (and keeps in :attr:`poisoned`) what changed."""
+        with self._lock:
+            entries = list(self._items.items())
+        for episode_id, entry in entries:
+            self._changed(episode_id, entry)
+        return self.poisoned
 
     def get(self, episode_id: int, version: int) -> dict[str, Any] | None:
         """The cached state of the episode at ``version``, or ``None``."""
@@ -123,7 +141,7 @@ class StateCache:
                 return None
             self._items.move_to_end(episode_id)
             self.hits += 1
-        if entry.dump is not None and _dump(entry.state) != entry.dump:
+        if self._changed(episode_id, entry):
             self.discard(episode_id)
             raise StatePoisoned(f"the cached memory state of episode {episode_id} was changed in place")
         return entry.state
@@ -138,22 +156,25 @@ class StateCache:
         if verify:
             dump = _dump(state)
             if json.loads(dump) != state:  # a tuple, a non-string key: the database would give another value
+                self.poisoned.append(f"episode {episode_id} version {version} (not plain JSON)")
                 raise StatePoisoned(f"the memory state of episode {episode_id} is not plain JSON")
-        dropped: list[_Entry] = []  # released after the lock: freeing a large state takes milliseconds
+        dropped: list[tuple[int, _Entry]] = []  # released after the lock: freeing a large state takes milliseconds
         with self._lock:
             old = self._items.get(episode_id)
             if old is not None:
                 if old.version >= version:  # a later state, or this one already (keep the object checked)
                     return
-                dropped.append(self._items.pop(episode_id))
+                dropped.append((episode_id, self._items.pop(episode_id)))
                 self._bytes -= old.nbytes
             if max_entries > 0 and nbytes <= max_bytes:
                 self._items[episode_id] = _Entry(version, state, nbytes, dump)
                 self._bytes += nbytes
             while self._items and (len(self._items) > max_entries or self._bytes > max_bytes):
-                _, evicted = self._items.popitem(last=False)
+                gone, evicted = self._items.popitem(last=False)
                 self._bytes -= evicted.nbytes
-                dropped.append(evicted)
+                dropped.append((gone, evicted))
+        for gone, entry in dropped:  # an entry replaced or evicted is checked too: it may never be read again
+            self._changed(gone, entry)
         del dropped
 
     def discard(self, episode_id: int) -> None:
@@ -167,6 +188,7 @@ class StateCache:
             self._items.clear()
             self._bytes = 0
             self.hits = self.misses = 0
+            self.poisoned = []
 
     def __len__(self) -> int:
         return len(self._items)
