@@ -423,4 +423,6 @@ class ThinkInMemory(BaseSystem):
         vectors.built_from(vecs, (thoughts,))  # read just now: the next compose of this state need not
         sizes = Counter(t["group"] for t in thoughts)
         trace["groups"] = {str(g): sizes[g] for g in sorted(sizes)}
-        return Update(state={"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}, trace=trace)
+        new_state = {"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}
+        self.tables(new_state, vecs)  # built here, on the update's path, not by the next reply's compose
+        return Update(state=new_state, trace=trace)
