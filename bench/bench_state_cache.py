@@ -16,7 +16,8 @@ queries, best of 3 rounds; "(wall)" is wall time of the same calls:
   reply paid before compose when every reply read the state (the cost a hit avoids);
 - "miss": the state cache is emptied before each reply (a version this process has not seen, e.g.
   written by another process): read + parse, then compose on that new object (the arm reads the
-  stored texts to check the cached vectors, which stay in their own cache: memory/vectors.py);
+  stored texts to check the cached vectors, which stay in their own cache: memory/vectors.py); the
+  state checked before is freed outside the timing, as the update that follows a reply does;
 - "hit": the state of this version is in the cache (the same object every reply): no query, and
   compose trusts the vectors checked against that object before;
 - "after an update": the reply that follows the arm's per-turn update (``after_turn`` with the scripted
@@ -163,6 +164,7 @@ def main() -> None:
                 total.append(t2 - t0)
                 compose.append(t2 - t1)
                 del got
+                vectors.release_retired()  # what the update after a reply frees (vectors.built_from)
             miss_rounds.append(ms(total))
             compose_rounds.append(ms(compose))
 
