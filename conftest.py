@@ -20,6 +20,21 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.EMBEDDER = "hashing"
     # chat's pool threads outlive a test: a kept connection would keep the test database from being dropped
     settings.CHAT_DB_KEEP_CONNECTIONS = False
+    # every test that goes through chat.state checks that no cached state is edited in place
+    settings.CHAT_STATE_CACHE_VERIFY = True
+
+
+@pytest.fixture(autouse=True)
+def _empty_state_cache() -> Any:
+    """chat.state caches parsed states by (episode id, version): a test database's ids and versions
+    start again in the next test, so no cached state may outlive its test."""
+    from chat import state
+
+    state.CACHE.clear()
+    yield
+    poisoned = list(state.CACHE.verify())
+    state.CACHE.clear()
+    assert not poisoned, f"a cached memory state was changed in place (chat/state.py): {poisoned}"
 
 
 @pytest.fixture

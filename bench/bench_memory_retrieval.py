@@ -15,7 +15,9 @@ other processes held the core, and the "(wall)" columns show it for the warm com
    "warm" = the vectors are in the process cache and were checked against this state object
    (``vectors.load_checked``: a process that keeps the parsed state between replies);
    "new object" = the same, but each call gets a new copy of the state's items (as when the state is
-   read from the database at every reply, which the platform does today): the stored texts are read
+   read from the database at every reply, which the platform did before its state cache, and still
+   does on a miss of it; the copy two calls back is freed outside the timing, as the update after a
+   reply does, ``vectors.release_retired``): the stored texts are read
    and compared with the cached vectors' texts again;
    "cold" = cache cleared before each call (the block is decoded: first reply in a new process);
    "no block" = a state without vectors (as before this change: everything is embedded, once per
@@ -238,6 +240,7 @@ def new_object_times(system: Any, state: dict[str, Any], queries: list[str], key
     for q in queries:
         copy = new_object(state, key)  # outside the timing: the platform parses the state before compose
         out.append(timed(partial(system.compose, copy, [Turn("user", q, NOW)], NOW)))
+        vectors.release_retired()  # the copies compose stopped remembering: freed by the update that follows
     return out
 
 

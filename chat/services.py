@@ -423,9 +423,8 @@ def post_user_message(
                 stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
             )
         )
-        if not local:  # the job reads the state itself; it can be large
-            query = query.defer("episode__memory_state")
-        locked = query.get(pk=session_id)
+        # the reply takes the state from chat.state's cache by state_version (read only on a miss)
+        locked = query.defer("episode__memory_state").get(pk=session_id)
         participant = locked.episode.participant
         participant.touch(now)
         # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
@@ -506,7 +505,7 @@ class _Prepared:
     """A reply placeholder claimed when it was inserted, with the rows its job needs: handed to the job
     of this process (:func:`generate_reply`) so that it neither claims nor reads them again."""
 
-    msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state included
+    msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state deferred (chat.state)
     turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
     user_turns: int  # the worker's messages in the session, this one included
 
@@ -782,8 +781,10 @@ def generate_reply(message_id: int) -> None:
                 held.update(lease_until=None)
             raise
         return
-    msg = Message.objects.select_related("session__episode__arm", "session__episode__participant__study").get(
-        pk=message_id
+    msg = (
+        Message.objects.select_related("session__episode__arm", "session__episode__participant__study")
+        .defer("session__episode__memory_state")  # from chat.state's cache by state_version
+        .get(pk=message_id)
     )
     session = msg.session
     if msg.status != Message.Status.PENDING or session.status != ChatSession.Status.CHATTING:
@@ -826,7 +827,9 @@ def _reply_attempt(
         return
     delays = retry_delays()
     max_attempts = len(delays) + 1
-    start_state = (dict(episode.memory_state or {}), episode.state_version)
+    # the parsed state of this version from the process cache (read and parsed only on a miss)
+    start_state = state.for_reply(episode.pk, episode.state_version)
+    memory = start_state[0]
     now = session_clock(session)
     opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
@@ -834,10 +837,7 @@ def _reply_attempt(
         with leases.heartbeat(held) as beat:
             if turns is None:
                 turns = turns_of(session, upto_seq=msg.seq - 1)
-            if opener:
-                prompt = system.compose_opening(episode.memory_state, now)
-            else:
-                prompt = system.compose(episode.memory_state, turns, now)
+            prompt = system.compose_opening(memory, now) if opener else system.compose(memory, turns, now)
             chat = [t.text for t in turns]
             for leaks in (1, 2):
                 try:
@@ -1031,7 +1031,11 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
     session is made ready anyway (the worker is never stuck); otherwise :class:`MemoryUpdateFailed`
     is raised so the caller retries.
     """
-    session = ChatSession.objects.select_related("episode__arm", "episode__participant__study").get(pk=session_id)
+    session = (
+        ChatSession.objects.select_related("episode__arm", "episode__participant__study")
+        .defer("episode__memory_state")  # from chat.state's cache by state_version
+        .get(pk=session_id)
+    )
     snapshot, _ = MemorySnapshot.objects.get_or_create(session=session)
     if snapshot.status == MemorySnapshot.Status.DONE:
         return snapshot
@@ -1049,7 +1053,7 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
     turns = turns_of(session)
     calls: list[dict[str, Any]] = []  # of every round: a round lost to a concurrent write made calls too
     with leases.heartbeat(pending):
-        current, version = state.read(episode.pk)
+        current, version = state.for_reply(episode.pk, episode.state_version)
         before = current
         for _round in range(state.MAX_ROUNDS):
             try:

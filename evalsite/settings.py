@@ -162,6 +162,12 @@ CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
 CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
+# Parsed memory states kept per process by (episode, state_version) (chat/state.py): a reply reads only the
+# version and parses the state on a miss. Bounded by episodes and by an estimate of their size; 0 turns it off.
+CHAT_STATE_CACHE_ENTRIES = env.integer("CHAT_STATE_CACHE_ENTRIES", 256, minimum=0)
+CHAT_STATE_CACHE_MB = env.number("CHAT_STATE_CACHE_MB", 256.0)
+# Debugging aid (on in the tests): keep each cached state's JSON and raise if a state was edited in place.
+CHAT_STATE_CACHE_VERIFY = env.boolean("CHAT_STATE_CACHE_VERIFY", False)
 # Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
 # lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
 CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)

@@ -39,9 +39,8 @@ import base64
 import hashlib
 import logging
 import os
-import sys
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -341,19 +340,45 @@ def load_checked(
         if cached is not None and len(cached) == count and cached.checked_against(source):
             return cached
     vecs = load(block, texts(), embedder)
-    held = vecs._checked
-    if held is None or _referenced_elsewhere(held):
-        vecs._checked = tuple(source)
-    # else the objects checked last are referenced by nothing but these vectors (their state is gone,
-    # e.g. the previous reply's): dropping them here would free a whole state on the reply's path
-    # (about 2 ms at 10k items), so they are kept until the vectors leave the cache.
+    held, vecs._checked = vecs._checked, tuple(source)
+    if held is not None:
+        # The objects checked before may be the last reference to a gone state (the previous reply's):
+        # dropping them here would free a whole state on the reply's path (about 2 ms at 10k items).
+        _retire(held)
     return vecs
 
 
-def _referenced_elsewhere(held: tuple[object, ...]) -> bool:
-    """Whether any of ``held`` (other than None) is referenced by more than the tuple itself."""
-    # getrefcount counts its argument and the tuple's slot: 2 means no one else holds the object.
-    return any(held[i] is not None and sys.getrefcount(held[i]) > 2 for i in range(len(held)))
+def built_from(vecs: Vectors, source: tuple[object, ...]) -> Vectors:
+    """Record that ``vecs`` hold exactly the texts just read from ``source`` (the state's objects the
+    arm's compose passes to :func:`load_checked`), and return them. An arm's update calls it on the
+    state it returns, whose texts it has just read to compute the block: the next compose of that
+    state object then skips reading them again (in the platform, the reply after a per-turn update).
+    Called on the update's path, which is also where the objects retired by compose are freed."""
+    release_retired()
+    vecs._checked = tuple(source)
+    return vecs
+
+
+# Objects load_checked stopped remembering, kept so that the reply's path does not free them: freed by
+# the next update (built_from) or, past MAX_RETIRED, the oldest by the caller that retires one more.
+MAX_RETIRED = 2
+_RETIRED: deque[tuple[object, ...]] = deque()
+_RETIRED_LOCK = threading.Lock()
+
+
+def _retire(held: tuple[object, ...]) -> None:
+    with _RETIRED_LOCK:
+        _RETIRED.append(held)
+        oldest = _RETIRED.popleft() if len(_RETIRED) > MAX_RETIRED else None
+    del oldest  # only past the bound: a process whose composes are never followed by an update
+
+
+def release_retired() -> None:
+    """Free the objects :func:`load_checked` stopped remembering (see :data:`MAX_RETIRED`)."""
+    with _RETIRED_LOCK:
+        gone = list(_RETIRED)
+        _RETIRED.clear()
+    del gone
 
 
 def extend(

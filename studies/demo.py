@@ -258,8 +258,9 @@ def _simulate_episode(
                 for m in metrics
             ]
         )
-    episode.memory_state = state
-    episode.save(update_fields=["memory_state"])
+    episode.memory_state = state  # every write of the state bumps its version (chat/state.py caches by it)
+    episode.state_version += 1
+    episode.save(update_fields=["memory_state", "state_version"])
 
 
 def seed_simulated_queue(study: Study, created_by: Any = None) -> tuple[Queue, int]:

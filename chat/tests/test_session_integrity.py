@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from django.db.models import F
 from django.test import Client
 
 from chat import services, state
@@ -178,7 +179,10 @@ class ListMemory:
 
 def _start_with_an_empty_list(client: Client, study: Study) -> ChatSession:
     session = _start(client, study)
-    Episode.objects.filter(pk=session.episode_id).update(memory_state={"items": []})
+    # a write of the state bumps its version (chat.state caches states by it)
+    Episode.objects.filter(pk=session.episode_id).update(
+        memory_state={"items": []}, state_version=F("state_version") + 1
+    )
     return session
 
 
@@ -199,7 +203,7 @@ def test_a_late_per_turn_update_does_not_overwrite_the_end_of_session_update(
     services.post_user_message(session, "c1", "Hello")
     episode = Episode.objects.get(pk=session.episode_id)
     assert episode.memory_state["items"] == ["session end", "turn 2"]
-    assert episode.state_version == 2
+    assert episode.state_version == 3  # the empty list, the end of session, the per-turn update recomputed
     assert MemorySnapshot.objects.get(session=session).state["items"] == ["session end"]
 
 
@@ -208,7 +212,7 @@ def test_a_per_turn_update_written_during_the_end_of_session_update_is_kept(
 ) -> None:
     session = _start_with_an_empty_list(client, study)
     list_memory.during_after_turn = lambda: None
-    services.post_user_message(session, "c1", "Hello")  # per-turn: ["turn 2"], version 1
+    services.post_user_message(session, "c1", "Hello")  # per-turn: ["turn 2"], version 2
 
     def late_turn() -> None:
         state.apply(session.episode_id, lambda s: Update({"items": [*s["items"], "late turn"]}))

@@ -376,7 +376,10 @@ class LDAgent(BaseSystem):
             return {k: v for k, v in after.items() if k != "vectors"}
         base = self.stored_vectors(before) if before.get("long_term") or before.get("pending") else None
         texts = self.key_texts(self.stored_events(after))
-        return {**after, "vectors": vectors.extend(base, texts, self.embedder).block()}
+        new = vectors.extend(base, texts, self.embedder)
+        # the texts were just read from these objects: the next compose of this state need not read them
+        vectors.built_from(new, (after.get("long_term", []), after.get("pending")))
+        return {**after, "vectors": new.block()}
 
     def retrieve(
         self, long_term: list[dict[str, Any]], query: str, t: datetime, stored: vectors.Vectors | None = None

@@ -420,6 +420,9 @@ class ThinkInMemory(BaseSystem):
                     kept.append(t)
             thoughts = list(reversed(kept))
         vecs = vectors.extend(vecs, [t["text"] for t in thoughts], self.embedder)
+        vectors.built_from(vecs, (thoughts,))  # read just now: the next compose of this state need not
         sizes = Counter(t["group"] for t in thoughts)
         trace["groups"] = {str(g): sizes[g] for g in sorted(sizes)}
-        return Update(state={"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}, trace=trace)
+        new_state = {"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}
+        self.tables(new_state, vecs)  # built here, on the update's path, not by the next reply's compose
+        return Update(state=new_state, trace=trace)

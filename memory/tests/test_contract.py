@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from memory.base import Param, Prompt, operation_units
+from memory.base import Param, Prompt, Turn, operation_units
 from memory.embed import HashingEmbedder
 from memory.registry import MEMORY_SYSTEMS, build_system, param_defaults
-from memory.tests.dialogue import SESSIONS, run_dialogue
+from memory.tests.dialogue import SESSIONS, START, run_dialogue
 from memory.tests.fake_llm import fake_llm
 
 ARMS = sorted(MEMORY_SYSTEMS)
@@ -173,3 +174,37 @@ def test_memorybank_keeps_dated_dialogue_units_and_summaries() -> None:
 def test_bm25_indexes_every_past_utterance() -> None:
     result = run("bm25")
     assert len(result.states[-1]["utterances"]) == 2 * sum(len(s) for s in SESSIONS)
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(name: str) -> None:
+    """The platform caches parsed states by version and hands the same object to every reply and update
+    of that version (chat/state.py): an arm that edited its input in place would change what the next
+    reply sees without a write. Driven like run_dialogue, but each step gets the very object the step
+    before returned (no JSON round trip), as the platform's cache gives it."""
+    llm = fake_llm()
+    system = build_system(name, llm=llm, embedder=HashingEmbedder())
+    state = system.initial_state()
+    for k, messages in enumerate(SESSIONS):
+        start = START + timedelta(days=7 * k)
+        session: list[Turn] = []
+        for n, text in enumerate(messages):
+            at = start + timedelta(minutes=2 * n)
+            session.append(Turn("user", text, at))
+            before = json.dumps(state, sort_keys=True)
+            prompt = system.compose(state, list(session), at)
+            assert json.dumps(state, sort_keys=True) == before, f"{name}: compose changed its state"
+            reply = llm.complete(prompt.as_dicts(), max_tokens=256, purpose="reply").text
+            session.append(Turn("bot", reply, at + timedelta(seconds=30)))
+            new = system.after_turn(state, list(session), at + timedelta(seconds=30)).state
+            assert json.dumps(state, sort_keys=True) == before, f"{name}: after_turn changed its state"
+            assert json.loads(json.dumps(new)) == new, f"{name}: after_turn returned a state that is not plain JSON"
+            state = new
+        before = json.dumps(state, sort_keys=True)
+        new = system.end_session(state, list(session), start + timedelta(minutes=10)).state
+        assert json.dumps(state, sort_keys=True) == before, f"{name}: end_session changed its state"
+        assert json.loads(json.dumps(new)) == new, f"{name}: end_session returned a state that is not plain JSON"
+        state = new
+    before = json.dumps(state, sort_keys=True)
+    system.compose_opening(state, START + timedelta(days=60))
+    assert json.dumps(state, sort_keys=True) == before, f"{name}: compose_opening changed its state"

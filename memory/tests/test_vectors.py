@@ -292,16 +292,54 @@ def test_load_checked_never_frees_a_gone_state_on_the_callers_path() -> None:
     freed: list[str] = []
 
     class Items(list[str]):
+        def __init__(self, name: str) -> None:
+            super().__init__(["a cat"])
+            self.name = name
+
         def __del__(self) -> None:
-            freed.append(self[0])
+            freed.append(self.name)
 
     def load(items: Items) -> vectors.Vectors:
         return vectors.load_checked(block, (items,), 1, lambda: list(items), embedder)
 
-    first = load(Items(["a cat"]))  # its state is gone once the call returns: only the vectors hold it
-    alive = Items(["a cat"])
-    assert load(alive) is first and freed == []  # not freed here, and ``alive`` is not remembered
-    assert not first.checked_against((alive,))
-    vectors.CACHE.clear()
-    del first
-    assert freed == ["a cat"]  # freed with the cache entry
+    first = load(Items("gone"))  # its state is gone once the call returns: only the vectors hold it
+    alive = Items("alive")
+    assert load(alive) is first and freed == []  # not freed on the caller's path
+    assert first.checked_against((alive,))  # and the new object is the one remembered
+    load(Items("gone too"))  # MAX_RETIRED (2) retired now: "gone" and the tuple that held "alive"
+    assert freed == [] and vectors.MAX_RETIRED == 2
+    vectors.release_retired()  # what the next update does (built_from), off the reply's path
+    assert freed == ["gone"]
+    load(Items("third"))
+    load(Items("fourth"))
+    load(Items("fifth"))  # past the bound: the oldest retired one is freed by the caller
+    assert freed == ["gone", "gone too"]
+
+
+@pytest.mark.parametrize("name", ["ld_agent", "tim"])
+def test_the_state_a_per_turn_update_returns_is_composed_without_reading_its_texts_again(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = CountingEmbedder()
+    system = build_system(name, llm=fake_llm(), embedder=embedder, **params(name))
+    at = NOW + timedelta(days=28, minutes=1)
+    state = roundtrip(built_state(name, embedder))
+    session = [Turn("user", "I adopted a kitten named Tom last week.", at), Turn("bot", "How lovely!", at)]
+    new = system.after_turn(state, session, at).state
+    assert new is not state and stored_texts(name, new) != []
+    full_checks: list[int] = []
+    load = vectors.load
+    monkeypatch.setattr(vectors, "load", lambda *a, **k: full_checks.append(1) or load(*a, **k))
+    built: list[int] = []
+    if name == "tim":
+        from memory.systems import tim
+
+        table = tim.LSHTable
+        monkeypatch.setattr(tim, "LSHTable", lambda *a: built.append(1) or table(*a))
+    query = [Turn("user", "Do you remember my kitten?", at)]
+    trusted = system.compose(new, query, at)  # the update read these texts to write the block
+    assert full_checks == [] and built == []  # (and TiM's update built the hash tables of its new memory)
+    parsed = roundtrip(new)  # the same state read from the database: a new object, checked in full
+    assert system.compose(parsed, query, at).as_dicts() == trusted.as_dicts() and full_checks == [1]
+    vectors.CACHE.clear()  # and a new process retrieves the same
+    assert system.compose(roundtrip(new), query, at).as_dicts() == trusted.as_dicts()
