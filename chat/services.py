@@ -30,7 +30,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from chat import fragments, leases, limits, records, replies, state
+from chat import fragments, leases, limits, records, replies, sqlcache, state
 from chat.authenticity import Signals, clean_signals, store_signals
 from chat.jobs import broadcast, dispatch, job_mode, retry_delays
 from chat.models import (
@@ -373,6 +373,56 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
 
 
+def _lock_query(*, with_state: bool) -> sqlcache.CachedQuery:
+    """The session row locked (on PostgreSQL ``OF`` the session only) with everything the checks of a new
+    message need: its episode, arm, participant and study, the first earlier session not yet rated, and
+    the participant's user messages in other sessions (limits). Without ``with_state`` the episode's
+    memory state is deferred (a Celery job reads it itself; it can be large)."""
+
+    def build(session_id: int, since: datetime) -> QuerySet[ChatSession]:
+        query = (
+            ChatSession.objects.select_for_update(of=("self",))
+            .select_related("episode__participant__study", "episode__arm")
+            .annotate(
+                unrated_index=Subquery(
+                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
+                    .exclude(status=ChatSession.Status.DONE)
+                    .order_by("index")
+                    .values("index")[:1]
+                ),
+                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
+                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
+            )
+            .filter(pk=session_id)
+        )
+        return query if with_state else query.defer("episode__memory_state")
+
+    return sqlcache.CachedQuery(build, session_id=int, since=datetime)
+
+
+_LOCK_WITH_STATE = _lock_query(with_state=True)
+_LOCK_WITHOUT_STATE = _lock_query(with_state=False)
+
+# (pk, seq, speaker, status, client_id, text, sent since the minute's start) of a session's messages
+_SESSION_MESSAGES = sqlcache.CachedQuery(
+    lambda session_id, since: Message.objects.filter(session_id=session_id)
+    .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
+    .order_by("seq")
+    .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent"),
+    session_id=int,
+    since=datetime,
+)
+
+
+def _lock_session(session_id: int, since: datetime, *, with_state: bool) -> ChatSession:
+    """The session row locked, loaded by :func:`_lock_query` (compiled once per process)."""
+    found = (_LOCK_WITH_STATE if with_state else _LOCK_WITHOUT_STATE).objects(session_id=session_id, since=since)
+    if not found:
+        raise ChatSession.DoesNotExist(f"no chat session {session_id}")
+    session: ChatSession = found[0]
+    return session
+
+
 def post_user_message(
     session: ChatSession | int,
     client_id: str,
@@ -409,32 +459,11 @@ def post_user_message(
     now = timezone.now()
     since = limits.window_start(now)
     with transaction.atomic():
-        query = (
-            ChatSession.objects.select_for_update(of=("self",))
-            .select_related("episode__participant__study", "episode__arm")
-            .annotate(
-                unrated_index=Subquery(
-                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
-                    .exclude(status=ChatSession.Status.DONE)
-                    .order_by("index")
-                    .values("index")[:1]
-                ),
-                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
-                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
-            )
-        )
-        if not local:  # the job reads the state itself; it can be large
-            query = query.defer("episode__memory_state")
-        locked = query.get(pk=session_id)
+        locked = _lock_session(session_id, since, with_state=local)
         participant = locked.episode.participant
         participant.touch(now)
         # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
-        rows = list(
-            Message.objects.filter(session_id=session_id)
-            .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
-            .order_by("seq")
-            .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
-        )
+        rows = _SESSION_MESSAGES.rows(session_id=session_id, since=since)
         existing = next((r[0] for r in rows if r[4] == client_id), None)
         if existing is not None:
             return Message.objects.get(pk=existing), False
@@ -472,15 +501,16 @@ def post_user_message(
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
         seq = (rows[-1][1] if rows else 0) + 1
-        user = Message.objects.create(
-            session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
+        user = sqlcache.insert(
+            Message(session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now)
         )
-        bot = Message.objects.create(
+        bot = Message(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
             deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now, created_at=now,
             # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
             attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
         )  # fmt: skip
+        sqlcache.insert(bot)
         if signals is None and raw_signals is not None:
             signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
