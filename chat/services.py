@@ -769,7 +769,7 @@ def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[st
         for c in calls
     ]
     if len(rows) == 1:
-        rows[0].save(force_insert=True)  # one statement (bulk_create wraps even one row in a transaction)
+        sqlcache.insert(rows[0])  # one statement (bulk_create wraps even one row in a transaction)
     elif rows:
         LLMCallRecord.objects.bulk_create(rows)
 
@@ -911,7 +911,10 @@ def _reply_attempt(
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         store_llm_calls(session.pk, msg.pk, llm.drain())
-        updated = held.update(memory_used=memory_used, **done)
+        # held.update(...): compare-and-set on (pending, this attempt), as one precompiled statement
+        updated = sqlcache.update_where(
+            Message, msg.pk, {"status": Message.Status.PENDING, "attempts": msg.attempts}, {"memory_used": memory_used, **done}
+        )
     if not updated:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()
         broadcast(session.pk, fragments.message(msg))
