@@ -109,6 +109,7 @@ class _Beater:
         self._beats: set[Heartbeat] = set()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._sleeps_until = 0.0  # when the thread wakes up by itself (monotonic)
 
     def add(self, beat: Heartbeat) -> None:
         with self._wake:
@@ -116,7 +117,10 @@ class _Beater:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="memeval-lease", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif beat.due < self._sleeps_until:
+                # Woken only when it would sleep past this beat: a reply of a fast model is over long
+                # before its first beat, and waking the thread for each cost a thread switch per turn.
+                self._wake.notify()
 
     def discard(self, beat: Heartbeat) -> None:
         with self._wake:
@@ -134,8 +138,12 @@ class _Beater:
                 connections.close_all()
             with self._wake:
                 if not due:
-                    wait = min((b.due for b in self._beats), default=now + 60) - now
-                    self._wake.wait(timeout=max(0.01, wait))
+                    # Idle, it looks again after a third of a lease: a beat added meanwhile is due later
+                    # than that, so adding it needs no wake-up.
+                    wait = max(0.01, min((b.due for b in self._beats), default=now + lease_seconds() / 3) - now)
+                    self._sleeps_until = now + wait
+                    self._wake.wait(timeout=wait)
+                    self._sleeps_until = 0.0
                     continue
             try:
                 for b in due:
