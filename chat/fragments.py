@@ -23,7 +23,7 @@ _TYPING = '<span class="typing" aria-label="The chatbot is typing"><i></i><i></i
 
 def _message(m: Message, retrying: bool, max_attempts: int | None) -> str:
     """The ``message`` partial of the page."""
-    seq, status = esc(m.seq), esc(m.status)
+    seq, status = int(m.seq), esc(m.status)
     client = f' data-client-id="{esc(m.client_id)}"' if m.client_id else ""
     who = "You" if m.speaker == "user" else "Chatbot"
     text = esc(m.text) if m.status != "failed" else ""
@@ -33,7 +33,7 @@ def _message(m: Message, retrying: bool, max_attempts: int | None) -> str:
         if retrying:
             tail += (
                 '<span class="retrying" role="status">The chatbot is having trouble answering. Retrying (attempt '
-                f"{esc(m.attempts + 1)} of {esc(max_attempts)})…</span>"
+                f"{m.attempts + 1} of {max_attempts})…</span>"
             )
     elif m.status == "failed":
         tail = (
@@ -54,14 +54,12 @@ def message(msg: Message, *, retrying: bool = False, max_attempts: int | None = 
 
 def messages(msgs: Iterable[Message], *, retrying: bool = False, max_attempts: int | None = None) -> str:
     """Messages appended to the transcript, in order (the ``messages-oob`` partial)."""
-    return "".join(
-        f'<div hx-swap-oob="beforeend:#messages">{_message(m, retrying, max_attempts)}</div>' for m in msgs
-    )
+    return "".join(f'<div hx-swap-oob="beforeend:#messages">{_message(m, retrying, max_attempts)}</div>' for m in msgs)
 
 
 def token(seq: int, piece: str) -> str:
     """One streamed piece of a reply, appended to its (escaped) text (the ``token-oob`` partial)."""
-    return f'<div hx-swap-oob="beforeend:#msg-{esc(seq)}-text"><span>{esc(piece)}</span></div>'
+    return f'<div hx-swap-oob="beforeend:#msg-{int(seq)}-text"><span>{esc(piece)}</span></div>'
 
 
 def error(text: str) -> str:
@@ -79,7 +77,7 @@ def controls(turns: int, min_turns: int, *, pending: bool = False) -> str:
     ``controls-oob`` partial."""
     if turns < min_turns:
         plural = "" if min_turns == 1 else "s"
-        info = f"Send at least {esc(min_turns)} message{plural} ({esc(turns)} so far), then end the session."
+        info = f"Send at least {int(min_turns)} message{plural} ({int(turns)} so far), then end the session."
     else:
         info = "You can end the session whenever you like."
     met = "1" if turns >= min_turns else "0"

@@ -405,22 +405,34 @@ _LOCK_WITHOUT_STATE = _lock_query(with_state=False)
 
 # (pk, seq, speaker, status, client_id, text, sent since the minute's start) of a session's messages
 _SESSION_MESSAGES = sqlcache.CachedQuery(
-    lambda session_id, since: Message.objects.filter(session_id=session_id)
-    .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
-    .order_by("seq")
-    .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent"),
+    lambda session_id, since: (
+        Message.objects.filter(session_id=session_id)
+        .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
+        .order_by("seq")
+        .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
+    ),
     session_id=int,
     since=datetime,
 )
 
 
-def _lock_session(session_id: int, since: datetime, *, with_state: bool) -> ChatSession:
+@dataclass(frozen=True)
+class _Checks:
+    """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
+
+    unrated_index: int | None  # the first earlier session of the episode not yet rated
+    recent_elsewhere: int | None  # the participant's user messages in other sessions in the last minute
+    stored_elsewhere: int | None  # and their characters, in all other sessions
+
+
+def _lock_session(session_id: int, since: datetime, *, with_state: bool) -> tuple[ChatSession, _Checks]:
     """The session row locked, loaded by :func:`_lock_query` (compiled once per process)."""
     found = (_LOCK_WITH_STATE if with_state else _LOCK_WITHOUT_STATE).objects(session_id=session_id, since=since)
     if not found:
         raise ChatSession.DoesNotExist(f"no chat session {session_id}")
     session: ChatSession = found[0]
-    return session
+    values = session.__dict__
+    return session, _Checks(values["unrated_index"], values["recent_elsewhere"], values["stored_elsewhere"])
 
 
 def post_user_message(
@@ -459,7 +471,7 @@ def post_user_message(
     now = timezone.now()
     since = limits.window_start(now)
     with transaction.atomic():
-        locked = _lock_session(session_id, since, with_state=local)
+        locked, checks = _lock_session(session_id, since, with_state=local)
         participant = locked.episode.participant
         participant.touch(now)
         # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
@@ -474,8 +486,8 @@ def post_user_message(
             raise ChatError(
                 f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
             )
-        if locked.unrated_index is not None:
-            raise ChatError(_rate_first_index(locked.unrated_index))
+        if checks.unrated_index is not None:
+            raise ChatError(_rate_first_index(checks.unrated_index))
         if locked.status == ChatSession.Status.READY:
             if opens_with_bot(locked):  # the session page starts it, with the bot's first message
                 raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
@@ -494,15 +506,17 @@ def post_user_message(
             limits.check_can_post(
                 study,
                 turns=len(mine),
-                recent=int(locked.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
-                stored=int(locked.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
+                stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
                 new_chars=len(text),
             )
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
         seq = (rows[-1][1] if rows else 0) + 1
         user = sqlcache.insert(
-            Message(session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now)
+            Message(
+                session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
+            )
         )
         bot = Message(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
@@ -548,8 +562,14 @@ _PREPARED_LOCK = threading.Lock()
 def _hand_over(prepared: _Prepared) -> None:
     now = timezone.now()
     with _PREPARED_LOCK:
-        for pk in [pk for pk, p in _PREPARED.items() if (p.msg.lease_until or now) <= now]:
-            del _PREPARED[pk]  # never picked up (the pool was shut down): the lease has lapsed anyway
+        # Never picked up (the pool was shut down): the lease has lapsed anyway. The dict keeps insertion
+        # order and every hand-over gets the same lease length, so the lapsed ones are at its front: the
+        # sweep stops at the first live one instead of scanning every reply in flight at each turn.
+        while _PREPARED:
+            pk, oldest = next(iter(_PREPARED.items()))
+            if (oldest.msg.lease_until or now) > now:
+                break
+            del _PREPARED[pk]
         _PREPARED[prepared.msg.pk] = prepared
 
 
@@ -913,7 +933,10 @@ def _reply_attempt(
         store_llm_calls(session.pk, msg.pk, llm.drain())
         # held.update(...): compare-and-set on (pending, this attempt), as one precompiled statement
         updated = sqlcache.update_where(
-            Message, msg.pk, {"status": Message.Status.PENDING, "attempts": msg.attempts}, {"memory_used": memory_used, **done}
+            Message,
+            msg.pk,
+            {"status": Message.Status.PENDING, "attempts": msg.attempts},
+            {"memory_used": memory_used, **done},
         )
     if not updated:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, QuerySet
-from django.db.models.query import get_related_populators
+from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
 from django.db.models.sql.compiler import SQLCompiler
 
 M = TypeVar("M", bound=Model)
@@ -94,7 +94,11 @@ class CachedQuery:
             slots.append((name, positions))
         expressions = [s[0] for s in compiler.select]
         converters = compiler.get_converters(expressions)
-        populators = get_related_populators(compiler.klass_info, compiler.select, connection.alias) if compiler.klass_info else []
+        populators = (
+            get_related_populators(compiler.klass_info, compiler.select, connection.alias)
+            if compiler.klass_info
+            else []
+        )
         return _Compiled(sql, tuple(params), tuple(slots), compiler, converters, populators)
 
     def compiled(self, connection: BaseDatabaseWrapper) -> _Compiled:
@@ -205,14 +209,19 @@ def insert(obj: M, using: str = DEFAULT_DB_ALIAS) -> M:
     params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        if returning:
-            pk = cursor.fetchone()[0]
-        else:
-            pk = connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+        returned = cursor.fetchone() if returning else None
+        pk = returned[0] if returned else connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
     obj.pk = pk
     obj._state.adding = False
     obj._state.db = using
     return obj
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field) or not field.concrete:
+        raise ValueError(f"{model.__name__}.{name} is not a column")
+    return field
 
 
 def update_where(
@@ -226,15 +235,15 @@ def update_where(
     sql = _SQL.get(key)
     if sql is None:
         qn = connection.ops.quote_name
-        sets = ", ".join(f"{qn(meta.get_field(name).column)} = %s" for name in values)
-        where = " AND ".join(f"{qn(meta.get_field(name).column)} = %s" for name in (meta.pk.name, *match))
+        sets = ", ".join(f"{qn(_field(model, name).column)} = %s" for name in values)
+        where = " AND ".join(f"{qn(_field(model, name).column)} = %s" for name in (meta.pk.name, *match))
         sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {where}"
         _SQL[key] = sql
     if any(v is None for v in match.values()):
         raise ValueError("update_where matches with '=': None never matches")
-    params = [meta.get_field(name).get_db_prep_save(v, connection) for name, v in values.items()]
+    params = [_field(model, name).get_db_prep_save(v, connection) for name, v in values.items()]
     params.append(meta.pk.get_db_prep_value(pk, connection))
-    params += [meta.get_field(name).get_db_prep_value(v, connection) for name, v in match.items()]
+    params += [_field(model, name).get_db_prep_value(v, connection) for name, v in match.items()]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
