@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections, models
@@ -30,6 +31,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
+
+
+class Held(Protocol):
+    """The row a job holds: a queryset of it, or a ``chat.sqlcache.Row`` (a precompiled update)."""
+
+    def update(self, **kwargs: Any) -> int: ...
 
 
 def lease_seconds() -> float:
@@ -69,7 +76,7 @@ class Heartbeat:
     per reply cost more than the rest of a turn on a busy machine. After :meth:`stop` returns, no beat
     of this heartbeat runs any more (the job may release the lease without a late beat taking it back)."""
 
-    def __init__(self, queryset: models.QuerySet[models.Model]) -> None:
+    def __init__(self, queryset: Held) -> None:
         self.queryset = queryset
         self.lost = False
         self.due = 0.0
@@ -157,7 +164,7 @@ _BEATER = _Beater()
 
 
 @contextmanager
-def heartbeat(queryset: models.QuerySet[models.Model]) -> Iterator[Heartbeat]:
+def heartbeat(queryset: Held) -> Iterator[Heartbeat]:
     """Keep the lease of the row in ``queryset`` alive for the duration of the block."""
     beat = Heartbeat(queryset).start()
     try:

@@ -824,7 +824,7 @@ def generate_reply(message_id: int) -> None:
     prepared = _take_prepared(message_id)
     if prepared is not None:  # claimed when it was inserted, by this process (post_user_message)
         msg = prepared.msg
-        held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
+        held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
         try:
             _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
         except DatabaseError:
@@ -844,7 +844,7 @@ def generate_reply(message_id: int) -> None:
     ):
         return  # another job is writing it (a duplicate delivery), or it moved on
     msg.attempts = attempt
-    held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=attempt)
+    held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=attempt)
     try:
         _reply_attempt(msg, held)
     except DatabaseError:
@@ -854,7 +854,7 @@ def generate_reply(message_id: int) -> None:
 
 
 def _reply_attempt(
-    msg: Message, held: QuerySet[Message], *, turns: list[Turn] | None = None, user_turns: int | None = None
+    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, user_turns: int | None = None
 ) -> None:
     """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
     (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
@@ -931,13 +931,7 @@ def _reply_attempt(
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         store_llm_calls(session.pk, msg.pk, llm.drain())
-        # held.update(...): compare-and-set on (pending, this attempt), as one precompiled statement
-        updated = sqlcache.update_where(
-            Message,
-            msg.pk,
-            {"status": Message.Status.PENDING, "attempts": msg.attempts},
-            {"memory_used": memory_used, **done},
-        )
+        updated = held.update(memory_used=memory_used, **done)  # compare-and-set on (pending, this attempt)
     if not updated:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()
         broadcast(session.pk, fragments.message(msg))
@@ -1016,7 +1010,7 @@ def _stream_reply(
     return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
 
 
-def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
+def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
     """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
     if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
         msg.refresh_from_db()

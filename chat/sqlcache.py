@@ -247,3 +247,15 @@ def update_where(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+class Row:
+    """One row, by primary key and the values it must still have: ``Row(Message, pk, status="pending",
+    attempts=2).update(...)`` is ``Message.objects.filter(pk=pk, status="pending", attempts=2).update(...)``
+    (:func:`update_where`) without building a queryset. What a job holds (``chat.leases.Held``)."""
+
+    def __init__(self, model: type[Model], pk: Any, **match: Any) -> None:
+        self.model, self.pk, self.match = model, pk, match
+
+    def update(self, **values: Any) -> int:
+        return update_where(self.model, self.pk, self.match, values)
