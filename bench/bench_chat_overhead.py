@@ -6,7 +6,7 @@ chat session each, and lets N websocket clients chat concurrently. A turn is tim
 the arrival of the final reply (after its last streamed token). In the same run, the same clients
 talk to a bare Channels consumer that streams the same words back: the floor of daphne + channels.
 
-    .venv/bin/python bench/bench_chat_overhead.py [--clients 1 50 200] [--turns 5]
+    .venv/bin/python bench/bench_chat_overhead.py [--clients 1 50 200] [--turns 5] [--no-debug]
 """
 
 from __future__ import annotations
@@ -133,6 +133,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 50, 200])
     parser.add_argument("--turns", type=int, default=5, help="turns per client")
+    parser.add_argument(
+        "--no-debug", action="store_true", help="DEBUG=0 as deployed (Django then keeps no query log); default DEBUG=1"
+    )
     args = parser.parse_args()
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops daphne
@@ -141,6 +144,9 @@ def main() -> None:
     env.setdefault("DATABASE_URL", f"sqlite:///{tmp}/bench.sqlite3")
     env.update({"LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "MEMEVAL_BENCH_ECHO": "1", "DEBUG": "1",
                 "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings"})  # fmt: skip
+    if args.no_debug:  # the sessions this process creates are signed with the server's key
+        env.update({"DEBUG": "0", "SECRET_KEY": env.get("SECRET_KEY") or "bench-" + uuid.uuid4().hex * 2})
+        os.environ.update({k: env[k] for k in ("DEBUG", "SECRET_KEY")})
     os.environ.update({k: env[k] for k in ("DATABASE_URL", "LLM_BACKEND", "EMBEDDER", "DJANGO_SETTINGS_MODULE")})
     prepare_site(env)
 
@@ -152,7 +158,8 @@ def main() -> None:
         base = f"ws://127.0.0.1:{port}"
         db = env["DATABASE_URL"].split(":")[0]
         layer = "redis" if env.get("REDIS_URL") else "in-memory"
-        print(f"daphne (1 process) on loopback, database {db}, channel layer {layer}, scripted LLM (zero latency)")
+        print(f"daphne (1 process) on loopback, database {db}, channel layer {layer}, scripted LLM (zero latency),"
+              f" DEBUG={env['DEBUG']}")  # fmt: skip
         print(f"{args.turns} turns per client; latency = send -> final reply (after the last streamed token);")
         print("cpu ms/turn = the server's CPU time (all threads) while the turns ran / turns: what a turn costs the")
         print("process whatever else runs on the machine (1000 / it = turns/s one process could do on one core)\n")

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat import sqlcache
 from chat.models import Message, MessageSignals
 
 # --- validation bounds: beyond these a value is not a measurement but a broken or forged client
@@ -98,8 +99,9 @@ def clean_signals(raw: object, *, max_chars: int) -> Signals | None:
 
 
 def store_signals(message: Message, signals: Signals) -> MessageSignals:
-    """Store the signals of a message created in this transaction (one insert: it has none yet)."""
-    return MessageSignals.objects.create(message=message, **_fields(signals))
+    """Store the signals of a message created in this transaction (one insert: it has none yet; a
+    prepared statement, as the turn's other inserts, chat.sqlcache)."""
+    return sqlcache.insert(MessageSignals(message=message, **_fields(signals)))
 
 
 def _fields(signals: Signals) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from chat import fragments, jobs, services
@@ -90,6 +91,16 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 class ChatConsumer(AsyncWebsocketConsumer):
     session_id: int
     group: str = ""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch without its ``aclose_old_connections()`` before every handler: that is a hop
+        to the one shared sync thread for each frame received and each push (three per chat turn, all
+        queued on that one thread). This consumer's database work runs in its own threads (:func:`_db`),
+        which end every unit with ``jobs.keep_connections()``; its handlers touch no connection here."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])

@@ -28,6 +28,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from chat.layers import InMemoryChannelLayer as LocalLayer
 from memory.llm import mark_reply_thread
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,11 @@ def broadcast(session_id: int, html: str) -> None:
     loop = _main_loop
     try:
         if loop is not None and loop.is_running() and not _in_loop(loop):
+            if isinstance(layer, LocalLayer):
+                # One callback on the loop, no coroutine, task and future per push; the loop runs the
+                # callbacks in the order they were scheduled, so frames keep their order.
+                loop.call_soon_threadsafe(_push_nowait, layer, group, event)
+                return
             future = asyncio.run_coroutine_threadsafe(layer.group_send(group, event), loop)
             if isinstance(layer, InMemoryChannelLayer):
                 # Not waited for: the loop runs the pushes in the order they were scheduled, and the
@@ -180,6 +186,13 @@ def broadcast(session_id: int, html: str) -> None:
                 future.result(timeout=5)
         else:
             async_to_sync(layer.group_send)(group, event)
+    except Exception:  # a dropped push is recovered by the browser's next resume
+        log.warning("broadcast to %s failed", group, exc_info=True)
+
+
+def _push_nowait(layer: LocalLayer, group: str, event: dict[str, str]) -> None:
+    try:
+        layer.group_send_nowait(group, event)
     except Exception:  # a dropped push is recovered by the browser's next resume
         log.warning("broadcast to %s failed", group, exc_info=True)
 

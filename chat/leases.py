@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections, models
@@ -30,6 +31,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
+
+
+class Held(Protocol):
+    """The row a job holds: a queryset of it, or a ``chat.sqlcache.Row`` (a precompiled update)."""
+
+    def update(self, **kwargs: Any) -> int: ...
 
 
 def lease_seconds() -> float:
@@ -69,7 +76,7 @@ class Heartbeat:
     per reply cost more than the rest of a turn on a busy machine. After :meth:`stop` returns, no beat
     of this heartbeat runs any more (the job may release the lease without a late beat taking it back)."""
 
-    def __init__(self, queryset: models.QuerySet[models.Model]) -> None:
+    def __init__(self, queryset: Held) -> None:
         self.queryset = queryset
         self.lost = False
         self.due = 0.0
@@ -109,6 +116,7 @@ class _Beater:
         self._beats: set[Heartbeat] = set()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._sleeps_until = 0.0  # when the thread wakes up by itself (monotonic)
 
     def add(self, beat: Heartbeat) -> None:
         with self._wake:
@@ -116,7 +124,10 @@ class _Beater:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="memeval-lease", daemon=True)
                 self._thread.start()
-            self._wake.notify()
+            elif beat.due < self._sleeps_until:
+                # Woken only when it would sleep past this beat: a reply of a fast model is over long
+                # before its first beat, and waking the thread for each cost a thread switch per turn.
+                self._wake.notify()
 
     def discard(self, beat: Heartbeat) -> None:
         with self._wake:
@@ -134,8 +145,12 @@ class _Beater:
                 connections.close_all()
             with self._wake:
                 if not due:
-                    wait = min((b.due for b in self._beats), default=now + 60) - now
-                    self._wake.wait(timeout=max(0.01, wait))
+                    # Idle, it looks again after a third of a lease: a beat added meanwhile is due later
+                    # than that, so adding it needs no wake-up.
+                    wait = max(0.01, min((b.due for b in self._beats), default=now + lease_seconds() / 3) - now)
+                    self._sleeps_until = now + wait
+                    self._wake.wait(timeout=wait)
+                    self._sleeps_until = 0.0
                     continue
             try:
                 for b in due:
@@ -149,7 +164,7 @@ _BEATER = _Beater()
 
 
 @contextmanager
-def heartbeat(queryset: models.QuerySet[models.Model]) -> Iterator[Heartbeat]:
+def heartbeat(queryset: Held) -> Iterator[Heartbeat]:
     """Keep the lease of the row in ``queryset`` alive for the duration of the block."""
     beat = Heartbeat(queryset).start()
     try:

@@ -30,7 +30,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from chat import fragments, leases, limits, records, replies, state
+from chat import fragments, leases, limits, records, replies, sqlcache, state
 from chat.authenticity import Signals, clean_signals, store_signals
 from chat.jobs import broadcast, dispatch, job_mode, retry_delays
 from chat.models import (
@@ -373,6 +373,68 @@ def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
     return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))
 
 
+def _lock_query() -> sqlcache.CachedQuery:
+    """The session row locked (on PostgreSQL ``OF`` the session only) with everything the checks of a new
+    message need: its episode, arm, participant and study, the first earlier session not yet rated, and
+    the participant's user messages in other sessions (limits). The episode's memory state is deferred:
+    the reply takes it from chat.state's cache by ``state_version`` (it can be large)."""
+
+    def build(session_id: int, since: datetime) -> QuerySet[ChatSession]:
+        query = (
+            ChatSession.objects.select_for_update(of=("self",))
+            .select_related("episode__participant__study", "episode__arm")
+            .annotate(
+                unrated_index=Subquery(
+                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
+                    .exclude(status=ChatSession.Status.DONE)
+                    .order_by("index")
+                    .values("index")[:1]
+                ),
+                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
+                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
+            )
+            .filter(pk=session_id)
+            .defer("episode__memory_state")
+        )
+        return query
+
+    return sqlcache.CachedQuery(build, session_id=int, since=datetime)
+
+
+_LOCK = _lock_query()
+
+# (pk, seq, speaker, status, client_id, text, sent since the minute's start) of a session's messages
+_SESSION_MESSAGES = sqlcache.CachedQuery(
+    lambda session_id, since: (
+        Message.objects.filter(session_id=session_id)
+        .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
+        .order_by("seq")
+        .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
+    ),
+    session_id=int,
+    since=datetime,
+)
+
+
+@dataclass(frozen=True)
+class _Checks:
+    """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
+
+    unrated_index: int | None  # the first earlier session of the episode not yet rated
+    recent_elsewhere: int | None  # the participant's user messages in other sessions in the last minute
+    stored_elsewhere: int | None  # and their characters, in all other sessions
+
+
+def _lock_session(session_id: int, since: datetime) -> tuple[ChatSession, _Checks]:
+    """The session row locked, loaded by :func:`_lock_query` (compiled once per process)."""
+    found = _LOCK.objects(session_id=session_id, since=since)
+    if not found:
+        raise ChatSession.DoesNotExist(f"no chat session {session_id}")
+    session: ChatSession = found[0]
+    values = session.__dict__
+    return session, _Checks(values["unrated_index"], values["recent_elsewhere"], values["stored_elsewhere"])
+
+
 def post_user_message(
     session: ChatSession | int,
     client_id: str,
@@ -409,31 +471,12 @@ def post_user_message(
     now = timezone.now()
     since = limits.window_start(now)
     with transaction.atomic():
-        query = (
-            ChatSession.objects.select_for_update(of=("self",))
-            .select_related("episode__participant__study", "episode__arm")
-            .annotate(
-                unrated_index=Subquery(
-                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
-                    .exclude(status=ChatSession.Status.DONE)
-                    .order_by("index")
-                    .values("index")[:1]
-                ),
-                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
-                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
-            )
-        )
         # the reply takes the state from chat.state's cache by state_version (read only on a miss)
-        locked = query.defer("episode__memory_state").get(pk=session_id)
+        locked, checks = _lock_session(session_id, since)
         participant = locked.episode.participant
         participant.touch(now)
         # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
-        rows = list(
-            Message.objects.filter(session_id=session_id)
-            .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
-            .order_by("seq")
-            .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
-        )
+        rows = _SESSION_MESSAGES.rows(session_id=session_id, since=since)
         existing = next((r[0] for r in rows if r[4] == client_id), None)
         if existing is not None:
             return Message.objects.get(pk=existing), False
@@ -444,8 +487,8 @@ def post_user_message(
             raise ChatError(
                 f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
             )
-        if locked.unrated_index is not None:
-            raise ChatError(_rate_first_index(locked.unrated_index))
+        if checks.unrated_index is not None:
+            raise ChatError(_rate_first_index(checks.unrated_index))
         if locked.status == ChatSession.Status.READY:
             if opens_with_bot(locked):  # the session page starts it, with the bot's first message
                 raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
@@ -464,22 +507,25 @@ def post_user_message(
             limits.check_can_post(
                 study,
                 turns=len(mine),
-                recent=int(locked.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
-                stored=int(locked.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
+                stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
                 new_chars=len(text),
             )
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
         seq = (rows[-1][1] if rows else 0) + 1
-        user = Message.objects.create(
-            session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
+        user = sqlcache.insert(
+            Message(
+                session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
+            )
         )
-        bot = Message.objects.create(
+        bot = Message(
             session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
             deadline_at=now + timedelta(seconds=reply_deadline_seconds()), due_at=now, created_at=now,
             # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
             attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
         )  # fmt: skip
+        sqlcache.insert(bot)
         if signals is None and raw_signals is not None:
             signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
@@ -517,8 +563,14 @@ _PREPARED_LOCK = threading.Lock()
 def _hand_over(prepared: _Prepared) -> None:
     now = timezone.now()
     with _PREPARED_LOCK:
-        for pk in [pk for pk, p in _PREPARED.items() if (p.msg.lease_until or now) <= now]:
-            del _PREPARED[pk]  # never picked up (the pool was shut down): the lease has lapsed anyway
+        # Never picked up (the pool was shut down): the lease has lapsed anyway. The dict keeps insertion
+        # order and every hand-over gets the same lease length, so the lapsed ones are at its front: the
+        # sweep stops at the first live one instead of scanning every reply in flight at each turn.
+        while _PREPARED:
+            pk, oldest = next(iter(_PREPARED.items()))
+            if (oldest.msg.lease_until or now) > now:
+                break
+            del _PREPARED[pk]
         _PREPARED[prepared.msg.pk] = prepared
 
 
@@ -738,7 +790,7 @@ def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[st
         for c in calls
     ]
     if len(rows) == 1:
-        rows[0].save(force_insert=True)  # one statement (bulk_create wraps even one row in a transaction)
+        sqlcache.insert(rows[0])  # one statement (bulk_create wraps even one row in a transaction)
     elif rows:
         LLMCallRecord.objects.bulk_create(rows)
 
@@ -773,7 +825,7 @@ def generate_reply(message_id: int) -> None:
     prepared = _take_prepared(message_id)
     if prepared is not None:  # claimed when it was inserted, by this process (post_user_message)
         msg = prepared.msg
-        held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
+        held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
         try:
             _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
         except DatabaseError:
@@ -795,7 +847,7 @@ def generate_reply(message_id: int) -> None:
     ):
         return  # another job is writing it (a duplicate delivery), or it moved on
     msg.attempts = attempt
-    held = Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=attempt)
+    held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=attempt)
     try:
         _reply_attempt(msg, held)
     except DatabaseError:
@@ -805,7 +857,7 @@ def generate_reply(message_id: int) -> None:
 
 
 def _reply_attempt(
-    msg: Message, held: QuerySet[Message], *, turns: list[Turn] | None = None, user_turns: int | None = None
+    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, user_turns: int | None = None
 ) -> None:
     """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
     (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
@@ -881,7 +933,7 @@ def _reply_attempt(
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         store_llm_calls(session.pk, msg.pk, llm.drain())
-        updated = held.update(memory_used=memory_used, **done)
+        updated = held.update(memory_used=memory_used, **done)  # compare-and-set on (pending, this attempt)
     if not updated:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()
         broadcast(session.pk, fragments.message(msg))
@@ -960,7 +1012,7 @@ def _stream_reply(
     return end_at_sentence(text, replies.finish_reason(stream, len(pieces), max_tokens))
 
 
-def _fail_reply(msg: Message, held: QuerySet[Message], error: str) -> None:
+def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
     """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
     if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
         msg.refresh_from_db()

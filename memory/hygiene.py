@@ -24,6 +24,7 @@ Four jobs, one module, so that every arm (and every new one) does them the same 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,13 @@ def normalized(text: str) -> str:
     return " ".join(words(text))
 
 
+@functools.lru_cache(maxsize=16384)
+def _normalized_turn(text: str) -> str:
+    """:func:`normalized` of a chat turn, kept: every reply's leak check sees the session's earlier turns
+    again, and normalising them all at every reply made a turn's cost grow with the session (issue 12)."""
+    return normalized(text)
+
+
 def ngram_overlap(text: str, source: str, n: int = 5) -> float:
     """The share of ``text``'s word n-grams that occur in ``source`` (0 when ``text`` is shorter
     than n words). 1.0 means ``text`` is copied from ``source``."""
@@ -153,7 +161,7 @@ def _content(message: Any) -> tuple[str, str]:
 def instruction_texts(messages: Iterable[Any], chat: Iterable[str] = ()) -> list[tuple[str, str]]:
     """(role, text) of each prompt message as instructions: data blocks removed, and the session's
     own chat turns (``chat``: the texts of the turns) and the bot's messages left out entirely."""
-    turns = {normalized(t) for t in chat}
+    turns = {_normalized_turn(t) for t in chat}
     out = []
     for message in messages:
         role, content = _content(message)
@@ -219,7 +227,11 @@ class LeakCheck:
     def __init__(self, messages: Iterable[Any], *, chat: Iterable[str] = (), min_words: int = LEAK_MIN_WORDS):
         messages, chat = list(messages), list(chat)
         self.min_words = min_words
-        self.supplied = f" {' '.join(words(_data_text(messages, chat)))} "
+        # the words of _data_text(messages, chat), part by part (no word runs across the parts' separator),
+        # the session's turns from the cache
+        blocks = [m.group(0) for message in messages for m in _BLOCK.finditer(_content(message)[1])]
+        parts = [*(normalized(b) for b in blocks), *(_normalized_turn(t) for t in chat)]
+        self.supplied = f" {' '.join(p for p in parts if p)} "
         self.sources: list[tuple[str, set[tuple[str, ...]], str]] = []
         for role, text in instruction_texts(messages, chat):
             source = words(text)

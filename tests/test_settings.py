@@ -35,7 +35,7 @@ def load_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]
 def test_the_embedded_default_needs_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(monkeypatch)
     assert s["DATABASES"]["default"]["ENGINE"] == "evalsite.sqlite"  # Django's, writers queued in Python
-    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "chat.layers.InMemoryChannelLayer"
     assert s["CELERY_TASK_ALWAYS_EAGER"] is True and s["DEBUG"] is True
     assert (s["LLM_BACKEND"], s["EMBEDDER"], s["ASGI_APPLICATION"]) == (
         "local",

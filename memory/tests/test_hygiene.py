@@ -189,3 +189,16 @@ def test_a_memory_output_that_restates_the_lead_in_is_kept_but_an_echo_is_not() 
     assert find_prompt_leak(answer, prompt) is not None  # a 10-word run of the prompt...
     assert echoes_prompt(answer, prompt) is None  # ...but most of the output is the answer
     assert echoes_prompt(prompt[0]["content"], prompt) is not None
+
+
+def test_a_prepared_leak_check_sees_the_same_supplied_words_as_the_whole_text_normalised() -> None:
+    from memory.hygiene import LeakCheck, _data_text, words
+
+    messages = [
+        {"role": "system", "content": "You are kind. <memory>I walked my dog don'</memory> Be brief."},
+        {"role": "user", "content": "It\u2019s sunny, isn't it? <notes>x</notes>"},
+    ]
+    chat = ["It\u2019s sunny, isn't it?", "", "  ", "Ünïcode   words, 42 times!", "don'", "'quoted'"]
+    expected = f" {' '.join(words(_data_text(messages, chat)))} "
+    assert LeakCheck(messages, chat=chat).supplied == expected
+    assert LeakCheck(messages, chat=chat).supplied == expected  # the cached turns give the same

@@ -1,0 +1,261 @@
+"""The chat turn's fixed statements, compiled once per process instead of at every turn (issue 12).
+
+Django builds and compiles a queryset at every evaluation; for the few statements every chat turn runs
+(the locked session read, the session's messages, the inserts, the reply's compare-and-set) that was
+most of the web process's CPU per turn. Here:
+
+* :class:`CachedQuery` is an ordinary ``values_list`` queryset, built and compiled by Django once per
+  database backend with marker values for its parameters, then run again with the real values through
+  the connection's cursor (the backend's own converters applied to what comes back). The SQL stays the
+  ORM's, on SQLite and PostgreSQL alike; only its compilation is reused.
+* :func:`insert` and :func:`update_where` write one row with the SQL Django would write, built once per
+  model and column list from the model's fields (values prepared by the fields themselves), without a
+  queryset, a compiler or the model signals (none of the chat models has a receiver).
+* :func:`instances` turns a row of ``values_list`` columns (:func:`columns`) into model instances,
+  the way Django loads them (``Model.from_db``).
+
+Every statement still goes through ``connection.cursor()``, so Django's query log, the test suite's
+query counting and the database error wrapping see them as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model, QuerySet
+from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
+from django.db.models.sql.compiler import SQLCompiler
+
+M = TypeVar("M", bound=Model)
+
+_MARK_INT = -7_315_000_000
+_MARK_TIME = datetime(1901, 2, 3, 4, 5, 6, tzinfo=UTC)
+
+
+def _marker(kind: type, i: int) -> Any:
+    if kind is int:
+        return _MARK_INT - i
+    if kind is datetime:
+        return _MARK_TIME + timedelta(microseconds=i + 1)
+    if kind is str:
+        return f"\x01marker{i}\x01"
+    raise TypeError(f"no marker for parameters of type {kind.__name__}")
+
+
+def _adapt(connection: BaseDatabaseWrapper, value: Any) -> Any:
+    """A parameter value as the ORM passes it to the backend (datetimes are the only ones it changes)."""
+    if isinstance(value, datetime):
+        return connection.ops.adapt_datetimefield_value(value)
+    return value
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[tuple[str, tuple[int, ...]], ...]  # parameter name -> its positions in params
+    compiler: SQLCompiler
+    converters: dict[int, tuple[list[Any], Any]]
+    populators: list[Any]  # select_related: how each related instance is read from a row
+
+
+class CachedQuery:
+    """A ``values_list`` queryset compiled once per backend and run again with new parameter values.
+
+    ``build(**params)`` returns the queryset; ``kinds`` names each parameter's type (``int``, ``str`` or
+    ``datetime``). The first :meth:`rows` on a backend builds it with a marker value for each parameter,
+    compiles it and finds the markers among the compiled parameters; later calls substitute the real
+    values (adapted as the ORM adapts them) and execute the same SQL. Compiling happens where the first
+    call runs: inside the caller's transaction, which ``select_for_update`` needs."""
+
+    def __init__(self, build: Callable[..., QuerySet[Any]], **kinds: type) -> None:
+        self.build = build
+        self.kinds = kinds
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def _compile(self, connection: BaseDatabaseWrapper) -> _Compiled:
+        markers = {name: _marker(kind, i) for i, (name, kind) in enumerate(self.kinds.items())}
+        queryset = self.build(**markers)
+        compiler = queryset.query.get_compiler(connection=connection)
+        sql, params = compiler.as_sql()
+        slots = []
+        for name, value in markers.items():
+            adapted = _adapt(connection, value)
+            positions = tuple(i for i, p in enumerate(params) if type(p) is type(adapted) and p == adapted)
+            if not positions:
+                raise ValueError(f"parameter {name!r} does not reach the compiled query")
+            slots.append((name, positions))
+        expressions = [s[0] for s in compiler.select]
+        converters = compiler.get_converters(expressions)
+        populators = (
+            get_related_populators(compiler.klass_info, compiler.select, connection.alias)
+            if compiler.klass_info
+            else []
+        )
+        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters, populators)
+
+    def compiled(self, connection: BaseDatabaseWrapper) -> _Compiled:
+        key = (connection.alias, connection.vendor)
+        found = self._compiled.get(key)
+        if found is None:
+            with self._lock:
+                found = self._compiled.get(key) or self._compile(connection)
+                self._compiled[key] = found
+        return found
+
+    def sql(self, using: str = DEFAULT_DB_ALIAS) -> str:
+        """The SQL as compiled for ``using`` (for tests and docs)."""
+        return self.compiled(connections[using]).sql
+
+    def rows(self, using: str = DEFAULT_DB_ALIAS, **values: Any) -> list[Sequence[Any]]:
+        """The rows for these parameter values, converted as the queryset would convert them."""
+        return self._rows(connections[using], **values)[1]
+
+    def objects(self, using: str = DEFAULT_DB_ALIAS, **values: Any) -> list[Any]:
+        """For a queryset of model instances: the instances, loaded as Django's ``ModelIterable`` loads
+        them (``select_related`` instances attached, annotations set as attributes)."""
+        compiled, rows = self._rows(connections[using], **values)
+        compiler = compiled.compiler
+        klass_info = compiler.klass_info
+        assert klass_info is not None, "objects() needs a queryset of model instances"
+        model = klass_info["model"]
+        fields = klass_info["select_fields"]
+        start, end = fields[0], fields[-1] + 1
+        names = [s[0].target.attname for s in compiler.select[start:end]]
+        out = []
+        for row in rows:
+            obj = model.from_db(using, names, row[start:end])
+            for populator in compiled.populators:
+                populator.populate(row, obj)
+            for attr, position in compiler.annotation_col_map.items():
+                setattr(obj, attr, row[position])
+            out.append(obj)
+        return out
+
+    def _rows(self, connection: BaseDatabaseWrapper, **values: Any) -> tuple[_Compiled, list[Sequence[Any]]]:
+        compiled = self.compiled(connection)
+        params = list(compiled.params)
+        for name, positions in compiled.slots:
+            value = _adapt(connection, values[name])
+            for i in positions:
+                params[i] = value
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows: list[Sequence[Any]] = cursor.fetchall()
+        if compiled.converters:
+            rows = list(compiled.compiler.apply_converters(rows, compiled.converters))
+        return compiled, rows
+
+
+def columns(model: type[Model], prefix: str = "", *, exclude: Iterable[str] = ()) -> list[str]:
+    """The ``values_list`` names of a model's concrete fields, reached through ``prefix`` (``"episode__"``),
+    in field order: what :func:`instances` reads back."""
+    skip = set(exclude)
+    return [prefix + f.attname for f in model._meta.concrete_fields if f.attname not in skip]
+
+
+def instances(
+    row: Sequence[Any], specs: Sequence[tuple[type[Model], Iterable[str]]], using: str = DEFAULT_DB_ALIAS
+) -> tuple[list[Model], int]:
+    """Model instances from consecutive column groups of ``row`` (each group: :func:`columns` of the model,
+    less ``exclude``, which stay deferred as in ``.defer()``); returns them and the index of the first
+    column after the last group."""
+    out: list[Model] = []
+    at = 0
+    for model, exclude in specs:
+        skip = set(exclude)
+        names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
+        out.append(model.from_db(using, names, row[at : at + len(names)]))
+        at += len(names)
+    return out, at
+
+
+# ------------------------------------------------------------------------------------------ writes
+
+_SQL: dict[tuple[Any, ...], str] = {}
+
+
+def _insert_fields(model: type[Model]) -> list[Field[Any, Any]]:
+    meta = model._meta
+    return [f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)]
+
+
+def insert(obj: M, using: str = DEFAULT_DB_ALIAS) -> M:
+    """Insert a new instance (its primary key is set from the database) in one statement: what
+    ``obj.save(force_insert=True)`` writes, with each value prepared by its field (``pre_save`` included:
+    ``auto_now_add`` and the like), without compiling a query or sending model signals."""
+    connection = connections[using]
+    model = type(obj)
+    meta = model._meta
+    fields = _insert_fields(model)
+    returning = bool(connection.features.can_return_columns_from_insert)
+    key = ("insert", model, connection.alias, connection.vendor)
+    sql = _SQL.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        sql = "INSERT INTO {} ({}) VALUES ({})".format(
+            qn(meta.db_table), ", ".join(qn(f.column) for f in fields), ", ".join(["%s"] * len(fields))
+        )
+        if returning:
+            sql += " " + connection.ops.return_insert_columns([meta.pk])[0]
+        _SQL[key] = sql
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        returned = cursor.fetchone() if returning else None
+        pk = returned[0] if returned else connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = using
+    return obj
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field) or not field.concrete:
+        raise ValueError(f"{model.__name__}.{name} is not a column")
+    return field
+
+
+def update_where(
+    model: type[Model], pk: Any, match: dict[str, Any], values: dict[str, Any], using: str = DEFAULT_DB_ALIAS
+) -> int:
+    """``model.objects.filter(pk=pk, **match).update(**values)`` (field names; ``match`` compares with
+    ``=``, so no ``None`` there), in one statement without a queryset; the number of rows changed."""
+    connection = connections[using]
+    meta = model._meta
+    key = ("update", model, tuple(match), tuple(values), connection.alias, connection.vendor)
+    sql = _SQL.get(key)
+    if sql is None:
+        qn = connection.ops.quote_name
+        sets = ", ".join(f"{qn(_field(model, name).column)} = %s" for name in values)
+        where = " AND ".join(f"{qn(_field(model, name).column)} = %s" for name in (meta.pk.name, *match))
+        sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {where}"
+        _SQL[key] = sql
+    if any(v is None for v in match.values()):
+        raise ValueError("update_where matches with '=': None never matches")
+    params = [_field(model, name).get_db_prep_save(v, connection) for name, v in values.items()]
+    params.append(meta.pk.get_db_prep_value(pk, connection))
+    params += [_field(model, name).get_db_prep_value(v, connection) for name, v in match.items()]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+class Row:
+    """One row, by primary key and the values it must still have: ``Row(Message, pk, status="pending",
+    attempts=2).update(...)`` is ``Message.objects.filter(pk=pk, status="pending", attempts=2).update(...)``
+    (:func:`update_where`) without building a queryset. What a job holds (``chat.leases.Held``)."""
+
+    def __init__(self, model: type[Model], pk: Any, **match: Any) -> None:
+        self.model, self.pk, self.match = model, pk, match
+
+    def update(self, **values: Any) -> int:
+        return update_where(self.model, self.pk, self.match, values)
