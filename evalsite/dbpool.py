@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from celery.fixups.django import DjangoWorkerFixup
+from celery.fixups.django import DjangoWorkerFixup  # type: ignore[attr-defined]  # not in celery-types
 from django.db import DatabaseError, InterfaceError, connections
 
 _installed = False
@@ -36,7 +36,7 @@ def forget_inherited_pools() -> None:
     touching their sockets; the child's first query builds a pool of its own."""
     from django.db.backends.postgresql.base import DatabaseWrapper
 
-    DatabaseWrapper._connection_pools.clear()
+    DatabaseWrapper._connection_pools.clear()  # type: ignore[attr-defined]  # Django's, not in the stubs
     for conn in connections.all(initialized_only=True):
         if pooled(conn) and conn.connection is not None:
             conn.connection = None  # the parent's: neither used nor given back here
@@ -50,7 +50,7 @@ def install() -> None:
         _installed = True
 
 
-class PoolKeepingWorkerFixup(DjangoWorkerFixup):
+class PoolKeepingWorkerFixup(DjangoWorkerFixup):  # type: ignore[misc]  # untyped base (celery-types)
     """Celery's Django worker fixup, except that a task boundary gives pooled connections back to the
     pool instead of closing the pool (celery/celery#10554); without a pool it is Celery's own."""
 
@@ -74,4 +74,4 @@ def install_celery_fixup(app: Any) -> None:
 
     for fixup in getattr(app, "_fixups", []):
         if isinstance(fixup, DjangoFixup):
-            fixup.worker_fixup = PoolKeepingWorkerFixup(app)
+            fixup.worker_fixup = PoolKeepingWorkerFixup(app)  # type: ignore[misc]  # a setter since Celery 5.5
