@@ -30,7 +30,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,14 +40,17 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from bench_chat_overhead import chat_turns, echo_turns, open_socket, pct, setup_workers  # noqa: E402
+from bench_chat_overhead import echo_turns, open_socket, pct, setup_workers  # noqa: E402
 from faults import Stack, free_port, port_open, wait_until  # noqa: E402
 
 ROOT = BENCH.parent
 TICKS = os.sysconf("SC_CLK_TCK")
+TURN_TIMEOUT = 60.0  # a reply not complete after this is counted as stuck, and that client stops
+ERROR_LINE = re.compile(r'<div id="chat-error"[^>]*>([^<]+)</div>')
 
 
 def _stat(pid: int) -> tuple[int, float, float]:
@@ -145,7 +150,39 @@ def cpu_snapshot(groups: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def phase(kind: str, ports: list[int], workers: list[tuple[str, int]], turns: int) -> tuple[list[float], float]:
+async def watched_chat_turns(
+    ws: Any, turns: int, lat: list[float], start: asyncio.Event, problems: dict[str, int]
+) -> None:
+    """bench_chat_overhead's chat client, which also counts the error lines the page would show and gives
+    up on a reply that is not complete after TURN_TIMEOUT (a stuck turn is reported, not waited for)."""
+    await ws.send(json.dumps({"type": "resume", "last_seq": 0}))
+    await ws.recv()
+    await start.wait()
+    for t in range(turns):
+        bot_seq = 2 * t + 2
+        done_marker = f'id="msg-{bot_seq}" data-seq="{bot_seq}" data-status="complete"'
+        t0 = time.perf_counter()
+        await ws.send(
+            json.dumps({"type": "message", "client_id": uuid.uuid4().hex, "text": f"turn {t} of a benchmark"})
+        )
+        try:
+            while True:
+                frame = await asyncio.wait_for(ws.recv(), TURN_TIMEOUT)
+                for text in ERROR_LINE.findall(frame):
+                    problems[text.strip()] = problems.get(text.strip(), 0) + 1
+                if done_marker in frame:
+                    break
+        except TimeoutError:
+            stuck = f"no complete reply within {TURN_TIMEOUT:.0f} s"
+            problems[stuck] = problems.get(stuck, 0) + 1
+            break
+        lat.append(time.perf_counter() - t0)
+    await ws.close()
+
+
+async def phase(
+    kind: str, ports: list[int], workers: list[tuple[str, int]], turns: int, problems: dict[str, int]
+) -> tuple[list[float], float]:
     gate = asyncio.Semaphore(20)
     urls = [f"ws://127.0.0.1:{ports[i % len(ports)]}" for i in range(len(workers))]
     if kind == "chat":
@@ -158,8 +195,10 @@ async def phase(kind: str, ports: list[int], workers: list[tuple[str, int]], tur
     sockets = await asyncio.gather(*opening)
     lat: list[float] = []
     start = asyncio.Event()
-    body = chat_turns if kind == "chat" else echo_turns
-    jobs = [asyncio.create_task(body(ws, turns, lat, start)) for ws in sockets]
+    if kind == "chat":
+        jobs = [asyncio.create_task(watched_chat_turns(ws, turns, lat, start, problems)) for ws in sockets]
+    else:
+        jobs = [asyncio.create_task(echo_turns(ws, turns, lat, start)) for ws in sockets]
     await asyncio.sleep(0.5)  # every client has resumed
     t0 = time.perf_counter()
     start.set()
@@ -241,14 +280,17 @@ def run_stack(args: argparse.Namespace, pool: bool, pg_port: int, redis_port: in
                 for kind in ("echo", "chat"):
                     before_load, before_sessions = load(), pg_sessions()
                     before = cpu_snapshot(groups)
+                    problems: dict[str, int] = {}
                     with OpenConnections() as open_conns:
-                        lat, wall = asyncio.run(phase(kind, stack.web_ports[:webs], workers, args.turns))
+                        lat, wall = asyncio.run(phase(kind, stack.web_ports[:webs], workers, args.turns, problems))
                     after = cpu_snapshot(groups)
                     # minus the sampler's own connection; this process keeps its one connection
                     sessions = pg_sessions() - before_sessions - 1
                     ms = [x * 1000 for x in lat]
                     print(f"{webs:>4} {n:>7} {kind:<8} {len(ms):>6} {pct(ms, 50):>8.1f} {pct(ms, 95):>8.1f} "
                           f"{max(ms):>8.1f} {len(ms) / wall:>8.1f}  {before_load} -> {load()}", flush=True)  # fmt: skip
+                    for text, count in sorted(problems.items()):
+                        print(f"      {count} x {text!r}", flush=True)
                     if kind == "chat":
                         cores = {g: (after[g] - before[g]) / wall for g in groups}
                         cpu_rows.append((f"{webs} web, {n} clients", len(ms), wall, sessions, open_conns.peak, cores))
