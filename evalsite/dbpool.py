@@ -12,6 +12,12 @@ Django does by itself:
 * **Celery.** Celery's Django fixup (5.6+) closes the whole pool at every task boundary in a prefork
   child, so each task would build a new pool and log in again (celery/celery#10554);
   :class:`PoolKeepingWorkerFixup` gives the connections back instead and keeps the pool.
+* **A cut of every connection** (a PostgreSQL restart, a failover). The pool checks a connection before
+  lending it, and after a failed check takes the next idle one, backing off 1, 2, 4 s between failed
+  checks (psycopg_pool's guard against a busy loop): with 5 or more dead idle connections one request
+  waited past ``DB_POOL_TIMEOUT_SECONDS`` and failed, and a lease heartbeat stalled. After a failed
+  check :func:`sweep_on_failed_check` checks every idle connection at once, so the next try gets a
+  live or a new one.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any
 
 from celery.fixups.django import DjangoWorkerFixup  # type: ignore[attr-defined]  # not in celery-types
 from django.db import DatabaseError, InterfaceError, connections
+from django.db.backends.signals import connection_created
+from psycopg_pool import ConnectionPool
 
 _installed = False
 
@@ -42,11 +50,35 @@ def forget_inherited_pools() -> None:
             conn.connection = None  # the parent's: neither used nor given back here
 
 
+def sweep_on_failed_check(pool: ConnectionPool) -> None:
+    """Make a failed check of one connection check every idle connection of ``pool`` at once (replacing
+    the broken ones), instead of finding them one by one with a growing pause between. Only for the
+    pool's standard check (Django's, with ``CONN_HEALTH_CHECKS``); idempotent."""
+    if getattr(pool, "_check", None) is not ConnectionPool.check_connection:
+        return  # no checks, or already sweeping
+
+    def check(conn: Any) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            pool.check()  # the others died with it, most likely: one pass over them now
+            raise
+
+    pool._check = check
+
+
+def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    if pooled(connection):
+        sweep_on_failed_check(connection.pool)
+
+
 def install() -> None:
-    """Run :func:`forget_inherited_pools` in every child this process forks (once per process)."""
+    """Run :func:`forget_inherited_pools` in every child this process forks, and make every pool of this
+    process sweep after a failed check (:func:`sweep_on_failed_check`); once per process."""
     global _installed
     if not _installed:
         os.register_at_fork(after_in_child=forget_inherited_pools)
+        connection_created.connect(_on_connection_created, dispatch_uid="memeval-dbpool-sweep")
         _installed = True
 
 

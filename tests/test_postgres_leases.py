@@ -197,3 +197,27 @@ def test_a_forked_child_builds_its_own_pool_and_leaves_the_parents_alone(study: 
     assert ArmJob.objects.count() == 0  # the parent's borrowed connection still works
     connection.close()
     assert _in_thread(lambda: ArmJob.objects.count()) == 0  # and so do the ones in its pool
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_every_pooled_connection_was_cut_the_next_query_waits_no_backoff(study: Study, settings: Any) -> None:
+    settings.CHAT_DB_KEEP_CONNECTIONS = True
+    barrier = threading.Barrier(6)
+
+    def borrow() -> None:
+        barrier.wait(10)
+        ArmJob.objects.count()
+        barrier.wait(10)  # all six hold one at once: the pool grows to six, then keeps them idle
+        jobs.keep_connections()
+
+    threads = [threading.Thread(target=borrow) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert _pool_stats()["pool_available"] >= 5
+    assert _cut_every_other_backend() >= 5
+    started = time.monotonic()
+    assert _in_thread(lambda: ArmJob.objects.count()) == 0
+    # psycopg_pool alone pauses 1, 2, 4 s between failed checks: 7 s or a PoolTimeout for six dead ones
+    assert time.monotonic() - started < 2.0
