@@ -134,7 +134,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300},
+            # capacity: frames queued for one socket before channels_redis drops new ones (its default, 100,
+            # dropped replies' final frames when one web process served 200 sockets at full load:
+            # docs/operations.md, "Capacity planning"); a turn queues a handful, so this bounds nothing real.
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300, "capacity": 1000},
         }
     }
     CELERY_BROKER_URL = REDIS_URL

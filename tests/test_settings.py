@@ -169,6 +169,7 @@ def test_dead_sockets_leave_their_session_group_and_killed_tasks_are_queued_agai
 ) -> None:
     s = load_settings(monkeypatch, **PRODUCTION)
     assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["group_expiry"] == 300  # live pages ping every 60 s
+    assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["capacity"] == 1000  # a busy socket loses no frame
     assert s["CELERY_TASK_ACKS_LATE"] is True and s["CELERY_TASK_REJECT_ON_WORKER_LOST"] is True
 
 
