@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from chat.layers import InMemoryChannelLayer as LocalLayer
+from evalsite import dbpool
 from memory.llm import mark_reply_thread
 
 log = logging.getLogger(__name__)
@@ -139,12 +140,19 @@ def keep_connections() -> None:
     is 0 because the HTTP side runs each request in a thread of its own.) The pools are bounded, so
     are the connections. ``settings.CHAT_DB_KEEP_CONNECTIONS = False`` closes them after every unit
     (the test suite: pool threads outlive a test, and their connections would keep the test database
-    from being dropped)."""
+    from being dropped).
+
+    With a connection pool (PostgreSQL's default, ``settings.DB_POOL``) the connection goes back to the
+    pool instead: borrowing one is cheap, and a thread that kept it would hold a pool slot while idle
+    (more threads than slots would wait for one, up to ``DB_POOL_TIMEOUT_SECONDS``, and fail)."""
     if not getattr(settings, "CHAT_DB_KEEP_CONNECTIONS", True):
         close_old_connections()
         return
     for conn in connections.all(initialized_only=True):
         if conn.connection is None:
+            continue
+        if dbpool.pooled(conn):
+            conn.close()  # back to the pool; the pool discards a broken one
             continue
         if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
             conn.close()

@@ -70,7 +70,11 @@ class Heartbeat:
     """Extends a lease every third of its length while the job runs. ``lost`` turns true when the
     lease was taken over (the row no longer matches ``queryset``): the job should stop and write
     nothing. A database that is briefly down only skips beats: after each round the beating thread
-    discards a broken connection (``close_old_connections``), and the next beat opens a new one.
+    discards a broken connection (``close_old_connections``), and the next beat opens a new one. With
+    the connection pool (``settings.DB_POOL``, PostgreSQL's default) the same call gives the connection
+    back after every round (``CONN_MAX_AGE`` is 0); the pool drops a broken one and checks an idle one
+    before lending it again, so a connection cut between beats never reaches the next one
+    (tests/test_postgres_leases.py cuts them both ways).
 
     Every heartbeat of the process is kept by one shared thread (:class:`_Beater`): starting a thread
     per reply cost more than the rest of a turn on a busy machine. After :meth:`stop` returns, no beat
@@ -142,6 +146,7 @@ class _Beater:
             if idle:
                 # Nothing to beat: hold no database connection while idle (even a persistent one), so
                 # none stays open between jobs, and a test database can be dropped after its tests.
+                # (Pooled: it goes back to the pool, where the process's other threads can use it.)
                 connections.close_all()
             with self._wake:
                 if not due:

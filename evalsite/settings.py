@@ -102,6 +102,27 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }
+# PostgreSQL: a pool of connections per process (Django's psycopg_pool integration), so a request, a socket
+# message or a Celery task borrows an open connection instead of logging in anew (a forked backend each:
+# 2.6 per chat turn without it, docs/operations.md "Capacity planning"). CONN_MAX_AGE stays 0, which with
+# a pool means "give it back after each unit of work"; the health checks make the pool test a connection
+# before lending it, so one cut while it sat idle (a PostgreSQL restart, an idle reaper) is replaced.
+DB_POOL = env.boolean("DB_POOL", True)
+DB_POOL_MIN_SIZE = env.integer("DB_POOL_MIN_SIZE", 1, minimum=0)
+DB_POOL_MAX_SIZE = env.integer("DB_POOL_MAX_SIZE", 8, minimum=1)
+DB_POOL_TIMEOUT_SECONDS = env.number("DB_POOL_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+if DB_POOL_MAX_SIZE < DB_POOL_MIN_SIZE:
+    raise ImproperlyConfigured(
+        f"DB_POOL_MAX_SIZE={DB_POOL_MAX_SIZE} is below DB_POOL_MIN_SIZE={DB_POOL_MIN_SIZE}: raise the maximum."
+    )
+if DB_POOL and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DB_POOL_MIN_SIZE,
+        "max_size": DB_POOL_MAX_SIZE,
+        # a request that finds every connection lent out waits this long, then fails with a database error
+        "timeout": DB_POOL_TIMEOUT_SECONDS,
+        "max_idle": 300.0,  # connections above min_size that nobody borrowed for 5 minutes are closed
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # PostgreSQL: the annotation claim and submit are prepared once per connection (annotation/services.py,
 # _prepared_cursor). Off for a pooler that cannot keep prepared statements (PgBouncer < 1.21).
@@ -116,7 +137,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300},
+            # capacity: frames queued for one socket before channels_redis drops new ones (its default, 100,
+            # dropped replies' final frames when one web process served 200 sockets at full load:
+            # docs/operations.md, "Capacity planning"); a turn queues a handful, so this bounds nothing real.
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300, "capacity": 1000},
         }
     }
     CELERY_BROKER_URL = REDIS_URL

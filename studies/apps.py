@@ -5,4 +5,6 @@ class StudiesConfig(AppConfig):
     name = "studies"
 
     def ready(self) -> None:
-        from evalsite import checks  # noqa: F401  (registers the system checks)
+        from evalsite import checks, dbpool  # noqa: F401  (checks: registers the system checks)
+
+        dbpool.install()  # a forked child builds its own database pool (evalsite/dbpool.py)

@@ -1,4 +1,6 @@
-"""Leases against a real PostgreSQL: a heartbeat outlives a dropped database connection.
+"""Leases and pooled connections against a real PostgreSQL: a heartbeat outlives a dropped database
+connection, with and without the connection pool (settings.DB_POOL), and a connection the server cut
+while it sat in the pool never reaches the next job.
 
 Run inside scripts/with-services.sh:
     bash scripts/with-services.sh .venv/bin/python -m pytest -m postgres tests/test_postgres_leases.py
@@ -6,15 +8,19 @@ Run inside scripts/with-services.sh:
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from chat import leases
+from chat import jobs, leases
 from chat.models import ArmJob
+from evalsite import dbpool
 from studies.models import Study
 
 pytestmark = pytest.mark.postgres
@@ -22,6 +28,39 @@ pytestmark = pytest.mark.postgres
 
 def _lease(pk: int) -> Any:
     return ArmJob.objects.values_list("lease_until", flat=True).get(pk=pk)
+
+
+def _cut_every_other_backend() -> int:
+    """What a PostgreSQL restart, a failover or an idle-connection reaper does to every connection of the
+    test database but this thread's."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return len(cur.fetchall())
+
+
+def _in_thread(fn: Callable[[], object]) -> object:
+    """Run ``fn`` as one unit of work of a job thread (chat/jobs.py) and return what it returned or raised."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as exc:
+            out.append(exc)
+        finally:
+            jobs.keep_connections()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+def _pool_stats() -> dict[str, int]:
+    return dict(connection.pool.get_stats())
 
 
 @pytest.mark.django_db(transaction=True)  # committed rows: the heartbeat thread has its own connection
@@ -34,7 +73,11 @@ def test_a_heartbeat_keeps_the_lease_after_the_database_dropped_its_connection(
     # its connection between rounds, so the cut below reaches it, and nothing but the heartbeat's own
     # handling replaces it. (The defaults, CONN_MAX_AGE 0 and health checks on, close it after every round
     # or check it before reuse; this is the hardest case.)
+    # Without the pool (DB_POOL=false): persistent connections cannot be combined with one.
+    connection.close()
     db_settings = connections.settings["default"]
+    options = {k: v for k, v in db_settings.get("OPTIONS", {}).items() if k != "pool"}
+    monkeypatch.setitem(db_settings, "OPTIONS", options)
     monkeypatch.setitem(db_settings, "CONN_MAX_AGE", None)
     monkeypatch.setitem(db_settings, "CONN_HEALTH_CHECKS", False)
     job = ArmJob.objects.create(
@@ -57,3 +100,124 @@ def test_a_heartbeat_keeps_the_lease_after_the_database_dropped_its_connection(
         assert not beat.lost
         assert _lease(job.pk) > timezone.now(), "the lease lapsed: a live job would be declared lost"
         assert "lease heartbeat failed" in caplog.text  # the cut did reach the heartbeat's connection
+    # Unpooled connections are closed before the pool setting comes back (the idle beating thread closes
+    # its own), so none is given back to a pool it never came from.
+    connection.close()
+    time.sleep(1.0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_heartbeat_keeps_its_lease_when_the_pooled_connections_are_cut(study: Study, settings: Any) -> None:
+    assert dbpool.pooled(connection), "PostgreSQL runs with the connection pool by default (DB_POOL)"
+    settings.CHAT_JOB_LEASE_SECONDS = 0.9
+    job = ArmJob.objects.create(
+        arm=study.arms.first(), kind=ArmJob.Kind.READINESS, status=ArmJob.Status.RUNNING, lease_until=leases.later(0.9)
+    )
+    with leases.heartbeat(ArmJob.objects.filter(pk=job.pk)) as beat:
+        first = _lease(job.pk)
+        deadline = time.monotonic() + 5
+        while _lease(job.pk) == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _lease(job.pk) != first, "the heartbeat never beat"
+        lost_before = _pool_stats().get("connections_lost", 0)
+        assert _cut_every_other_backend() >= 1  # the beat's connection, back in the pool between rounds
+        time.sleep(2.5)
+        assert not beat.lost
+        assert _lease(job.pk) > timezone.now(), "the lease lapsed: a live job would be declared lost"
+    assert _pool_stats().get("connections_lost", 0) > lost_before, "the pool never lent out a cut connection"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_cut_while_it_sat_in_the_pool_never_reaches_the_next_job(study: Study, settings: Any) -> None:
+    settings.CHAT_DB_KEEP_CONNECTIONS = True  # production's keep_connections: pooled ones go back to the pool
+    arm = study.arms.first()
+    assert arm is not None
+    assert _in_thread(lambda: ArmJob.objects.count()) == 0  # borrows a connection and gives it back
+    assert _pool_stats()["pool_available"] >= 1
+    assert _cut_every_other_backend() >= 1
+    # the next job, on a fresh thread: the pool checks what it lends, so the dead connection is replaced
+    made = _in_thread(lambda: ArmJob.objects.create(arm=arm, kind=ArmJob.Kind.READINESS).pk)
+    assert isinstance(made, int), made
+    assert ArmJob.objects.filter(pk=made).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_cut_while_a_job_held_it_fails_that_job_only(study: Study, settings: Any) -> None:
+    from django.db import OperationalError
+
+    settings.CHAT_DB_KEEP_CONNECTIONS = True
+    holding, cut = threading.Event(), threading.Event()
+    results: list[object] = []
+
+    def job() -> None:
+        for unit in range(2):
+            try:
+                ArmJob.objects.count()
+                if unit == 0:
+                    holding.set()
+                    cut.wait(10)
+                    ArmJob.objects.count()  # on the connection the server just ended
+                results.append("ok")
+            except OperationalError as exc:
+                results.append(exc)
+            finally:
+                jobs.keep_connections()  # gives the broken connection back: the pool must discard it
+
+    t = threading.Thread(target=job)
+    t.start()
+    assert holding.wait(10)
+    _cut_every_other_backend()
+    cut.set()
+    t.join(30)
+    assert isinstance(results[0], OperationalError)
+    assert results[1] == "ok", results  # the same thread's next unit of work gets a live connection
+
+
+def _query_in_child(conn: Any) -> None:
+    try:
+        ok = ArmJob.objects.count() >= 0 and connections["default"].pool is not None
+        conn.send(ok)
+    except Exception as exc:
+        conn.send(repr(exc))
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forked_child_builds_its_own_pool_and_leaves_the_parents_alone(study: Study) -> None:
+    ArmJob.objects.count()  # this process's pool is open and this thread holds one of its connections
+    parent_pool = connection.pool
+    ours, theirs = multiprocessing.get_context("fork").Pipe()
+    child = multiprocessing.get_context("fork").Process(target=_query_in_child, args=(theirs,))
+    child.start()
+    assert ours.poll(30) and ours.recv() is True
+    child.join(30)
+    assert child.exitcode == 0
+    assert connection.pool is parent_pool
+    assert ArmJob.objects.count() == 0  # the parent's borrowed connection still works
+    connection.close()
+    assert _in_thread(lambda: ArmJob.objects.count()) == 0  # and so do the ones in its pool
+
+
+@pytest.mark.django_db(transaction=True)
+def test_after_every_pooled_connection_was_cut_the_next_query_waits_no_backoff(study: Study, settings: Any) -> None:
+    settings.CHAT_DB_KEEP_CONNECTIONS = True
+    barrier = threading.Barrier(6)
+
+    def borrow() -> None:
+        barrier.wait(10)
+        ArmJob.objects.count()
+        barrier.wait(10)  # all six hold one at once: the pool grows to six, then keeps them idle
+        jobs.keep_connections()
+
+    threads = [threading.Thread(target=borrow) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert _pool_stats()["pool_available"] >= 5
+    assert _cut_every_other_backend() >= 5
+    started = time.monotonic()
+    assert _in_thread(lambda: ArmJob.objects.count()) == 0
+    # psycopg_pool alone pauses 1, 2, 4 s between failed checks: 7 s or a PoolTimeout for six dead ones
+    assert time.monotonic() - started < 2.0

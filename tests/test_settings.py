@@ -169,4 +169,37 @@ def test_dead_sockets_leave_their_session_group_and_killed_tasks_are_queued_agai
 ) -> None:
     s = load_settings(monkeypatch, **PRODUCTION)
     assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["group_expiry"] == 300  # live pages ping every 60 s
+    assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["capacity"] == 1000  # a busy socket loses no frame
     assert s["CELERY_TASK_ACKS_LATE"] is True and s["CELERY_TASK_REJECT_ON_WORKER_LOST"] is True
+
+
+def test_postgres_gets_a_checked_connection_pool_per_process_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    db = load_settings(monkeypatch, **PRODUCTION)["DATABASES"]["default"]
+    assert db["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 8, "timeout": 10.0, "max_idle": 300.0}
+    # Django's pool needs CONN_MAX_AGE 0; the health checks make the pool test what it lends
+    assert db["CONN_MAX_AGE"] == 0 and db["CONN_HEALTH_CHECKS"] is True
+    sized = load_settings(
+        monkeypatch, **PRODUCTION, DB_POOL_MIN_SIZE="0", DB_POOL_MAX_SIZE="3", DB_POOL_TIMEOUT_SECONDS="2"
+    )
+    assert sized["DATABASES"]["default"]["OPTIONS"]["pool"]["max_size"] == 3
+    assert (sized["DATABASES"]["default"]["OPTIONS"]["pool"]["min_size"], sized["DB_POOL_TIMEOUT_SECONDS"]) == (0, 2.0)
+    off = load_settings(monkeypatch, **PRODUCTION, DB_POOL="false")["DATABASES"]["default"]
+    assert "pool" not in off.get("OPTIONS", {})
+    assert "pool" not in load_settings(monkeypatch)["DATABASES"]["default"]["OPTIONS"]  # SQLite: no pool
+
+
+def test_it_refuses_a_pool_whose_maximum_is_below_its_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ImproperlyConfigured, match="DB_POOL_MAX_SIZE=2 is below DB_POOL_MIN_SIZE=4"):
+        load_settings(monkeypatch, **PRODUCTION, DB_POOL_MIN_SIZE="4", DB_POOL_MAX_SIZE="2")
+    with pytest.raises(ImproperlyConfigured, match="DB_POOL_MAX_SIZE"):
+        load_settings(monkeypatch, **PRODUCTION, DB_POOL_MAX_SIZE="0")
+
+
+def test_celery_workers_give_pooled_connections_back_instead_of_closing_the_pool() -> None:
+    from celery.fixups.django import DjangoFixup
+
+    from evalsite import dbpool
+    from evalsite.celery import app
+
+    fixups = [f for f in app._fixups if isinstance(f, DjangoFixup)]
+    assert fixups and all(isinstance(f.worker_fixup, dbpool.PoolKeepingWorkerFixup) for f in fixups)
