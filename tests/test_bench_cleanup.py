@@ -39,7 +39,7 @@ def test_a_second_web_process_that_does_not_come_up_is_still_stopped(
     def too_slow(*args: Any, **kwargs: Any) -> None:
         raise TimeoutError("timed out after 60 s waiting for the second daphne")
 
-    stack = bench_production.ProductionStack()
+    stack = bench_production.ProductionStack(pg_port=55598, redis_port=56598)  # nothing listens: stood in for
     try:
         monkeypatch.setattr(bench_production.subprocess, "Popen", fake_daphne)
         monkeypatch.setattr(bench_production, "wait_until", too_slow)
