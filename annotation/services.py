@@ -582,7 +582,8 @@ def _submit_pair_in_one_statement(
         )
         if revision >= required:
             if n_earlier == revision - 1:
-                votes = [*zip(earlier_ops, earlier_fused, strict=True), (op, fused_text)]
+                # array_agg of no rows is NULL: the first label of a one-label item has no earlier votes
+                votes = [*zip(earlier_ops or [], earlier_fused or [], strict=True), (op, fused_text)]
             else:
                 # an earlier submit committed after this statement's snapshot was taken (it waited for
                 # that submit's row lock): read the votes again, now that all of them are committed

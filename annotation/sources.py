@@ -269,13 +269,15 @@ def add_items(queue: Queue, specs: list[dict[str, Any]]) -> int:
     Written in chunks of :data:`IMPORT_CHUNK_ROWS`, one transaction each: a chunk is claimable as soon as it
     is committed. If a chunk fails, the items already added are removed again (but for any an annotator
     labelled meanwhile: a label is never thrown away) and the error is raised."""
-    start = (queue.items.aggregate(m=Max("position"))["m"] or 0) + 1
     added: list[int] = []
     try:
         for offset in range(0, len(specs), IMPORT_CHUNK_ROWS):
             if offset:
                 _between_chunks()
             with transaction.atomic():
+                # Read in the chunk's own transaction (on SQLite it holds the write lock): another import
+                # written between two chunks of this one (a double click) must not get the same positions.
+                start = (queue.items.aggregate(m=Max("position"))["m"] or 0) + 1
                 created = Item.objects.bulk_create(
                     [
                         Item(
@@ -287,7 +289,7 @@ def add_items(queue: Queue, specs: list[dict[str, Any]]) -> int:
                             meta=spec.get("meta", {}),
                             required=queue.labels_per_item,
                         )
-                        for k, spec in enumerate(specs[offset : offset + IMPORT_CHUNK_ROWS], start=offset)
+                        for k, spec in enumerate(specs[offset : offset + IMPORT_CHUNK_ROWS])
                     ],
                     batch_size=1000,
                 )

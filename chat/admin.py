@@ -85,8 +85,18 @@ class EpisodeAdmin(StudyScoped, admin.ModelAdmin[Episode]):
         ("arm__study", admin.RelatedOnlyFieldListFilter),
         ("arm", admin.RelatedOnlyFieldListFilter),
     ]
-    readonly_fields = ["participant", "arm", "index", "memory_state", "created_at"]
+    # The state and its version are written only by chat.state's compare-and-set, which caches parsed
+    # states by (episode, state_version): a version set here, or a full save writing back what this form
+    # read a moment before a reply's update, would give one version two contents.
+    readonly_fields = ["participant", "arm", "index", "memory_state", "state_version", "created_at"]
     inlines = [ChatSessionInline]
+
+    def save_model(self, request: HttpRequest, obj: Episode, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        kept = {"memory_state", "state_version"}
+        obj.save(update_fields=[f.name for f in obj._meta.concrete_fields if not f.primary_key and f.name not in kept])
 
 
 @admin.register(ChatSession)

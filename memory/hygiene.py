@@ -109,10 +109,22 @@ def normalized(text: str) -> str:
     return " ".join(words(text))
 
 
-@functools.lru_cache(maxsize=16384)
+# Turns longer than this are normalised at every use instead of kept: the cache is bounded by its number
+# of entries, and 16,384 turns of a study's longest allowed message (20,000 characters) held 640 MB.
+# Bounded so, it holds at most about 70 MB (a chat message is 2,000 characters at most by default).
+TURN_CACHE_MAX_CHARS = 2000
+
+
 def _normalized_turn(text: str) -> str:
     """:func:`normalized` of a chat turn, kept: every reply's leak check sees the session's earlier turns
     again, and normalising them all at every reply made a turn's cost grow with the session (issue 12)."""
+    if len(text) > TURN_CACHE_MAX_CHARS:
+        return normalized(text)
+    return _normalized_turn_kept(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _normalized_turn_kept(text: str) -> str:
     return normalized(text)
 
 

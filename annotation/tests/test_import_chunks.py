@@ -70,3 +70,25 @@ def test_a_small_import_does_not_pause(pair_queue: Queue, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(sources, "_between_chunks", pause)
     assert sources.add_items(pair_queue, specs(3)) == 3 and pair_queue.items.count() == 7
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_started_between_two_chunks_of_another_gets_positions_of_its_own(
+    pair_queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a researcher's double click on "Import": the second file is written while the first pauses
+    monkeypatch.setattr(sources, "IMPORT_CHUNK_ROWS", 2)
+    first_pause = [True]
+
+    def the_second_import_runs() -> None:
+        if first_pause.pop() if first_pause else False:
+            second = [pair_spec(f"second {k}", f"s {k}") for k in range(2)]
+            in_another_connection(lambda: sources.add_items(Queue.objects.get(pk=pair_queue.pk), second))
+
+    monkeypatch.setattr(sources, "_between_chunks", the_second_import_runs)
+    sources.add_items(pair_queue, [pair_spec(f"first {k}", f"f {k}") for k in range(4)])
+    positions = list(pair_queue.items.values_list("position", flat=True))
+    assert len(positions) == len(set(positions)) == 10
+    ordered = [item.payload["m"] for item in pair_queue.items.order_by("position")][4:]
+    assert [m for m in ordered if m.startswith("first")] == [f"first {k}" for k in range(4)]
+    assert [m for m in ordered if m.startswith("second")] == ["second 0", "second 1"]

@@ -43,6 +43,22 @@ def test_the_number_of_labels_per_item_is_a_queue_setting(researcher, make_annot
     assert item.labels.count() == 5 and item.gold_label == "PASS"
 
 
+def test_a_queue_of_one_label_per_item_makes_each_label_gold_at_once(researcher, annotator):
+    # the item's first label completes it: there are no earlier votes to read
+    queue = Queue.objects.create(name="N=1", kind=Queue.Kind.PAIRS, labels_per_item=1, gold_min_votes=1)
+    add_items(queue, [pair_spec("a", "b"), pair_spec("c", "d")])
+    for op in ("REPLACE", "FUSION"):
+        assignment = services.claim_next_item(queue, annotator)
+        assert assignment is not None
+        result = services.submit_label(
+            assignment.pk, annotator=annotator, op=op, fused_text="c and d" * (op == "FUSION")
+        )
+        assert result.created
+        item = Item.objects.get(pk=assignment.item_id)
+        assert (item.status, item.gold_label, item.gold_method) == ("complete", op, "majority")
+    assert services.claim_next_item(queue, annotator) is None
+
+
 def test_asking_again_returns_the_same_item_until_it_is_submitted(pair_queue, annotator):
     first = services.claim_next_item(pair_queue, annotator)
     again = services.claim_next_item(pair_queue, annotator)

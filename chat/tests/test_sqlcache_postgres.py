@@ -36,5 +36,5 @@ def test_the_precompiled_turn_read_locks_the_session_row_only() -> None:
     with transaction.atomic():  # where it is compiled: select_for_update needs a transaction
         sql = services._LOCK.sql()
     assert sql.rstrip().endswith('FOR UPDATE OF "chat_chatsession"'), sql[-200:]
-    # the reply takes the state from chat.state's cache by state_version: the turn never reads it
-    assert '"chat_episode"."state_version"' in sql and '"chat_episode"."memory_state"' not in sql
+    # the state comes from chat.state's cache by state_version: the locked read never carries it
+    assert '"chat_episode"."memory_state"' not in sql and '"chat_episode"."state_version"' in sql

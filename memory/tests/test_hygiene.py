@@ -202,3 +202,16 @@ def test_a_prepared_leak_check_sees_the_same_supplied_words_as_the_whole_text_no
     expected = f" {' '.join(words(_data_text(messages, chat)))} "
     assert LeakCheck(messages, chat=chat).supplied == expected
     assert LeakCheck(messages, chat=chat).supplied == expected  # the cached turns give the same
+
+
+def test_only_turns_of_an_ordinary_length_are_kept_normalised_so_the_cache_stays_small() -> None:
+    from memory import hygiene
+    from memory.hygiene import LeakCheck, _data_text, words
+
+    long_turn = "A long pasted story about the garden. " * 500  # 19,000 characters: a study's limit allows 20,000
+    short_turn = "A short turn about the garden and the dog."
+    before = hygiene._normalized_turn_kept.cache_info().currsize
+    check = LeakCheck([{"role": "system", "content": "Be kind."}], chat=[long_turn, short_turn])
+    assert check.supplied == f" {' '.join(words(_data_text([], [long_turn, short_turn])))} "
+    assert hygiene._normalized_turn_kept.cache_info().currsize <= before + 1  # the short one only
+    assert hygiene._normalized_turn(long_turn) == hygiene.normalized(long_turn)

@@ -284,3 +284,69 @@ def test_the_arms_of_a_pilot_or_closed_study_can_still_be_deleted_in_the_admin(
         reverse("admin:studies_arm_delete", args=[study.arms.get().pk]), {"post": "yes"}, follow=True
     )
     assert response.status_code == 200 and not study.arms.exists()
+
+
+def test_saving_an_episode_in_the_admin_never_rewinds_its_memory_state_or_version(
+    client: Client, researcher: Any, finished_episode: Episode
+) -> None:
+    # chat.state caches parsed states by (episode, state_version): a version written back by a form that
+    # was opened before the last reply would name two contents, and a process would serve the stale one
+    from chat import state
+
+    client.force_login(researcher)
+    url = reverse("admin:chat_episode_change", args=[finished_episode.pk])
+    page = client.get(url).content.decode()
+    assert 'name="state_version"' not in page  # shown, not editable
+    start = Episode.objects.values_list("state_version", flat=True).get(pk=finished_episode.pk)
+    assert state.write(finished_episode.pk, {"facts": ["after the form was opened"]}, start)  # a reply's update
+    form = {
+        "status": Episode.Status.ABANDONED,
+        "state_version": str(start),  # what a form opened earlier (or a crafted post) would send
+        "completed_at_0": "",
+        "completed_at_1": "",
+        "sessions-TOTAL_FORMS": "0",
+        "sessions-INITIAL_FORMS": "0",
+        "sessions-MIN_NUM_FORMS": "0",
+        "sessions-MAX_NUM_FORMS": "1000",
+    }
+    inline = finished_episode.sessions.all()
+    form.update({"sessions-TOTAL_FORMS": str(len(inline)), "sessions-INITIAL_FORMS": str(len(inline))})
+    for k, s in enumerate(inline):
+        form[f"sessions-{k}-id"] = str(s.pk)
+        form[f"sessions-{k}-episode"] = str(finished_episode.pk)
+    response = client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    finished_episode.refresh_from_db()
+    assert finished_episode.status == Episode.Status.ABANDONED
+    assert finished_episode.state_version == start + 1
+    assert finished_episode.memory_state == {"facts": ["after the form was opened"]}
+
+
+def test_a_reply_update_between_the_admins_read_and_its_save_is_kept(
+    client: Client, researcher: Any, finished_episode: Episode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chat import state
+    from chat.admin import EpisodeAdmin
+
+    loaded = EpisodeAdmin.get_object
+
+    def read_then_a_reply_writes(self: Any, request: Any, object_id: str, from_field: Any = None) -> Any:
+        obj = loaded(self, request, object_id, from_field)
+        if request.method == "POST":
+            assert state.write(obj.pk, {"facts": ["meanwhile"]}, obj.state_version)
+        return obj
+
+    monkeypatch.setattr(EpisodeAdmin, "get_object", read_then_a_reply_writes)
+    client.force_login(researcher)
+    sessions = list(finished_episode.sessions.all())
+    form = {"status": Episode.Status.ABANDONED, "completed_at_0": "", "completed_at_1": ""}
+    form.update({"sessions-TOTAL_FORMS": str(len(sessions)), "sessions-INITIAL_FORMS": str(len(sessions))})
+    form.update({"sessions-MIN_NUM_FORMS": "0", "sessions-MAX_NUM_FORMS": "1000"})
+    for k, s in enumerate(sessions):
+        form.update({f"sessions-{k}-id": str(s.pk), f"sessions-{k}-episode": str(finished_episode.pk)})
+    start = finished_episode.state_version
+    response = client.post(reverse("admin:chat_episode_change", args=[finished_episode.pk]), form)
+    assert response.status_code == 302
+    finished_episode.refresh_from_db()
+    assert finished_episode.status == Episode.Status.ABANDONED
+    assert (finished_episode.memory_state, finished_episode.state_version) == ({"facts": ["meanwhile"]}, start + 1)
