@@ -30,6 +30,15 @@ def _lease(pk: int) -> Any:
     return ArmJob.objects.values_list("lease_until", flat=True).get(pk=pk)
 
 
+def _wait_for_a_beat(pk: int) -> None:
+    """Until the heartbeat has moved the job's lease once (up to 5 s)."""
+    first = _lease(pk)
+    deadline = time.monotonic() + 5
+    while _lease(pk) == first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _lease(pk) != first, "the heartbeat never beat"
+
+
 def _cut_every_other_backend() -> int:
     """What a PostgreSQL restart, a failover or an idle-connection reaper does to every connection of the
     test database but this thread's."""
@@ -84,11 +93,7 @@ def test_a_heartbeat_keeps_the_lease_after_the_database_dropped_its_connection(
         arm=study.arms.first(), kind=ArmJob.Kind.READINESS, status=ArmJob.Status.RUNNING, lease_until=leases.later(0.9)
     )
     with leases.heartbeat(ArmJob.objects.filter(pk=job.pk)) as beat:
-        first = _lease(job.pk)
-        deadline = time.monotonic() + 5
-        while _lease(job.pk) == first and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _lease(job.pk) != first, "the heartbeat never beat"
+        _wait_for_a_beat(job.pk)
         # A PostgreSQL restart, a failover or an idle-connection reaper: every other backend of the test
         # database (the heartbeat thread's) is cut off while the job keeps running.
         with connection.cursor() as cur:
@@ -114,11 +119,7 @@ def test_the_heartbeat_keeps_its_lease_when_the_pooled_connections_are_cut(study
         arm=study.arms.first(), kind=ArmJob.Kind.READINESS, status=ArmJob.Status.RUNNING, lease_until=leases.later(0.9)
     )
     with leases.heartbeat(ArmJob.objects.filter(pk=job.pk)) as beat:
-        first = _lease(job.pk)
-        deadline = time.monotonic() + 5
-        while _lease(job.pk) == first and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _lease(job.pk) != first, "the heartbeat never beat"
+        _wait_for_a_beat(job.pk)
         lost_before = _pool_stats().get("connections_lost", 0)
         assert _cut_every_other_backend() >= 1  # the beat's connection, back in the pool between rounds
         time.sleep(2.5)
