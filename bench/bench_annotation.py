@@ -17,6 +17,7 @@ GIL) unless ``--processes`` spreads them, as several web processes would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import resource
@@ -253,6 +254,7 @@ def annotate(queue: Queue, users: list[User], barrier: Any, shape: Shape) -> Tim
                 mine_s.append((t2 - t1) * 1000)
         except BaseException as exc:  # noqa: BLE001 - reported by main()
             errors.append(repr(exc))
+            barrier.abort()  # a thread that never reaches the barrier would hold the others there for ever
         finally:
             end = time.perf_counter()
             connections.close_all()
@@ -267,6 +269,13 @@ def annotate(queue: Queue, users: list[User], barrier: Any, shape: Shape) -> Tim
     for t in threads:
         t.join()
     return Timings(claim_ms, submit_ms, max(finished, default=time.perf_counter()), errors)
+
+
+def _start_together(barrier: Any) -> None:
+    """Release the annotators; a thread that failed before the start broke the barrier, and its error
+    is reported with the run's (the run then fails its checks)."""
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait()
 
 
 def annotate_in_child(queue: Queue, users: list[User], barrier: Any, results: Any, shape: Shape) -> None:
@@ -333,7 +342,7 @@ def run_once(
         parts: list[Timings] = []
         runner = threading.Thread(target=lambda: parts.append(annotate(queue, users, barrier, shape)))
         runner.start()
-        barrier.wait()
+        _start_together(barrier)
         start = time.perf_counter()
         runner.join()
     else:
@@ -347,7 +356,7 @@ def run_once(
         ]
         for child in children:
             child.start()
-        barrier.wait()
+        _start_together(barrier)
         start = time.perf_counter()
         parts = [results.get() for _ in children]
         for child in children:
@@ -420,13 +429,14 @@ def main() -> None:
     shape = Shape(cold_start=args.cold_start, connect_per_call=args.connect_per_call)
     if args.pool and args.processes != 1:
         sys.exit("--pool runs in one process (a pool's threads do not survive a fork)")
+    # before the first connection: the pool is made from these options when one is first needed
+    options = connections.settings["default"].setdefault("OPTIONS", {})
     if args.pool:
-        # before the first connection: the pool is made from these options when one is first needed
-        connections.settings["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 4,
-            "max_size": args.annotators + 4,
-            "timeout": 30,
-        }
+        options["pool"] = {"min_size": 4, "max_size": args.annotators + 4, "timeout": 30}
+    else:
+        # The settings pool PostgreSQL connections by default (DB_POOL, 8 per process): 50 threads that
+        # each hold a connection would wait for one of 8. Without --pool each thread keeps its own.
+        options.pop("pool", None)
     if connection.vendor != "postgresql":
         sys.exit("run this on PostgreSQL: bash scripts/with-services.sh .venv/bin/python bench/bench_annotation.py")
     call_command("migrate", verbosity=0)
