@@ -248,10 +248,20 @@ class DesignFormSet(BaseInlineFormSet[Any, Study, Any]):
 class BaseArmFormSet(DesignFormSet):
     def clean(self) -> None:
         super().clean()
+        study = self.instance
+        # An open study's arms are its design while workers are drawn to them (the admin refuses the same).
+        gated = bool(study.pk) and study.status == Study.Status.OPEN and not study.pilot
         for form in self.forms:
-            if self._deleting_saved(form) and form.instance.episodes.exists():
+            if not self._deleting_saved(form):
+                continue
+            if form.instance.episodes.exists():
                 raise ValidationError(
                     f"Arm “{form.instance.name}” has episodes and cannot be deleted; untick “active” instead."
+                )
+            if gated:
+                raise ValidationError(
+                    f"Arm “{form.instance.name}” cannot be deleted while the study is open (not a pilot): untick "
+                    "“active” to stop drawing it, or close the study first."
                 )
 
     def active_arm_count(self) -> int:

@@ -387,3 +387,20 @@ def test_the_arm_form_says_which_backend_and_model_an_empty_field_means_on_this_
     body = rclient.get(reverse("studies:create")).content.decode()
     assert "Empty = the site&#x27;s LLM_BACKEND, now local." in body
     assert "Empty = the site&#x27;s LLM_MODEL, now SmolLM2-135M-Instruct on local." in body
+
+
+@pytest.mark.parametrize(
+    "status, pilot", [(Study.Status.OPEN, False), (Study.Status.OPEN, True), (Study.Status.CLOSED, False)]
+)
+def test_an_arm_without_episodes_is_deleted_only_when_the_study_is_not_open_for_real(
+    rclient: Client, study: Study, status: str, pilot: bool
+) -> None:
+    Study.objects.filter(pk=study.pk).update(status=status, pilot=pilot)
+    study.refresh_from_db()
+    study.arms.create(name="Third", memory_system="none", llm_backend="scripted")
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"DELETE": True}))
+    refused = status == Study.Status.OPEN and not pilot
+    assert response.status_code == (400 if refused else 302)
+    assert study.arms.filter(memory_system="full_history").exists() == refused
+    if refused:
+        assert "cannot be deleted while the study is open" in response.content.decode()
