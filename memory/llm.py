@@ -576,6 +576,13 @@ class _Wrapping:
     def supports_tools(self) -> bool:
         return bool(getattr(self.inner, "supports_tools", False))
 
+    def _inner_complete(
+        self, messages: Messages, max_tokens: int, temperature: float, purpose: str, tools: Tools | None
+    ) -> Completion:
+        # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
+
 
 @dataclass
 class CheckedLLM(_Wrapping):
@@ -594,8 +601,7 @@ class CheckedLLM(_Wrapping):
         tools: Tools | None = None,
     ) -> Completion:
         self.check()
-        extra: dict[str, Any] = {"tools": tools} if tools else {}  # as RecordingLLM: older LLMs take no tools
-        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
+        return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
 
     def stream(
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
@@ -621,11 +627,7 @@ class RecordingLLM(_Wrapping):
     ) -> Completion:
         start = time.perf_counter()
         try:
-            # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
-            extra: dict[str, Any] = {"tools": tools} if tools else {}
-            out = self.inner.complete(
-                messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra
-            )
+            out = self._inner_complete(messages, max_tokens, temperature, purpose, tools)
         except LLMError as exc:
             self._record(purpose, messages, "", start, error=str(exc))
             raise
