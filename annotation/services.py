@@ -468,9 +468,6 @@ UPDATE {item} SET status = %(status)s, gold_label = %(gold)s, gold_method = %(me
 WHERE id = %(item)s AND status = '{adjudication}' AND gold_method = ''
 """
 
-_VOTES_SQL = "SELECT op, fused_text FROM {label} WHERE item_id = %(item)s ORDER BY revision"
-
-
 @functools.cache
 def _sql(template: str, *, chain: bool = False, staged: bool = False) -> str:
     """A fast-path statement with its table names, item columns and status values filled in.
@@ -587,8 +584,7 @@ def _submit_pair_in_one_statement(
             else:
                 # an earlier submit committed after this statement's snapshot was taken (it waited for
                 # that submit's row lock): read the votes again, now that all of them are committed
-                cursor.execute(_sql(_VOTES_SQL), {"item": label.item_id})
-                votes = [(vote, text) for vote, text in cursor.fetchall()]
+                votes = _votes(label.item_id)
             _store_majority_gold(cursor, label.item_id, votes, min_votes)
     return SubmitResult(label=label, created=True)
 
