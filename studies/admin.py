@@ -23,7 +23,7 @@ ARM_READINESS_FIELDS = ("memory_system", "params", "llm_backend", "llm_model", "
 
 def _gated(study: Study | None) -> bool:
     """Whether ``study`` is open as a real (non-pilot) study: its arms must stay ready."""
-    return study is not None and study.status == Study.Status.OPEN and not study.pilot
+    return study is not None and study.is_open_for_real
 
 
 # Deleting an arm of an open study changes the design under the workers (an arm without episodes yet is still

@@ -250,7 +250,7 @@ class BaseArmFormSet(DesignFormSet):
         super().clean()
         study = self.instance
         # An open study's arms are its design while workers are drawn to them (the admin refuses the same).
-        gated = bool(study.pk) and study.status == Study.Status.OPEN and not study.pilot
+        gated = bool(study.pk) and study.is_open_for_real
         for form in self.forms:
             if not self._deleting_saved(form):
                 continue

@@ -250,6 +250,11 @@ class Study(models.Model):
         return self.status == self.Status.OPEN
 
     @property
+    def is_open_for_real(self) -> bool:
+        """Open and not a pilot: its arms must stay ready and none may be deleted (the readiness gate)."""
+        return self.is_open and not self.pilot
+
+    @property
     def gap_label(self) -> str:
         """'One week later…', '7 to 14 days later…': the study's gap as the worker is told of it."""
         if self.has_gap_range:

@@ -114,7 +114,7 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         valid = form.is_valid() and arms.is_valid() and metrics.is_valid()
         valid = valid and (not posted_attention or attention.is_valid())
         if valid and check_design(form, arms, metrics, attention if posted_attention else None):
-            gated = study is not None and study.status == Study.Status.OPEN and not study.pilot
+            gated = study is not None and study.is_open_for_real
             before = {r.arm.pk for r in armjobs.not_ready(study)} if gated and study else set()
             with transaction.atomic():
                 saved = _save_study(request, form, arms, metrics, attention)
