@@ -468,6 +468,7 @@ UPDATE {item} SET status = %(status)s, gold_label = %(gold)s, gold_method = %(me
 WHERE id = %(item)s AND status = '{adjudication}' AND gold_method = ''
 """
 
+
 @functools.cache
 def _sql(template: str, *, chain: bool = False, staged: bool = False) -> str:
     """A fast-path statement with its table names, item columns and status values filled in.
