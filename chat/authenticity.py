@@ -3,7 +3,7 @@
 The chat page's script (static/js/chat.js) measures, for each message: whether text was pasted and how many
 characters, how many characters were typed (every insertion that is not a paste or a drop), the time from the
 first keystroke to sending, and how much of that time the tab was hidden. It sends them with the message over
-the websocket; :func:`clean_signals` validates and clamps them and :func:`record_signals` stores them as
+the websocket; :func:`clean_signals` validates and clamps them and :func:`store_signals` stores them as
 :class:`chat.models.MessageSignals`. Nothing here rejects a message or a worker: the flags inform the
 researcher's exclusions (docs/worker-quality.md has every threshold and its source).
 
@@ -113,12 +113,6 @@ def _fields(signals: Signals) -> dict[str, Any]:
         "hidden_ms": signals.hidden_ms,
         "paste_blocked": signals.paste_blocked,
     }
-
-
-def record_signals(message: Message, signals: Signals) -> MessageSignals:
-    """Store a message's signals (once: a message re-sent after a reconnect keeps its first measurement)."""
-    row, _ = MessageSignals.objects.get_or_create(message=message, defaults=_fields(signals))
-    return row
 
 
 # ------------------------------------------------------------------------------------------- per worker
