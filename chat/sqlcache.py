@@ -11,8 +11,6 @@ most of the web process's CPU per turn. Here:
 * :func:`insert` and :func:`update_where` write one row with the SQL Django would write, built once per
   model and column list from the model's fields (values prepared by the fields themselves), without a
   queryset, a compiler or the model signals (none of the chat models has a receiver).
-* :func:`instances` turns a row of ``values_list`` columns (:func:`columns`) into model instances,
-  the way Django loads them (``Model.from_db``).
 
 Every statement still goes through ``connection.cursor()``, so Django's query log, the test suite's
 query counting and the database error wrapping see them as before.
@@ -21,7 +19,7 @@ query counting and the database error wrapping see them as before.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -152,29 +150,6 @@ class CachedQuery:
         if compiled.converters:
             rows = list(compiled.compiler.apply_converters(rows, compiled.converters))
         return compiled, rows
-
-
-def columns(model: type[Model], prefix: str = "", *, exclude: Iterable[str] = ()) -> list[str]:
-    """The ``values_list`` names of a model's concrete fields, reached through ``prefix`` (``"episode__"``),
-    in field order: what :func:`instances` reads back."""
-    skip = set(exclude)
-    return [prefix + f.attname for f in model._meta.concrete_fields if f.attname not in skip]
-
-
-def instances(
-    row: Sequence[Any], specs: Sequence[tuple[type[Model], Iterable[str]]], using: str = DEFAULT_DB_ALIAS
-) -> tuple[list[Model], int]:
-    """Model instances from consecutive column groups of ``row`` (each group: :func:`columns` of the model,
-    less ``exclude``, which stay deferred as in ``.defer()``); returns them and the index of the first
-    column after the last group."""
-    out: list[Model] = []
-    at = 0
-    for model, exclude in specs:
-        skip = set(exclude)
-        names = [f.attname for f in model._meta.concrete_fields if f.attname not in skip]
-        out.append(model.from_db(using, names, row[at : at + len(names)]))
-        at += len(names)
-    return out, at
 
 
 # ------------------------------------------------------------------------------------------ writes
