@@ -224,22 +224,16 @@ def read(episode_id: int) -> tuple[dict[str, Any], int]:
     return state, int(version)
 
 
-def for_reply(
-    episode_id: int, version: int, loader: Callable[[], tuple[dict[str, Any], int]] | None = None
-) -> tuple[dict[str, Any], int]:
+def for_reply(episode_id: int, version: int) -> tuple[dict[str, Any], int]:
     """The episode's memory state at ``version`` (read with the caller's session row) and that version:
-    from :data:`CACHE` without a query on a hit; on a miss ``loader()`` (by default :func:`read`: one
-    query, the state and its current version, which may be newer than ``version``), cached.
+    from :data:`CACHE` without a query on a hit; on a miss :func:`read` (one query, the state and its
+    current version, which may be newer than ``version``), which caches it.
 
     The state returned is shared with later callers: read it, never edit it (compute a new one)."""
     cached = CACHE.get(episode_id, version)
     if cached is not None:
         return cached, version
-    if loader is None:
-        return read(episode_id)
-    state, current = loader()
-    _keep_after_commit(episode_id, current, state)
-    return state, current
+    return read(episode_id)
 
 
 def write(episode_id: int, state: dict[str, Any], expected_version: int) -> bool:
