@@ -500,7 +500,7 @@ def post_user_message(
             raise ChatError("The time for this session is up; please go on to the rating.")
         if any(r[2] == Message.Speaker.BOT and r[3] == Message.Status.PENDING for r in rows):
             fail_stale_replies(locked)  # only when a reply is pending: it may be one whose job died
-            if locked.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists():
+            if reply_pending(locked):
                 raise ChatError("Please wait for the reply before sending another message.")
         mine = [r for r in rows if r[2] == Message.Speaker.USER]
         try:
