@@ -169,9 +169,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
         study = session.episode.participant.study
         html = fragments.messages(services.messages_after(session, msg.seq - 1))
-        html += fragments.controls(
-            services.user_turns(session), study.min_user_turns, pending=services.reply_pending(session)
-        )
+        turns, pending = services.turn_counts(session)
+        html += fragments.controls(turns, study.min_user_turns, pending=pending)
         return fragments.clear_error() + html
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
