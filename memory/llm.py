@@ -583,6 +583,9 @@ class _Wrapping:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
 
+    def _inner_stream(self, messages: Messages, max_tokens: int, temperature: float, purpose: str) -> Iterator[str]:
+        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+
 
 @dataclass
 class CheckedLLM(_Wrapping):
@@ -607,7 +610,7 @@ class CheckedLLM(_Wrapping):
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
     ) -> Iterator[str]:
         self.check()
-        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+        return self._inner_stream(messages, max_tokens, temperature, purpose)
 
 
 @dataclass
@@ -656,7 +659,7 @@ class RecordingLLM(_Wrapping):
         def chunks() -> Iterator[tuple[str, str | None]]:
             inner: Iterator[str] = iter(())
             try:
-                inner = self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
+                inner = self._inner_stream(messages, max_tokens, temperature, purpose)
                 for piece in inner:
                     pieces.append(piece)
                     yield piece, None
