@@ -139,11 +139,7 @@ class TopicIndex:
     def overlap(self, vq: Sequence[str]) -> np.ndarray:
         """s_top of ``vq`` against every key (the same arithmetic as :func:`topic_overlap`)."""
         q = set(vq)
-        inter = np.zeros(len(self.sizes), dtype=np.float64)
-        for noun in q:
-            ix = self.postings.get(noun)
-            if ix is not None:
-                inter[ix] += 1.0
+        inter = self.intersections(q)
         if not q:
             return inter
         return 0.5 * (inter / len(q) + inter / self.divisors)
