@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -65,10 +64,6 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float]:
     cpu, wall = time.thread_time(), time.perf_counter()
     fn()
     return time.thread_time() - cpu, time.perf_counter() - wall
-
-
-def ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
 
 
 def setup_django() -> str:
@@ -148,8 +143,8 @@ def main() -> None:
         reply(system, episode_id, version, queries[0])  # the vectors decoded once, as in any warm process
 
         parse = [timed(partial(state.read, episode_id)) for _ in range(5)]
-        parse_cpu = min(ms([c]) for c, _ in parse)
-        parse_wall = min(ms([w]) for _, w in parse)
+        parse_cpu = min(retrieval.median_ms([c]) for c, _ in parse)
+        parse_wall = min(retrieval.median_ms([w]) for _, w in parse)
 
         miss_rounds, compose_rounds = [], []
         for _ in range(ROUNDS):
@@ -165,16 +160,16 @@ def main() -> None:
                 compose.append(t2 - t1)
                 del got
                 vectors.release_retired()  # what the update after a reply frees (vectors.built_from)
-            miss_rounds.append(ms(total))
-            compose_rounds.append(ms(compose))
+            miss_rounds.append(retrieval.median_ms(total))
+            compose_rounds.append(retrieval.median_ms(compose))
 
         state.CACHE.clear()
         reply(system, episode_id, version, queries[0])  # cached, and its vectors checked against it once
         hit_rounds, hit_wall = [], []
         for _ in range(ROUNDS):
             samples = [timed(partial(reply, system, episode_id, version, q)) for q in queries]
-            hit_rounds.append(ms([c for c, _ in samples]))
-            hit_wall.append(ms([w for _, w in samples]))
+            hit_rounds.append(retrieval.median_ms([c for c, _ in samples]))
+            hit_wall.append(retrieval.median_ms([w for _, w in samples]))
         assert state.CACHE.get(episode_id, version) is not None
 
         after, after_wall, again = [], [], []
@@ -200,7 +195,7 @@ def main() -> None:
         print(
             f"| {name} | {json_mb:.1f} MB | {size / 1e6:.0f} MB | {parse_cpu:.1f} | {parse_wall:.1f} "
             f"| {min(miss_rounds):.1f} | {min(compose_rounds):.2f} | {hit:.3f} | {min(hit_wall):.3f} "
-            f"| {ms(after):.3f} | {ms(after_wall):.3f} | {ms(again):.3f} | {min(miss_rounds) - hit:.1f} |",
+            f"| {retrieval.median_ms(after):.3f} | {retrieval.median_ms(after_wall):.3f} | {retrieval.median_ms(again):.3f} | {min(miss_rounds) - hit:.1f} |",
             flush=True,
         )
         state.CACHE.clear()
