@@ -20,6 +20,13 @@ from annotation.sources import add_items
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+
+def _keys_ready(page: Any) -> None:
+    """Until the workspace's script has bound its keys: it is deferred, so the page shows (and the test
+    could press a key) a moment before (static/js/annotation.js marks the form when done)."""
+    page.locator("#ann-form[data-ready]").wait_for(state="attached")
+
+
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -111,7 +118,7 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     page.locator(f"a[href='/annotate/q/{pairs.pk}/']").click()
 
     # pair 1: REPLACE with key 2, Enter submits
-    page.get_by_test_id("m").wait_for()
+    _keys_ready(page)
     assert page.get_by_test_id("m").inner_text() == "Couldn't sleep well"
     assert "secret" not in page.content()
     page.keyboard.press("2")
@@ -123,6 +130,7 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     page.set_viewport_size({"width": 1440, "height": 900})
     page.keyboard.press("Enter")
     page.get_by_text("1 done").wait_for()
+    _keys_ready(page)
 
     # pair 2: definitions are one key away; APPEND with key 3
     assert page.get_by_test_id("m").inner_text() == "Has a dog"
@@ -134,6 +142,7 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     page.keyboard.press("3")
     page.keyboard.press("Enter")
     page.get_by_text("2 done").wait_for()
+    _keys_ready(page)
 
     # pair 3: FUSION with F, the fused sentence autosaves and survives a reload
     page.keyboard.press("f")
@@ -143,6 +152,7 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     page.get_by_text("Draft saved").wait_for()
     page.wait_for_timeout(1200)  # let the debounced autosave of the full sentence land
     page.reload()
+    _keys_ready(page)
     assert page.locator("#fused_text").input_value() == "Receiving physiotherapy at the hospital for back pain"
     shoot(page, "fusion-restored")
     page.locator("#fused_text").press("Enter")
@@ -152,7 +162,7 @@ def test_an_annotator_labels_pairs_with_the_keyboard_and_edits_a_summary(
     # summary editing: correct the generated summary, Ctrl+Enter submits
     page.goto(f"{live_server.url}/annotate/q/{summaries.pk}/")
     text = page.locator("#summary-text")
-    text.wait_for()
+    _keys_ready(page)
     assert "Had three eggs for breakfast." in text.input_value()
     shoot(page, "summary")
     text.fill(

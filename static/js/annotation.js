@@ -92,6 +92,11 @@
       if (e.key === "Escape") { fused.blur(); }
     });
     document.getElementById("show-defs").addEventListener("click", function () { defs.showModal(); });
+    // Closed with Escape, the dialog may leave focus on its (now hidden) Close button until the browser
+    // fixes focus up: the next Enter then pressed that button instead of submitting. Give focus back.
+    defs.addEventListener("close", function () {
+      if (defs.contains(document.activeElement)) document.activeElement.blur();
+    });
     document.addEventListener("keydown", function (e) {
       if (e.ctrlKey || e.metaKey || e.altKey) return;
       const t = e.target;
@@ -136,4 +141,5 @@
     if (!submitting && document.visibilityState === "visible" && Date.now() - lastActivity < 5 * 60 * 1000) saveDraft();
   }, 4 * 60 * 1000);
   window.addEventListener("beforeunload", function () { if (timer && !submitting) saveDraft(); });
+  form.dataset.ready = "1";  // the keys work from here on (the script is deferred: the page shows first)
 })();
