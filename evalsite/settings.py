@@ -177,7 +177,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- chat reply and memory-update jobs (chat/services.py)
+# --- chat reply and memory-update jobs (chat/replies.py, chat/memory_updates.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 # Thread mode (the embedded default): replies and memory updates run in separate pools of the web
