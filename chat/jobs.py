@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from chat.layers import InMemoryChannelLayer as LocalLayer
-from evalsite import dbpool
+from infra import dbpool
 from memory.llm import mark_reply_thread
 
 log = logging.getLogger(__name__)
