@@ -15,7 +15,7 @@ from django.test import Client
 from chat import jobs, replies, sessions
 from chat.models import ChatSession, Message
 from chat.tests.conftest import start
-from evalsite.asgi import application
+from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from memory.llm import LLMError, LLMTransientError
 from studies.models import Study
 

@@ -13,7 +13,7 @@ from django.test import Client
 from chat import jobs, memory_updates, replies, tasks, turns
 from chat.models import Message
 from chat.tests.conftest import start
-from evalsite.celery import app
+from evalsite.celery import app  # noqa: TID251  (a test checks the site's Celery app: its registered tasks)
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
