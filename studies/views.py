@@ -25,6 +25,8 @@ from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
+from runtime import kinds
+from runtime.models import Job
 from studies import memorycompat
 from studies.forms import (
     ArmFormSet,
@@ -238,6 +240,14 @@ def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
+@researcher_required
+def study_jobs(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's background jobs alone (htmx polls it while one is live)."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    armjobs.redispatch_overdue(study)
+    return render(request, "studies/researcher/detail.html#jobs", _jobs_context(study))
+
+
 @dataclass
 class ArmRow:
     arm: Arm
@@ -324,6 +334,29 @@ def _readiness_context(study: Study) -> dict[str, Any]:
     }
 
 
+def _jobs_context(study: Study) -> dict[str, Any]:
+    """The study's background jobs (runtime.Job with scope ``study:<pk>``): every live one (queued, waiting
+    to retry, running with its progress), the latest failures with their reasons, the latest finished
+    checks, evaluations and simulations, and counts per kind."""
+    scope = Job.objects.filter(scope=f"study:{study.pk}")
+    live = list(scope.filter(status__in=Job.LIVE).order_by("created_at", "id")[:50])
+    failed = list(scope.filter(status=Job.Status.FAILED).order_by("-finished_at", "-id")[:10])
+    finished = list(scope.filter(status=Job.Status.DONE).exclude(lane="reply").order_by("-finished_at", "-id")[:10])
+    counts: dict[str, dict[str, int]] = {}
+    for kind, status, n in scope.values_list("kind", "status").annotate(n=Count("id")).order_by("kind"):
+        counts.setdefault(kind, dict.fromkeys(Job.Status.values, 0))[status] = n
+    declared = kinds.declared()
+    label = {name: declared[name].label if name in declared else name for name in counts}
+    return {
+        "study": study,
+        "live_jobs": live,
+        "failed_jobs": failed,
+        "finished_jobs": finished,
+        "job_counts": [{"kind": k, "label": label[k], **c} for k, c in counts.items()],
+        "jobs_live": bool(live),
+    }
+
+
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
@@ -354,6 +387,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "retention": _retention(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
+        **_jobs_context(study),
     }
 
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from chat import leases
 from chat.models import ArmJob
+from runtime import leases
+from runtime.models import Job
 from studies import memorycompat
 from studies.models import Study
-from studies.tests.conftest import make_finished_episode, make_ready
+from studies.tests.conftest import arm_job, make_finished_episode, make_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -122,10 +123,9 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     study.status = Study.Status.DRAFT
     study.save()
     arm = study.arms.get(memory_system="none")
-    running = ArmJob.objects.create(  # a live job: its heartbeat holds the lease (chat/leases.py)
-        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5",
-        lease_until=leases.later(600),
-    )  # fmt: skip
+    running = arm_job(  # a live job: its heartbeat holds the lease (runtime/leases.py)
+        arm, status="running", attempts=1, done=2, total=5, step="replies 2/5", lease_until=leases.later(600)
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(20_000)
@@ -137,7 +137,8 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     assert card.locator("tr", has_text="Full history").locator(".readiness-not_checked").is_visible()
     assert "2/5 replies 2/5" in card.locator("tr", has_text="No memory").inner_text()
     result = {"arm": "none", "backend": "scripted", "model": "scripted", "ready": False, "checks": [FAILED]}
-    ArmJob.objects.filter(pk=running.pk).update(status="done", done=5, result=result)
+    ArmJob.objects.filter(pk=running.pk).update(result=result)
+    Job.objects.filter(pk=running.job.pk).update(status="done", done=5)
     card.locator("tr", has_text="No memory").locator(".readiness-not_ready").wait_for()  # htmx polled the card
 
     page.click("#readiness button:has-text('Check every arm')")

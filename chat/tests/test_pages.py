@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from chat import arms, assignment, fragments, memory_updates, tasks, turns
+from chat import arms, assignment, fragments, memory_updates, turns
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
+from runtime.tasks import run_job
 from studies.models import Participant, Study
 from studies.participants import invite_url, resume_url
 
@@ -261,9 +266,9 @@ def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study
 
 
 def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(
-    client: Client, study: Study, monkeypatch: Any
+    client: Client, study: Study, hold: Any
 ) -> None:
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    held = hold("memory")  # the update has not run yet
     study.gap_max_days = None  # a fixed week
     study.save()
     session = ended(client, study)
@@ -274,7 +279,7 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     assert response.redirect_chain[-1][0] == f"/chat/{second.pk}/wait/"
     assert "One week later…" in page and 'hx-trigger="every 1s"' in page and "start-session" not in page
     assert client.get(f"/chat/{second.pk}/").url == f"/chat/{second.pk}/wait/"  # no chatting before it is ready
-    memory_updates.update_memory(session.pk)
+    runtime_jobs.run(held[-1])  # the memory update
     poll = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     assert "<html" not in poll and 'id="start-session"' in poll and "every 1s" not in poll
 
@@ -282,9 +287,10 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
 def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
     study.arms.filter(memory_system="none").update(active=False)
     session = ended(client, study)
-    tasks.update_memory.apply(args=[session.pk])
-    tasks.update_memory.apply(args=[session.pk])
-    memory_updates.update_memory(session.pk)
+    job = Job.objects.of("chat.memory_update", session.pk).get()
+    run_job.apply(args=[job.pk])  # delivered again
+    run_job.apply(args=[job.pk])
+    memory_updates.submit_memory_update(session)  # and submitted again: a new job, which finds it done
     episode = Episode.objects.get(pk=session.episode_id)
     assert len(episode.memory_state["sessions"]) == 1  # appended once, not three times
     assert MemorySnapshot.objects.filter(session=session).count() == 1
@@ -345,17 +351,20 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
 
 
 def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
-    client: Client, study: Study, monkeypatch: Any, settings: Any
+    client: Client, study: Study, hold: Any, settings: Any
 ) -> None:
-    lost: list[int] = []
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lost.append)
+    held = hold("memory")
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(study))
     second = ChatSession.objects.get(episode=session.episode, index=2)
     client.get(f"/chat/{second.pk}/wait/")
-    assert lost == [session.pk]  # only the original enqueue: not stale yet
-    settings.CHAT_STALE_UPDATE_SECONDS = 0
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", memory_updates.update_memory)
+    job = Job.objects.of("chat.memory_update", session.pk).get()
+    assert held == [job.pk]  # only the original send: not overdue yet
+    settings.CHAT_JOB_QUEUE_GRACE_SECONDS = 0  # its message was lost (a Redis restart): overdue now
+    Job.objects.filter(pk=job.pk).update(due_at=timezone.now() - timedelta(seconds=1))
+    client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"})
+    assert held == [job.pk, job.pk]  # the waiting page's poll had the sweeper send it again
+    runtime_jobs.run(job.pk)
     page = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     second.refresh_from_db()
     assert second.status == ChatSession.Status.READY
