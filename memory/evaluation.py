@@ -488,6 +488,8 @@ def evaluate(
                 max_tokens=max_tokens, progress=progress, done=done, total=total,
             )  # fmt: skip
     except (LLMError, KeyboardInterrupt) as exc:
+        names = {d.name for d, _, _ in plan}
+        done = sum(1 for r in journal.records if r.get("kind") in ("session", "question") and r["dialogue"] in names)
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         raise EvaluationStopped(f"stopped after {done} of {total} steps: {why}", journal=journal, done=done,
                                 total=total) from exc  # fmt: skip
