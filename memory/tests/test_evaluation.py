@@ -534,6 +534,8 @@ def test_the_documented_locomo_command_works_and_the_old_form_too(tmp_path: Path
     documented, old = io.StringIO(), io.StringIO()
     assert main(["eval", "none", "--dataset", "locomo", path, *common], documented) == 0
     assert main(["eval", "none", path, "--dataset", "locomo", *common], old) == 0
-    assert "# none on locomo" in documented.getvalue() and documented.getvalue() == old.getvalue()
+    assert "# none on locomo" in documented.getvalue()
+    timeless = [[x for x in out.getvalue().splitlines() if not x.startswith("Latency")] for out in (documented, old)]
+    assert timeless[0] == timeless[1]
     with pytest.raises(SystemExit):
         main(["eval", "none", "--dataset", "locomo", path, "extra", *common], io.StringIO())
