@@ -150,7 +150,8 @@ def summarize(
         by_category[item["category"]].append(item)
     headline = [r for r in items if r["category"] not in EXCLUDED_FROM_HEADLINE]
     primary = "locomo_f1" if scoring.primary == "locomo" else "f1"
-    warnings = [w for w in (info.pop("stand_in", None), info["dataset_check"].get("warning")) if w]
+    stand_in = info.pop("stand_in", None)
+    warnings = [w for w in (stand_in, info["dataset_check"].get("warning")) if w]
     if dataset == "gvd":
         warnings.append(GVD_GOLD_NOTE)
     retries = info.pop("retries", [])
@@ -160,6 +161,7 @@ def summarize(
         "arm": arm,
         "dataset": dataset,
         "warnings": warnings,
+        "stand_in_model": stand_in is not None,
         **info,
         "memory_update_fallbacks": sum(int(s.get("fallbacks", 0)) for s in session_steps),
         "judge": {
