@@ -74,16 +74,18 @@ def test_a_call_gives_up_when_its_budget_is_spent_and_other_errors_are_not_retri
 def test_an_eval_rides_out_500s_429s_timeouts_and_resets_that_last_several_attempts() -> None:
     with FaultyOpenAI(answering) as server:
         # the first five requests fail in five ways; the answer of question 1 needs six attempts
-        server.faults = ["500", "429:1", "reset", "slow:2", "503"]
+        server.faults = ["500", "429:1", "reset", "slow:4", "503"]
         result = run(
             "none", "gvd", backend="openai", model="m", judge_model="j", base_url=server.base_url, api_key="k",
-            embedder="hashing", dialogues=["Leo"], timeout=0.5, retry=RetryPolicy(budget=30, base=0.05, cap=0.2),
+            embedder="hashing", dialogues=["Leo"], timeout=1.5, retry=RetryPolicy(budget=60, base=0.05, cap=0.2),
         )  # fmt: skip
+    why = f"requests: {[fault for fault, _ in server.log]}"
     assert result["questions"] == 7 and all(i["judge_parsed"] for i in result["items"])
+    assert [fault for fault, _ in server.log[:6]] == ["500", "429:1", "reset", "slow:4", "503", "ok"], why
     retries = result["llm_calls"]["retries"]
-    assert retries["retries"] == 5 and retries["calls_retried"] == 1
+    # five retries for the five faults (more only if this machine is so loaded that an answer took > 1.5 s)
+    assert retries["retries"] >= 5 and retries["retries"] == len(server.log) - 14, why  # 7 answers + 7 verdicts
     assert retries["waited_s"] >= 1.0  # the 429's Retry-After: 1 s, more than the backoff alone (<= 0.2 s)
-    assert [fault for fault, _ in server.log[:6]] == ["500", "429:1", "reset", "slow:2", "503", "ok"]
 
 
 def test_an_outage_past_the_retries_keeps_the_finished_questions_and_resume_does_only_the_rest(tmp_path: Path) -> None:
@@ -105,22 +107,27 @@ def test_an_outage_past_the_retries_keeps_the_finished_questions_and_resume_does
     with FaultyOpenAI(failing_after_three) as server:
         args += ["--base-url", server.base_url, "--api-key", "k"]
         with contextlib.redirect_stderr(err):
-            assert main(args, io.StringIO()) == 3  # no traceback: a clear error and where the work is
+            code = main(args, io.StringIO())
+        why = f"stderr: {err.getvalue()!r}; requests: {server.log!r}"
+        assert code == 3, why  # no traceback: a clear error and where the work is
         kept = tmp_path / "report.json.partial.jsonl"
-        assert f"--results {kept} --resume" in err.getvalue()
-        assert "The 13 finished steps (of 17)" in err.getvalue()  # Leo's 10 sessions and 3 of his 7 questions
-        assert "Traceback" not in err.getvalue()
+        assert f"--results {kept} --resume" in err.getvalue(), why
+        assert "The 13 finished steps (of 17)" in err.getvalue(), why  # Leo's 10 sessions, 3 of his 7 questions
+        assert "Traceback" not in err.getvalue(), why
         records = [json.loads(line) for line in kept.read_text().splitlines()]
-        assert [r["kind"] for r in records].count("question") == 3 and not report.exists()
+        assert [r["kind"] for r in records].count("question") == 3 and not report.exists(), why
         asked_before = len(server.served("ok"))
 
         server.down = None  # the endpoint is back
-        with contextlib.redirect_stderr(io.StringIO()):
-            assert main([*args, "--results", str(kept), "--resume"], io.StringIO()) == 0
+        again = io.StringIO()
+        with contextlib.redirect_stderr(again):
+            code = main([*args, "--results", str(kept), "--resume"], io.StringIO())
+        why = f"stderr: {again.getvalue()!r}; requests: {server.log!r}"
+        assert code == 0, why
     result = json.loads(report.read_text())
     assert result["questions"] == 7
     # the resumed run asked and judged only the 4 questions left: 8 calls, none of the 3 done ones again
-    assert len(server.served("ok")) - asked_before == 8
+    assert len(server.served("ok")) - asked_before == 8, why
     assert [r["kind"] for r in Journal.load(kept).records].count("question") == 7
 
 
