@@ -24,7 +24,8 @@ from django.db import transaction
 
 from chat.arms import build_llm, endpoint_options, get_embedder
 from chat.models import ArmJob
-from memory.llm import LLM, CheckedLLM, LLMError
+from memory.llm import LLM, LLMError
+from memory.llmwrap import CheckedLLM
 from runtime import jobs, kinds, sweeper
 from runtime.jobs import Attempt
 from runtime.models import Job

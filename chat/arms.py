@@ -10,7 +10,8 @@ from django.conf import settings
 
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
-from memory.llm import LLM, RecordingLLM, make_llm
+from memory.llm import LLM, make_llm
+from memory.llmwrap import RecordingLLM
 from memory.registry import build_system
 from studies.models import Arm
 

@@ -24,7 +24,7 @@ from chat import arms, records, state
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.transcript import turns_of
 from memory.base import MemorySystem, Turn
-from memory.llm import RecordingLLM
+from memory.llmwrap import RecordingLLM
 from runtime import jobs, kinds, sweeper
 from runtime.jobs import Attempt
 from runtime.models import Job

@@ -33,7 +33,8 @@ from chat.transcript import session_clock, turn_counts, turns_of
 from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
-from memory.llm import LLMError, LLMTransientError, RecordingLLM
+from memory.llm import LLMError, LLMTransientError
+from memory.llmwrap import RecordingLLM
 from runtime import jobs, kinds, push, sweeper
 from runtime.jobs import Attempt, DeadlineExceeded
 from runtime.models import DEADLINE_ERROR, Job

@@ -31,6 +31,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -49,7 +51,13 @@ class LLMError(Exception):
 
 
 class LLMTransientError(LLMError):
-    """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
+    """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply).
+
+    ``retry_after``: the seconds the endpoint asked to wait (a 429's or 503's ``Retry-After``), if it did."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 FINISH_STOP = "stop"
@@ -382,10 +390,11 @@ class OpenAILLM:
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
+        wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))
         if isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError):
-            return LLMTransientError(f"{type(exc).__name__}: {exc}")
+            return LLMTransientError(f"{type(exc).__name__}: {exc}", retry_after=wait)
         if isinstance(exc, o.APIStatusError) and exc.status_code >= 500:
-            return LLMTransientError(f"HTTP {exc.status_code}: {exc}")
+            return LLMTransientError(f"HTTP {exc.status_code}: {exc}", retry_after=wait)
         return LLMError(f"{type(exc).__name__}: {exc}")
 
     def complete(
@@ -452,6 +461,33 @@ class OpenAILLM:
                 raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
 
         return TextStream(chunks())
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait from a response's ``retry-after-ms`` or ``Retry-After`` header (seconds or an HTTP
+    date); None without a usable one."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        pass
+    try:
+        when = parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
@@ -557,158 +593,6 @@ class ScriptedLLM:
                 yield (word if i == 0 else " " + word), (out.finish_reason if last else None)
 
         return TextStream(chunks())
-
-
-# ------------------------------------------------------------------------------------ recording, checking
-
-
-@dataclass
-class _Wrapping:
-    """An LLM around another one: its model and tool support are the inner one's."""
-
-    inner: LLM
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def supports_tools(self) -> bool:
-        return bool(getattr(self.inner, "supports_tools", False))
-
-    def _inner_complete(
-        self, messages: Messages, max_tokens: int, temperature: float, purpose: str, tools: Tools | None
-    ) -> Completion:
-        # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
-        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
-
-    def _inner_stream(self, messages: Messages, max_tokens: int, temperature: float, purpose: str) -> Iterator[str]:
-        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
-
-
-@dataclass
-class CheckedLLM(_Wrapping):
-    """Calls ``check()`` before every call of the wrapped LLM: a background job that must stop (it lost its
-    lease) raises there, before the call is made."""
-
-    check: Callable[[], None] = field(default=lambda: None)
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        self.check()
-        return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> Iterator[str]:
-        self.check()
-        return self._inner_stream(messages, max_tokens, temperature, purpose)
-
-
-@dataclass
-class RecordingLLM(_Wrapping):
-    """Wraps an LLM and records every call (also failed ones) as :class:`LLMCall`."""
-
-    calls: list[LLMCall] = field(default_factory=list)
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        start = time.perf_counter()
-        try:
-            out = self._inner_complete(messages, max_tokens, temperature, purpose, tools)
-        except LLMError as exc:
-            self._record(purpose, messages, "", start, error=str(exc))
-            raise
-        self.calls.append(
-            LLMCall(
-                purpose=purpose,
-                model=out.model,
-                messages=[dict(m) for m in messages],
-                # tool calls are stored as their JSON, so the record shows what the model asked for
-                reply=out.text or (json.dumps([c.as_dict() for c in out.tool_calls]) if out.tool_calls else ""),
-                latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
-                prompt_tokens=out.prompt_tokens,
-                completion_tokens=out.completion_tokens,
-                finish_reason=out.finish_reason,
-            )
-        )
-        return out
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> TextStream:
-        start = time.perf_counter()
-        pieces: list[str] = []
-        holder: list[TextStream] = []
-
-        def chunks() -> Iterator[tuple[str, str | None]]:
-            inner: Iterator[str] = iter(())
-            try:
-                inner = self._inner_stream(messages, max_tokens, temperature, purpose)
-                for piece in inner:
-                    pieces.append(piece)
-                    yield piece, None
-            except LLMError as exc:
-                self._record(purpose, messages, "".join(pieces), start, error=str(exc))
-                raise
-            except GeneratorExit:  # the caller closed the stream early: the call still happened
-                close = getattr(inner, "close", None)
-                if close is not None:
-                    close()
-                self._record(purpose, messages, "".join(pieces), start, error="stream closed by the caller")
-                raise
-            reason = finish_reason_of(inner)
-            self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces), finish_reason=reason)
-            holder[0].finish_reason = reason
-
-        stream = TextStream(chunks())
-        holder.append(stream)
-        return stream
-
-    def _record(
-        self,
-        purpose: str,
-        messages: Messages,
-        reply: str,
-        start: float,
-        *,
-        error: str = "",
-        completion_tokens: int | None = None,
-        finish_reason: str | None = None,
-    ) -> None:
-        self.calls.append(
-            LLMCall(
-                purpose=purpose,
-                model=self.inner.model,
-                messages=[dict(m) for m in messages],
-                reply=reply,
-                latency_ms=round((time.perf_counter() - start) * 1000, 1),
-                completion_tokens=completion_tokens,
-                error=error,
-                finish_reason=finish_reason,
-            )
-        )
-
-    def drain(self) -> list[dict[str, Any]]:
-        """The recorded calls as JSON dicts, clearing the record."""
-        out = [c.as_dict() for c in self.calls]
-        self.calls.clear()
-        return out
 
 
 def make_llm(backend: str, model: str = "", **options: Any) -> LLM:

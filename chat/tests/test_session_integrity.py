@@ -19,7 +19,8 @@ from chat.replytext import hit_token_cap
 from chat.tests.conftest import start
 from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.hygiene import end_at_sentence
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from runtime import executor
 from studies.models import Study
 

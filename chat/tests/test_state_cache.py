@@ -17,7 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from chat import arms, sessions, state, turns
 from chat.models import ChatSession, Episode, Message
 from chat.tests.conftest import SeeingMemory, start
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS
 from memory.tests.fake_llm import fake_llm
 from studies.models import Arm, Study

@@ -19,7 +19,8 @@ from django.test import Client
 from chat import arms, state, turns
 from chat.tests.conftest import SeeingMemory, start
 from memory.base import Update
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from studies.models import Study
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

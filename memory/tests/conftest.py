@@ -1,5 +1,5 @@
-"""Helpers the memory library's tests share: one exchange of a session, and a local OpenAI-compatible
-embeddings endpoint (the chat's site-backend test uses it too)."""
+"""Helpers the memory library's tests share: one exchange of a session, a small LoCoMo-shaped file, and a
+local OpenAI-compatible embeddings endpoint (the chat's site-backend test uses it too)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from memory.base import Turn
@@ -52,3 +53,45 @@ def embeddings_endpoint() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+LOCOMO = [
+    {
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ann",
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex yesterday."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Congratulations on Rex! I bought a red kite."},
+            ],
+            "session_2_date_time": "10:04 am on 20 May, 2023",
+            "session_2": [
+                {
+                    "speaker": "Ann",
+                    "dia_id": "D2:1",
+                    "text": "Rex learned to sit.",
+                    "img_url": ["https://example.invalid/rex.jpg"],
+                    "blip_caption": "a photo of a dog sitting on a rug",
+                    "query": "dog sitting",
+                },
+                {"speaker": "Bo", "dia_id": "D2:2", "text": "Good dog. I flew my kite on 19 May."},
+            ],
+        },
+        "qa": [
+            {"question": "What is the name of Ann's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
+            {"question": "When did Ann adopt Rex?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
+            {"question": "What is Ann's cat called?", "adversarial_answer": "Rex", "evidence": [], "category": 5},
+            {"question": "What do Ann and Bo own?", "answer": "dog, kite", "evidence": ["D1:1"], "category": 1},
+            {"question": "Would Bo like windy days?", "answer": "Likely yes; he flies kites", "category": 3},
+            {"question": "How many dogs does Ann have?", "answer": 1, "evidence": ["D1:1"], "category": 4},
+        ],
+    }
+]
+
+
+def locomo_file(tmp_path: Path) -> Path:
+    path = tmp_path / "locomo_small.json"
+    path.write_text(json.dumps(LOCOMO), encoding="utf-8")
+    return path

@@ -13,7 +13,8 @@ import pytest
 from memory.base import OPENER, Prompt, Turn
 from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_TAGS, strip_data_blocks
-from memory.llm import Completion, RecordingLLM, ScriptedLLM
+from memory.llm import Completion, ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS, build_system
 from memory.systems.memory_accumulate import MemoryAccumulate
 from memory.systems.prompts import MEMORY_HEADER
