@@ -89,7 +89,7 @@ def run_check(job: Job, attempt: Attempt, handed: Any = None) -> None:
         result = _readiness(record, attempt) if record.kind == ArmJob.Kind.READINESS else _evaluation(record, attempt)
     except (jobs.JobLost, jobs.DeadlineExceeded):
         raise
-    except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
+    except (LLMError, ValueError, OSError) as exc:
         raise ArmJobFailed(str(exc) or type(exc).__name__) from exc
     except Exception as exc:  # the log has the traceback; the study page says what it was
         log.exception("arm job %s failed", record.pk)

@@ -24,7 +24,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from chat import fragments
@@ -34,6 +33,7 @@ from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from chat.turns import post_user_message
 from runtime import executor, push
+from runtime.layers import LeanWebsocketConsumer
 from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
@@ -93,19 +93,12 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     return sync_to_async(run, thread_sensitive=False)
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(LeanWebsocketConsumer):
+    """The chat socket. Its database work runs in threads of its own (:func:`_db`), which end every unit
+    with ``executor.keep_connections()``, so it needs no database hop per message (``LeanWebsocketConsumer``)."""
+
     session_id: int
     group: str = ""
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch without its ``aclose_old_connections()`` before every handler: that is a hop
-        to the one shared sync thread for each frame received and each push (three per chat turn, all
-        queued on that one thread). This consumer's database work runs in its own threads (:func:`_db`),
-        which end every unit with ``executor.keep_connections()``; its handlers touch no connection here."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])

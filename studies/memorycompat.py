@@ -1,33 +1,20 @@
-"""Small adapters between the platform and memory-library functions whose API is still settling.
-
-The readiness checks (``memory.preflight``, ``python -m memory preflight``) and MemoryBank's
-time-scaled retention (``memorybank.retention_after``) come with the prompt-hygiene work of issue 8;
-the platform calls them only through this module, so a change of their signature is one edit here,
-and a build without them says so instead of failing deep inside a job.
+"""The platform's two calls into the memory library's readiness and forgetting functions, in one place: the
+readiness checks of an arm (``memory.preflight``, the same as ``python -m memory preflight``) and
+MemoryBank's time-scaled retention (``memory.systems.memorybank.retention_after``). Both are plain imports;
+the study page and the arm jobs call them only through here, so a change of their signature is one edit.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
+from memory import preflight
 from memory.embed import Embedder
 from memory.llm import LLM
+from memory.systems import memorybank
 
 Progress = Callable[[int, int, str], None]
-
-
-class PreflightUnavailable(RuntimeError):
-    """This build of the memory library has no readiness checks."""
-
-
-def preflight_available() -> bool:
-    try:
-        importlib.import_module("memory.preflight")
-    except ImportError:
-        return False
-    return True
 
 
 def run_preflight(
@@ -42,15 +29,8 @@ def run_preflight(
 ) -> dict[str, Any]:
     """Run the arm's readiness checks; the JSON of ``python -m memory preflight --format json``:
     ``{"arm", "backend", "model", "ready", "checks": [{"name", "score", "threshold", "passed", "why",
-    "examples"}], ...}``. Raises :class:`PreflightUnavailable` when this build has no checks,
-    ValueError for an unknown arm or parameter."""
-    try:
-        module = importlib.import_module("memory.preflight")
-    except ImportError as exc:
-        raise PreflightUnavailable(
-            "this installation has no readiness checks (memory.preflight, `python -m memory preflight`)"
-        ) from exc
-    result = module.preflight(
+    "examples"}], ...}``. ValueError for an unknown arm or parameter."""
+    result = preflight.preflight(
         memory_system,
         llm,
         embedder=embedder,
@@ -66,13 +46,4 @@ def run_preflight(
 def memorybank_retention(params: dict[str, Any], gap_days: float, *, strength: float = 1.0) -> float:
     """The probability that a MemoryBank memory unit of ``strength`` (1 = stored once, never recalled)
     survives one gap of ``gap_days`` days, with the arm's forgetting parameters."""
-    from memory.systems import memorybank
-
-    after = getattr(memorybank, "retention_after", None)
-    if after is not None:
-        return float(after(gap_days, params, strength=strength))
-    defaults = {name: p.default for name, p in memorybank.MemoryBank.params.items()}
-    p = {**defaults, **params}
-    if not p["forgetting"]:
-        return 1.0
-    return float(memorybank.retention(gap_days, strength, str(p["forgetting_curve"])))
+    return float(memorybank.retention_after(gap_days, params, strength=strength))

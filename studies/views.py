@@ -330,7 +330,6 @@ def _readiness_context(study: Study) -> dict[str, Any]:
         "jobs_running": any(r.state == "checking" for r in rows)
         or any(not j.finished and not j.lost for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
-        "preflight_available": memorycompat.preflight_available(),
     }
 
 

@@ -319,20 +319,6 @@ def test_a_queued_check_is_sent_again_once_per_grace_however_often_the_page_asks
     assert sent == [job.job.pk] and job.status == "queued" and job.job.due_at > overdue
 
 
-def test_without_the_readiness_library_the_check_fails_with_a_clear_message(
-    draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
-) -> None:
-    def missing(*args: Any, **kw: Any) -> dict[str, Any]:
-        raise memorycompat.PreflightUnavailable("this installation has no readiness checks")
-
-    monkeypatch.setattr(memorycompat, "run_preflight", missing)
-    with django_capture_on_commit_callbacks(execute=True):
-        job = armjobs.start(draft.arms.get(memory_system="none"), "readiness")
-    job.refresh_from_db()
-    assert (job.status, job.error) == ("failed", "this installation has no readiness checks")
-    assert [r.state for r in armjobs.not_ready(draft)] == ["error", "not_checked"]
-
-
 def test_a_crash_inside_a_check_fails_the_job_instead_of_leaving_it_running(
     draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
