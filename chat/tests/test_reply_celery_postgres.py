@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def replysocket_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
+def reply_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     assert connection.vendor == "postgresql" and os.environ.get("REDIS_URL"), "run with scripts/with-services.sh"
     log = tmp_path / "worker.log"
     # CHAT_TOKEN_FLUSH_SECONDS=0: every piece its own frame, so the instant scripted stream shows its tokens
@@ -74,7 +74,7 @@ async def test_a_celery_worker_writes_the_reply_and_streams_it_to_the_socket_thr
     assert "You said: hello from the web on a sunny day in May" in frames[-1]
     msg = await database_sync_to_async(Message.objects.get)(session_id=sid, seq=2)
     assert msg.status == Message.Status.COMPLETE and msg.text == "You said: hello from the web on a sunny day in May"
-    assert "chat.tasks.generate_reply_task" in reply_worker.read_text()
+    assert "runtime.tasks.run_job" in reply_worker.read_text()
     await comm.disconnect()
 
 
@@ -113,7 +113,7 @@ class _SlowEndpoint(BaseHTTPRequestHandler):
             pass
 
 
-def _startsocket_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("a") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--loglevel=INFO",
@@ -136,7 +136,7 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
            "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1", "CHAT_JOB_LEASE_SECONDS": "3",
            "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
     log = tmp_path / "workers.log"
-    first = _startsocket_worker(env, log)
+    first = _start_worker(env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
         cookie, sid = await database_sync_to_async(socket_worker)(study)
@@ -147,7 +147,7 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
         first.kill()  # no goodbye: its lease stops being renewed
         first.wait()
         killed = time.monotonic()
-        second = _startsocket_worker(env, log)
+        second = _start_worker(env, log)
         final = 'id="msg-2" data-seq="2" data-status="complete"'
         seen = ""
         while final not in seen and time.monotonic() - killed < 60:
