@@ -21,10 +21,12 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import queue as queue_module
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any
 
 from celery import signature
 from django.conf import settings
@@ -96,12 +98,7 @@ def pool(lane: str) -> Executor:
                 for fn in _lanes_start:
                     fn()
             if lane in tuple(getattr(settings, "RUNTIME_PROCESS_LANES", ())):
-                _pools[lane] = ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_child_setup,
-                    initargs=(int(getattr(settings, "RUNTIME_PROCESS_NICE", 10)),),
-                )
+                _pools[lane] = ProcessLane(lane, int(getattr(settings, "RUNTIME_PROCESS_NICE", 10)))
             else:
                 size = {"reply": settings.CHAT_REPLY_THREADS, "memory": settings.CHAT_MEMORY_THREADS}.get(lane, 1)
                 _pools[lane] = ThreadPoolExecutor(
@@ -111,13 +108,68 @@ def pool(lane: str) -> Executor:
         return _pools[lane]
 
 
-def _child_setup(nice: int) -> None:
-    """A process lane's child: lower CPU priority, then Django (settings from the inherited environment)."""
+class ProcessLane(Executor):
+    """A lane that is one child process (spawned, so it shares nothing with the web process but the
+    database), at ``nice`` lower CPU priority, running the ids it is sent one after another. The child is a
+    daemon: it ends with the web process (a job it was running is taken back by the sweeper of the next
+    one), instead of holding the web process's exit until a minutes-long check is over. A child that died
+    is started again by the next job sent."""
+
+    def __init__(self, lane: str, nice: int) -> None:
+        self.lane, self.nice = lane, nice
+        self._context = multiprocessing.get_context("spawn")
+        self._queue: Any = None
+        self._child: Any = None
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            if self._child is None or not self._child.is_alive():
+                self._queue = self._context.Queue()
+                self._child = self._context.Process(
+                    target=_child_main, args=(self._queue, self.nice), name=f"memeval-{self.lane}", daemon=True
+                )
+                self._child.start()
+            self._queue.put((fn, args))
+        done: Future[Any] = Future()
+        done.set_result(None)  # sent: what becomes of it is the job's row
+        return done
+
+    def submit_and_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` in the child and return its result (tests: the child's priority)."""
+        with self._context.Manager() as manager:
+            answer = manager.Queue()
+            self.submit(_answer, fn, args, answer)
+            return answer.get(timeout=120)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            if self._child is not None and self._child.is_alive():
+                self._child.terminate()
+                if wait:
+                    self._child.join(10)
+            self._child = None
+
+
+def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
+    answer.put(fn(*args))
+
+
+def _child_main(queue: Any, nice: int) -> None:
+    """A process lane's child: lower CPU priority, then Django (settings from the inherited environment),
+    then the jobs it is sent, one after another."""
     if nice:
         os.nice(nice)
     import django
 
     django.setup()  # the runtime's AppConfig imports runtime.jobs, which registers the runner
+    parent = os.getppid()
+    while os.getppid() == parent:  # a web process killed without its exit handlers leaves no child behind
+        try:
+            fn, args = queue.get(timeout=5)
+        except queue_module.Empty:
+            continue
+        fn(*args)
 
 
 def dispatch(job_id: int, lane: str, *, countdown: float = 0) -> None:
@@ -133,7 +185,7 @@ def dispatch(job_id: int, lane: str, *, countdown: float = 0) -> None:
             task.apply_async(queue=queue_of(lane))
     elif how == "thread":
         executor = pool(lane)
-        target = _in_child if isinstance(executor, ProcessPoolExecutor) else _guarded
+        target = _in_child if isinstance(executor, ProcessLane) else _guarded
         if countdown > 0:
             timer = threading.Timer(countdown, _submit, args=(executor, target, job_id))
             timer.daemon = True
