@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.spec import FAMILIES, TESTS, RatingsError
+from analysis.spec import DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError
 from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="COLUMN[,COLUMN]",
         help="boolean columns: remove only the rows flagged true (e.g. unfinished episodes)",
+    )
+    rep.add_argument(
+        "--duplicates",
+        choices=DUPLICATE_POLICIES,
+        default="refuse",
+        help="rows that are exact copies of another row: refuse the file (default), drop the copies, or keep them "
+        "as distinct conversations (rows that share their keys but differ are always kept, and counted)",
     )
     rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
@@ -208,6 +215,7 @@ def _report(args: argparse.Namespace) -> int:
         exclude=tuple(args.exclude),
         exclude_rows=tuple(args.exclude_rows),
         preregistration=prereg,
+        duplicates=args.duplicates,
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result

@@ -36,6 +36,8 @@ import pandas as pd
 
 from analysis.data import (
     ARM,
+    CONV,
+    REPEATS_ATTR,
     SESSION,
     UNIT,
     WORKER,
@@ -44,6 +46,7 @@ from analysis.data import (
     check_arms,
     data_warnings,
     flag_column,
+    repeated_rows_info,
 )
 from analysis.qc import quality_control
 from analysis.spec import ALPHA, OVERALL, AnalysisSpec, Family, Test
@@ -80,6 +83,7 @@ class Prepared:
     qc: dict[str, Any]
     exclusions: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    repeated_rows: dict[str, Any] = field(default_factory=dict)
     moments: pd.DataFrame | None = None
     _session_units: pd.DataFrame | None = None
 
@@ -145,6 +149,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         "correlations": correlations,
         "mixedlm": mixed,
         "warnings": prep.warnings,
+        "repeated_rows": prep.repeated_rows,
     }
     if spec.preregistration is not None:
         from analysis.prereg import check_preregistration
@@ -159,8 +164,9 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
 def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
     """Steps 1-6: validation, exclusions, z-scores, QC, units and design diagnostics."""
     frame = load(df, spec)
+    repeats = repeated_rows_info(frame, spec)
     frame, excluded, exclusions = apply_exclusions(frame, spec)
-    warnings_ = data_warnings(frame, spec) if len(frame) else []
+    warnings_ = [*repeated_rows_warnings(repeats), *(data_warnings(frame, spec) if len(frame) else [])]
     scored, moments = standardize(frame, spec, warnings_)
     qc = check_quality(scored, spec)
     keep = scored["qc_passed"] & ((scored[ARM] != spec.qc_arm) if spec.qc_arm is not None else True)
@@ -181,7 +187,7 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
     arms = sorted(data[ARM].unique(), key=_natural)
     if spec.reference_arm is not None and arms and spec.reference_arm not in arms:
         raise RatingsError(f"reference arm {spec.reference_arm!r} is not among the analysed arms {arms}")
-    data[_UID] = data.groupby([WORKER, UNIT, ARM], sort=False).ngroup()
+    data[_UID] = data.groupby([WORKER, UNIT, ARM, *([CONV] if CONV in data else [])], sort=False).ngroup()
     data[_WID] = pd.factorize(data[WORKER])[0]
     units = unit_table(data, spec, moments, by=[_UID])
     design = diagnose(data, units, arms, list(spec.metrics), warnings_)
@@ -197,6 +203,7 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
         exclusions=exclusions,
         warnings=warnings_,
         moments=moments,
+        repeated_rows=repeats,
     )
 
 
@@ -204,10 +211,42 @@ def load(df: pd.DataFrame, spec: AnalysisSpec) -> pd.DataFrame:
     """Step 1: the canonical frame in canonical row order (see :func:`canonical_order`)."""
     frame = canonical_frame(df, spec)
     check_arms(spec, frame[ARM].unique().tolist())
+    repeats = repeated_rows_info(frame, spec)
     # Canonical row order: every sum below (worker moments, unit means) then runs in the same order whatever
     # the order of the input rows, so the results do not change in their last bits (which would move
     # Mann-Whitney's tie detection). The index keeps each row's input position for the ratings export.
-    return canonical_order(frame, spec.metrics)
+    frame = canonical_order(frame, spec.metrics)
+    frame.attrs[REPEATS_ATTR] = repeats
+    return frame
+
+
+def repeated_rows_warnings(repeats: Mapping[str, Any]) -> list[str]:
+    """Sentences for ``warnings`` on rows that share their keys (kept) and exact copies (dropped or kept)."""
+    out = []
+    key = ", ".join(repeats["key"])
+    if repeats["rows"]:
+        if repeats["treated_as"].startswith("distinct"):
+            what = (
+                f"they are analysed as {repeats['rows']} distinct conversations, each its own unit (as Ji et al. "
+                "count every conversation); if they are sessions of one unit instead, name the session column"
+            )
+        else:
+            what = "they are analysed as several ratings of the same session, averaged in their unit"
+        out.append(
+            f"{repeats['rows']} rows share their ({key}) with another row in {repeats['groups']} group(s) and differ "
+            f"(CSV lines {', '.join(map(str, repeats['lines'][:5]))}{', ...' if repeats['rows'] > 5 else ''}): {what}"
+        )
+    if repeats["exact_duplicates"]:
+        if repeats["dropped"]:
+            out.append(
+                f"{repeats['dropped']} row(s) were exact copies of an earlier row and were dropped (duplicates: drop)"
+            )
+        else:
+            out.append(
+                f"{repeats['exact_duplicates']} row(s) are exact copies of an earlier row and are kept as distinct "
+                "conversations (duplicates: keep)"
+            )
+    return out
 
 
 def canonical_order(frame: pd.DataFrame, metrics: tuple[str, ...] | list[str]) -> pd.DataFrame:
@@ -604,6 +643,9 @@ def methods_text(result: Mapping[str, Any]) -> str:
     excl = result.get("exclusions") or {}
     if excl.get("filters"):
         parts.append(exclusions_text(excl))
+    rep = result.get("repeated_rows") or {}
+    if rep.get("rows") or rep.get("exact_duplicates"):
+        parts.append(repeated_rows_text(rep))
     if p["reverse"]:
         parts.append(f"Reversed metrics ({', '.join(p['reverse'])}) were scored as 100 - x.")
     parts.append(
@@ -658,6 +700,28 @@ def methods_text(result: Mapping[str, Any]) -> str:
     prereg = result.get("preregistration")
     if prereg:
         parts.append(prereg_text(prereg))
+    return " ".join(parts)
+
+
+def repeated_rows_text(rep: Mapping[str, Any]) -> str:
+    """One or two sentences on rows that share their keys, for the methods paragraph and the LaTeX notes."""
+    parts = []
+    key = ", ".join(rep["key"])
+    if rep.get("rows"):
+        if str(rep["treated_as"]).startswith("distinct"):
+            parts.append(
+                f"{rep['rows']} rows share their ({key}) with another row ({rep['groups']} groups) and differ; they "
+                "were analysed as distinct conversations, each its own unit."
+            )
+        else:
+            parts.append(
+                f"{rep['rows']} rows share their ({key}) with another row ({rep['groups']} groups) and differ; they "
+                "were analysed as several ratings of the same session, averaged in their unit."
+            )
+    if rep.get("dropped"):
+        parts.append(f"{rep['dropped']} exact copies of earlier rows were dropped.")
+    elif rep.get("exact_duplicates"):
+        parts.append(f"{rep['exact_duplicates']} exact copies of earlier rows were kept as distinct conversations.")
     return " ".join(parts)
 
 

@@ -33,6 +33,13 @@ Family = Literal["metric", "all-metrics", "all"]
 FAMILIES: tuple[str, ...] = ("metric", "all-metrics", "all")
 DEFAULT_FAMILY: Family = "metric"
 
+# What to do with rows that are exact copies of another row (every column equal): refuse the table (default: a
+# doubled file once turned p = 0.013 into 0.00045), drop the copies (counted in the report), or keep them as
+# distinct conversations that happen to have the same scores. Rows that share their keys but differ are always
+# kept, as distinct conversations (see analysis.data).
+Duplicates = Literal["refuse", "drop", "keep"]
+DUPLICATE_POLICIES: tuple[str, ...] = ("refuse", "drop", "keep")
+
 
 class RatingsError(ValueError):
     """The ratings table (or the way it is to be analysed) cannot be used as given; the message says what to fix."""
@@ -58,7 +65,8 @@ class AnalysisSpec:
     overall score only when the design needs it (None). ``exclude`` names boolean columns: a worker flagged
     true in any row is removed entirely; ``exclude_rows`` names boolean columns whose flagged rows alone are
     removed. ``preregistration`` is a pre-registration (the dict of :mod:`analysis.prereg`) that the report
-    checks its own settings against.
+    checks its own settings against. ``duplicates`` says what to do with rows that are exact copies of another
+    row (:data:`DUPLICATE_POLICIES`); rows that share their keys but differ are distinct conversations.
     """
 
     worker: str
@@ -78,6 +86,7 @@ class AnalysisSpec:
     exclude: tuple[str, ...] = ()
     exclude_rows: tuple[str, ...] = ()
     preregistration: Mapping[str, Any] | None = None
+    duplicates: Duplicates = "refuse"
 
     def __post_init__(self) -> None:
         for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"):
@@ -88,6 +97,10 @@ class AnalysisSpec:
             object.__setattr__(self, "value_col", "score")
         if self.test not in TESTS:
             raise RatingsError(f"unknown test {self.test!r}; choose one of {', '.join(TESTS)}")
+        if self.duplicates not in DUPLICATE_POLICIES:
+            raise RatingsError(
+                f"unknown duplicates policy {self.duplicates!r}; choose one of {', '.join(DUPLICATE_POLICIES)}"
+            )
         if self.family not in FAMILIES:
             raise RatingsError(f"unknown Holm family {self.family!r}; choose one of {', '.join(FAMILIES)}")
         if not self.metrics:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.report import exclusions_text, family_description, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 
@@ -100,6 +100,21 @@ def _exclusions_summary(result: dict[str, Any]) -> str:
     """The active filters and what each removed, or '' when there are none."""
     excl = result.get("exclusions") or {}
     return exclusions_text(excl) if excl.get("filters") else ""
+
+
+def _repeated_summary(result: dict[str, Any]) -> str:
+    """What happened to rows that share their keys (kept as distinct conversations, copies dropped), or ''."""
+    rep = result.get("repeated_rows") or {}
+    return repeated_rows_text(rep) if rep.get("rows") or rep.get("exact_duplicates") else ""
+
+
+def _notes(result: dict[str, Any]) -> list[str]:
+    """The sentences every format prints about the data and the registration: exclusions, repeated rows and the
+    pre-registration check (each only when it applies)."""
+    notes = [_exclusions_summary(result), _repeated_summary(result)]
+    if result.get("preregistration"):
+        notes.append(prereg_text(result["preregistration"]))
+    return [n for n in notes if n]
 
 
 def _marks(marks: dict[tuple[str, str], list[int]], arm: str, metric: str) -> str:
@@ -317,12 +332,11 @@ def to_latex(result: dict[str, Any]) -> str:
         head += (
             "% names outside ASCII: compile with xelatex or lualatex (or pdflatex with a suitable inputenc/fontenc)\n"
         )
-    excl = _exclusions_summary(result)
-    if excl:
-        head += "% " + excl + "\n"
+    notes = _notes(result)
+    head += "".join("% " + n + "\n" for n in notes)
     if not result["arm_order"]:
         return head + "% no arm tables (" + "; ".join(result["warnings"]) + ")\n"
-    note = " " + _marks_note(result) + (" " + excl if excl else "")
+    note = " " + " ".join([_marks_note(result), *notes])
     parts = []
     if sc == "z":
         h, rows = _arm_rows(result, "z", 3, sup)
