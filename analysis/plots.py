@@ -303,23 +303,27 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         if session is None
         else [p for p in result["pairwise_by_session"] if p.get("session") == session]
     )
-    key = "p_holm" if corrected else "p"
     matrix = np.full((len(arms), len(arms)), np.nan)
+    exploratory = np.zeros((len(arms), len(arms)), dtype=bool)
     idx = {a: i for i, a in enumerate(arms)}
     one_sided = result["params"]["test"] == "mwu-greater"
     for p in source:
         if p["metric"] != metric:
             continue
         i, j = idx[p["a"]], idx[p["b"]]
-        matrix[i, j] = _num(p[key])
+        primary = p.get("primary", True)
+        # a primary comparison's p is Holm-adjusted over the primary family, an exploratory one's within its own
+        value = p.get("p_holm_primary", p["p_holm"]) if primary else p["p_holm"]
+        matrix[i, j] = _num(value if corrected else p["p"])
+        exploratory[i, j] = not primary
         if not one_sided:
-            matrix[j, i] = matrix[i, j]
+            matrix[j, i], exploratory[j, i] = matrix[i, j], exploratory[i, j]
     with matplotlib.rc_context(_RC):
         fig = _figure()
         ax = fig.add_subplot()
         img = ax.imshow(np.where(np.isnan(matrix), 1.0, matrix), cmap=_P_CMAP, vmin=0, vmax=0.1)
         cells = [
-            (i, j, f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001")
+            (i, j, _exploratory_label(f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001", exploratory[i, j]))
             for i in range(len(arms))
             for j in range(len(arms))
             if not np.isnan(matrix[i, j])
@@ -330,9 +334,15 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         title = f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})" + (
             f", session {session}" if session is not None else ""
         )
+        if exploratory[~np.isnan(matrix)].any():
+            title += "\n(in parentheses: exploratory, not confirmatory)"
         ax.set_title(title, fontsize=9, y=1.0)
         _square(fig, ax, img, arms, title, "p")
         return _svg(fig, (ax, cells))
+
+
+def _exploratory_label(text: str, exploratory: bool) -> str:
+    return f"({text})" if exploratory else text
 
 
 def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:

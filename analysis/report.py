@@ -131,6 +131,12 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         if spec.session is not None:
             by_session = _session_table(prep.session_units, prep.arms, list(spec.metrics), prep.z_valid)
     pairwise, pairwise_by_session, families = pairwise_section(prep)
+    primary = primary_section(spec, pairwise, pairwise_by_session)
+    if primary["unmatched"]:
+        prep.warnings.append(
+            "primary comparison(s) with no test in these data (an arm or session that does not occur, or a "
+            "direction the test does not run): " + "; ".join(primary["unmatched"])
+        )
     correlations = _correlations(prep) if prep.arms else []
     mixed = mixed_section(prep)
     if mixed is not None:
@@ -146,6 +152,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         "pairwise": pairwise,
         "pairwise_by_session": pairwise_by_session,
         "families": families,
+        "primary": primary,
         "correlations": correlations,
         "mixedlm": mixed,
         "warnings": prep.warnings,
@@ -451,8 +458,63 @@ def pairwise_section(
         su = prep.session_units if session_units is None else session_units
         for s, rows in sorted(su.groupby(SESSION, sort=False), key=lambda kv: _natural(kv[0])):
             per_session += _pairwise(rows, prep, test, metrics, session=s)
-    families = _holm_families([*whole, *per_session], family)
+    families = _holm_families([*whole, *per_session], family, prep.spec.effective_alpha)
     return whole, per_session, families
+
+
+def primary_section(
+    spec: AnalysisSpec, whole: list[dict[str, Any]], per_session: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Mark every test primary (confirmatory) or exploratory and Holm-correct the primary ones as one family.
+
+    The primary comparisons come from the spec's ``primary`` setting, else from the pre-registration, else the
+    default: every metric and the overall score, every pair of arms, over all sessions (the whole-unit tests;
+    the per-session ones are exploratory). One Holm correction over all of them keeps the chance of any false
+    positive among the primary tests at or under alpha. Each entry gets ``primary`` (bool), ``role``
+    (``"primary"``/``"exploratory"``) and ``p_holm_primary`` (None for exploratory tests, whose ``p_holm`` is
+    corrected within their own family only). Returns the report's ``primary`` section.
+    """
+    comparisons, source = spec.effective_primary
+    alpha = spec.effective_alpha
+    one_sided = spec.test == "mwu-greater"
+    entries = [*whole, *per_session]
+    unmatched: list[str] = []
+    if comparisons is None:
+        chosen = list(whole)
+    else:
+        chosen = [e for e in entries if any(c.covers(e, one_sided) for c in comparisons)]
+        unmatched = [c.label() for c in comparisons if not any(c.covers(e, one_sided) for e in entries)]
+    chosen_ids = {id(e) for e in chosen}
+    for e in entries:
+        e["primary"] = id(e) in chosen_ids
+        e["role"] = "primary" if e["primary"] else "exploratory"
+        e["p_holm_primary"] = None
+    for e, p_adj in zip(chosen, holm([e["p"] for e in chosen]), strict=True):
+        e["p_holm_primary"] = p_adj
+    significant = sum(1 for e in chosen if not _isnan(e["p_holm_primary"]) and e["p_holm_primary"] < alpha)
+    return {
+        "source": source,
+        "comparisons": [c.as_dict() for c in comparisons] if comparisons is not None else None,
+        "description": primary_description(comparisons, source),
+        "tests": sum(1 for e in chosen if not _isnan(e["p"])),
+        "significant": significant,
+        "alpha": alpha,
+        "correction": "holm",
+        "exploratory_tests": sum(1 for e in entries if not e["primary"] and not _isnan(e["p"])),
+        "unmatched": unmatched,
+    }
+
+
+def primary_description(comparisons: Any, source: str) -> str:
+    """Which comparisons are primary, and where that comes from."""
+    if comparisons is None:
+        what = "every metric and the overall score, every pair of arms, over all sessions (the default)"
+    else:
+        what = "; ".join(c.label() for c in comparisons)
+        what += {"setting": " (set for this analysis)", "preregistration": " (from the pre-registration)"}.get(
+            source, ""
+        )
+    return what
 
 
 def _pairwise(
@@ -494,7 +556,7 @@ def _family_id(entry: dict[str, Any], family: Family) -> str:
     return "all tests"
 
 
-def _holm_families(entries: list[dict[str, Any]], family: Family) -> list[dict[str, Any]]:
+def _holm_families(entries: list[dict[str, Any]], family: Family, alpha: float = ALPHA) -> list[dict[str, Any]]:
     """Holm-adjust ``entries`` in place within each family; returns one summary per family."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
@@ -511,7 +573,7 @@ def _holm_families(entries: list[dict[str, Any]], family: Family) -> list[dict[s
                 "tests": sum(1 for e in members if not _isnan(e["p"])),
                 "metrics": list(dict.fromkeys(e["metric"] for e in members)),
                 "sessions": list(dict.fromkeys(e["session"] for e in members if "session" in e)),
-                "significant": sum(1 for e in members if not _isnan(e["p_holm"]) and e["p_holm"] < ALPHA),
+                "significant": sum(1 for e in members if not _isnan(e["p_holm"]) and e["p_holm"] < alpha),
             }
         )
     return out
@@ -680,22 +742,47 @@ def methods_text(result: Mapping[str, Any]) -> str:
     sample = "per-worker mean" if p["test"] != "cluster-t" and not design["z_valid"] else "per-unit"
     parts.append(
         f"Arms were compared on {sample} {'z' if design['z_valid'] else 'raw'} scores with {test}, per metric and "
-        f"overall (and per session); p-values are reported raw and Holm-adjusted. {family_description(result)}. "
+        f"overall (and per session); p-values are reported raw and Holm-adjusted. "
         f"Effect sizes: {'rank-biserial correlation' if p['test'].startswith('mwu') else 'Hedges g'}."
     )
+    prim = result.get("primary")
+    if prim:
+        parts.append(
+            f"Primary (confirmatory) comparisons: {prim['description']}. Their {prim['tests']} tests were "
+            f"Holm-corrected as one family, so the chance of any false positive among them is at most "
+            f"{prim['alpha']}; {prim['significant']} were significant at p < {prim['alpha']}."
+        )
+        if prim["exploratory_tests"]:
+            parts.append(
+                f"The other {prim['exploratory_tests']} tests are exploratory and not confirmatory: "
+                f"{family_description(result)}."
+            )
+    else:
+        parts.append(f"{family_description(result)}.")
     parts.append(
         "Correlations between metrics are Pearson (95% CI by Fisher z) and Spearman, at the rating level (one point "
         "per rated session), the unit level and the arm level (one point per arm), as labelled."
     )
+    mixed = result.get("mixedlm")
+    fitted, failed, unconverged = mixed_status(mixed)
+    model = "a linear mixed model (raw score ~ arm + random intercept per worker) on per-unit mean raw scores"
     if not design["z_valid"]:
         parts.append(
             "Every worker rated one arm only, so per-worker z-scores carry no arm effect; arm-level results use "
-            "raw scores and a linear mixed model with a random intercept per worker."
+            "raw scores" + (f" and {model}" if fitted else "") + "."
         )
-    elif result.get("mixedlm"):
+    elif fitted:
+        parts.append(f"As a robustness check, {model} was fitted ({', '.join(fitted)}).")
+    if unconverged:
         parts.append(
-            "As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
-            "was fitted on per-unit mean raw scores."
+            f"The mixed model did not converge for {', '.join(unconverged)}: its estimates there may be unreliable."
+        )
+    if failed:
+        parts.append(
+            "The mixed model could not be fitted for "
+            + "; ".join(f"{m} ({why})" for m, why in failed.items())
+            + ": no mixed-model estimates are reported there"
+            + (", and the arm comparisons rest on the tests above." if not design["z_valid"] else ".")
         )
     prereg = result.get("preregistration")
     if prereg:
@@ -723,6 +810,24 @@ def repeated_rows_text(rep: Mapping[str, Any]) -> str:
     elif rep.get("exact_duplicates"):
         parts.append(f"{rep['exact_duplicates']} exact copies of earlier rows were kept as distinct conversations.")
     return " ".join(parts)
+
+
+def mixed_status(mixed: Mapping[str, Any] | None) -> tuple[list[str], dict[str, str], list[str]]:
+    """The mixed model's scores that were fitted, those that failed (with why) and those fitted without
+    converging."""
+    fitted: list[str] = []
+    failed: dict[str, str] = {}
+    unconverged: list[str] = []
+    for m, fit in ((mixed or {}).get("models") or {}).items():
+        if fit.get("effects"):
+            fitted.append(m)
+            if not fit.get("converged"):
+                unconverged.append(m)
+        else:
+            reasons = fit.get("warnings") or []
+            fatal = [w for w in reasons if "not fitted" in w or "could not be fitted" in w]
+            failed[m] = "; ".join(fatal or reasons) or "no estimates"
+    return fitted, failed, unconverged
 
 
 def exclusions_text(exclusions: Mapping[str, Any]) -> str:
