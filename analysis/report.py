@@ -131,6 +131,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         if spec.session is not None:
             by_session = _session_table(prep.session_units, prep.arms, list(spec.metrics), prep.z_valid)
     pairwise, pairwise_by_session, families = pairwise_section(prep)
+    prep.warnings += test_warnings(prep)
     primary = primary_section(spec, pairwise, pairwise_by_session)
     if primary["unmatched"]:
         prep.warnings.append(
@@ -460,6 +461,30 @@ def pairwise_section(
             per_session += _pairwise(rows, prep, test, metrics, session=s)
     families = _holm_families([*whole, *per_session], family, prep.spec.effective_alpha)
     return whole, per_session, families
+
+
+# Per-pair false-positive rates of the tests that treat units as independent in within-worker designs
+# (docs/analysis.md, "Calibration": 60 workers, 4 arms, two episodes each; 1,000 null studies).
+INDEPENDENT_TESTS_FPR = {"mwu-greater": 0.070, "mwu-two-sided": 0.076, "welch": 0.082}
+
+
+def test_warnings(prep: Prepared) -> list[str]:
+    """What the report must say about its own test on these data: a test that assumes independent units on a
+    design where workers rated several arms."""
+    out: list[str] = []
+    test = prep.spec.test
+    if test in INDEPENDENT_TESTS_FPR and len(prep.arms) > 1:
+        several = sum(n for k, n in prep.design["arms_per_worker"].items() if int(k) > 1)
+        if several:
+            out.append(
+                f"the {test} test treats units as independent, but {several} of {prep.design['workers']} workers rated "
+                "several arms, so their units are not independent (after per-worker z-scoring a worker's units are "
+                f"strongly negatively correlated): in simulated within-worker studies this test's per-pair "
+                f"false-positive rate was {INDEPENDENT_TESTS_FPR[test]:.3f} instead of 0.05 (docs/analysis.md, "
+                "Calibration). Use the default cluster-t test for inference"
+                + (" (mwu-greater remains for replicating Ji et al.)" if test == "mwu-greater" else "")
+            )
+    return out
 
 
 def primary_section(
