@@ -17,6 +17,7 @@ plots were most of a cold HTML report's time).
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import io
 import math
@@ -134,12 +135,30 @@ def _figure() -> Figure:
         return Figure()
 
 
+# The SVG keeps text as text, so the browser draws it in DejaVu Sans where it has it and in a fallback font
+# (Verdana, Arial, ...) elsewhere, some of them wider: labels get this much room beyond DejaVu's own width.
+_FALLBACK_FONT_ROOM = 1.12
+
+
 def _text_width(text: str, size: float = 9.0) -> float:
-    """Estimated width in inches of ``text`` at ``size`` points: about 0.62 em per character in DejaVu Sans, a
-    full em for wide (e.g. CJK) characters. Generous on purpose: a margin too wide wastes a little white space,
-    one too narrow cuts a label."""
+    """Width in inches of ``text`` at ``size`` points: measured in matplotlib's font (DejaVu Sans; a capital W is
+    a full em, an "i" a third), at least 0.62 em per character and a full em for wide (e.g. CJK) characters,
+    which DejaVu lacks, plus room for a wider fallback font. Generous on purpose: a margin too wide wastes a
+    little white space, one too narrow cuts a label (issue 20: names in capitals were cut)."""
     em = sum(1.0 if unicodedata.east_asian_width(ch) in "WF" else 0.62 for ch in text)
-    return em * size / 72
+    return max(em, _measured_em(text)) * size / 72 * _FALLBACK_FONT_ROOM
+
+
+@functools.lru_cache(maxsize=4096)
+def _measured_em(text: str) -> float:
+    """The width of ``text`` in DejaVu Sans, in ems (font metrics only: nothing is drawn)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        width, _, _ = TextToPath().get_text_width_height_descent(text, FontProperties(size=10), ismath=False)
+    return float(width) / 10
 
 
 def _widest(texts: Iterable[str], size: float = 9.0) -> float:
