@@ -36,7 +36,9 @@ from memory.systems.common import split_sentences  # noqa: E402
 from memory.tests.dialogue import START, run_dialogue  # noqa: E402
 from memory.tests.fake_llm import fake_llm  # noqa: E402
 
-DEFAULT_GVD = Path(__file__).resolve().parents[1] / "memory" / "data" / "gvd" / "memory_bank_en.json"  # in the repository
+DEFAULT_GVD = (
+    Path(__file__).resolve().parents[1] / "memory" / "data" / "gvd" / "memory_bank_en.json"
+)  # in the repository
 
 
 def replies(path: Path) -> list[str]:

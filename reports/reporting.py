@@ -314,7 +314,11 @@ def _correlations(result: dict[str, Any]) -> str | None:
 PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "sessions": ("Overall score per session and arm (95% CI)", _sessions),
     "arms": ("Scores per arm and metric (95% CI)", _arms),
-    "pvalues": ("Pairwise p-values, overall score (Holm-adjusted within its family)", _pvalues),
+    "pvalues": (
+        "Pairwise p-values, overall score (Holm-adjusted: primary comparisons over the primary family, exploratory "
+        "ones, in parentheses, within their own)",
+        _pvalues,
+    ),
     "correlations": ("Metric correlations", _correlations),
 }
 PLOT_NAMES = tuple(PLOTS)

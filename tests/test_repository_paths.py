@@ -55,7 +55,7 @@ def test_the_detector_finds_the_paths_it_is_for_and_leaves_system_and_url_paths_
         'chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)',
         'PGBIN=$(dirname "$(ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n1)")',
         'client.get("/studies/test-study/analysis/")',
-        'TMP=$(mktemp -d /tmp/memeval-services.XXXXXX)',
+        "TMP=$(mktemp -d /tmp/memeval-services.XXXXXX)",
         "derived from shared/data/ji2022-dialogue-eval (provenance, not a read)",
         'DATA = Path(__file__).resolve().parent / "tests" / "data"',
         "url = 'https://example.org/home/page'",

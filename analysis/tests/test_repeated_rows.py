@@ -87,7 +87,9 @@ def test_which_repeated_row_is_which_does_not_depend_on_the_row_order(tmp_path: 
 
 def test_an_exact_copy_of_a_row_is_refused_with_the_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doubled = CSV + "w2,h2,A,90,85\n"
-    with pytest.raises(RatingsError, match=r"1 row\(s\) are exact copies of an earlier row, every column equal \(rows 11\)"):
+    with pytest.raises(
+        RatingsError, match=r"1 row\(s\) are exact copies of an earlier row, every column equal \(rows 11\)"
+    ):
         analyze(read_csv(write(tmp_path, doubled)), **KW)
     assert main([*cli(write(tmp_path, doubled)), "--format", "json"]) == 2
     err = capsys.readouterr().err
