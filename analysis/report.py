@@ -131,8 +131,8 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         if spec.session is not None:
             by_session = _session_table(prep.session_units, prep.arms, list(spec.metrics), prep.z_valid)
     pairwise, pairwise_by_session, families = pairwise_section(prep)
-    prep.warnings += test_warnings(prep)
     primary = primary_section(spec, pairwise, pairwise_by_session)
+    prep.warnings += test_warnings(prep, [*pairwise, *pairwise_by_session])
     if primary["unmatched"]:
         prep.warnings.append(
             "primary comparison(s) with no test in these data (an arm or session that does not occur, or a "
@@ -468,11 +468,35 @@ def pairwise_section(
 INDEPENDENT_TESTS_FPR = {"mwu-greater": 0.070, "mwu-two-sided": 0.076, "welch": 0.082}
 
 
-def test_warnings(prep: Prepared) -> list[str]:
-    """What the report must say about its own test on these data: a test that assumes independent units on a
-    design where workers rated several arms."""
+# The clustered test's per-pair false-positive rate in simulated null studies (analysis.synthetic, within-worker
+# designs with 3 and 4 arms, 6-60 workers; docs/analysis.md, "Small designs") by its Bell-McCaffrey degrees of
+# freedom: about 0.055-0.058 below this many, 0.050-0.052 above.
+SMALL_DF = 20.0
+
+
+def test_warnings(prep: Prepared, entries: list[dict[str, Any]]) -> list[str]:
+    """What the report must say about its own test on these data: the clustered test on too few workers per
+    comparison (slightly liberal), and a test that assumes independent units on a design where workers rated
+    several arms."""
     out: list[str] = []
     test = prep.spec.test
+    if test == "cluster-t":
+        primary = [e for e in entries if e.get("primary") and e.get("df") is not None and not _isnan(e["df"])]
+        small = [e for e in primary if e["df"] < SMALL_DF]
+        if small:
+            lowest = min(e["df"] for e in small)
+            out.append(
+                f"small design: {len(small)} of the {len(primary)} primary comparisons rest on few workers (Bell-McCaffrey "
+                f"degrees of freedom {lowest:.1f} to {max(e['df'] for e in small):.1f}, below {SMALL_DF:g}); in simulated "
+                "null studies of such designs the clustered t-test's false-positive rate per comparison was about "
+                "0.055-0.058 instead of 0.05 (docs/analysis.md, Small designs). Read p-values near the threshold "
+                "with caution; more workers (per pair of arms) remove the excess"
+                + (
+                    "; with fewer than 3 degrees of freedom the test is conservative instead and has little power"
+                    if lowest < 3
+                    else ""
+                )
+            )
     if test in INDEPENDENT_TESTS_FPR and len(prep.arms) > 1:
         several = sum(n for k, n in prep.design["arms_per_worker"].items() if int(k) > 1)
         if several:

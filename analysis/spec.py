@@ -78,7 +78,13 @@ class Comparison:
             unknown = sorted(set(value) - {"metric", "a", "b", "session"})
             if unknown:
                 raise RatingsError(f"a primary comparison has unknown key(s) {unknown} (metric, a, b, session)")
-            return cls(**{k: value.get(k) for k in ("metric", "a", "b", "session")})
+            a, b = value.get("a"), value.get("b")
+            return cls(
+                str(value.get("metric") or ""),
+                None if a is None else str(a),
+                None if b is None else str(b),
+                value.get("session"),
+            )
         text, _, session = str(value).strip().partition("@")
         parts = [t.strip() for t in text.split(":")]
         if len(parts) not in (1, 3):
@@ -86,7 +92,9 @@ class Comparison:
         sess: Any = session.strip() or None
         if sess is not None and sess.isdigit():
             sess = int(sess)
-        return cls(parts[0], *(parts[1:] or [None, None]), session=sess)
+        if len(parts) == 3:
+            return cls(parts[0], parts[1], parts[2], sess)
+        return cls(parts[0], None, None, sess)
 
     def as_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "a": self.a, "b": self.b, "session": self.session}
@@ -156,7 +164,8 @@ class AnalysisSpec:
         for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"):
             object.__setattr__(self, name, _names(getattr(self, name)))
         if self.primary is not None:
-            items = [self.primary] if isinstance(self.primary, (str, Mapping)) else list(self.primary)
+            given: Any = self.primary  # a tuple of Comparisons, strings or dicts, or a single one
+            items = [given] if isinstance(given, (str, Mapping, Comparison)) else list(given)
             primary = tuple(dict.fromkeys(Comparison.of(c) for c in items))
             object.__setattr__(self, "primary", primary)
             unknown_metrics = sorted({c.metric for c in primary} - {OVERALL, *self.metrics})
