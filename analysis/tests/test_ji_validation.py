@@ -41,6 +41,7 @@ def result(ji: pd.DataFrame) -> dict[str, Any]:
 
 
 def test_173_of_248_workers_pass_quality_control(result: dict[str, Any]) -> None:
+    assert result["repeated_rows"]["rows"] == 0  # one row per conversation: nothing merged or dropped
     assert result["qc"]["workers_total"] == 248
     assert result["qc"]["workers_passed"] == 173
     assert len(result["qc"]["failed_workers"]) == 75

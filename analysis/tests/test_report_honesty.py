@@ -48,6 +48,19 @@ def test_no_independence_warning_in_a_nested_design_where_those_tests_compare_wo
     assert not any("treats units as independent" in w for w in res["warnings"])
 
 
+def test_a_design_too_small_for_the_clustered_test_says_so_and_a_large_one_does_not() -> None:
+    small = analyze(synthetic_ratings(120, seed=1), qc_arm="qc", **SYN)  # 10 workers
+    (warning,) = [w for w in small["warnings"] if w.startswith("small design")]
+    dfs = [e["df"] for e in small["pairwise"]]
+    assert f"{len(dfs)} of the {len(dfs)} primary comparisons rest on few workers" in warning
+    assert f"{min(dfs):.1f} to {max(dfs):.1f}, below 20" in warning and "0.055-0.058" in warning
+    large = analyze(synthetic_ratings(1500, seed=1), qc_arm="qc", **SYN)  # 140 workers
+    assert min(e["df"] for e in large["pairwise"]) >= 20
+    assert not any(w.startswith("small design") for w in large["warnings"])
+    welch = analyze(synthetic_ratings(120, seed=1), qc_arm="qc", test="welch", **SYN)
+    assert not any(w.startswith("small design") for w in welch["warnings"])  # about the clustered test only
+
+
 # ---------------------------------------------------------------- 7c: the planner
 def test_the_planner_narrows_a_wide_bracket_instead_of_answering_its_upper_end() -> None:
     # 3 arms, effect 0.7: 60 workers already reach the target and 30 do not; the planner answered 60 (issue 20)
