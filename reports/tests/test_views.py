@@ -143,7 +143,7 @@ def test_the_page_says_which_tests_are_primary_and_marks_the_others_exploratory(
     assert 'id="primary-note"' in text
     assert "Primary comparisons: every metric and the overall score, every pair of arms, over all sessions" in text
     assert "are exploratory, not confirmatory" in text
-    assert "Per session (overall) <span class=\"explsig-label\">exploratory, not confirmatory</span>" in text
+    assert 'Per session (overall) <span class="explsig-label">exploratory, not confirmatory</span>' in text
     assert '<td class="role">primary</td>' in text and '<td class="role">exploratory</td>' in text
     assert "p<sub>Holm</sub> (primary family)" in text
     # the primary comparison of the 20-point difference is bold (significant over the primary family)
