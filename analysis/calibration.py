@@ -1,7 +1,7 @@
 """Calibration: how often each test raises a false alarm, covers the truth and finds a real difference.
 
 ``python -m analysis calibrate`` simulates many studies of one design (:func:`analysis.synthetic.simulate_study`)
-and runs the report's own steps on them (:func:`analysis.report.prepare`, :func:`analysis.report.pairwise_section`,
+and runs the report's own steps on them (:func:`analysis.report.prepare`, :func:`analysis.comparisons.pairwise_section`,
 :func:`analysis.stats.mixedlm_arm_effects`), so the figures describe the code a researcher runs. For each test:
 
 * **family-wise false-positive rate** (null studies, no arm differs): the share of studies with at least one
@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.comparisons import pairwise_section, primary_section
 from analysis.data import ARM, WORKER
-from analysis.report import Prepared, pairwise_section, prepare, primary_section
+from analysis.report import Prepared, prepare
 from analysis.spec import ALPHA, OVERALL, TESTS, AnalysisSpec, Family, Test
 from analysis.stats import holm, mixedlm_arm_effects
 from analysis.synthetic import QC_ARM, StudyDesign, VarianceComponents, simulate_study

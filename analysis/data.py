@@ -46,6 +46,8 @@ KEYS = (WORKER, UNIT, ARM, SESSION)
 # distinct conversations. CONV numbers them (0, 1, ...) and is part of the unit; REPEATS_ATTR is the frame
 # attribute holding the report's ``repeated_rows`` section.
 CONV = "_conv"
+# Columns the report adds to the analysed ratings: the unit's number and the worker's (analysis.report.prepare).
+UID, WID = "_uid", "_wid"
 REPEATS_ATTR = "memeval_repeated_rows"
 SCORE_MIN, SCORE_MAX = 0.0, 100.0
 _TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})

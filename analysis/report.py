@@ -28,18 +28,29 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import combinations, permutations
+from itertools import combinations
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
+from analysis.comparisons import (
+    SMALL_DF,
+    family_description,
+    natural_key,
+    pairwise_section,
+    primary_description,
+    primary_section,
+    test_warnings,
+)
 from analysis.data import (
     ARM,
     CONV,
     REPEATS_ATTR,
     SESSION,
+    UID,
     UNIT,
+    WID,
     WORKER,
     RatingsError,
     canonical_frame,
@@ -48,17 +59,38 @@ from analysis.data import (
     flag_column,
     repeated_rows_info,
 )
+from analysis.methods import exclusions_text, methods_text, mixed_status, prereg_text, repeated_rows_text
 from analysis.qc import quality_control
-from analysis.spec import ALPHA, OVERALL, AnalysisSpec, Family, Test
+from analysis.spec import ALPHA, OVERALL, AnalysisSpec
 from analysis.standardize import standardize_values, worker_moments, zscore_per_worker
-from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm, mixedlm_arm_effects
+from analysis.stats import correlate, grouped_mean_ci, mixedlm_arm_effects
 
-__all__ = ["OVERALL", "Analysis", "AnalysisSpec", "Prepared", "analyze", "prepare", "run", "to_jsonable"]
+__all__ = [
+    "OVERALL",
+    "SMALL_DF",
+    "Analysis",
+    "AnalysisSpec",
+    "Prepared",
+    "analyze",
+    "exclusions_text",
+    "family_description",
+    "methods_text",
+    "mixed_status",
+    "pairwise_section",
+    "prepare",
+    "prereg_text",
+    "primary_description",
+    "primary_section",
+    "repeated_rows_text",
+    "run",
+    "test_warnings",
+    "to_jsonable",
+]  # fmt: skip  (the tests and messages moved to analysis.comparisons and analysis.methods)
 
 # z-scores (and per-unit mean z) are rounded to this many decimals, far below any reported precision, so
 # that scores that are equal in exact arithmetic are equal as floats (ties stay ties in rank tests).
 Z_DECIMALS = 12
-_UID, _WID = "_uid", "_wid"
+_UID, _WID = UID, WID
 
 
 @dataclass
@@ -192,7 +224,7 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
             f"{qc['workers_total']} workers passed QC): no arm tables, tests or correlations; "
             "the QC section lists the failed workers and their reasons"
         )
-    arms = sorted(data[ARM].unique(), key=_natural)
+    arms = sorted(data[ARM].unique(), key=natural_key)
     if spec.reference_arm is not None and arms and spec.reference_arm not in arms:
         raise RatingsError(f"reference arm {spec.reference_arm!r} is not among the analysed arms {arms}")
     data[_UID] = data.groupby([WORKER, UNIT, ARM, *([CONV] if CONV in data else [])], sort=False).ngroup()
@@ -306,7 +338,7 @@ def apply_exclusions(frame: pd.DataFrame, spec: AnalysisSpec) -> tuple[pd.DataFr
         )
     kept = frame[~drop]
     removed = frame[drop].assign(_excluded_by=[",".join(r) for r, d in zip(reasons, drop, strict=True) if d])
-    gone = sorted(set(frame[WORKER]) - set(kept[WORKER]), key=_natural)
+    gone = sorted(set(frame[WORKER]) - set(kept[WORKER]), key=natural_key)
     section.update(
         workers_after=int(kept[WORKER].nunique()),
         workers_removed=len(gone),
@@ -430,220 +462,6 @@ def diagnose(
     return design
 
 
-# ---------------------------------------------------------------------------------------------- tests
-def pairwise_section(
-    prep: Prepared,
-    test: Test | None = None,
-    family: Family | None = None,
-    sessions: bool = True,
-    units: pd.DataFrame | None = None,
-    session_units: pd.DataFrame | None = None,
-    overall_only: bool = False,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Pairwise tests for the whole units and (with ``sessions``) per session, Holm-adjusted per family.
-
-    Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``. ``units`` and
-    ``session_units`` default to the prepared study's; the calibration passes one simulated study's rows at a
-    time out of many prepared together; ``overall_only`` (the planner, with one family per metric) skips the
-    per-metric tests.
-    """
-    test = test or prep.spec.test
-    family = family or prep.spec.family
-    if len(prep.arms) < 1:
-        return [], [], []
-    units = prep.units if units is None else units
-    metrics = [OVERALL] if overall_only else [OVERALL, *prep.spec.metrics]
-    whole = _pairwise(units, prep, test, metrics)
-    per_session: list[dict[str, Any]] = []
-    if sessions and prep.spec.session is not None:
-        su = prep.session_units if session_units is None else session_units
-        for s, rows in sorted(su.groupby(SESSION, sort=False), key=lambda kv: _natural(kv[0])):
-            per_session += _pairwise(rows, prep, test, metrics, session=s)
-    families = _holm_families([*whole, *per_session], family, prep.spec.effective_alpha)
-    return whole, per_session, families
-
-
-# Per-pair false-positive rates of the tests that treat units as independent in within-worker designs
-# (docs/analysis.md, "Calibration": 60 workers, 4 arms, two episodes each; 1,000 null studies).
-INDEPENDENT_TESTS_FPR = {"mwu-greater": 0.070, "mwu-two-sided": 0.076, "welch": 0.082}
-
-
-# The clustered test's per-pair false-positive rate in simulated null studies (bench/bench_small_designs.py:
-# within-worker, 4 arms, 10-60 workers; docs/analysis.md, "Small designs") by its Bell-McCaffrey degrees of
-# freedom: 0.055-0.059 from 5 to 16 (95% intervals above 0.05), 0.051-0.054 above (intervals reaching 0.05),
-# 0.016 below 3 (conservative).
-SMALL_DF = 16.0
-
-
-def test_warnings(prep: Prepared, entries: list[dict[str, Any]]) -> list[str]:
-    """What the report must say about its own test on these data: the clustered test on too few workers per
-    comparison (slightly liberal), and a test that assumes independent units on a design where workers rated
-    several arms."""
-    out: list[str] = []
-    test = prep.spec.test
-    if test == "cluster-t":
-        primary = [e for e in entries if e.get("primary") and e.get("df") is not None and not _isnan(e["df"])]
-        small = [e for e in primary if e["df"] < SMALL_DF]
-        if small:
-            lowest = min(e["df"] for e in small)
-            out.append(
-                f"small design: {len(small)} of the {len(primary)} primary comparisons rest on few workers (Bell-McCaffrey "
-                f"degrees of freedom {lowest:.1f} to {max(e['df'] for e in small):.1f}, below {SMALL_DF:g}); in simulated "
-                "null studies of such designs the clustered t-test's false-positive rate per comparison was about "
-                "0.055-0.059 instead of 0.05 (docs/analysis.md, Small designs). Read p-values near the threshold "
-                "with caution; more workers (per pair of arms) remove the excess"
-                + (
-                    "; with fewer than 3 degrees of freedom the test is conservative instead and has little power"
-                    if lowest < 3
-                    else ""
-                )
-            )
-    if test in INDEPENDENT_TESTS_FPR and len(prep.arms) > 1:
-        several = sum(n for k, n in prep.design["arms_per_worker"].items() if int(k) > 1)
-        if several:
-            out.append(
-                f"the {test} test treats units as independent, but {several} of {prep.design['workers']} workers rated "
-                "several arms, so their units are not independent (after per-worker z-scoring a worker's units are "
-                f"strongly negatively correlated): in simulated within-worker studies this test's per-pair "
-                f"false-positive rate was {INDEPENDENT_TESTS_FPR[test]:.3f} instead of 0.05 (docs/analysis.md, "
-                "Calibration). Use the default cluster-t test for inference"
-                + (" (mwu-greater remains for replicating Ji et al.)" if test == "mwu-greater" else "")
-            )
-    return out
-
-
-def primary_section(
-    spec: AnalysisSpec, whole: list[dict[str, Any]], per_session: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Mark every test primary (confirmatory) or exploratory and Holm-correct the primary ones as one family.
-
-    The primary comparisons come from the spec's ``primary`` setting, else from the pre-registration, else the
-    default: every metric and the overall score, every pair of arms, over all sessions (the whole-unit tests;
-    the per-session ones are exploratory). One Holm correction over all of them keeps the chance of any false
-    positive among the primary tests at or under alpha. Each entry gets ``primary`` (bool), ``role``
-    (``"primary"``/``"exploratory"``) and ``p_holm_primary`` (None for exploratory tests, whose ``p_holm`` is
-    corrected within their own family only). Returns the report's ``primary`` section.
-    """
-    comparisons, source = spec.effective_primary
-    alpha = spec.effective_alpha
-    one_sided = spec.test == "mwu-greater"
-    entries = [*whole, *per_session]
-    unmatched: list[str] = []
-    if comparisons is None:
-        chosen = list(whole)
-    else:
-        chosen = [e for e in entries if any(c.covers(e, one_sided) for c in comparisons)]
-        unmatched = [c.label() for c in comparisons if not any(c.covers(e, one_sided) for e in entries)]
-    chosen_ids = {id(e) for e in chosen}
-    for e in entries:
-        e["primary"] = id(e) in chosen_ids
-        e["role"] = "primary" if e["primary"] else "exploratory"
-        e["p_holm_primary"] = None
-    for e, p_adj in zip(chosen, holm([e["p"] for e in chosen]), strict=True):
-        e["p_holm_primary"] = p_adj
-    significant = sum(1 for e in chosen if not _isnan(e["p_holm_primary"]) and e["p_holm_primary"] < alpha)
-    return {
-        "source": source,
-        "comparisons": [c.as_dict() for c in comparisons] if comparisons is not None else None,
-        "description": primary_description(comparisons, source),
-        "tests": sum(1 for e in chosen if not _isnan(e["p"])),
-        "significant": significant,
-        "alpha": alpha,
-        "correction": "holm",
-        "exploratory_tests": sum(1 for e in entries if not e["primary"] and not _isnan(e["p"])),
-        "unmatched": unmatched,
-    }
-
-
-def primary_description(comparisons: Any, source: str) -> str:
-    """Which comparisons are primary, and where that comes from."""
-    if comparisons is None:
-        what = "every metric and the overall score, every pair of arms, over all sessions (the default)"
-    else:
-        what = "; ".join(c.label() for c in comparisons)
-        what += {"setting": " (set for this analysis)", "preregistration": " (from the pre-registration)"}.get(
-            source, ""
-        )
-    return what
-
-
-def _pairwise(
-    units: pd.DataFrame, prep: Prepared, test: Test, metrics: list[str], session: Any = None
-) -> list[dict[str, Any]]:
-    """Every ordered pair of arms for one-sided tests, else every pair, on every metric (no correction yet)."""
-    pairs = list(permutations(prep.arms, 2)) if test == "mwu-greater" else list(combinations(prep.arms, 2))
-    cols = [f"{prep.prefix}{m}" for m in metrics]
-    sample = "units"
-    if test != "cluster-t" and not prep.z_valid:
-        # Nested design: a worker's episodes share that worker's leniency, so they are not independent draws
-        # of the arm. Rank and Welch tests compare per-worker means (the worker is nested in the arm); the
-        # cluster test handles the dependence itself.
-        units = units.groupby([_WID, ARM], sort=False)[cols].mean().reset_index()
-        sample = "worker means"
-    arm = units[ARM].to_numpy()
-    values = units[cols].to_numpy(dtype=float)
-    wid = units[_WID].to_numpy()
-    rows = {a: np.flatnonzero(arm == a) for a in prep.arms}
-    out: list[dict[str, Any]] = []
-    scale = prep.prefix.rstrip("_")
-    for a, b in pairs:
-        ra, rb = rows[a], rows[b]
-        results = compare_columns(values[ra], values[rb], test, wid[ra], wid[rb])
-        for m, res in zip(metrics, results, strict=True):
-            entry = {"metric": m, "a": a, "b": b, "test": test, "scale": scale, "sample": sample, **res}
-            if session is not None:
-                entry["session"] = session
-            out.append(entry)
-    return out
-
-
-def _family_id(entry: dict[str, Any], family: Family) -> str:
-    scope = f"session {entry['session']}: " if "session" in entry else ""
-    if family == "metric":
-        return scope + str(entry["metric"])
-    if family == "all-metrics":
-        return scope + "all metrics"
-    return "all tests"
-
-
-def _holm_families(entries: list[dict[str, Any]], family: Family, alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Holm-adjust ``entries`` in place within each family; returns one summary per family."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        e["family"] = _family_id(e, family)
-        groups.setdefault(e["family"], []).append(e)
-    out = []
-    for fid, members in groups.items():
-        for e, p_holm in zip(members, holm([e["p"] for e in members]), strict=True):
-            e["p_holm"] = p_holm
-        out.append(
-            {
-                "id": fid,
-                "kind": family,
-                "tests": sum(1 for e in members if not _isnan(e["p"])),
-                "metrics": list(dict.fromkeys(e["metric"] for e in members)),
-                "sessions": list(dict.fromkeys(e["session"] for e in members if "session" in e)),
-                "significant": sum(1 for e in members if not _isnan(e["p_holm"]) and e["p_holm"] < alpha),
-            }
-        )
-    return out
-
-
-def family_description(result: Mapping[str, Any]) -> str:
-    """One sentence saying what a Holm family is in this report (for captions and the methods text)."""
-    kind = result["params"]["family"]
-    unit = "unit" if result["params"]["session"] is None else "episode"
-    scopes = f"for the whole {unit}" + (" and separately for each session" if result["params"]["session"] else "")
-    if kind == "metric":
-        return (
-            "Holm correction within each family of one metric (or the overall score): the comparisons between arms "
-            f"on that metric, {scopes}; marks in different rows or tables are not corrected for each other"
-        )
-    if kind == "all-metrics":
-        return f"Holm correction within each family of all metrics and the overall score together, {scopes}"
-    return "Holm correction over one family holding every test of the report (all metrics, the overall score, all sessions)"
-
-
 # ---------------------------------------------------------------------------------------------- mixed model
 def mixed_section(prep: Prepared) -> dict[str, Any] | None:
     """The mixed model on per-unit mean raw scores: on request, or for the overall score in a nested design."""
@@ -702,7 +520,7 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
     table = _grouped(su, [ARM, SESSION], metrics)
     out = []
     for a in arms:
-        for s in sorted(table.loc[a].index, key=_natural):
+        for s in sorted(table.loc[a].index, key=natural_key):
             n, fields = _row_summary(cast(pd.Series, table.loc[(a, s)]), metrics, z_valid)
             out.append({"arm": a, "session": s, "n_units": n, **fields})
     return out
@@ -747,167 +565,6 @@ def _ratings_export(prep: Prepared) -> pd.DataFrame:
     return out.sort_index().reset_index(drop=True)  # back to the input's row order
 
 
-# ---------------------------------------------------------------------------------------------- methods
-def methods_text(result: Mapping[str, Any]) -> str:
-    """A methods paragraph for the report: exclusions, standardization, QC, which test, which families."""
-    p, qc, design = result["params"], result["qc"], result["design"]
-    parts = []
-    excl = result.get("exclusions") or {}
-    if excl.get("filters"):
-        parts.append(exclusions_text(excl))
-    rep = result.get("repeated_rows") or {}
-    if rep.get("rows") or rep.get("exact_duplicates"):
-        parts.append(repeated_rows_text(rep))
-    if p["reverse"]:
-        parts.append(f"Reversed metrics ({', '.join(p['reverse'])}) were scored as 100 - x.")
-    parts.append(
-        "Scores were standardized per worker over all of that worker's ratings (all metrics, arms and sessions, "
-        "the QC arm included), z = (x - mean) / (SD + 1e-6) with the sample SD (ddof = 1), as Ji et al. (2022)."
-    )
-    if p["qc_arm"]:
-        parts.append(
-            f"Quality control: for each worker a one-sided Mann-Whitney U test of the scores given to the degraded "
-            f"arm '{p['qc_arm']}' against those given to the other arms on {', '.join(qc['metrics'])}; workers "
-            f"passed at p < {qc['alpha']}, workers with zero variance failed. {qc['workers_passed']} of "
-            f"{qc['workers_total']} workers passed; the {len(qc['failed_workers'])} who failed and the QC arm are "
-            "excluded from everything below."
-        )
-    if not result["arm_order"]:
-        parts.append("No ratings were left to compare the arms, so there are no arm tables, tests or correlations.")
-        return " ".join(parts)
-    parts.append(
-        f"The unit of analysis is one ({p['unit']}, {p['arm']}) combination of a worker ({design['units']} units from "
-        f"{design['workers']} workers); a unit's score on a metric is its mean over sessions and its overall score "
-        "the mean of all its scores. Means come with 95% Student-t confidence intervals over units."
-    )
-    test = {
-        "cluster-t": "two-sided t-tests of the difference in mean scores with standard errors clustered by worker "
-        "(CR2 sandwich with Bell-McCaffrey degrees of freedom; Pustejovsky & Tipton 2018), for every pair of arms, "
-        "so that a worker's units are not treated as independent",
-        "mwu-greater": "one-sided Mann-Whitney U tests (alternative: the first arm scores higher) for every ordered "
-        "pair of arms, treating units as independent (Ji et al.'s replication mode)",
-        "mwu-two-sided": "two-sided Mann-Whitney U tests for every pair of arms, treating units as independent",
-        "welch": "two-sided Welch t-tests for every pair of arms, treating units as independent",
-    }[p["test"]]
-    sample = "per-worker mean" if p["test"] != "cluster-t" and not design["z_valid"] else "per-unit"
-    parts.append(
-        f"Arms were compared on {sample} {'z' if design['z_valid'] else 'raw'} scores with {test}, per metric and "
-        f"overall (and per session); p-values are reported raw and Holm-adjusted. "
-        f"Effect sizes: {'rank-biserial correlation' if p['test'].startswith('mwu') else 'Hedges g'}."
-    )
-    prim = result.get("primary")
-    if prim:
-        parts.append(
-            f"Primary (confirmatory) comparisons: {prim['description']}. Their {prim['tests']} tests were "
-            f"Holm-corrected as one family, so the chance of any false positive among them is at most "
-            f"{prim['alpha']}; {prim['significant']} were significant at p < {prim['alpha']}."
-        )
-        if prim["exploratory_tests"]:
-            parts.append(
-                f"The other {prim['exploratory_tests']} tests are exploratory and not confirmatory: "
-                f"{family_description(result)}."
-            )
-    else:
-        parts.append(f"{family_description(result)}.")
-    parts.append(
-        "Correlations between metrics are Pearson (95% CI by Fisher z) and Spearman, at the rating level (one point "
-        "per rated session), the unit level and the arm level (one point per arm), as labelled."
-    )
-    mixed = result.get("mixedlm")
-    fitted, failed, unconverged = mixed_status(mixed)
-    model = "a linear mixed model (raw score ~ arm + random intercept per worker) on per-unit mean raw scores"
-    if not design["z_valid"]:
-        parts.append(
-            "Every worker rated one arm only, so per-worker z-scores carry no arm effect; arm-level results use "
-            "raw scores" + (f" and {model}" if fitted else "") + "."
-        )
-    elif fitted:
-        parts.append(f"As a robustness check, {model} was fitted ({', '.join(fitted)}).")
-    if unconverged:
-        parts.append(
-            f"The mixed model did not converge for {', '.join(unconverged)}: its estimates there may be unreliable."
-        )
-    if failed:
-        parts.append(
-            "The mixed model could not be fitted for "
-            + "; ".join(f"{m} ({why})" for m, why in failed.items())
-            + ": no mixed-model estimates are reported there"
-            + (", and the arm comparisons rest on the tests above." if not design["z_valid"] else ".")
-        )
-    prereg = result.get("preregistration")
-    if prereg:
-        parts.append(prereg_text(prereg))
-    return " ".join(parts)
-
-
-def repeated_rows_text(rep: Mapping[str, Any]) -> str:
-    """One or two sentences on rows that share their keys, for the methods paragraph and the LaTeX notes."""
-    parts = []
-    key = ", ".join(rep["key"])
-    if rep.get("rows"):
-        if str(rep["treated_as"]).startswith("distinct"):
-            parts.append(
-                f"{rep['rows']} rows share their ({key}) with another row ({rep['groups']} groups) and differ; they "
-                "were analysed as distinct conversations, each its own unit."
-            )
-        else:
-            parts.append(
-                f"{rep['rows']} rows share their ({key}) with another row ({rep['groups']} groups) and differ; they "
-                "were analysed as several ratings of the same session, averaged in their unit."
-            )
-    if rep.get("dropped"):
-        parts.append(f"{rep['dropped']} exact copies of earlier rows were dropped.")
-    elif rep.get("exact_duplicates"):
-        parts.append(f"{rep['exact_duplicates']} exact copies of earlier rows were kept as distinct conversations.")
-    return " ".join(parts)
-
-
-def mixed_status(mixed: Mapping[str, Any] | None) -> tuple[list[str], dict[str, str], list[str]]:
-    """The mixed model's scores that were fitted, those that failed (with why) and those fitted without
-    converging."""
-    fitted: list[str] = []
-    failed: dict[str, str] = {}
-    unconverged: list[str] = []
-    for m, fit in ((mixed or {}).get("models") or {}).items():
-        if fit.get("effects"):
-            fitted.append(m)
-            if not fit.get("converged"):
-                unconverged.append(m)
-        else:
-            reasons = fit.get("warnings") or []
-            fatal = [w for w in reasons if "not fitted" in w or "could not be fitted" in w]
-            failed[m] = "; ".join(fatal or reasons) or "no estimates"
-    return fitted, failed, unconverged
-
-
-def exclusions_text(exclusions: Mapping[str, Any]) -> str:
-    """'Exclusions (before standardization): ...' with the number of workers each filter removed."""
-    items = []
-    for f in exclusions["filters"]:
-        if f["level"] == "worker":
-            items.append(f"workers flagged in '{f['column']}' ({f['workers_removed']} removed)")
-        else:
-            items.append(
-                f"rows flagged in '{f['column']}' ({f['rows_removed']} rows; {f['workers_removed']} workers left "
-                "with nothing)"
-            )
-    return (
-        "Exclusions, applied before standardization and quality control: "
-        + "; ".join(items)
-        + f". {exclusions['workers_removed']} of {exclusions['workers_before']} workers were removed in all."
-    )
-
-
-def prereg_text(prereg: Mapping[str, Any]) -> str:
-    """One sentence on the pre-registration check."""
-    head = f"Pre-registration {str(prereg.get('sha256') or '')[:12]}"
-    if not prereg.get("hash_ok"):
-        return head + ": its hash does not match its content (the file was altered after registration)."
-    if prereg.get("matches"):
-        return head + ": the analysis settings match the registered ones."
-    return head + ": the analysis departs from it (" + "; ".join(prereg.get("differences") or []) + ")."
-
-
 # ---------------------------------------------------------------------------------------------- helpers
 def to_jsonable(obj: Any) -> Any:
     """Plain Python types only; NaN and infinities become None (JSON null)."""
@@ -925,14 +582,3 @@ def to_jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, str):
         return obj
     return str(obj)
-
-
-def _isnan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def _natural(value: Any) -> tuple[int, Any]:
-    """Sort numbers numerically before text, text alphabetically."""
-    if isinstance(value, (int, np.integer)):
-        return (0, int(value))
-    return (1, str(value))

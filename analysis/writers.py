@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.report import exclusions_text, family_description, prereg_text, repeated_rows_text
+from analysis.comparisons import family_description
+from analysis.methods import exclusions_text, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 

@@ -6,10 +6,10 @@
 
 Simulates null studies of a within-worker design (analysis.synthetic.simulate_study: every worker does two
 five-session episodes with different arms, 5 metrics, the default variance components) and runs the report's
-own cluster-t on the overall score of each (analysis.report.pairwise_section). Prints, per number of workers,
+own cluster-t on the overall score of each (analysis.comparisons.pairwise_section). Prints, per number of workers,
 the family-wise false-positive rate (any Holm-significant pair, one family) with its 95% Wilson interval, the
 per-pair rate (raw p < 0.05) and the median Bell-McCaffrey degrees of freedom of the tests; then the per-pair
-rate by degrees of freedom over all sizes. The report's small-design warning (analysis.report.SMALL_DF) rests on
+rate by degrees of freedom over all sizes. The report's small-design warning (analysis.comparisons.SMALL_DF) rests on
 the last table.
 """
 
@@ -41,7 +41,7 @@ def main() -> int:
     import numpy as np
 
     from analysis.calibration import prepared_studies
-    from analysis.report import pairwise_section
+    from analysis.comparisons import pairwise_section
     from analysis.spec import OVERALL
     from analysis.synthetic import StudyDesign, VarianceComponents
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.comparisons import family_description
+from analysis.methods import exclusions_text, prereg_text
 from analysis.spec import ALPHA, OVERALL
 from analysis.writers import fmt_p, primary_note
 
