@@ -229,6 +229,7 @@ def preflight(
     assert isinstance(system, BaseSystem)
     probes_available = len(calibration()["probes"])
     settings = {
+        "embedder": getattr(embedder, "name", None),
         "max_probes": max_probes,
         "reply_max_tokens": reply_max_tokens,
         "reply_temperature": reply_temperature,
@@ -345,11 +346,16 @@ def render_text(result: Readiness) -> str:
         lines.append(f"  {VERDICT_NAMES[key]}: {state}{detail}{note}")
     lines.append("  " + _how(result))
     for c in result.checks:
+        if c.passed is None and c.n == 0:
+            continue  # not reached: listed below
         mark = {True: "ok  ", False: "FAIL", None: "open"}[c.passed]
         lines.append(f"  {mark} {c.name}: {c.score:g} (needs {c.direction} {c.threshold:g}): {c.why}")
         if c.passed is False:
             for ex in c.examples[:2]:
                 lines.append(f"         e.g. {json.dumps(ex, ensure_ascii=False)[:300]}")
+    unreached = [c.name for c in result.checks if c.passed is None and c.n == 0]
+    if unreached:
+        lines.append(f"  not reached (the verdict was settled first): {', '.join(unreached)}")
     return "\n".join(lines) + "\n"
 
 

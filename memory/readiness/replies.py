@@ -260,7 +260,7 @@ def reply_checks(records: list[dict[str, Any]], items: list[Any], max_tokens: in
         (r, rec) for (r, (kind, what)), rec in zip(pairs, recs, strict=True) if kind == "probe" and what["delivered"]
     ]
     right = [not failed(r) and r["right"] for r, _ in probes]
-    if any(kind == "probe" for kind, _ in items):
+    if delivered_planned:  # when the memory delivered no answer, there is nothing to recall: not judged
         checks.append(
             rate(
                 "probe_answers_recalled",

@@ -25,7 +25,7 @@ from memory.llm import REPLY_TEMPERATURE, Completion, LLMError, LocalLLM, OpenAI
 from memory.preflight import llm_free_verdicts, preflight
 from memory.readiness import replies
 from memory.readiness.core import MECHANISM, REPLY_MODEL, Check, Task, calibration, rate, safe
-from memory.readiness.replies import uses_memory
+from memory.readiness.replies import ReplyRecord, reply_checks, uses_memory
 from memory.tests.capable_fake import capable_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -268,3 +268,18 @@ def test_the_readiness_code_is_split_by_feature_and_no_module_is_over_800_lines(
     assert len(sizes) >= 4 and max(sizes.values()) <= 800, sizes
     source = (ROOT / "memory" / "preflight.py").read_text(encoding="utf-8")
     assert "memory.systems" not in source  # no ladder over the arms: each declares its own tasks
+
+
+def test_the_reply_model_is_not_judged_on_recall_when_the_memory_delivered_no_answer() -> None:
+    def reply(kind: str) -> ReplyRecord:
+        return ReplyRecord(kind, "q?", "A full sentence.", "stop", 10.0, [], None, False, wall_ms=10.0)
+
+    probe = {"probe": {"question": "q?", "answer": [["x"]]}, "delivered": False}
+    items = [("probe", probe), ("message", "Hi!"), ("opener", 0)]
+    records = [{"record": reply("probe"), "delivered": False, "right": False}, {"record": reply("message")},
+               {"record": reply("opener")}]  # fmt: skip
+    names = [c.name for c in reply_checks(records, items, 120)]
+    assert "probe_answers_recalled" not in names and "reply_sentence_complete" in names
+    delivered = [("probe", {**probe, "delivered": True}), *items[1:]]
+    recalled = next(c for c in reply_checks(records, delivered, 120) if c.name == "probe_answers_recalled")
+    assert recalled.passed is False and recalled.planned == 1
