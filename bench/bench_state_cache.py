@@ -6,7 +6,7 @@ per-process cache of parsed states (chat/state.py), for ld_agent and tim at 10k 
 
 The states are those of bench/bench_memory_retrieval.py (synthetic user facts with their wordllama
 vector block), stored as an episode's ``memory_state`` in a fresh database (a temporary SQLite file
-unless DATABASE_URL is set; migrated here). A reply does what ``chat.services._reply_attempt`` does with
+unless DATABASE_URL is set; migrated here). A reply does what ``chat.replies._reply_attempt`` does with
 the version its session row carried: ``state.for_reply(episode, version)`` then ``compose`` (the model
 is not called). Milliseconds of CPU time of the calling thread (``time.thread_time``; on SQLite the
 database work is in this thread too, on PostgreSQL the server's share is not), median over the

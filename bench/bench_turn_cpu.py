@@ -48,13 +48,13 @@ def main() -> None:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from chat import services
+    from chat import assignment, jobs
     from chat.consumers import ChatConsumer
     from studies.models import Arm, Participant, Study
 
     call_command("migrate", verbosity=0)
     frames: list[str] = []
-    services.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
+    jobs.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
     study = Study.objects.create(name="bench", status=Study.Status.OPEN, sessions_per_episode=1,
                                  episodes_per_worker=1, min_user_turns=1, max_turns_per_session=100_000,
                                  max_messages_per_minute=100_000)  # fmt: skip
@@ -63,8 +63,8 @@ def main() -> None:
     session_ids = []
     for i in range(args.sessions):
         p = Participant.objects.create(study=study, external_id=f"w{i}", source="invite", consented_at=timezone.now())
-        services.assign_episode(p)
-        session = services.current_session(p)
+        assignment.assign_episode(p)
+        session = assignment.current_session(p)
         assert session is not None
         session_ids.append(session.pk)
 

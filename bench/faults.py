@@ -332,7 +332,7 @@ def create_workers(n: int, tag: str) -> list[tuple[str, int]]:
     from django.contrib.sessions.backends.db import SessionStore
     from django.utils import timezone
 
-    from chat import services
+    from chat import assignment
     from studies.models import Arm, Participant, Study
     from studies.participants import SESSION_KEY
 
@@ -347,8 +347,8 @@ def create_workers(n: int, tag: str) -> list[tuple[str, int]]:
         p = Participant.objects.create(
             study=study, external_id=f"{tag}-{i}", source="invite", consented_at=timezone.now()
         )
-        services.assign_episode(p)
-        session = services.current_session(p)
+        assignment.assign_episode(p)
+        session = assignment.current_session(p)
         assert session is not None
         store = SessionStore()
         store[SESSION_KEY] = {str(study.pk): p.pk}

@@ -13,7 +13,7 @@ within a lease, shown as failed, and the next request starts a new one; Celery's
 dead worker's task takes the job over instead of finding it "running" for ever. A run that lost its
 lease (declared lost, or taken over) stops before its next LLM call or progress write and writes
 nothing (:class:`JobLost`). The arm's model is built exactly as for its chat replies
-(:func:`chat.services.build_llm`), so the checks test what the workers will talk to.
+(:func:`chat.arms.build_llm`), so the checks test what the workers will talk to.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from chat import leases
+from chat.arms import build_llm, endpoint_options, get_embedder
 from chat.jobs import dispatch
 from chat.models import ArmJob
-from chat.services import build_llm, endpoint_options, get_embedder
 from memory.llm import LLM, CheckedLLM, LLMError, ScriptedLLM
 from studies import memorycompat
 from studies.models import Arm, Study

@@ -1,4 +1,4 @@
-"""The live chat socket: thin. It authorises, parses, calls chat.services and forwards fragments.
+"""The live chat socket: thin. It authorises, parses, calls the chat workflows and forwards fragments.
 
 Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
   {"type": "resume", "last_seq": k}                  -> every message with seq > k, from the database
@@ -8,11 +8,11 @@ Protocol (JSON from the browser, HTML fragments back, see chat/fragments.py):
                                                         validated and clamped, never a reason to refuse it
   {"type": "retry", "seq": n}                        -> a failed reply is generated again
   {"type": "ping"}                                   -> nothing back; renews this socket's group membership
-A resume also re-enqueues a reply whose job is gone (chat.services.recover_replies): the page sends one
+A resume also re-enqueues a reply whose job is gone (chat.replies.recover_replies): the page sends one
 on every (re)connect and while it waits for a reply that shows no progress.
 Group membership expires (``group_expiry`` of the Redis channel layer, settings), so a socket that died
 with its server (a daphne restart) leaves the group by itself; a live page pings to stay in it.
-The reply itself is written by a job (chat.services.generate_reply, run by chat.jobs) outside this
+The reply itself is written by a job (chat.replies.generate_reply, run by chat.jobs) outside this
 socket's lifetime.
 """
 
@@ -27,8 +27,12 @@ from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from chat import fragments, jobs, services
+from chat import fragments, jobs
+from chat.errors import ChatError
 from chat.models import ChatSession
+from chat.replies import recover_replies, retry_reply
+from chat.transcript import messages_after, turn_counts
+from chat.turns import post_user_message
 from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
@@ -150,9 +154,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             if kind == "resume":
                 return self._state(session, whole_number(data.get("last_seq")))
             if kind == "retry":
-                msg = services.retry_reply(session, whole_number(data.get("seq")))
+                msg = retry_reply(session, whole_number(data.get("seq")))
                 return fragments.clear_error() + fragments.message(msg)
-        except services.ChatError as exc:
+        except ChatError as exc:
             return fragments.error(str(exc))
         except (TypeError, ValueError):
             return fragments.error(NOT_UNDERSTOOD)
@@ -163,23 +167,23 @@ class ChatConsumer(AsyncWebsocketConsumer):
         happens after the commit and before the reply is enqueued, so the reply cannot overtake it.
         Only a resend is answered here, from the database."""
         client_id, text = text_field(data.get("client_id")), text_field(data.get("text"))
-        msg, created = services.post_user_message(self.session_id, client_id, text, raw_signals=data.get("signals"))
+        msg, created = post_user_message(self.session_id, client_id, text, raw_signals=data.get("signals"))
         if created:
             return ""
         session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
         study = session.episode.participant.study
-        html = fragments.messages(services.messages_after(session, msg.seq - 1))
-        turns, pending = services.turn_counts(session)
+        html = fragments.messages(messages_after(session, msg.seq - 1))
+        turns, pending = turn_counts(session)
         html += fragments.controls(turns, study.min_user_turns, pending=pending)
         return fragments.clear_error() + html
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        turns, pending = services.turn_counts(session)
+        turns, pending = turn_counts(session)
         if pending:  # a reply being written may be one whose job died: fail it or enqueue it again
-            services.recover_replies(session)
-            turns, pending = services.turn_counts(session)
-        html = fragments.messages(services.messages_after(session, last_seq))
+            recover_replies(session)
+            turns, pending = turn_counts(session)
+        html = fragments.messages(messages_after(session, last_seq))
         return html + fragments.controls(turns, study.min_user_turns, pending=pending)
 
     async def chat_event(self, event: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ Two kinds of plumbing, neither of which knows what a reply or a memory update is
   task on the workers (production), in a small thread pool of the web process, one pool per lane
   (embedded: eager Celery would run inside the socket's consumer and nothing would stream), or inline
   (tests). Tasks are named,
-  not imported, so the workflows in ``chat.services`` do not import ``chat.tasks``, which imports them.
+  not imported, so the workflows (``chat.replies``, ``chat.memory_updates``) do not import ``chat.tasks``,
+  which imports them.
 * :func:`broadcast` pushes an HTML fragment to every socket of a chat session through the channel
   layer. Job threads have no event loop of their own; the consumer registers the server's loop
   (:func:`register_event_loop`) and pushes from threads are scheduled on it, because the in-memory
@@ -29,7 +30,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from chat.layers import InMemoryChannelLayer as LocalLayer
-from evalsite import dbpool
+from infra import dbpool
 from memory.llm import mark_reply_thread
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ def job_mode() -> str:
 def retry_delays() -> list[float]:
     """Seconds of back-off before each retry of a chat job (``settings.CHAT_RETRY_DELAYS``)."""
     return [float(x) for x in settings.CHAT_RETRY_DELAYS]
+
+
+def reply_deadline_seconds() -> float:
+    """The overall time a reply may take, retries included (``settings.CHAT_REPLY_DEADLINE_SECONDS``)."""
+    return float(settings.CHAT_REPLY_DEADLINE_SECONDS)
 
 
 def lane_of(task_name: str, *, long: bool = False) -> str:

@@ -1,6 +1,6 @@
 """Limits that keep one participant from hurting a study (issue 11): messages per minute, user turns
 per session and characters stored over the whole study, all per participant and set per study
-(``Study.max_messages_per_minute``, ``Study.max_turns_per_session``, ``Study.max_stored_chars``). Checked inside :func:`chat.services.post_user_message`, under the
+(``Study.max_messages_per_minute``, ``Study.max_turns_per_session``, ``Study.max_stored_chars``). Checked inside :func:`chat.turns.post_user_message`, under the
 session's row lock, before anything is stored; the worker is told which limit they hit."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def check_can_post(study: Study, *, turns: int, recent: int, stored: int, new_ch
     characters now. ``turns``: their user messages in this session; ``recent``: their user messages
     (all sessions) in the last minute (:func:`window_start`); ``stored``: the characters of all their
     user messages. The caller counts them under the session's row lock (one query with the transcript,
-    see ``chat.services.post_user_message``)."""
+    see ``chat.turns.post_user_message``)."""
     if turns >= study.max_turns_per_session:
         raise LimitReached(
             f"This session has reached its limit of {study.max_turns_per_session} messages. "

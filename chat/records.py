@@ -10,7 +10,7 @@ turns by one marker::
      user message before this reply)", "count": "<n>", "sha256": "<hash of the omitted messages>"}
 
 The full prompt is the system message(s), then the session's user messages and completed replies
-before the reply's ``seq`` (``chat.services.turns_of(session, upto_seq=seq - 1)``), as the arm got them;
+before the reply's ``seq`` (``chat.transcript.turns_of(session, upto_seq=seq - 1)``), as the arm got them;
 the hash lets a researcher check a reconstruction. Calls of other purposes (memory updates) are stored
 in full: they are made once per session or per turn, with prompts the arm bounds itself.
 """
@@ -20,6 +20,9 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
+
+from chat import sqlcache
+from chat.models import LLMCallRecord
 
 COMPACTED_PURPOSES = frozenset({"reply"})
 KEEP_LAST = 1  # the newest turn: what this reply answers
@@ -44,3 +47,27 @@ def compact_messages(messages: list[dict[str, Any]], purpose: str) -> list[dict[
         "sha256": digest,
     }
     return [*messages[:head], marker, *messages[head + len(middle) :]]
+
+
+def store_llm_calls(session_id: int, message_id: int | None, calls: list[dict[str, Any]]) -> None:
+    """Store recorded LLM calls (``RecordingLLM.drain()`` dicts) as :class:`LLMCallRecord` rows; a reply's
+    earlier turns are stored once, in the transcript, not again with every call (see above)."""
+    rows = [
+        LLMCallRecord(
+            session_id=session_id,
+            message_id=message_id,
+            purpose=c.get("purpose") or "",
+            model=c.get("model") or "",
+            messages=compact_messages(c.get("messages") or [], c.get("purpose") or ""),
+            reply=c.get("reply") or "",
+            latency_ms=c.get("latency_ms") or 0,
+            prompt_tokens=c.get("prompt_tokens"),
+            completion_tokens=c.get("completion_tokens"),
+            error=c.get("error") or "",
+        )
+        for c in calls
+    ]
+    if len(rows) == 1:
+        sqlcache.insert(rows[0])  # one statement (bulk_create wraps even one row in a transaction)
+    elif rows:
+        LLMCallRecord.objects.bulk_create(rows)

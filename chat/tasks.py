@@ -2,7 +2,7 @@
 row before calling an LLM, so a duplicate delivery makes no LLM call.
 
 Retries never sleep in a worker: the reply job enqueues its own next attempt with a countdown
-(chat.services.generate_reply), and these tasks retry database errors (a PostgreSQL restart) and
+(chat.replies.generate_reply), and these tasks retry database errors (a PostgreSQL restart) and
 failed memory updates with a countdown. Time limits follow the jobs' own deadlines, and the broker's
 visibility timeout (settings) exceeds them.
 """
@@ -13,7 +13,8 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from chat import armjobs, services
+from chat import armjobs, memory_updates, replies
+from chat.timing import sweep_abandoned
 
 # A reply gives up at its deadline; the hard limit only catches a job stuck outside the LLM stream.
 _REPLY_LIMIT = int(settings.CHAT_REPLY_DEADLINE_SECONDS + 60)
@@ -27,7 +28,7 @@ _MEMORY_LIMIT = int(settings.CHAT_MEMORY_TIME_LIMIT_SECONDS)
 )  # fmt: skip
 def generate_reply_task(message_id: int) -> None:
     """One attempt at the bot reply of a pending placeholder (later attempts are enqueued by it)."""
-    services.generate_reply(message_id)
+    replies.generate_reply(message_id)
 
 
 @shared_task(
@@ -38,8 +39,8 @@ def update_memory(self: Task[[int], None], session_id: int) -> None:
     """The arm's end-of-session memory update, keyed by session: running it twice applies it once.
     The service decides when its attempts are spent (then it keeps the previous state)."""
     try:
-        services.update_memory(session_id)
-    except services.MemoryUpdateFailed as exc:
+        memory_updates.update_memory(session_id)
+    except memory_updates.MemoryUpdateFailed as exc:
         raise self.retry(exc=exc, countdown=exc.countdown) from exc
     except DatabaseError as exc:
         raise self.retry(exc=exc, countdown=min(30, 2 ** (self.request.retries + 1))) from exc
@@ -54,6 +55,4 @@ def run_arm_job(job_id: int) -> None:
 @shared_task(ignore_result=True)
 def sweep_abandoned_task() -> None:
     """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
-    from chat.timing import sweep_abandoned
-
     sweep_abandoned()

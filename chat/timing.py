@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from chat import services
+from chat import sessions
 from chat.models import ChatSession, Episode
 from studies.models import Participant
 
@@ -28,7 +28,7 @@ def end_if_time_up(session: ChatSession) -> bool:
     """End a chatting session whose time limit has passed; True when it is (now) past its chat."""
     if session.status != ChatSession.Status.CHATTING or not session.time_is_up():
         return False
-    services.end_session(session, ended_by=ChatSession.EndedBy.TIME_LIMIT)
+    sessions.end_session(session, ended_by=ChatSession.EndedBy.TIME_LIMIT)
     return True
 
 

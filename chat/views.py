@@ -1,5 +1,5 @@
 """The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end.
-Thin: authorise, call chat.services, render."""
+Thin: authorise, call the chat workflows, render."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
-from chat import services, timing
+from chat import assignment, memory_updates, ratings, sessions, timing, transcript
+from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
@@ -28,8 +29,8 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("studies:consent", study.slug)
     participant.touch()
     try:
-        session = services.next_session(participant)
-    except services.StudyClosed as exc:
+        session = assignment.next_session(participant)
+    except assignment.StudyClosed as exc:
         return render(
             request, "studies/worker/message.html", {"study": study, "title": "This study is closed", "text": str(exc)}
         )
@@ -52,7 +53,7 @@ ABANDONED_PAGE = {
 def done(request: HttpRequest, slug: str) -> HttpResponse:
     """The thank-you page with the completion code, once the server has recorded completion."""
     study, participant = bound_participant(request, slug)
-    if not services.finish_participant(participant):
+    if not assignment.finish_participant(participant):
         return redirect("chat:next", study.slug)
     return render(
         request, "studies/worker/done.html",
@@ -97,8 +98,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     if session.status == ChatSession.Status.DONE:
         return redirect("chat:next", session.episode.participant.study.slug)
     try:
-        session = services.start_session(session)
-    except services.RateFirst as exc:
+        session = sessions.start_session(session)
+    except sessions.RateFirst as exc:
         messages.error(request, str(exc))
         return redirect("chat:rate", exc.unrated.pk)
     if timing.end_if_time_up(session):
@@ -111,9 +112,9 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         _ctx(
             session,
             messages_list=session.messages.order_by("seq"),
-            turns=services.user_turns(session),
+            turns=transcript.user_turns(session),
             min_turns=study.min_user_turns,
-            pending=services.reply_pending(session),
+            pending=transcript.reply_pending(session),
             deadline_iso=deadline.isoformat() if deadline else "",
             seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
         ),
@@ -126,8 +127,8 @@ def end(request: HttpRequest, session_id: int) -> HttpResponse:
     if timing.end_if_time_up(session):
         return redirect("chat:rate", session.pk)
     try:
-        services.end_session(session)
-    except services.ChatError as exc:
+        sessions.end_session(session)
+    except ChatError as exc:
         messages.error(request, str(exc))
         return redirect("chat:session", session.pk)
     return redirect("chat:rate", session.pk)
@@ -151,8 +152,8 @@ def rate(request: HttpRequest, session_id: int) -> HttpResponse:
     )
     if form.is_valid():
         try:
-            services.submit_ratings(session, form.values(), form.attention_values())
-        except services.ChatError as exc:
+            ratings.submit_ratings(session, form.values(), form.attention_values())
+        except ChatError as exc:
             messages.error(request, str(exc))
         return redirect("chat:next", study.slug)
     return render(request, "chat/rate.html", _ctx(session, form=form), status=400 if form.errors else 200)
@@ -164,12 +165,12 @@ def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if session.status in (ChatSession.Status.CHATTING, ChatSession.Status.RATING, ChatSession.Status.DONE):
         return redirect("chat:session", session.pk)
-    unrated = services.unrated_earlier(session)
+    unrated = sessions.unrated_earlier(session)
     if unrated is not None:  # "one week later" comes after rating the session before it
         if request.htmx:
             return HttpResponseClientRedirect(reverse("chat:rate", args=[unrated.pk]))
         return redirect("chat:rate", unrated.pk)
-    services.recover_stale_update(session)
+    memory_updates.recover_stale_update(session)
     template = "chat/wait.html#status" if request.htmx else "chat/wait.html"
     return render(
         request,

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "infra",
     "studies",
     "chat",
     "annotation",
@@ -96,8 +97,8 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Django's backend, with the process's writers queued in Python rather than napping in SQLite's
-    # busy handler (evalsite/sqlite/base.py)
-    DATABASES["default"]["ENGINE"] = "evalsite.sqlite"
+    # busy handler (infra/sqlite/base.py)
+    DATABASES["default"]["ENGINE"] = "infra.sqlite"
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA busy_timeout=5000; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
@@ -177,7 +178,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
-# --- chat reply and memory-update jobs (chat/services.py)
+# --- chat reply and memory-update jobs (chat/replies.py, chat/memory_updates.py)
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 # Thread mode (the embedded default): replies and memory updates run in separate pools of the web

@@ -26,7 +26,7 @@ from django.db import transaction
 from annotation.models import Queue
 from annotation.sources import pull_from_study
 from chat.models import ChatSession, Episode, MemorySnapshot, Message, Rating
-from chat.services import store_llm_calls
+from chat.records import store_llm_calls
 from memory.base import Turn
 from memory.embed import make_embedder
 from memory.llm import RecordingLLM, ScriptedLLM

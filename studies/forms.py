@@ -365,7 +365,7 @@ QC_COMFORTABLE_P = ALPHA / 10
 def qc_design_problem(*, qc_arms: int, episodes_per_worker: int, sessions: int, qc_metrics: int) -> str:
     """Why the design cannot run the per-worker QC test (Ji et al.), or "" when it can.
 
-    A worker meets the QC arm in one whole episode (``chat.services.assign_episode``); the test compares the
+    A worker meets the QC arm in one whole episode (``chat.assignment.assign_episode``); the test compares the
     worker's ratings of that episode with the same worker's ratings of their other episodes."""
     if qc_arms == 0:
         return ""

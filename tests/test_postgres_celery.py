@@ -279,18 +279,18 @@ def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
 ) -> None:
     """Issue 12, item 2 in production: the memory update holds the only slot of the memory worker
     (its LLM call is held), and a worker's message still gets its reply from the reply worker."""
-    from chat import services
+    from chat import memory_updates, replies, turns
     from evalsite.celery import app
 
     logs, endpoint = lane_workers
     settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
-    assert app.amqp.router.route({}, services.MEMORY_UPDATE_TASK)["queue"].name == "memory"
-    assert app.amqp.router.route({}, services.REPLY_TASK)["queue"].name == "celery"
+    assert app.amqp.router.route({}, memory_updates.MEMORY_UPDATE_TASK)["queue"].name == "memory"
+    assert app.amqp.router.route({}, replies.REPLY_TASK)["queue"].name == "celery"
     assert ".> celery" not in logs["memory"].read_text() and ".> memory" not in logs["reply"].read_text()
 
     ended = _ended_session(study)
     Arm.objects.filter(pk=ended.episode.arm_id).update(llm_backend="openai", llm_model="fake-model")
-    services.enqueue_memory_update(ended.pk)
+    memory_updates.enqueue_memory_update(ended.pk)
     assert endpoint.arrived.wait(60), logs["memory"].read_text()[-3000:]  # the memory worker is now busy
 
     arm = study.arms.get(memory_system="none")
@@ -300,17 +300,19 @@ def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
         episode=episode, index=1, status=ChatSession.Status.CHATTING, simulated_start=study.session_start(1),
         started_at=dt.datetime.now(dt.UTC),
     )  # fmt: skip
-    services.post_user_message(chatting, "c1", "Hello there")
+    turns.post_user_message(chatting, "c1", "Hello there")
     _wait_for(
         lambda: Message.objects.filter(session=chatting, seq=2, status=Message.Status.COMPLETE).exists(),
         60, "the reply worker to write the reply", logs["reply"],
     )  # fmt: skip
     assert not MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists()
-    assert _ran(logs["reply"], services.REPLY_TASK) and not _ran(logs["memory"], services.REPLY_TASK)
+    assert _ran(logs["reply"], replies.REPLY_TASK) and not _ran(logs["memory"], replies.REPLY_TASK)
 
     endpoint.released.set()
     _wait_for(
         lambda: MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists(),
         60, "the memory worker to finish the update", logs["memory"],
     )  # fmt: skip
-    assert _ran(logs["memory"], services.MEMORY_UPDATE_TASK) and not _ran(logs["reply"], services.MEMORY_UPDATE_TASK)
+    assert _ran(logs["memory"], memory_updates.MEMORY_UPDATE_TASK) and not _ran(
+        logs["reply"], memory_updates.MEMORY_UPDATE_TASK
+    )

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from chat import jobs, leases
 from chat.models import ArmJob
-from evalsite import dbpool
+from infra import dbpool
 from studies.models import Study
 
 pytestmark = pytest.mark.postgres

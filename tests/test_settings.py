@@ -34,7 +34,7 @@ def load_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]
 
 def test_the_embedded_default_needs_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(monkeypatch)
-    assert s["DATABASES"]["default"]["ENGINE"] == "evalsite.sqlite"  # Django's, writers queued in Python
+    assert s["DATABASES"]["default"]["ENGINE"] == "infra.sqlite"  # Django's, writers queued in Python
     assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "chat.layers.InMemoryChannelLayer"
     assert s["CELERY_TASK_ALWAYS_EAGER"] is True and s["DEBUG"] is True
     assert (s["LLM_BACKEND"], s["EMBEDDER"], s["ASGI_APPLICATION"]) == (
@@ -148,7 +148,7 @@ def test_the_server_refuses_to_start_with_debug_off_and_no_secret_key() -> None:
 
 
 def test_it_refuses_the_in_memory_layer_with_a_separate_celery_worker(settings: Any) -> None:
-    from evalsite.checks import check_channel_layer
+    from infra.checks import check_channel_layer
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.CELERY_TASK_ALWAYS_EAGER = False
@@ -198,8 +198,8 @@ def test_it_refuses_a_pool_whose_maximum_is_below_its_minimum(monkeypatch: pytes
 def test_celery_workers_give_pooled_connections_back_instead_of_closing_the_pool() -> None:
     from celery.fixups.django import DjangoFixup
 
-    from evalsite import dbpool
     from evalsite.celery import app
+    from infra import dbpool
 
     fixups = [f for f in app._fixups if isinstance(f, DjangoFixup)]
     assert fixups and all(isinstance(f.worker_fixup, dbpool.PoolKeepingWorkerFixup) for f in fixups)

@@ -125,7 +125,7 @@ def test_the_scheduled_beat_task_expires_stale_leases_and_leaves_live_ones(pair_
     from django.conf import settings
 
     from annotation.tasks import expire_leases_task
-    from evalsite.celery import app
+    from evalsite.celery import app  # noqa: TID251  (a test checks the site's Celery app: its registered tasks)
 
     entry = settings.CELERY_BEAT_SCHEDULE["expire-annotation-leases"]
     app.loader.import_default_modules()  # what a worker does at start: autodiscovery of <app>.tasks

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import services
+from chat import arms, assignment
 from chat.models import ChatSession
 from memory.llm import ScriptedLLM
 from studies.models import Participant, Study
@@ -32,7 +32,7 @@ def start(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
     participant = enter(client, study, pid)
     response = client.get(f"/s/{study.slug}/next/", follow=True)
     assert response.status_code == 200
-    session = services.current_session(participant)
+    session = assignment.current_session(participant)
     assert session is not None
     return session
 
@@ -43,7 +43,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def install(items: Any = None) -> ScriptedLLM:
         llm = ScriptedLLM(items)
-        monkeypatch.setattr(services, "build_llm", lambda arm: llm)
+        monkeypatch.setattr(arms, "build_llm", lambda arm: llm)
         return llm
 
     return install

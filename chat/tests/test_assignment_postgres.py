@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from chat import services
+from chat import assignment
 from chat.models import Episode
 from studies.models import Arm, Participant, Study
 
@@ -28,7 +28,7 @@ def test_thirty_workers_starting_at_once_are_spread_evenly_over_the_arms(study: 
     def start(p: Participant) -> None:
         try:
             barrier.wait()
-            services.assign_episode(p)
+            assignment.assign_episode(p)
         except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
@@ -51,7 +51,7 @@ def test_a_worker_opening_two_tabs_at_once_gets_one_episode(study: Study) -> Non
 
     def start() -> None:
         barrier.wait()
-        got.append(services.assign_episode(p).pk)
+        got.append(assignment.assign_episode(p).pk)
         connection.close()
 
     threads = [threading.Thread(target=start) for _ in range(2)]
@@ -71,7 +71,7 @@ def test_the_abandonment_sweep_runs_on_postgresql_and_frees_the_arm_balance(stud
 
     assert connection.vendor == "postgresql", "run with scripts/with-services.sh"
     p = Participant.objects.create(study=study, external_id="gone", source="prolific", consented_at=timezone.now())
-    episode = services.assign_episode(p)
+    episode = assignment.assign_episode(p)
     Participant.objects.filter(pk=p.pk).update(last_seen_at=timezone.now() - dt.timedelta(days=1))
     result = sweep_abandoned()
     assert (result.participants, result.episodes) == (1, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -11,10 +12,10 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat import jobs, services
+from chat import jobs, replies, sessions
 from chat.models import ChatSession, Message
 from chat.tests.conftest import start
-from evalsite.asgi import application
+from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from memory.llm import LLMError, LLMTransientError
 from studies.models import Study
 
@@ -104,13 +105,13 @@ async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect
     study: Study, monkeypatch: Any
 ) -> None:
     queued: list[int] = []
-    monkeypatch.setattr(services, "enqueue_reply", queued.append)  # hold the job until the socket is gone
+    monkeypatch.setattr(replies, "enqueue_reply", queued.append)  # hold the job until the socket is gone
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "are you there?", "c1")
     assert 'data-status="pending"' in out and 'class="typing"' in out
     await comm.disconnect()
-    await database_sync_to_async(services.generate_reply)(queued[0])
+    await database_sync_to_async(replies.generate_reply)(queued[0])
     comm = await connect(cookie, sid)
     await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
     out = await frames(comm)
@@ -123,7 +124,7 @@ async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_
 ) -> None:
     settings.CHAT_RETRY_DELAYS = [0.01, 0.02, 0.04]
     slept: list[float] = []
-    monkeypatch.setattr(services.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)
     await database_sync_to_async(script)(
         [LLMTransientError("timeout"), LLMTransientError("HTTP 429"), "   ", "Hello again!"]
     )
@@ -204,7 +205,7 @@ async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> 
 
 
 async def test_a_second_message_while_the_reply_is_pending_is_refused(study: Study, monkeypatch: Any) -> None:
-    monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)
+    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id: None)
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "one", "c1")
@@ -229,7 +230,7 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "hello", "c1")
-    await database_sync_to_async(lambda: services.end_session(ChatSession.objects.get(pk=sid)))()
+    await database_sync_to_async(lambda: sessions.end_session(ChatSession.objects.get(pk=sid)))()
     out = await send(comm, "still there?", "c2")
     assert "session has ended" in out
     await comm.disconnect()
@@ -238,7 +239,7 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
 async def test_a_reply_whose_job_died_past_its_deadline_becomes_retryable_instead_of_pending_forever(
     study: Study, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr(services, "enqueue_reply", lambda message_id: None)  # the job is lost
+    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id: None)  # the job is lost
     cookie, sid = await database_sync_to_async(_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "hello?", "c1")

@@ -1,4 +1,4 @@
-"""The worker's whole way through a study, over HTTP and the services (the socket has its own tests)."""
+"""The worker's whole way through a study, over HTTP and the workflows (the socket has its own tests)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import services
+from chat import assignment, turns
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from chat.tests.conftest import enter, start
 from studies.models import Arm, Participant, Study
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def say(session: ChatSession, text: str, client_id: str | None = None) -> Message:
-    msg, _ = services.post_user_message(session, client_id or f"c-{text}", text)
+    msg, _ = turns.post_user_message(session, client_id or f"c-{text}", text)
     return msg
 
 
@@ -38,7 +38,7 @@ def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_com
         for k in (1, 2):
             response = client.get(f"/s/{study.slug}/next/", follow=True)
             assert response.status_code == 200
-            session = services.current_session(participant)
+            session = assignment.current_session(participant)
             assert session is not None and session.index == k
             if k == 2 or session.episode.index == 2:
                 assert session.status == ChatSession.Status.READY
@@ -77,7 +77,7 @@ def test_the_full_history_arm_remembers_session_one_in_session_two(client: Clien
     say(session, "My dog is called Biscuit")
     client.post(f"/chat/{session.pk}/end/")
     rate_all(client, session)
-    second = services.current_session(session.episode.participant)
+    second = assignment.current_session(session.episode.participant)
     assert second.index == 2 and second.simulated_start > session.simulated_start
     client.get(f"/chat/{second.pk}/")
     say(second, "Guess my dog's name")
@@ -94,7 +94,7 @@ def test_assignment_balances_arms_over_active_and_completed_episodes(study: Stud
     counts: dict[int, int] = {}
     for i in range(9):
         p = Participant.objects.create(study=study, external_id=f"p{i}", source="prolific")
-        ep = services.assign_episode(p)
+        ep = assignment.assign_episode(p)
         counts[ep.arm_id] = counts.get(ep.arm_id, 0) + 1
     assert sorted(counts.values()) == [3, 3, 3]
 
@@ -104,13 +104,13 @@ def test_a_workers_second_episode_never_reuses_an_arm_and_qc_arms_are_drawn_too(
     a = Arm.objects.create(study=study, name="QC", memory_system="qc", llm_backend="scripted")
     b = Arm.objects.create(study=study, name="B", memory_system="none", llm_backend="scripted")
     p = Participant.objects.create(study=study, external_id="p", source="prolific")
-    first = services.assign_episode(p)
+    first = assignment.assign_episode(p)
     Episode.objects.filter(pk=first.pk).update(status=Episode.Status.COMPLETED)
-    second = services.assign_episode(p)
+    second = assignment.assign_episode(p)
     assert {first.arm_id, second.arm_id} == {a.pk, b.pk}
     Episode.objects.filter(pk=second.pk).update(status=Episode.Status.COMPLETED)
-    with pytest.raises(services.NoArmAvailable):
-        services.assign_episode(p)
+    with pytest.raises(assignment.NoArmAvailable):
+        assignment.assign_episode(p)
 
 
 def test_end_session_unlocks_only_after_the_minimum_number_of_user_turns(client: Client, study: Study) -> None:

@@ -10,24 +10,26 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import jobs, services, tasks
+from chat import jobs, memory_updates, replies, tasks, turns
 from chat.models import Message
 from chat.tests.conftest import start
-from evalsite.celery import app
+from evalsite.celery import app  # noqa: TID251  (a test checks the site's Celery app: its registered tasks)
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_task_names_the_services_dispatch_are_the_registered_celery_tasks() -> None:
-    assert tasks.generate_reply_task.name == services.REPLY_TASK and services.REPLY_TASK in app.tasks
-    assert tasks.update_memory.name == services.MEMORY_UPDATE_TASK and services.MEMORY_UPDATE_TASK in app.tasks
+def test_the_task_names_the_workflows_dispatch_are_the_registered_celery_tasks() -> None:
+    assert tasks.generate_reply_task.name == replies.REPLY_TASK and replies.REPLY_TASK in app.tasks
+    assert (
+        tasks.update_memory.name == memory_updates.MEMORY_UPDATE_TASK and memory_updates.MEMORY_UPDATE_TASK in app.tasks
+    )
 
 
 def test_in_celery_mode_a_reply_is_written_by_the_celery_task(client: Client, study: Study, settings: Any) -> None:
     session = start(client, study)
     settings.CHAT_JOB_MODE = "celery"  # Celery is eager in tests: the task runs here, through Celery
-    services.post_user_message(session, "c1", "hello")
+    turns.post_user_message(session, "c1", "hello")
     reply = Message.objects.get(session=session, seq=2)
     assert reply.status == Message.Status.COMPLETE and reply.text
 
@@ -89,8 +91,8 @@ def test_a_long_arm_job_runs_on_its_own_thread_and_never_holds_the_chat_pool(set
 
 
 def test_thread_lanes_follow_the_celery_routes_so_both_deployments_separate_the_same_work() -> None:
-    assert jobs.lane_of(services.REPLY_TASK) == "reply"
-    assert jobs.lane_of(services.MEMORY_UPDATE_TASK) == "memory"  # routed to the "memory" queue
+    assert jobs.lane_of(replies.REPLY_TASK) == "reply"
+    assert jobs.lane_of(memory_updates.MEMORY_UPDATE_TASK) == "memory"  # routed to the "memory" queue
     assert jobs.lane_of("chat.tasks.run_arm_job", long=True) == "long"
     assert jobs.lane_of("chat.tasks.sweep_abandoned_task") == "reply"  # unrouted: the default queue
 
@@ -133,12 +135,12 @@ def test_a_reply_is_served_while_memory_updates_fill_their_lane_and_queue_behind
         with lock:
             events.append(f"memory {session_id} done")
 
-    monkeypatch.setattr(services, "update_memory_with_retries", blocking_update)
+    monkeypatch.setattr(memory_updates, "update_memory_with_retries", blocking_update)
     for fake_session in range(1001, 1007):  # three times the memory lane's threads
-        services.enqueue_memory_update(fake_session)
+        memory_updates.enqueue_memory_update(fake_session)
     assert running.acquire(timeout=10) and running.acquire(timeout=10)  # the memory lane is full
     try:
-        services.post_user_message(session, "c1", "Hi, I'm back")
+        turns.post_user_message(session, "c1", "Hi, I'm back")
         reply = Message.objects.get(session=session, seq=2)
         deadline = time.monotonic() + 30  # a generous bound for a loaded machine; the assertion is the order
         while reply.status != Message.Status.COMPLETE and time.monotonic() < deadline:

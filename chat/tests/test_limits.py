@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from chat import services
+from chat import errors, sessions, transcript, turns
 from chat.models import LLMCallRecord, Message
 from chat.records import compact_messages
 from chat.tests.conftest import start
@@ -29,13 +29,13 @@ def test_a_participant_sending_too_many_messages_a_minute_is_asked_to_wait_and_n
     study.save()
     session = start(client, study)
     for i in range(3):
-        services.post_user_message(session, f"c{i}", f"message {i}")
-    with pytest.raises(services.ChatError, match="limit is 3 a minute"):
-        services.post_user_message(session, "c3", "one more")
+        turns.post_user_message(session, f"c{i}", f"message {i}")
+    with pytest.raises(errors.ChatError, match="limit is 3 a minute"):
+        turns.post_user_message(session, "c3", "one more")
     assert session.messages.count() == 6
     # a minute later the worker can go on
     Message.objects.filter(session=session).update(created_at=timezone.now() - timedelta(seconds=61))
-    services.post_user_message(session, "c3", "one more")
+    turns.post_user_message(session, "c3", "one more")
     assert session.messages.count() == 8
 
 
@@ -46,12 +46,12 @@ def test_a_session_at_its_turn_limit_refuses_further_messages_and_asks_to_end_it
     study.min_user_turns, study.max_turns_per_session = 1, 2
     study.save()
     session = start(client, study)
-    services.post_user_message(session, "c1", "one")
-    services.post_user_message(session, "c2", "two")
-    with pytest.raises(services.ChatError, match="limit of 2 messages. Please end the session"):
-        services.post_user_message(session, "c3", "three")
-    assert services.user_turns(session) == 2
-    services.end_session(session)  # the way on is open
+    turns.post_user_message(session, "c1", "one")
+    turns.post_user_message(session, "c2", "two")
+    with pytest.raises(errors.ChatError, match="limit of 2 messages. Please end the session"):
+        turns.post_user_message(session, "c3", "three")
+    assert transcript.user_turns(session) == 2
+    sessions.end_session(session)  # the way on is open
 
 
 def test_reply_call_records_grow_linearly_with_the_turns(client: Client, study: Study, script: Any) -> None:
@@ -61,7 +61,7 @@ def test_reply_call_records_grow_linearly_with_the_turns(client: Client, study: 
     session = start(client, study)
     sizes = []
     for i in range(30):
-        services.post_user_message(session, f"c{i}", f"This is my message number {i}, with some words in it.")
+        turns.post_user_message(session, f"c{i}", f"This is my message number {i}, with some words in it.")
         record = LLMCallRecord.objects.filter(session=session, purpose="reply").order_by("-pk").first()
         assert record is not None
         sizes.append(len(json.dumps(record.messages)))
@@ -88,13 +88,13 @@ def test_a_participant_over_the_studys_stored_characters_is_refused_clearly_and_
     study.max_stored_chars, study.max_messages_per_minute = 25, 100
     study.save()
     session = start(client, study)
-    services.post_user_message(session, "c1", "x" * 10)
-    services.post_user_message(session, "c2", "y" * 15)  # exactly at the cap: accepted
-    with pytest.raises(services.ChatError, match="limit of 25 characters of messages. Please end the session"):
-        services.post_user_message(session, "c3", "z")
+    turns.post_user_message(session, "c1", "x" * 10)
+    turns.post_user_message(session, "c2", "y" * 15)  # exactly at the cap: accepted
+    with pytest.raises(errors.ChatError, match="limit of 25 characters of messages. Please end the session"):
+        turns.post_user_message(session, "c3", "z")
     assert list(Message.objects.filter(session=session, speaker="user").values_list("client_id", flat=True)) == [
         "c1",
         "c2",
     ]
-    assert services.post_user_message(session, "c2", "y" * 15)[1] is False  # a resend is still acknowledged
-    services.end_session(session)  # the way on is open
+    assert turns.post_user_message(session, "c2", "y" * 15)[1] is False  # a resend is still acknowledged
+    sessions.end_session(session)  # the way on is open

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import services
+from chat import replies, turns
 from chat.models import LLMCallRecord, Message
 from chat.tests.conftest import start
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, sse_chunk, study_on_endpoint
@@ -54,7 +54,7 @@ def test_429_500_garbage_and_a_timeout_are_retried_until_the_reply_arrives(
 ) -> None:
     endpoint.plan = ["429", "500", "garbage", "slow"]
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hi, it's me again")
+    turns.post_user_message(session, "c1", "Hi, it's me again")
     user, reply = session.messages.order_by("seq")
     assert (user.text, user.status) == ("Hi, it's me again", Message.Status.COMPLETE)
     assert (reply.status, reply.text, reply.attempts) == (Message.Status.COMPLETE, "Nice to meet you again.", 5)
@@ -68,10 +68,10 @@ def test_a_400_fails_at_once_keeps_the_message_and_the_manual_retry_works(
 ) -> None:
     endpoint.plan = ["400"]
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")
+    turns.post_user_message(session, "c1", "Hello")
     reply = session.messages.get(seq=2)
     assert reply.status == Message.Status.FAILED and reply.attempts == 1
     assert session.messages.get(seq=1).text == "Hello"
-    services.retry_reply(session, reply.seq)
+    replies.retry_reply(session, reply.seq)
     reply.refresh_from_db()
     assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Nice to meet you again.")

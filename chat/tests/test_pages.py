@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 from django.test import Client
 
-from chat import fragments, services, tasks
+from chat import arms, assignment, fragments, memory_updates, tasks, turns
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
     session = start(client, study, pid)
-    services.post_user_message(session, "c1", "Hello <b>bot</b>")
+    turns.post_user_message(session, "c1", "Hello <b>bot</b>")
     assert client.post(f"/chat/{session.pk}/end/").status_code == 302
     session.refresh_from_db()
     return session
@@ -263,7 +263,7 @@ def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study
 def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
     study.gap_max_days = None  # a fixed week
     study.save()
     session = ended(client, study)
@@ -274,7 +274,7 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     assert response.redirect_chain[-1][0] == f"/chat/{second.pk}/wait/"
     assert "One week later…" in page and 'hx-trigger="every 1s"' in page and "start-session" not in page
     assert client.get(f"/chat/{second.pk}/").url == f"/chat/{second.pk}/wait/"  # no chatting before it is ready
-    services.update_memory(session.pk)
+    memory_updates.update_memory(session.pk)
     poll = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     assert "<html" not in poll and 'id="start-session"' in poll and "every 1s" not in poll
 
@@ -284,7 +284,7 @@ def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
     session = ended(client, study)
     tasks.update_memory.apply(args=[session.pk])
     tasks.update_memory.apply(args=[session.pk])
-    services.update_memory(session.pk)
+    memory_updates.update_memory(session.pk)
     episode = Episode.objects.get(pk=session.episode_id)
     assert len(episode.memory_state["sessions"]) == 1  # appended once, not three times
     assert MemorySnapshot.objects.filter(session=session).count() == 1
@@ -294,7 +294,7 @@ def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
 def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continues(
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
-    real_build = services.build_arm
+    real_build = arms.build_arm
 
     def broken(arm: Any) -> Any:
         system, llm = real_build(arm)
@@ -305,7 +305,7 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
         system.end_session = fail  # type: ignore[method-assign]  # the arm's update breaks on purpose
         return system, llm
 
-    monkeypatch.setattr(services, "build_arm", broken)
+    monkeypatch.setattr(arms, "build_arm", broken)
     session = ended(client, study)
     before = Episode.objects.get(pk=session.episode_id).memory_state
     snapshot = MemorySnapshot.objects.get(session=session)
@@ -319,7 +319,7 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
 
 def test_html_in_messages_is_escaped_on_the_chat_page(client: Client, study: Study) -> None:
     session = start(client, study)
-    services.post_user_message(session, "c1", "<img src=x onerror=alert(1)>")
+    turns.post_user_message(session, "c1", "<img src=x onerror=alert(1)>")
     page = client.get(f"/chat/{session.pk}/").content.decode()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
 
@@ -329,12 +329,12 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
     pages = [client.get(f"/s/{study.slug}/consent/").content.decode()]
     for _ in range(2):
         for _k in (1, 2):
-            if services.current_session(participant) is None:
-                services.assign_episode(participant)
-            session = services.current_session(participant)
+            if assignment.current_session(participant) is None:
+                assignment.assign_episode(participant)
+            session = assignment.current_session(participant)
             pages.append(client.get(f"/chat/{session.pk}/wait/", follow=True).content.decode())
             pages.append(client.get(f"/chat/{session.pk}/", follow=True).content.decode())
-            services.post_user_message(session, f"c{session.pk}", "hi")
+            turns.post_user_message(session, f"c{session.pk}", "hi")
             pages.append(client.post(f"/chat/{session.pk}/end/", follow=True).content.decode())
             pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(study), follow=True).content.decode())
     pages.append(client.get(f"/s/{study.slug}/done/").content.decode())
@@ -348,14 +348,14 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
     client: Client, study: Study, monkeypatch: Any, settings: Any
 ) -> None:
     lost: list[int] = []
-    monkeypatch.setattr(services, "enqueue_memory_update", lost.append)
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lost.append)
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(study))
     second = ChatSession.objects.get(episode=session.episode, index=2)
     client.get(f"/chat/{second.pk}/wait/")
     assert lost == [session.pk]  # only the original enqueue: not stale yet
     settings.CHAT_STALE_UPDATE_SECONDS = 0
-    monkeypatch.setattr(services, "enqueue_memory_update", services.update_memory)
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", memory_updates.update_memory)
     page = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     second.refresh_from_db()
     assert second.status == ChatSession.Status.READY
@@ -386,7 +386,7 @@ def test_the_chat_page_loads_htmx_and_its_ws_extension_from_django_htmx(client: 
 
 def test_a_message_on_the_page_and_over_the_socket_is_the_same_partial(client: Client, study: Study) -> None:
     session = start(client, study)
-    msg, _ = services.post_user_message(session, "c1", "hello <b>there</b>")
+    msg, _ = turns.post_user_message(session, "c1", "hello <b>there</b>")
     page = client.get(f"/chat/{session.pk}/").content.decode()
     pushed = fragments.message(msg)
     inner = re.fullmatch(r'<div hx-swap-oob="beforeend:#messages">(.*)</div>', pushed, re.S)

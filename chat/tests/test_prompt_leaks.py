@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from chat import services
+from chat import jobs, replies, sessions
 from chat.models import LLMCallRecord, MemorySnapshot, Message
 from chat.tests.conftest import start
 from chat.tests.test_flow import say
@@ -29,7 +29,7 @@ CLEAN = "I'm doing well, thanks. How was your day?"
 def frames(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every HTML frame the reply job sends to the session's sockets."""
     sent: list[str] = []
-    monkeypatch.setattr(services, "broadcast", lambda session_id, html: sent.append(html))
+    monkeypatch.setattr(jobs, "broadcast", lambda session_id, html: sent.append(html))
     return sent
 
 
@@ -68,7 +68,7 @@ def test_a_second_recital_fails_the_reply_with_a_clear_message_and_the_retry_but
     page = client.get(f"/chat/{session.pk}/").content.decode()
     assert escape(bot.failure_text) in page and f'data-retry="{bot.seq}"' in page
     assert "friendly chatbot" not in page and "friendly chatbot" not in "".join(frames)
-    services.retry_reply(session, bot.seq)  # the worker presses Retry: a fresh reply, shown
+    replies.retry_reply(session, bot.seq)  # the worker presses Retry: a fresh reply, shown
     bot.refresh_from_db()
     assert bot.status == Message.Status.COMPLETE and bot.text == CLEAN
 
@@ -117,7 +117,7 @@ def test_memory_writes_rejected_at_the_end_of_a_session_are_in_its_snapshot_trac
     script(["Nice!", "User:\nBot: I play the saxophone\n- Adopted a cat called Miso"])
     session = start(client, study)
     say(session, "I adopted a cat called Miso.")
-    services.end_session(session)
+    sessions.end_session(session)
     snap = MemorySnapshot.objects.get(session=session)
     assert snap.state["memory"] == ["Adopted a cat called Miso"]
     assert {r["reason"] for r in snap.trace["rejected"]} >= {"bare speaker label"}

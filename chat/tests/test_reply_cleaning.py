@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chat.services import clean_reply
+from chat.replytext import check_reply, clean_reply
 
 
 @pytest.mark.parametrize(
@@ -25,8 +25,7 @@ def test_it_strips_its_own_label_and_stops_at_an_invented_user_turn(raw: str, sh
 
 
 def test_a_reply_that_is_only_an_invented_user_turn_is_retried_not_shown(study: Any, settings: Any) -> None:
-    from chat.services import _check_reply
     from memory.llm import LLMTransientError
 
     with pytest.raises(LLMTransientError):
-        _check_reply("User: what do you think?")
+        check_reply("User: what do you think?")

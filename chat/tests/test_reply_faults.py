@@ -13,11 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from django.db import DatabaseError, OperationalError
 from django.test import Client
 from django.utils import timezone
 
-from chat import leases, services
+from chat import arms, jobs, leases, memory_updates, records, replies, sessions, turns
 from chat.models import REPLY_TOO_SLOW, ChatSession, LLMCallRecord, MemorySnapshot, Message
 from chat.tests.conftest import start
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, sse_chunk, study_on_endpoint
@@ -75,7 +75,7 @@ def test_a_stream_that_stalls_resets_or_garbles_mid_reply_is_retried_until_the_r
 ) -> None:
     streamer.plan = ["stall", "reset", "badline"]
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hi again")
+    turns.post_user_message(session, "c1", "Hi again")
     reply = session.messages.get(seq=2)
     assert (reply.status, reply.text, reply.attempts) == (Message.Status.COMPLETE, "Nice to meet you again.", 4)
     errors = list(LLMCallRecord.objects.filter(message=reply).order_by("pk").values_list("error", flat=True))
@@ -91,13 +91,13 @@ def test_a_trickling_stream_is_cut_at_the_reply_deadline_and_the_worker_can_retr
     streamer.plan = ["trickle"]
     session = start(client, study)
     started = time.monotonic()
-    services.post_user_message(session, "c1", "Hi again")
+    turns.post_user_message(session, "c1", "Hi again")
     assert time.monotonic() - started < 3  # not the 4 s the trickle would take
     reply = session.messages.get(seq=2)
     assert (reply.status, reply.error) == (Message.Status.FAILED, REPLY_TOO_SLOW)
     page = client.get(f"/chat/{session.pk}/").content.decode()
     assert "The chatbot took too long to answer." in page and 'data-retry="2"' in page
-    services.retry_reply(session, 2)
+    replies.retry_reply(session, 2)
     reply.refresh_from_db()
     assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Nice to meet you again.")
 
@@ -113,9 +113,9 @@ def test_retries_are_enqueued_with_a_countdown_instead_of_sleeping_in_the_worker
         countdowns.append(countdown)
         local(job_id)  # run at once: the test checks the countdown asked for, not the wait
 
-    monkeypatch.setattr(services, "dispatch", dispatch)
+    monkeypatch.setattr(jobs, "dispatch", dispatch)
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")
+    turns.post_user_message(session, "c1", "Hello")
     assert countdowns == [0, 3, 7]
     assert session.messages.get(seq=2).text == "Back again."
 
@@ -125,19 +125,19 @@ def test_a_duplicate_delivery_while_the_reply_is_claimed_makes_no_llm_call(
 ) -> None:
     settings.CHAT_JOB_MODE = "celery"  # the reply is for a worker elsewhere (in-process jobs claim it at once)
     llm = script(["Hello!"])
-    monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)
+    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id, countdown=0: None)
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hi")
+    turns.post_user_message(session, "c1", "Hi")
     reply = session.messages.get(seq=2)
     assert leases.claim(Message.objects.filter(pk=reply.pk))  # another worker is writing it
-    services.generate_reply(reply.pk)
+    replies.generate_reply(reply.pk)
     assert llm.calls == [] and session.messages.get(seq=2).status == Message.Status.PENDING
     # that worker dies: its lease lapses, and the page's next resume enqueues the reply again
     Message.objects.filter(pk=reply.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
     monkeypatch.undo()
     settings.CHAT_JOB_MODE = "inline"
     script(["Hello!"])
-    assert services.recover_replies(session) == 1
+    assert replies.recover_replies(session) == 1
     reply.refresh_from_db()
     assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Hello!")
     assert LLMCallRecord.objects.filter(message=reply).count() == 1
@@ -149,14 +149,14 @@ def test_a_reply_whose_enqueue_was_lost_is_enqueued_again_once_overdue(
     def broker_down(*args: Any, **kwargs: Any) -> None:
         raise ConnectionError("Redis is restarting")
 
-    monkeypatch.setattr(services, "dispatch", broker_down)
+    monkeypatch.setattr(jobs, "dispatch", broker_down)
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hi")  # stored; the enqueue failed and was logged
-    assert services.recover_replies(session) == 0  # not overdue yet: it may still be in a queue
+    turns.post_user_message(session, "c1", "Hi")  # stored; the enqueue failed and was logged
+    assert replies.recover_replies(session) == 0  # not overdue yet: it may still be in a queue
     Message.objects.filter(session=session, seq=2).update(due_at=timezone.now() - timedelta(minutes=1))
     monkeypatch.undo()
     script(["Hello!"])
-    assert services.recover_replies(session) == 1
+    assert replies.recover_replies(session) == 1
     assert session.messages.get(seq=2).text == "Hello!"
 
 
@@ -166,11 +166,11 @@ def test_a_database_error_during_a_reply_releases_it_and_the_task_retries_it(
     from chat import tasks
 
     script(["Hello!"])
-    monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)
+    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id, countdown=0: None)
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hi")
+    turns.post_user_message(session, "c1", "Hi")
     reply = session.messages.get(seq=2)
-    real = services.store_llm_calls
+    real = records.store_llm_calls
     calls = {"n": 0}
 
     def flaky(*args: Any) -> None:
@@ -179,13 +179,13 @@ def test_a_database_error_during_a_reply_releases_it_and_the_task_retries_it(
             raise OperationalError("server closed the connection unexpectedly")
         real(*args)
 
-    monkeypatch.setattr(services, "store_llm_calls", flaky)
-    assert tasks.generate_reply_task.autoretry_for == (services.DatabaseError,)
+    monkeypatch.setattr(records, "store_llm_calls", flaky)
+    assert tasks.generate_reply_task.autoretry_for == (DatabaseError,)
     with pytest.raises(OperationalError):
-        services.generate_reply(reply.pk)
+        replies.generate_reply(reply.pk)
     reply.refresh_from_db()
     assert reply.status == Message.Status.PENDING and reply.lease_until is None  # free for the retry
-    services.generate_reply(reply.pk)  # the task's retry
+    replies.generate_reply(reply.pk)  # the task's retry
     reply.refresh_from_db()
     assert (reply.status, reply.text) == (Message.Status.COMPLETE, "Hello!")
 
@@ -197,13 +197,13 @@ def test_a_duplicate_memory_update_while_one_runs_makes_no_llm_call_and_a_dead_o
     study.save()
     llm = script(["Nice."])
     session = start(client, study)
-    services.post_user_message(session, "c1", "I have a dog called Rex")
-    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)
-    services.end_session(session)
+    turns.post_user_message(session, "c1", "I have a dog called Rex")
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)
+    sessions.end_session(session)
     snapshot = MemorySnapshot.objects.get(session=session)
     assert leases.claim(MemorySnapshot.objects.filter(pk=snapshot.pk))  # a worker runs it
     before = len(llm.calls)
-    services.update_memory(session.pk)  # the duplicate delivery
+    memory_updates.update_memory(session.pk)  # the duplicate delivery
     assert len(llm.calls) == before
     assert MemorySnapshot.objects.get(pk=snapshot.pk).status == MemorySnapshot.Status.PENDING
     # the worker is killed: the lease lapses and the waiting page enqueues the update again
@@ -211,7 +211,7 @@ def test_a_duplicate_memory_update_while_one_runs_makes_no_llm_call_and_a_dead_o
     monkeypatch.undo()
     script(["Nice."])
     nxt = ChatSession.objects.get(episode=session.episode, index=2)
-    assert services.recover_stale_update(nxt)
+    assert memory_updates.recover_stale_update(nxt)
     assert MemorySnapshot.objects.get(pk=snapshot.pk).status == MemorySnapshot.Status.DONE
     nxt.refresh_from_db()
     assert nxt.status == ChatSession.Status.READY
@@ -236,8 +236,8 @@ def test_an_arm_that_cannot_be_built_fails_the_reply_with_the_retry_button_inste
     def misconfigured(arm: Any) -> Any:
         raise LLMError("unknown LLM backend 'no-such-backend' (choose local, openai or scripted)")
 
-    monkeypatch.setattr(services, "build_llm", misconfigured)  # e.g. the arm was edited in the admin
-    services.post_user_message(session, "c1", "Hello")
+    monkeypatch.setattr(arms, "build_llm", misconfigured)  # e.g. the arm was edited in the admin
+    turns.post_user_message(session, "c1", "Hello")
     reply = session.messages.get(seq=2)
     assert reply.status == Message.Status.FAILED and "unknown LLM backend" in reply.error
     assert reply.lease_until is None

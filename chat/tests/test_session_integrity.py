@@ -13,9 +13,9 @@ import pytest
 from django.db.models import F
 from django.test import Client
 
-from chat import services, state
+from chat import arms, errors, replies, sessions, state, turns
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
-from chat.replies import hit_token_cap
+from chat.replytext import hit_token_cap
 from chat.tests.conftest import start
 from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.hygiene import end_at_sentence
@@ -46,10 +46,10 @@ def test_the_server_refuses_to_end_a_session_while_the_reply_is_being_written(
     client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = _start(client, study)
-    monkeypatch.setattr(services, "enqueue_reply", lambda message_id, countdown=0: None)  # still writing
-    services.post_user_message(session, "c1", "Hello there")
-    with pytest.raises(services.ReplyPending, match="wait for the chatbot's reply"):
-        services.end_session(session)
+    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id, countdown=0: None)  # still writing
+    turns.post_user_message(session, "c1", "Hello there")
+    with pytest.raises(sessions.ReplyPending, match="wait for the chatbot's reply"):
+        sessions.end_session(session)
     response = client.post(f"/chat/{session.pk}/end/", follow=True)
     page = response.content.decode()
     assert "wait for the chatbot&#x27;s reply" in page
@@ -65,8 +65,8 @@ def test_once_the_reply_is_written_the_session_ends_with_the_reply_in_it(
 ) -> None:
     script(["Nice to meet you."])
     session = _start(client, study)
-    services.post_user_message(session, "c1", "Hello there")
-    services.end_session(session)
+    turns.post_user_message(session, "c1", "Hello there")
+    sessions.end_session(session)
     session.refresh_from_db()
     assert session.status == ChatSession.Status.RATING
     assert session.messages.get(seq=2).status == Message.Status.COMPLETE
@@ -77,8 +77,8 @@ def test_once_the_reply_is_written_the_session_ends_with_the_reply_in_it(
 
 def _ended_unrated(client: Client, study: Study) -> tuple[ChatSession, ChatSession]:
     first = _start(client, study)
-    services.post_user_message(first, "c1", "I have a dog")
-    services.end_session(first)  # the memory update runs inline: session 2 is ready
+    turns.post_user_message(first, "c1", "I have a dog")
+    sessions.end_session(first)  # the memory update runs inline: session 2 is ready
     second = ChatSession.objects.get(episode=first.episode, index=2)
     assert second.status == ChatSession.Status.READY
     return first, second
@@ -99,11 +99,11 @@ def test_a_later_session_does_not_open_before_the_earlier_one_is_rated(client: C
 def test_a_later_session_answers_no_message_before_the_earlier_one_is_rated(client: Client, study: Study) -> None:
     study.bot_opens_sessions = False  # the worker writes first, so a message is what would start session 2
     first, second = _ended_unrated(client, study)
-    with pytest.raises(services.ChatError, match="Please rate session 1"):
-        services.post_user_message(second, "c2", "Hello again")
+    with pytest.raises(errors.ChatError, match="Please rate session 1"):
+        turns.post_user_message(second, "c2", "Hello again")
     assert not second.messages.exists()
     _rate_all(client, first)
-    services.post_user_message(second, "c2", "Hello again")
+    turns.post_user_message(second, "c2", "Hello again")
     assert second.messages.count() == 2
 
 
@@ -116,7 +116,7 @@ def test_a_reply_cut_at_the_token_cap_ends_at_its_last_complete_sentence(
     settings.LLM_MAX_TOKENS = 8
     script(["I like tea. It is warm and I'll tell you more."])  # cut at 8 words, finish reason "length"
     session = start(client, study)
-    services.post_user_message(session, "c1", "Tea or coffee?")
+    turns.post_user_message(session, "c1", "Tea or coffee?")
     assert session.messages.get(seq=2).text == "I like tea."
 
 
@@ -126,7 +126,7 @@ def test_a_reply_under_the_token_cap_is_left_as_the_model_wrote_it(
     settings.LLM_MAX_TOKENS = 50
     script(["I like tea. It is warm and"])
     session = start(client, study)
-    services.post_user_message(session, "c1", "Tea or coffee?")
+    turns.post_user_message(session, "c1", "Tea or coffee?")
     assert session.messages.get(seq=2).text == "I like tea. It is warm and"
 
 
@@ -189,7 +189,7 @@ def _start_with_an_empty_list(client: Client, study: Study) -> ChatSession:
 @pytest.fixture
 def list_memory(monkeypatch: pytest.MonkeyPatch) -> ListMemory:
     system = ListMemory()
-    monkeypatch.setattr(services, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
     return system
 
 
@@ -199,8 +199,8 @@ def test_a_late_per_turn_update_does_not_overwrite_the_end_of_session_update(
     session = _start_with_an_empty_list(client, study)
     # The bad order: the reply is stored, the worker ends the session and its update is written,
     # and only then does the per-turn update (computed from the state before) finish.
-    list_memory.during_after_turn = lambda: services.end_session(session)
-    services.post_user_message(session, "c1", "Hello")
+    list_memory.during_after_turn = lambda: sessions.end_session(session)
+    turns.post_user_message(session, "c1", "Hello")
     episode = Episode.objects.get(pk=session.episode_id)
     assert episode.memory_state["items"] == ["session end", "turn 2"]
     assert episode.state_version == 3  # the empty list, the end of session, the per-turn update recomputed
@@ -212,13 +212,13 @@ def test_a_per_turn_update_written_during_the_end_of_session_update_is_kept(
 ) -> None:
     session = _start_with_an_empty_list(client, study)
     list_memory.during_after_turn = lambda: None
-    services.post_user_message(session, "c1", "Hello")  # per-turn: ["turn 2"], version 2
+    turns.post_user_message(session, "c1", "Hello")  # per-turn: ["turn 2"], version 2
 
     def late_turn() -> None:
         state.apply(session.episode_id, lambda s: Update({"items": [*s["items"], "late turn"]}))
 
     list_memory.during_end_session = late_turn
-    services.end_session(session)
+    sessions.end_session(session)
     episode = Episode.objects.get(pk=session.episode_id)
     assert episode.memory_state["items"] == ["turn 2", "late turn", "session end"]
     snapshot = MemorySnapshot.objects.get(session=session)

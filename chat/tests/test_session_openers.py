@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from chat import services
+from chat import assignment, errors, memory_updates, turns
 from chat.models import ChatSession, Message
 from chat.tests.conftest import start
 from chat.tests.test_flow import rate_all, say
@@ -28,7 +28,7 @@ def second_session(client: Client, study: Study) -> ChatSession:
     assert first.messages.filter(speaker="bot").count() == 1  # session 1: the worker writes first
     client.post(f"/chat/{first.pk}/end/")
     rate_all(client, first)
-    second = services.current_session(first.episode.participant)
+    second = assignment.current_session(first.episode.participant)
     assert second is not None and second.index == 2 and second.status == ChatSession.Status.READY
     return second
 
@@ -66,8 +66,8 @@ def test_a_message_sent_before_the_opener_is_refused_with_a_clear_message(
 ) -> None:
     script(["Nice!", OPENING])
     second = second_session(client, study)
-    with pytest.raises(services.ChatError, match="first message"):
-        services.post_user_message(second, "early", "hello?")  # the socket before the page started it
+    with pytest.raises(errors.ChatError, match="first message"):
+        turns.post_user_message(second, "early", "hello?")  # the socket before the page started it
     assert not second.messages.exists()
 
 
@@ -75,7 +75,7 @@ def test_an_opener_runs_no_per_turn_memory_update(client: Client, study: Study, 
     script(["Nice!", OPENING])
     second = second_session(client, study)
     ran: list[int] = []
-    monkeypatch.setattr(services, "_after_turn", lambda *args: ran.append(1))
+    monkeypatch.setattr(memory_updates, "after_turn", lambda *args: ran.append(1))
     client.get(f"/chat/{second.pk}/")
     assert Message.objects.get(session=second, seq=1).status == Message.Status.COMPLETE and ran == []
 

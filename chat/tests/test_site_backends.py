@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat import services
+from chat import arms
 from memory.tests.test_openai_embedder import _Embeddings, embeddings_endpoint
 
 
@@ -15,14 +15,14 @@ def test_embedder_openai_uses_the_embedding_model_key_and_url_from_settings(sett
     settings.OPENAI_API_KEY = "sk-site"
     with embeddings_endpoint() as url:
         settings.OPENAI_BASE_URL = url
-        services.get_embedder().embed(["I have a dog named Rex."])
+        arms.get_embedder().embed(["I have a dog named Rex."])
     (call,) = _Embeddings.seen
     assert call["body"]["model"] == "site-embedding-model" and call["auth"] == "Bearer sk-site"
 
 
 def test_one_embedder_per_configuration_is_kept_for_the_process(settings: Any) -> None:
     settings.EMBEDDER = "hashing"
-    first = services.get_embedder()
-    assert services.get_embedder() is first
+    first = arms.get_embedder()
+    assert arms.get_embedder() is first
     settings.EMBEDDING_MODEL = "another"
-    assert services.get_embedder() is not first
+    assert arms.get_embedder() is not first

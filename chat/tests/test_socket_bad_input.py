@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from chat.tests.test_consumer import _worker, connect, frames, messages_of, send
-from evalsite.asgi import application
+from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from studies.models import Study
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]

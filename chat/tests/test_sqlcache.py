@@ -10,7 +10,7 @@ import pytest
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from chat import services, sqlcache
+from chat import assignment, sqlcache
 from chat.models import ChatSession, Message
 from studies.models import Arm, Participant, Study
 
@@ -26,8 +26,8 @@ def _session(name: str = "w") -> ChatSession:
     participant = Participant.objects.create(
         study=study, external_id=name, source="invite", consented_at=timezone.now()
     )
-    services.assign_episode(participant)
-    session = services.current_session(participant)
+    assignment.assign_episode(participant)
+    session = assignment.current_session(participant)
     assert session is not None
     return session
 

@@ -31,10 +31,10 @@ def _on_postgres() -> None:
 
 
 def test_the_precompiled_turn_read_locks_the_session_row_only() -> None:
-    from chat import services
+    from chat import turns
 
     with transaction.atomic():  # where it is compiled: select_for_update needs a transaction
-        sql = services._LOCK.sql()
+        sql = turns._LOCK.sql()
     assert sql.rstrip().endswith('FOR UPDATE OF "chat_chatsession"'), sql[-200:]
     # the state comes from chat.state's cache by state_version: the locked read never carries it
     assert '"chat_episode"."memory_state"' not in sql and '"chat_episode"."state_version"' in sql

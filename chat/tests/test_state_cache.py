@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from chat import services, state
+from chat import arms, sessions, state, turns
 from chat.models import ChatSession, Episode, Message
 from chat.tests.conftest import start
 from memory.base import ChatMessage, Prompt, Turn, Update
@@ -195,7 +195,7 @@ class SeeingMemory:
 @pytest.fixture
 def seeing(monkeypatch: pytest.MonkeyPatch) -> SeeingMemory:
     system = SeeingMemory()
-    monkeypatch.setattr(services, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
     return system
 
 
@@ -204,11 +204,11 @@ def test_the_next_reply_composes_from_the_state_the_per_turn_update_wrote_withou
     client: Client, study: Study, seeing: SeeingMemory
 ) -> None:
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")
+    turns.post_user_message(session, "c1", "Hello")
     written = state.CACHE.get(session.episode_id, 1)
     assert written == {"items": ["turn 2"]}
     with CaptureQueriesContext(connection) as ctx:
-        services.post_user_message(session, "c2", "Again")
+        turns.post_user_message(session, "c2", "Again")
     assert seeing.composed[-1] is written  # the very object the update returned, from the cache
     assert not [q for q in ctx.captured_queries if q["sql"].startswith("SELECT") and "memory_state" in q["sql"]]
 
@@ -218,7 +218,7 @@ def test_a_state_written_by_another_process_is_read_again_not_served_stale(
     client: Client, study: Study, seeing: SeeingMemory
 ) -> None:
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")  # this process caches version 1: ["turn 2"]
+    turns.post_user_message(session, "c1", "Hello")  # this process caches version 1: ["turn 2"]
     assert state.CACHE.get(session.episode_id, 1) == {"items": ["turn 2"]}
     # Another process (a memory worker, a second web process) writes through chat.state there: the
     # database row changes and this process's cache does not.
@@ -227,7 +227,7 @@ def test_a_state_written_by_another_process_is_read_again_not_served_stale(
             f"UPDATE {Episode._meta.db_table} SET memory_state = %s, state_version = state_version + 1 WHERE id = %s",
             ['{"items": ["turn 2", "from elsewhere"]}', session.episode_id],
         )
-    services.post_user_message(session, "c2", "Again")
+    turns.post_user_message(session, "c2", "Again")
     assert seeing.composed[-1] == {"items": ["turn 2", "from elsewhere"]}
     assert seeing.updated[-1] == {"items": ["turn 2", "from elsewhere"]}
     episode = Episode.objects.get(pk=session.episode_id)
@@ -240,9 +240,9 @@ def test_the_end_of_session_update_starts_from_the_cached_state_and_caches_what_
     client: Client, study: Study, seeing: SeeingMemory
 ) -> None:
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")
+    turns.post_user_message(session, "c1", "Hello")
     cached = state.CACHE.get(session.episode_id, 1)
-    services.end_session(session)
+    sessions.end_session(session)
     assert cached is not None and seeing.updated[-1] is cached
     assert state.CACHE.get(session.episode_id, 2) == {"items": ["turn 2", "session end"]}
     assert cached == {"items": ["turn 2"]}  # the update made a new state; the cached one is as it was
@@ -267,23 +267,23 @@ def test_no_arm_changes_a_cached_state_through_the_platform(
     left at the end is compared with the JSON it had when it was cached, so an update that edited the
     state it was given fails here. The model is the arms' scripted fake (memory/tests/fake_llm.py),
     which answers their prompts plausibly, so every reply and update runs."""
-    monkeypatch.setattr(services, "build_llm", lambda arm: fake_llm())
+    monkeypatch.setattr(arms, "build_llm", lambda arm: fake_llm())
     study = _arm_study(memory_system)
     session = start(client, study)
     episode_id = session.episode_id
     for k in (1, 2):
-        services.post_user_message(session, f"c{k}", f"I walked my dog Rex by the river, day {k}.")
+        turns.post_user_message(session, f"c{k}", f"I walked my dog Rex by the river, day {k}.")
     cached = state.CACHE.get(episode_id, Episode.objects.get(pk=episode_id).state_version)
     assert cached is not None
     snapshot = Episode.objects.get(pk=episode_id).memory_state
     assert cached == snapshot
-    services.end_session(session)
+    sessions.end_session(session)
     assert cached == snapshot  # the end-of-session update was computed from it and left it as it was
     ChatSession.objects.filter(pk=session.pk).update(status=ChatSession.Status.DONE)
     following = ChatSession.objects.get(episode_id=episode_id, index=2)
     assert following.status == ChatSession.Status.READY
-    services.start_session(following)  # the bot's opening message, composed from the cached state
-    services.post_user_message(following, "n1", "Do you remember my dog?")
+    sessions.start_session(following)  # the bot's opening message, composed from the cached state
+    turns.post_user_message(following, "n1", "Do you remember my dog?")
     replies = Message.objects.filter(session__episode_id=episode_id, speaker="bot").values_list("status", "error")
     assert [status for status, _ in replies] == ["complete"] * 4, list(replies)
     current = Episode.objects.get(pk=episode_id)

@@ -16,7 +16,7 @@ import pytest
 from django.db import close_old_connections, connection
 from django.test import Client
 
-from chat import services, state
+from chat import arms, state, turns
 from chat.tests.conftest import start
 from chat.tests.test_state_cache import SeeingMemory
 from memory.base import Update
@@ -74,9 +74,9 @@ def test_a_state_written_by_another_process_is_read_again_by_this_one(
     next reply and reads the new state (it is never served the state it cached before)."""
     assert connection.vendor == "postgresql", "run with scripts/with-services.sh"
     system = SeeingMemory()
-    monkeypatch.setattr(services, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 10))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 10))))
     session = start(client, study)
-    services.post_user_message(session, "c1", "Hello")  # this process caches the version it wrote
+    turns.post_user_message(session, "c1", "Hello")  # this process caches the version it wrote
     _, version = state.read(session.episode_id)
     assert state.CACHE.get(session.episode_id, version) == {"items": ["turn 2"]}
     env = {**os.environ, "DATABASE_URL": worker_database_url, "DJANGO_SETTINGS_MODULE": "evalsite.settings"}
@@ -85,6 +85,6 @@ def test_a_state_written_by_another_process_is_read_again_by_this_one(
         env=env, check=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     assert state.CACHE.get(session.episode_id, version) == {"items": ["turn 2"]}  # this cache knows nothing of it
-    services.post_user_message(session, "c2", "Again")
+    turns.post_user_message(session, "c2", "Again")
     assert system.composed[-1] == {"items": ["turn 2", "from another process"]}
     assert state.read(session.episode_id) == ({"items": ["turn 2", "from another process", "turn 4"]}, version + 2)

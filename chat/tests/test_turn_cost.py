@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chat import services
+from chat import assignment, jobs
 from chat.consumers import ChatConsumer
 from chat.models import ChatSession, LLMCallRecord, Message
 from studies.models import Arm, Participant, Study
@@ -39,8 +39,8 @@ def _session(memory_system: str) -> ChatSession:
     study.add_default_metrics()
     Arm.objects.create(study=study, name="arm", memory_system=memory_system, llm_backend="scripted")
     participant = Participant.objects.create(study=study, external_id="w", source="invite", consented_at=timezone.now())
-    services.assign_episode(participant)
-    session = services.current_session(participant)
+    assignment.assign_episode(participant)
+    session = assignment.current_session(participant)
     assert session is not None
     return session
 
@@ -55,7 +55,7 @@ def _socket(session: ChatSession) -> ChatConsumer:
 def pushed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The frames pushed to the session's sockets."""
     frames: list[str] = []
-    monkeypatch.setattr(services, "broadcast", lambda session_id, html: frames.append(html))
+    monkeypatch.setattr(jobs, "broadcast", lambda session_id, html: frames.append(html))
     return frames
 
 

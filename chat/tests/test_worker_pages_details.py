@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from chat import services
+from chat import memory_updates, turns
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -59,9 +59,9 @@ def test_a_three_day_gap_is_what_the_worker_reads_and_what_the_bots_clock_moves_
 ) -> None:
     study.gap_days, study.gap_max_days = 3, None  # a fixed gap
     study.save()
-    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)  # keep the worker waiting
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)  # keep the worker waiting
     first = start(client, study)
-    services.post_user_message(first, "c1", "hello")
+    turns.post_user_message(first, "c1", "hello")
     assert client.post(f"/chat/{first.pk}/end/").status_code == 302
     rate(client, first)
     second = ChatSession.objects.get(episode=first.episode, index=2)
@@ -75,11 +75,11 @@ def test_each_gap_is_drawn_stored_and_read_by_the_worker_and_the_bots_clock(
 ) -> None:
     study.sessions_per_episode = 3
     study.save()
-    monkeypatch.setattr(services, "enqueue_memory_update", lambda session_id: None)
+    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)
     gaps = set()
     for i in range(6):
         first = start(client, study, pid=f"gapper{i}")
-        services.post_user_message(first, "c1", "hello")
+        turns.post_user_message(first, "c1", "hello")
         assert client.post(f"/chat/{first.pk}/end/").status_code == 302
         second = ChatSession.objects.get(episode=first.episode, index=2)
         assert second.gap_days is not None and 7 <= second.gap_days <= 14
@@ -94,7 +94,7 @@ def test_each_gap_is_drawn_stored_and_read_by_the_worker_and_the_bots_clock(
 
 def test_each_slider_shows_its_current_value_and_both_labelled_ends(client: Client, study: Study) -> None:
     session = start(client, study)
-    services.post_user_message(session, "c1", "hello")
+    turns.post_user_message(session, "c1", "hello")
     client.post(f"/chat/{session.pk}/end/")
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.test import Client, TestCase
 from django.utils import timezone
 
-from chat import services, timing
+from chat import assignment, errors, timing, turns
 from chat.authenticity import Composition, Signals, clean_signals, summarize
 from chat.models import AttentionResponse, ChatSession, Episode, Message, MessageSignals
 from chat.tests.conftest import enter, start
@@ -37,7 +37,7 @@ def _rate_all(client: Client, session: ChatSession, value: int = 60, **extra: An
 def _chat_and_end(client: Client, session: ChatSession) -> None:
     """One message, its reply written (jobs inline, run at commit), then End session."""
     with TestCase.captureOnCommitCallbacks(execute=True):
-        services.post_user_message(session, "c1", "hi")
+        turns.post_user_message(session, "c1", "hi")
     assert client.post(f"/chat/{session.pk}/end/").status_code == 302
     session.refresh_from_db()
     assert session.status == ChatSession.Status.RATING
@@ -55,7 +55,7 @@ def test_every_worker_meets_the_qc_arm_in_exactly_one_episode_at_a_varying_posit
     for i in range(30):
         p = Participant.objects.create(study=study, external_id=f"w{i}", source="prolific")
         for _ in range(3):
-            ep = services.assign_episode(p)
+            ep = assignment.assign_episode(p)
             Episode.objects.filter(pk=ep.pk).update(status=Episode.Status.COMPLETED)
         arms = list(p.episodes.order_by("index").values_list("arm__is_qc", flat=True))
         assert arms.count(True) == 1
@@ -80,11 +80,11 @@ def test_the_qc_arm_replies_without_an_llm_and_ignores_the_message(
     Arm.objects.create(study=study, name="Other", memory_system="none", llm_backend="scripted")
     study.episodes_per_worker = 2
     study.save()
-    monkeypatch.setattr(services.random, "random", lambda: 0.0)  # the QC arm first
+    monkeypatch.setattr(assignment.random, "random", lambda: 0.0)  # the QC arm first
     session = start(client, study)
     assert session.episode.arm.is_qc
     with django_capture_on_commit_callbacks(execute=True):
-        services.post_user_message(session, "c1", "I adore my cat Whiskers")
+        turns.post_user_message(session, "c1", "I adore my cat Whiskers")
     reply = Message.objects.get(session=session, speaker="bot")
     assert reply.status == "complete" and reply.text and "Whiskers" not in reply.text
 
@@ -157,12 +157,12 @@ def test_a_message_with_signals_stores_them_and_a_bad_payload_still_stores_the_m
 ) -> None:
     session = start(client, study)
     signals = clean_signals({"pasted": True, "paste_chars": 12, "typed_chars": 2, "typing_ms": 900}, max_chars=2000)
-    msg, _ = services.post_user_message(session, "c1", "pasted text!", signals=signals)
+    msg, _ = turns.post_user_message(session, "c1", "pasted text!", signals=signals)
     row = MessageSignals.objects.get(message=msg)
     assert (row.pasted, row.paste_chars, row.typed_chars, row.typing_ms) == (True, 12, 2, 900)
     Message.objects.filter(session=session, speaker="bot").update(status="complete", text="ok")
     bad = clean_signals({"typing_ms": "soon"}, max_chars=2000)
-    msg2, _ = services.post_user_message(session, "c2", "typed", signals=bad)
+    msg2, _ = turns.post_user_message(session, "c2", "typed", signals=bad)
     assert msg2.pk and not MessageSignals.objects.filter(message=msg2).exists()
 
 
@@ -216,8 +216,8 @@ def test_a_session_past_its_time_limit_goes_to_the_rating_even_below_the_minimum
     client.get(f"/chat/{session.pk}/")
     ChatSession.objects.filter(pk=session.pk).update(started_at=timezone.now() - dt.timedelta(minutes=6))
     session.refresh_from_db()
-    with pytest.raises(services.ChatError, match="time for this session is up"):
-        services.post_user_message(session, "c1", "late")
+    with pytest.raises(errors.ChatError, match="time for this session is up"):
+        turns.post_user_message(session, "c1", "late")
     assert client.get(f"/chat/{session.pk}/").url == f"/chat/{session.pk}/rate/"
     session.refresh_from_db()
     assert session.status == ChatSession.Status.RATING and session.ended_by == ChatSession.EndedBy.TIME_LIMIT
@@ -304,7 +304,7 @@ def test_the_researchers_episode_page_shows_each_messages_signals_and_the_attent
     check = AttentionCheck.objects.create(study=study, position=1)
     session = start(client, study)
     signals = clean_signals({"pasted": True, "paste_chars": 12, "typed_chars": 0, "typing_ms": 3000}, max_chars=99)
-    services.post_user_message(session, "c1", "pasted text!", signals=signals)
+    turns.post_user_message(session, "c1", "pasted text!", signals=signals)
     ChatSession.objects.filter(pk=session.pk).update(status=ChatSession.Status.RATING)
     AttentionResponse.objects.create(session=session, item=check, value=20, passed=False)
     client.force_login(researcher)

@@ -1,0 +1,59 @@
+"""An arm as the chat runs it: its LLM, the site's embedder and its memory system, built from the
+:class:`studies.models.Arm` row (the readiness checks in chat/armjobs.py build it the same way)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.conf import settings
+
+from chat.jobs import reply_deadline_seconds
+from memory.base import MemorySystem
+from memory.embed import Embedder, make_embedder
+from memory.llm import LLM, RecordingLLM, make_llm
+from memory.registry import build_system
+from studies.models import Arm
+
+
+def build_llm(arm: Arm) -> LLM:
+    """The arm's LLM: ``arm.llm_backend``/``llm_model``, else the site default (the one patch point
+    tests use to script replies and failures)."""
+    backend = arm.llm_backend or settings.LLM_BACKEND
+    model = arm.llm_model or settings.LLM_MODEL
+    return make_llm(backend, model, **endpoint_options(backend))
+
+
+def endpoint_options(backend: str) -> dict[str, Any]:
+    """The site's OpenAI-compatible endpoint, for the backends that call one."""
+    if backend != "openai":
+        return {}
+    return {
+        "api_key": settings.OPENAI_API_KEY,
+        "base_url": settings.OPENAI_BASE_URL,
+        # each read is bounded by the timeout: never longer than a whole reply may take
+        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), reply_deadline_seconds()),
+    }
+
+
+_EMBEDDERS: dict[str, Embedder] = {}
+_EMBEDDER_LOCK = threading.Lock()
+
+
+def get_embedder() -> Embedder:
+    """The site's embedder (``settings.EMBEDDER``, ``EMBEDDING_MODEL``; the openai one on the site's
+    endpoint and key), one per process: wordllama loads its weights once."""
+    backend, model = settings.EMBEDDER, settings.EMBEDDING_MODEL
+    options = endpoint_options(backend)
+    key = f"{backend}:{model}:{options.get('base_url', '')}"
+    with _EMBEDDER_LOCK:
+        if key not in _EMBEDDERS:
+            _EMBEDDERS[key] = make_embedder(backend, model, **options)
+        return _EMBEDDERS[key]
+
+
+def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM."""
+    llm = RecordingLLM(build_llm(arm))
+    system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
+    return system, llm

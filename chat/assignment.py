@@ -1,0 +1,135 @@
+"""Where a worker goes next: their current session, or a new episode with an arm drawn for them
+(balanced over the study's arms, the quality-control arm placed once per worker), and when they are done."""
+
+from __future__ import annotations
+
+import random
+from typing import TypeVar
+
+from django.db import transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from chat import arms as arm_systems
+from chat.errors import ChatError
+from chat.models import ChatSession, Episode
+from studies.models import Arm, Participant, Study
+
+A = TypeVar("A", bound=Arm)
+
+
+class NoArmAvailable(ChatError):
+    pass
+
+
+def assign_episode(participant: Participant) -> Episode:
+    """Start the participant's next episode with an arm drawn at random among the least-used arms.
+
+    Balanced over active + completed episodes of the study; an arm the participant already had is
+    never drawn again. The study row is locked while counting, so two workers starting at the same
+    moment see each other's episodes (on PostgreSQL; SQLite serialises writers anyway).
+    Raises :class:`NoArmAvailable` when the participant has used every active arm.
+    """
+    with transaction.atomic():
+        study = Study.objects.select_for_update().get(pk=participant.study_id)
+        current = participant.episodes.filter(status=Episode.Status.ACTIVE).first()
+        if current:
+            return current
+        used = set(participant.episodes.values_list("arm_id", flat=True))
+        arms = list(
+            study.arms.filter(active=True)
+            .exclude(pk__in=used)
+            .annotate(
+                n=Count(
+                    "episodes",
+                    filter=Q(episodes__status__in=[Episode.Status.ACTIVE, Episode.Status.COMPLETED]),
+                )
+            )
+        )
+        arms = _qc_draw(participant, study, arms)
+        if not arms:
+            raise NoArmAvailable("There is no further conversation for you in this study.")
+        least = min(a.n for a in arms)
+        arm = random.choice([a for a in arms if a.n == least])
+        system, _ = arm_systems.build_arm(arm)
+        index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
+        episode = Episode.objects.create(
+            participant=participant, arm=arm, index=index, memory_state=system.initial_state()
+        )
+        ChatSession.objects.create(
+            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
+        )
+    return episode
+
+
+def _qc_draw(participant: Participant, study: Study, arms: list[A]) -> list[A]:
+    """The candidates once the quality-control arm is placed: every worker meets it in exactly one whole
+    episode, at a uniformly random position among their episodes (docs/worker-quality.md, "QC arm").
+
+    While the worker has not had it, it is drawn with probability 1 / (episodes still to do), and it is
+    the only candidate for their last episode; otherwise it is never a candidate. A study with one
+    episode per worker cannot run the QC test (studies.forms.qc_design_problem), so there the QC arm
+    is never drawn."""
+    qc = [a for a in arms if a.is_qc]
+    if not qc:
+        return arms
+    others = [a for a in arms if not a.is_qc]
+    remaining = int(study.episodes_per_worker) - participant.episodes.count()
+    if study.episodes_per_worker < 2 or remaining < 1:
+        return others
+    if remaining == 1 or not others or random.random() < 1 / remaining:
+        return qc[:1]
+    return others
+
+
+def episodes_left(participant: Participant) -> bool:
+    """Whether the participant still has an episode to do (a further arm exists and the quota of
+    episodes per worker is not reached)."""
+    study = participant.study
+    done = participant.episodes.count()
+    if done >= study.episodes_per_worker:
+        return False
+    used = participant.episodes.values_list("arm_id", flat=True)
+    return study.arms.filter(active=True).exclude(pk__in=used).exists()
+
+
+def current_session(participant: Participant) -> ChatSession | None:
+    """The first session of the participant's active episode that is not rated yet."""
+    episode = participant.episodes.filter(status=Episode.Status.ACTIVE).order_by("index").first()
+    if episode is None:
+        return None
+    return episode.sessions.exclude(status=ChatSession.Status.DONE).order_by("index").first()
+
+
+class StudyClosed(ChatError):
+    pass
+
+
+def next_session(participant: Participant) -> ChatSession | None:
+    """Where the participant is: the current session, or the first of a new episode (a fresh arm)
+    when the last one is over; ``None`` when nothing is left for them. Raises :class:`StudyClosed`
+    when a new episode would be needed while the study is a draft again."""
+    session = current_session(participant)
+    if session is not None:
+        return session
+    if participant.completed_at or not episodes_left(participant):
+        return None
+    if participant.study.status == Study.Status.DRAFT:
+        raise StudyClosed("This study is not taking participants at the moment.")
+    try:
+        assign_episode(participant)
+    except NoArmAvailable:
+        return None
+    return current_session(participant)
+
+
+def finish_participant(participant: Participant) -> bool:
+    """Record that the participant has finished the study (idempotent); ``False`` while they still
+    have a session to do."""
+    if participant.completed_at is not None:
+        return True
+    if current_session(participant) is not None or episodes_left(participant):
+        return False
+    participant.completed_at = timezone.now()
+    participant.save(update_fields=["completed_at"])
+    return True

@@ -1,0 +1,52 @@
+"""What the pages, the socket and the arms read of a session: its messages (all after a seq, the
+turns as an arm sees them), its counts (the worker's turns, a pending reply) and the bot's clock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from chat.models import ChatSession, Message
+from memory.base import Turn
+
+
+def session_clock(session: ChatSession) -> datetime:
+    """The bot's clock: the session's simulated start plus the real time spent chatting."""
+    if session.started_at is None:
+        return session.simulated_start
+    return session.simulated_start + (timezone.now() - session.started_at)
+
+
+def user_turns(session: ChatSession) -> int:
+    return session.messages.filter(speaker=Message.Speaker.USER).count()
+
+
+def turn_counts(session: ChatSession) -> tuple[int, bool]:
+    """The worker's messages in the session, and whether a reply is pending (one query)."""
+    counts = session.messages.aggregate(
+        users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
+        pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
+    )
+    return int(counts["users"]), counts["pending"] > 0
+
+
+def reply_pending(session: ChatSession) -> bool:
+    """Whether the bot is still writing a reply in this session."""
+    return session.messages.filter(speaker=Message.Speaker.BOT, status=Message.Status.PENDING).exists()
+
+
+def turns_of(session: ChatSession, *, upto_seq: int | None = None) -> list[Turn]:
+    """The session as the memory systems see it: user messages and completed bot replies, in order."""
+    qs = session.messages.filter(Q(speaker=Message.Speaker.USER) | Q(status=Message.Status.COMPLETE))
+    if upto_seq is not None:
+        qs = qs.filter(seq__lte=upto_seq)
+    at = session.simulated_start
+    rows = qs.order_by("seq").values_list("speaker", "text")
+    return [Turn("user" if speaker == Message.Speaker.USER else "bot", text, at) for speaker, text in rows]
+
+
+def messages_after(session: ChatSession, last_seq: int) -> list[Message]:
+    """Every message of the session after ``last_seq`` (what a reconnecting browser missed)."""
+    return list(session.messages.filter(seq__gt=last_seq).order_by("seq"))

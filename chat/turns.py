@@ -1,0 +1,198 @@
+"""A chat turn: the worker's message stored, with the placeholder of the bot's reply, in one
+transaction, and the reply enqueued after the commit.
+
+The turn is the hot path of a live study (issue 12): the session row is locked with everything the
+checks need in one query compiled once per process (:func:`_lock_query`, chat/sqlcache.py), the
+session's messages are read once, and in the local job modes the reply's placeholder is inserted
+already claimed and handed to this process's job with the rows it needs (chat/handover.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from chat import fragments, handover, jobs, leases, limits, replies, sqlcache
+from chat.authenticity import Signals, clean_signals, store_signals
+from chat.errors import ChatError
+from chat.models import ChatSession, Message
+from chat.sessions import opens_with_bot, rate_first_text
+from chat.transcript import reply_pending
+from memory.base import Turn
+
+
+def _lock_query() -> sqlcache.CachedQuery:
+    """The session row locked (on PostgreSQL ``OF`` the session only) with everything the checks of a new
+    message need: its episode, arm, participant and study, the first earlier session not yet rated, and
+    the participant's user messages in other sessions (limits). The episode's memory state is deferred:
+    the reply takes it from chat.state's cache by ``state_version`` (it can be large)."""
+
+    def build(session_id: int, since: datetime) -> QuerySet[ChatSession]:
+        query = (
+            ChatSession.objects.select_for_update(of=("self",))
+            .select_related("episode__participant__study", "episode__arm")
+            .annotate(
+                unrated_index=Subquery(
+                    ChatSession.objects.filter(episode_id=OuterRef("episode_id"), index__lt=OuterRef("index"))
+                    .exclude(status=ChatSession.Status.DONE)
+                    .order_by("index")
+                    .values("index")[:1]
+                ),
+                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
+                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
+            )
+            .filter(pk=session_id)
+            .defer("episode__memory_state")
+        )
+        return query
+
+    return sqlcache.CachedQuery(build, session_id=int, since=datetime)
+
+
+_LOCK = _lock_query()
+
+# (pk, seq, speaker, status, client_id, text, sent since the minute's start) of a session's messages
+_SESSION_MESSAGES = sqlcache.CachedQuery(
+    lambda session_id, since: (
+        Message.objects.filter(session_id=session_id)
+        .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
+        .order_by("seq")
+        .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
+    ),
+    session_id=int,
+    since=datetime,
+)
+
+
+@dataclass(frozen=True)
+class _Checks:
+    """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
+
+    unrated_index: int | None  # the first earlier session of the episode not yet rated
+    recent_elsewhere: int | None  # the participant's user messages in other sessions in the last minute
+    stored_elsewhere: int | None  # and their characters, in all other sessions
+
+
+def _lock_session(session_id: int, since: datetime) -> tuple[ChatSession, _Checks]:
+    """The session row locked, loaded by :func:`_lock_query` (compiled once per process)."""
+    found = _LOCK.objects(session_id=session_id, since=since)
+    if not found:
+        raise ChatSession.DoesNotExist(f"no chat session {session_id}")
+    session: ChatSession = found[0]
+    values = session.__dict__
+    return session, _Checks(values["unrated_index"], values["recent_elsewhere"], values["stored_elsewhere"])
+
+
+def post_user_message(
+    session: ChatSession | int,
+    client_id: str,
+    text: str,
+    *,
+    signals: Signals | None = None,
+    raw_signals: object = None,
+) -> tuple[Message, bool]:
+    """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
+
+    Returns ``(message, created)``. A resend with the same ``client_id`` returns the stored message
+    with ``created=False`` and stores nothing. Raises :class:`ChatError` for an empty or over-long
+    message, a message while a reply is still being written, or a session that is not chatting.
+    ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``),
+    or ``raw_signals`` as the browser sent them (cleaned here against the study's message limit), are
+    stored with a new message as a related row; they never make a message fail.
+
+    After the commit, the new message and the pending placeholder are pushed to every socket of the
+    session (the sender's acknowledgement, and the worker's other tabs) before the reply is enqueued,
+    so that no frame of the reply can overtake them.
+
+    What it costs (issue 12): the session row locked together with everything the checks need (one
+    query), the session's messages read once (one query: duplicate, pending reply, limits, next seq,
+    and the transcript the reply is composed from), two inserts (the message, the placeholder) and
+    the signals row when there are signals. In the local job modes the placeholder is inserted
+    already claimed by this process's job, which gets the loaded rows with it (no reload).
+    """
+    session_id = session if isinstance(session, int) else session.pk
+    client_id = (client_id or "").strip()
+    if not client_id or len(client_id) > 64:
+        raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
+    text = (text or "").strip()
+    local = jobs.job_mode() != "celery"
+    now = timezone.now()
+    since = limits.window_start(now)
+    with transaction.atomic():
+        # the reply takes the state from chat.state's cache by state_version (read only on a miss)
+        locked, checks = _lock_session(session_id, since)
+        participant = locked.episode.participant
+        participant.touch(now)
+        # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
+        rows = _SESSION_MESSAGES.rows(session_id=session_id, since=since)
+        existing = next((r[0] for r in rows if r[4] == client_id), None)
+        if existing is not None:
+            return Message.objects.get(pk=existing), False
+        study = participant.study
+        if not text:
+            raise ChatError("Your message is empty.")
+        if len(text) > study.max_message_chars:
+            raise ChatError(
+                f"Your message is too long ({len(text)} characters; the limit is {study.max_message_chars})."
+            )
+        if checks.unrated_index is not None:
+            raise ChatError(rate_first_text(checks.unrated_index))
+        if locked.status == ChatSession.Status.READY:
+            if opens_with_bot(locked):  # the session page starts it, with the bot's first message
+                raise ChatError("Please wait for the chatbot's first message (reload the page if it does not come).")
+            locked.status, locked.started_at = ChatSession.Status.CHATTING, now
+            locked.save(update_fields=["status", "started_at"])
+        if locked.status != ChatSession.Status.CHATTING:
+            raise ChatError("This session has ended; no more messages can be sent.")
+        if locked.time_is_up():  # the session's time limit (chat.timing): no new messages, rating next
+            raise ChatError("The time for this session is up; please go on to the rating.")
+        if any(r[2] == Message.Speaker.BOT and r[3] == Message.Status.PENDING for r in rows):
+            replies.fail_stale_replies(locked)  # only when a reply is pending: it may be one whose job died
+            if reply_pending(locked):
+                raise ChatError("Please wait for the reply before sending another message.")
+        mine = [r for r in rows if r[2] == Message.Speaker.USER]
+        try:
+            limits.check_can_post(
+                study,
+                turns=len(mine),
+                recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
+                stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                new_chars=len(text),
+            )
+        except limits.LimitReached as exc:
+            raise ChatError(str(exc)) from exc
+        seq = (rows[-1][1] if rows else 0) + 1
+        user = sqlcache.insert(
+            Message(
+                session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
+            )
+        )
+        bot = Message(
+            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
+            deadline_at=now + timedelta(seconds=jobs.reply_deadline_seconds()), due_at=now, created_at=now,
+            # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
+            attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
+        )  # fmt: skip
+        sqlcache.insert(bot)
+        if signals is None and raw_signals is not None:
+            signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
+        if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
+            store_signals(user, signals)
+        at = locked.simulated_start
+        turns = [
+            Turn("user" if r[2] == Message.Speaker.USER else "bot", r[5], at)
+            for r in rows
+            if r[2] == Message.Speaker.USER or r[3] == Message.Status.COMPLETE
+        ]
+        turns.append(Turn("user", text, at))
+        ack = fragments.clear_error() + fragments.messages([user, bot])
+        ack += fragments.controls(len(mine) + 1, study.min_user_turns, pending=True)
+        transaction.on_commit(lambda: jobs.broadcast(session_id, ack))
+        if local:
+            transaction.on_commit(lambda: handover.hand_over(handover.Prepared(bot, turns, len(mine) + 1)))
+        transaction.on_commit(lambda: replies.enqueue_reply(bot.pk))
+    return user, True
