@@ -16,9 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("evalsite", "infra", "runtime", "studies", "chat", "annotation", "reports", "memory", "analysis")
 MAX_LINES = 800
 # Being split on a branch that lands soon; the test below fails once one is short, so the entry goes with it.
-KNOWN_LONG = {"memory/preflight.py"}  # branch ready20: memory/readiness/
-
-
 def production_files() -> Iterator[Path]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -135,8 +132,7 @@ def test_no_production_module_is_longer_than_800_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n for p in production_files() if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert set(long) - KNOWN_LONG == set(), f"split these by feature (shared/conventions.md): {long}"
-    assert set(long) >= KNOWN_LONG, f"no longer over {MAX_LINES} lines: remove from KNOWN_LONG {KNOWN_LONG - set(long)}"
+    assert long == {}, f"split these by feature (shared/conventions.md): {long}"
 
 
 def test_test_modules_share_helpers_through_conftest_not_by_importing_each_other() -> None:
