@@ -316,6 +316,13 @@ class AttentionCheckForm(forms.ModelForm[AttentionCheck]):
             "position": forms.NumberInput(attrs={"min": 1, "style": "width:5rem"}),
         }
 
+    def has_changed(self) -> bool:
+        """A new check counts as changed even when it is saved exactly as the page pre-filled it: the formset
+        has no blank rows (``extra=0``), so a new row exists only because the researcher pressed "Add an
+        attention check", and Django would otherwise drop an extra form left at its initial values (what the
+        researcher saw would not be what was saved). Its Delete box takes it back."""
+        return self.instance.pk is None or super().has_changed()
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
