@@ -97,12 +97,14 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
     arms = []
     for arm in study.arms.order_by("id"):
         r = readiness.get(arm.pk)
+        llm = not arm.is_qc  # the QC arm's replies are drawn from a dialogue set: it makes no LLM call
         arms.append(
             {
                 "name": arm.name,
                 "memory_system": arm.memory_system,
-                "backend": arm.resolved_backend,
-                "model": arm.resolved_model,
+                "llm": llm,
+                "backend": arm.resolved_backend if llm else "",
+                "model": arm.resolved_model if llm else "",
                 "params": arm.effective_params(),
                 "quality_control": arm.is_qc,
                 "active": arm.active,
@@ -121,6 +123,8 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
             "status": study.status,
             "sessions_per_episode": study.sessions_per_episode,
             "gap_days": study.gap_days,
+            "gap_max_days": study.gap_max_days if study.has_gap_range else None,
+            "gap": gap_text(study),
             "min_user_turns": study.min_user_turns,
             "episodes_per_worker": study.episodes_per_worker,
             "simulated_start": study.simulated_start.isoformat(),
@@ -136,6 +140,15 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
     }
 
 
+def gap_text(study: Study) -> str:
+    """The simulated time between sessions as the design has it: a fixed gap, or the range each gap is drawn from."""
+    if study.has_gap_range:
+        return f"{study.gap_days:g} to {study.gap_max_days:g} days between sessions, drawn per gap"
+    if not study.gap_days:
+        return "all sessions on the same day (for the chatbot)"
+    return f"{study.gap_days:g} day{'' if study.gap_days == 1 else 's'} between sessions"
+
+
 def _readme_lines(h: dict[str, Any]) -> list[str]:
     d = h["design"]
     lines = [
@@ -144,7 +157,7 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
     if h["pilot"]:
         lines.append(f"{PILOT_MARK.upper()}: opened with arms that had not passed their readiness checks")
     lines += [
-        f"design: {d['sessions_per_episode']} sessions per episode, {d['gap_days']:g} days between sessions, "
+        f"design: {d['sessions_per_episode']} sessions per episode, {d['gap']}, "
         f"at least {d['min_user_turns']} user turns per session, {d['episodes_per_worker']} episodes per worker "
         f"(each with a different arm, drawn at random), bot's clock from {d['simulated_start']}, status {d['status']}",
         "metrics (0-100 sliders): "
@@ -153,8 +166,9 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
     ]
     for a in h["arms"]:
         flags = ", ".join(x for x in ("QC" if a["quality_control"] else "", "" if a["active"] else "inactive") if x)
+        runs_on = f"on {a['backend']} / {a['model'] or '(no model)'}" if a["llm"] else "(no LLM call)"
         lines.append(
-            f"  {a['name']}: {a['memory_system']} on {a['backend']} / {a['model'] or '(no model)'}"
+            f"  {a['name']}: {a['memory_system']} {runs_on}"
             f"{' [' + flags + ']' if flags else ''}; readiness: {a['readiness']}; "
             f"params {json.dumps(a['params'], sort_keys=True)}"
         )
