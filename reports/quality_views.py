@@ -10,6 +10,8 @@ from django.views.decorators.http import require_GET
 
 from chat.authenticity import FLAG_LABELS, PASTE_SHARE_FLAG, TYPING_CPS_FLAG, UNTYPED_SHARE_FLAG
 from chat.quality import TOO_FAST_SD, median_minutes, study_quality
+from reports.queries import study_qc_arm
+from reports.reporting import qc_waiting_text
 from reports.views import _report
 from studies.models import Study
 from studies.roles import researcher_required
@@ -34,7 +36,8 @@ def quality(request: HttpRequest, slug: str) -> HttpResponse:
         "study": study,
         "records": records,
         "only_flagged": bool(request.GET.get("flagged")),
-        "qc_arm": qc.get("arm"),
+        "qc_arm": qc.get("arm") or study_qc_arm(study),
+        "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
         "n_flagged": sum(1 for r in records if r.reasons()),
         "median_minutes": median_minutes(records),
         "thresholds": {

@@ -77,6 +77,8 @@ class Report:
     ratings: pd.DataFrame | None = None
     message: str = ""
     cache_key: str = ""  # set by whoever caches it; plots drawn from it are cached under the same key
+    # the study has a QC arm but no rating of it to test workers against yet: {"arm", "reason"} (see qc_waiting)
+    qc_waiting: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -92,10 +94,48 @@ def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -
         return Report(source, test, message="The study has no metrics to analyse.")
     try:
         frame, spec = analysis_frame(source, source.spec)
-        analysis = run_analysis(frame, replace(spec, test=test, **options))
+        spec = replace(spec, test=test, **options)
+        waiting = qc_waiting(frame, spec)
+        if waiting is not None:
+            spec = without_qc(spec)
+        analysis = run_analysis(frame, spec)
     except RatingsError as exc:
         return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
-    return Report(source, test, result=analysis.result, ratings=analysis.ratings)
+    return Report(source, test, result=analysis.result, ratings=analysis.ratings, qc_waiting=waiting)
+
+
+def qc_waiting(frame: pd.DataFrame, spec: AnalysisSpec) -> dict[str, str] | None:
+    """Why the per-worker QC test cannot run yet, or None when it can (or there is no QC arm): in a live study
+    no worker may have rated a QC session yet (every worker meets the QC arm in one of their episodes, at a
+    random place), or the exclusion filters removed every such rating. The analysis then runs without the QC
+    test instead of refusing the study, and every report says that the test is waiting for data."""
+    arm = spec.qc_arm
+    if arm is None:
+        return None
+    rows = frame[spec.arm] == arm
+    if not rows.any():
+        return {"arm": arm, "reason": f"no session of the QC arm '{arm}' has been rated yet"}
+    flagged = pd.Series(False, index=frame.index)
+    for col in spec.exclude:  # a flagged worker's every row goes
+        if col in frame:
+            flagged |= frame[spec.worker].isin(frame.loc[frame[col].astype(bool), spec.worker])
+    for col in spec.exclude_rows:
+        if col in frame:
+            flagged |= frame[col].astype(bool)
+    if not (rows & ~flagged).any():
+        return {"arm": arm, "reason": f"the exclusion filters removed every rating of the QC arm '{arm}'"}
+    return None
+
+
+def qc_waiting_text(waiting: dict[str, str]) -> str:
+    return (
+        f"QC test waiting for data: {waiting['reason']}. The analysis runs without the per-worker QC test until a "
+        "rated QC session is there to test workers against."
+    )
+
+
+def without_qc(spec: AnalysisSpec) -> AnalysisSpec:
+    return replace(spec, qc_arm=None, qc_metrics=())
 
 
 def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, AnalysisSpec]:
@@ -150,17 +190,20 @@ def export(report: Report, fmt: str) -> str:
         text = writers.to_csv(report.ratings)
         return f"# {PILOT_MARK}\n{text}" if source.pilot else text
     if fmt == "json":
-        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
+        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic, "qc_waiting": report.qc_waiting}
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
+    waiting = qc_waiting_text(report.qc_waiting) if report.qc_waiting else ""
     if fmt == "md":
         text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        text = f"> **{waiting}**\n\n{text}" if waiting else text
         return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
         text = writers.to_latex(report.result) + _automatic_latex(source.automatic)
+        text = f"\\textbf{{{_latex_escape(waiting)}}}\n\n{text}" if waiting else text
         return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
         text = writers.to_html(report.result, title=f"{source.title}: analysis report")
-        return _html_extras(text, source)
+        return _html_extras(text, source, waiting)
     raise KeyError(fmt)
 
 
@@ -252,9 +295,12 @@ def _automatic_latex(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _html_extras(text: str, source: Source) -> str:
+def _html_extras(text: str, source: Source, waiting: str = "") -> str:
     import html
 
+    if waiting:
+        note = f'<p class="qc-waiting" style="font-weight:bold">{html.escape(waiting)}</p>'
+        text = text.replace("<body>", "<body>\n" + note, 1)
     if source.pilot:
         banner = f'<p class="pilot" style="color:#a00;font-weight:bold">{PILOT_MARK.capitalize()}</p>'
         text = text.replace("<body>", "<body>\n" + banner, 1)

@@ -28,7 +28,9 @@ from reports.reporting import (
     export,
     filename,
     plot_titles,
+    qc_waiting_text,
     render_plot,
+    without_qc,
 )
 from studies.limits import accepts_upload
 from studies.models import Study
@@ -125,6 +127,8 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
     cli = ""
     if spec is not None:
         spec = replace(spec, exclude=exclude, exclude_rows=exclude_rows)
+        if report.qc_waiting:  # the page runs without the QC test until there is QC data; so does the command
+            spec = without_qc(spec)
         cli = cli_command(report.source, spec, test=report.test, family=options.chosen_family())
     ctx: dict[str, Any] = {
         "study": study,
@@ -139,6 +143,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "options": AnalysisOptionsForm(initial={"test": report.test, "family": options.chosen_family()}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
+        "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
     }
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)

@@ -125,7 +125,11 @@ def test_the_cli_on_the_data_export_reproduces_the_dashboards_filtered_numbers(
     assert cli["exclusions"] == dashboard["exclusions"] and cli["exclusions"]["workers_removed"] == 3
     diff = {k: (v, dashboard["params"].get(k)) for k, v in cli["params"].items() if dashboard["params"].get(k) != v}
     assert not diff
-    platform_only = {"pilot", "automatic_evaluation"}  # the study's pilot mark and arm scores, not the analysis's
+    platform_only = {
+        "pilot",
+        "automatic_evaluation",
+        "qc_waiting",
+    }  # the study's pilot mark and arm scores, not the analysis's
     assert cli == {k: v for k, v in dashboard.items() if k not in platform_only}
     assert dashboard["qc"]["arm"] == "QC bot" and dashboard["qc"]["workers_total"] == 5
 
@@ -178,3 +182,29 @@ def test_the_data_export_neutralises_a_formula_like_arm_name_and_the_cli_command
     assert cli["qc"]["arm"] == "'=QC bot" and dashboard["qc"]["arm"] == "=QC bot"
     for key in ("workers_total", "workers_passed"):  # the same numbers; only the label has the spreadsheet quote
         assert cli["qc"][key] == dashboard["qc"][key]
+
+
+def test_before_any_qc_rating_the_dashboard_runs_without_the_qc_test_and_says_it_is_waiting(
+    researcher_client: Client, study: Study, tmp_path: Path
+) -> None:
+    study.episodes_per_worker = 3
+    study.save()
+    Arm.objects.create(study=study, name="QC degraded", memory_system="qc")
+    add_ratings(study, workers=6, arms=list(study.arms.filter(is_qc=False).order_by("id")))  # nobody met QC yet
+    page = researcher_client.get(_url(study, "study_analysis")).content.decode()
+    assert "does not occur in column" not in page
+    assert 'id="table-raw"' in page and 'id="pairwise"' in page  # the analysis itself
+    assert 'id="qc-waiting"' in page and "waiting for data" in page and "QC degraded" in page
+    command = page.split('<pre class="mono" id="cli-command">')[1].split("</pre>")[0]
+    assert "--qc-arm" not in command  # the command reproduces what the page shows
+    dashboard = json.loads(researcher_client.get(_url(study, "study_export", "json")).content)
+    assert dashboard["qc"]["arm"] is None and dashboard["qc_waiting"]["arm"] == "QC degraded"
+    for fmt, mark in [("md", "waiting for data"), ("latex", "waiting for data"), ("html", "waiting for data")]:
+        text = researcher_client.get(_url(study, "study_export", fmt)).content.decode()
+        assert mark in text and "QC degraded" in text, fmt
+    quality = researcher_client.get(_url(study, "study_quality")).content.decode()
+    assert "has none" not in quality and "QC degraded" in quality and "waiting for data" in quality
+    # the first rated QC session starts the test
+    add_ratings(study, workers=1, arms=list(study.arms.order_by("id")), first_worker=50)
+    dashboard = json.loads(researcher_client.get(_url(study, "study_export", "json")).content)
+    assert dashboard["qc"]["arm"] == "QC degraded" and dashboard.get("qc_waiting") is None
