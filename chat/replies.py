@@ -142,7 +142,7 @@ def generate_reply(message_id: int) -> None:
         msg = prepared.msg
         held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
         try:
-            _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
+            _reply_attempt(msg, held, turns=prepared.turns, counted=(prepared.answered, prepared.failed))
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
                 held.update(lease_until=None)
@@ -172,11 +172,11 @@ def generate_reply(message_id: int) -> None:
 
 
 def _reply_attempt(
-    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, user_turns: int | None = None
+    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
 ) -> None:
     """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
-    (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
-    caller has them already."""
+    (the session up to the message it answers) and ``counted`` (the worker's turns the bot answered
+    before this one, and the bot's failed messages), when the caller has them already."""
     session = msg.session
     attempt = msg.attempts
     deadline = msg.deadline_at or msg.created_at + timedelta(seconds=jobs.reply_deadline_seconds())
@@ -256,7 +256,9 @@ def _reply_attempt(
     for field, value in done.items():
         setattr(msg, field, value)
     msg.memory_used = memory_used
-    jobs.broadcast(session.pk, fragments.message(msg) + _controls(session, user_turns))
+    if counted is not None and not opener:
+        counted = (counted[0] + 1, counted[1])  # this reply answers the worker's turn
+    jobs.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
     if not opener:  # an opener follows no exchange to learn from
         after = [*(turns or []), Turn("bot", text, session.simulated_start)]
         memory_updates.after_turn(session, episode, system, llm, msg, now, start_state, after)
@@ -334,10 +336,13 @@ def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
         jobs.broadcast(msg.session_id, fragments.message(msg) + _controls(msg.session, None))
 
 
-def _controls(session: ChatSession, user_turns: int | None) -> str:
-    """The turn counter and End button once a reply is written (``user_turns`` counted when not given:
-    a retried or recovered reply, or one written by a Celery worker)."""
+def _controls(session: ChatSession, counted: tuple[int, int] | None) -> str:
+    """The turn counter and End button once a reply is written or failed; ``counted`` (answered turns, failed
+    messages) is counted here when not given: a failed, retried or recovered reply, or one written by a
+    Celery worker."""
     pending = False
-    if user_turns is None:
-        user_turns, pending = turn_counts(session)
-    return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
+    if counted is None:
+        counts = turn_counts(session)
+        counted, pending = (counts.answered, counts.failed), counts.pending
+    min_turns = session.episode.participant.study.min_user_turns
+    return fragments.controls(counted[0], min_turns, pending=pending, failed=counted[1])

@@ -52,6 +52,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "value": "the rating, 0-100 as given (not reversed)",
         "reversed": "true when higher is worse for this metric (analysis uses 100 - value)",
         "rated_at": "when the rating was saved (UTC)",
+        "silent_session": "true when the rated session ended with fewer answered turns than the minimum, replies "
+        "having failed (the bot hardly spoke): every report leaves these ratings out by default",
     },
     "transcripts": {
         **_COMMON,
@@ -158,7 +160,7 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
         lines.append(f"{PILOT_MARK.upper()}: opened with arms that had not passed their readiness checks")
     lines += [
         f"design: {d['sessions_per_episode']} sessions per episode, {d['gap']}, "
-        f"at least {d['min_user_turns']} user turns per session, {d['episodes_per_worker']} episodes per worker "
+        f"at least {d['min_user_turns']} answered user turns per session, {d['episodes_per_worker']} episodes per worker "
         f"(each with a different arm, drawn at random), bot's clock from {d['simulated_start']}, status {d['status']}",
         "metrics (0-100 sliders): "
         + "; ".join(f"{m['key']}{' (reversed)' if m['reversed'] else ''}: {m['statement']}" for m in h["metrics"]),
@@ -194,6 +196,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "value": r.value,
                 "reversed": r.metric.reversed,
                 "rated_at": r.created_at.isoformat(),
+                "silent_session": r.session.silent,
             }
     elif what == "transcripts":
         messages: QuerySet[Message] = (

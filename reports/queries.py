@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import islice
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
 from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
-from chat.quality import SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
+from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
@@ -38,16 +39,19 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         "metric__key",
         "value",
         "session_id",
+        "session__silent",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id", "_silent"])
     by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
     df["unfinished"] = df["unit"].isin(unfinished)
     for col in SIGNAL_COLUMNS:
         if col == "too_fast":
             df[col] = df["_session_id"].isin(fast)
+        elif col == "silent_session":  # chat.sessions.is_silent, stored when the session ended and was rated
+            df[col] = df["_silent"].astype(bool)
         elif col != "unfinished":
             df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
-    df = df.drop(columns="_session_id")
+    df = df.drop(columns=["_session_id", "_silent"])
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
@@ -206,12 +210,14 @@ def preregistrations_for_study(study: Study) -> list[Preregistration]:
 
 
 def study_spec(study: Study) -> AnalysisSpec | None:
-    """How a live study is analysed: its metrics, reversed metrics and QC arm (None without metrics)."""
+    """How a live study is analysed: its metrics, reversed metrics and QC arm, and the default row filters
+    (:data:`chat.quality.DEFAULT_ROW_FILTERS`: silent sessions' ratings) (None without metrics)."""
     metrics, reverse = study_metrics(study)
     qc_arm = study_qc_arm(study)
     # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
     qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
-    return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+    spec = source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+    return replace(spec, exclude_rows=DEFAULT_ROW_FILTERS) if spec is not None else None
 
 
 def automatic_scores(study: Study) -> list[dict[str, Any]]:

@@ -89,19 +89,22 @@ def test_the_ratings_frame_carries_one_boolean_column_per_signal(quality_study: 
 
 def test_the_dashboard_filters_show_what_they_excluded(researcher_client: Client, quality_study: Study) -> None:
     page = researcher_client.get(_url(quality_study, "study_analysis")).content.decode()
-    assert 'name="exclude" value="attention_failed"' in page and "Exclusions, applied" not in page
+    assert 'name="exclude" value="attention_failed"' in page and "workers flagged" not in page
+    # only the default filter: silent sessions' ratings, with their count (none here)
+    assert "rows flagged in &#x27;silent_session&#x27; (0 rows; 0 workers left with nothing)" in page
     query = "?" + "&".join(f"exclude={f}" for f in FILTERS)
     page = researcher_client.get(_url(quality_study, "study_analysis") + query).content.decode()
     assert 'value="attention_failed" checked' in page
     assert "workers flagged in &#x27;attention_failed&#x27; (1 removed)" in page
     assert "rows flagged in &#x27;unfinished&#x27;" in page
     assert "3 of 8 workers were removed in all" in page
-    assert "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished --format md" in page
+    assert "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session --format md" in page
 
 
 def test_an_unknown_filter_in_the_url_is_ignored(researcher_client: Client, quality_study: Study) -> None:
     response = researcher_client.get(_url(quality_study, "study_analysis") + "?exclude=nonsense&test=welch")
-    assert response.status_code == 200 and "Exclusions, applied" not in response.content.decode()
+    page = response.content.decode()
+    assert response.status_code == 200 and "nonsense" not in page.split('id="exclusions"')[1].split("</p>")[0]
 
 
 def test_the_cli_on_the_data_export_reproduces_the_dashboards_filtered_numbers(
