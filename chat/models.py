@@ -139,6 +139,13 @@ class Message(models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # A bot message's timing (chat/pacing.py): when the worker asked for it (their message, the session's
+    # start for an opener, the Retry button), and in milliseconds from then the model's first piece, the
+    # whole reply generated (the true latency) and the reply shown whole (after the study's pacing).
+    requested_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    first_token_ms = models.FloatField(null=True, blank=True)
+    generated_ms = models.FloatField(null=True, blank=True)
+    shown_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -24,7 +24,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import arms, fragments, handover, jobs, leases, memory_updates, records, replytext, sqlcache, state
+from chat import arms, fragments, handover, jobs, leases, memory_updates, pacing, records, replytext, sqlcache, state
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
@@ -105,7 +105,8 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
         now = timezone.now()
         msg.status, msg.attempts, msg.error = Message.Status.PENDING, 0, ""
         msg.deadline_at, msg.due_at, msg.lease_until = now + timedelta(seconds=jobs.reply_deadline_seconds()), now, None
-        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until"])
+        msg.requested_at = now  # the reply's pacing and latency count from the Retry button
+        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until", "requested_at"])
         transaction.on_commit(lambda: enqueue_reply(msg.pk))
     return msg
 
@@ -200,6 +201,8 @@ def _reply_attempt(
     now = session_clock(session)
     opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
+    # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
+    pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
         with leases.heartbeat(held) as beat:
             if turns is None:
@@ -208,7 +211,7 @@ def _reply_attempt(
             chat = [t.text for t in turns]
             for leaks in (1, 2):
                 try:
-                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat)
+                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat, pacer=pacer)
                     break
                 except PromptLeakError as exc:
                     if llm.calls:
@@ -244,7 +247,7 @@ def _reply_attempt(
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
         _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
         return
-    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None}
+    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None, **pacer.latencies()}
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
@@ -272,6 +275,7 @@ def _stream_reply(
     chat: list[str],
     deadline: datetime,
     beat: leases.Heartbeat,
+    pacer: pacing.Pacer,
 ) -> str:
     """Stream one reply to the session's sockets and return its cleaned text.
 
@@ -279,7 +283,9 @@ def _stream_reply(
     first one at once), minus a held-back tail that is checked for prompt text first
     (:class:`PromptLeakError`, the stream closed); what is still held back at the end arrives with
     the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
-    it is sent as is, with no LLM call and no leak check.
+    it is sent as is, with no LLM call and no leak check. ``pacer`` holds the text back to the study's
+    schedule (chat/pacing.py): once the model is done, the rest is released at the schedule's speed before
+    this returns, so the final message never arrives earlier than the schedule allows.
     """
     max_tokens = settings.LLM_MAX_TOKENS
     flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
@@ -303,30 +309,45 @@ def _stream_reply(
     pieces: list[str] = []
     shown = 0
     last_flush = 0.0
+    pacer.begin()
     for piece in stream:
         if beat.lost:
             raise _Superseded()
         if timezone.now() >= deadline:  # a trickling stream: every read in time, the whole reply not
             stop()
             raise LLMError(REPLY_TOO_SLOW)
+        pacer.piece()
         pieces.append(piece)
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
             if fixed is None and (leak := leak_check().find(so_far)) is not None:
                 stop()
                 raise PromptLeakError(leak)
-            safe = replytext.shown_prefix(so_far) if fixed is None else len(so_far)
+            safe = pacer.release(replytext.shown_prefix(so_far) if fixed is None else len(so_far))
             if safe > shown:
                 jobs.broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
                 shown = safe
             last_flush = time.monotonic()
+    pacer.done()
+    streamed = "".join(pieces)[:shown]
     text = replytext.check_reply("".join(pieces))
-    if fixed is not None:
-        return text
-    leak = leak_check().find(text)
-    if leak is not None:
-        raise PromptLeakError(leak)
-    return end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+    if fixed is None:
+        leak = leak_check().find(text)
+        if leak is not None:
+            raise PromptLeakError(leak)
+        text = end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+    # The rest at the schedule's speed; a final text that is not the shown text continued (cleaned, cut at a
+    # sentence) replaces the bubble when the schedule has reached its end.
+    on_page = shown if text.startswith(streamed) else len(text)
+    if not pacer.drain(
+        text,
+        on_page,
+        lambda part: jobs.broadcast(msg.session_id, fragments.token(msg.seq, part)),
+        lost=lambda: beat.lost,
+        step=flush_every,
+    ):
+        raise _Superseded()
+    return text
 
 
 def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:

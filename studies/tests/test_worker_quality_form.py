@@ -126,3 +126,30 @@ def test_an_added_attention_check_marked_for_deletion_is_not_saved(rclient: Clie
     data["attention-0-DELETE"] = "on"
     assert rclient.post(url, data).status_code == 302
     assert not study.attention_checks.exists()
+
+
+def test_reply_pacing_is_on_by_default_and_its_schedule_is_saved_with_the_study(rclient: Client) -> None:
+    page = rclient.get(reverse("studies:create")).content.decode()
+    assert '<option value="True" selected>On:' in page  # the create form offers pacing on
+    assert post(rclient).status_code == 302  # a form posted without the pacing fields keeps pacing on
+    study = Study.objects.get(name="Memory pilot")
+    assert study.pace_replies and (study.pace_min_seconds, study.pace_chars_per_second) == (2.0, 30.0)
+    detail = rclient.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert "no sooner than 2 s after the worker's message, then at most 30 characters/s" in detail
+    Study.objects.all().delete()
+    assert post(rclient, study={"pace_replies": "False", "pace_min_seconds": 0.5}).status_code == 302
+    study = Study.objects.get(name="Memory pilot")
+    assert not study.pace_replies and study.pace_min_seconds == 0.5
+
+
+def test_the_pacing_cannot_change_once_workers_have_started(rclient: Client, study: Study) -> None:
+    from chat.models import Episode
+    from studies.models import Participant
+    from studies.tests.test_study_form import _edit_data
+
+    p = Participant.objects.create(study=study, external_id="w", source="invite")
+    Episode.objects.create(participant=p, arm=study.arms.first(), index=1)
+    response = rclient.post(
+        reverse("studies:edit", args=[study.slug]), {**_edit_data(study, {}), "pace_min_seconds": 9}
+    )
+    assert response.status_code == 400 and "cannot change any more" in response.content.decode()
