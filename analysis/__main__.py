@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COLUMN[,COLUMN]",
         help="boolean columns: remove only the rows flagged true (e.g. unfinished episodes)",
     )
+    rep.add_argument(
+        "--covariates",
+        type=_list,
+        default=[],
+        metavar="COLUMN[,COLUMN]",
+        help="numeric columns (e.g. latency_shown_s): reported per arm and put into a mixed model beside the arm",
+    )
     rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
@@ -208,6 +215,7 @@ def _report(args: argparse.Namespace) -> int:
         exclude=tuple(args.exclude),
         exclude_rows=tuple(args.exclude_rows),
         preregistration=prereg,
+        covariates=tuple(args.covariates),
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result

@@ -34,6 +34,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from analysis.covariates import covariate_section, covariates_text
 from analysis.data import (
     ARM,
     SESSION,
@@ -131,6 +132,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
     mixed = mixed_section(prep)
     if mixed is not None:
         prep.warnings += [f"mixed model ({m}): {w}" for m, fit in mixed["models"].items() for w in fit["warnings"]]
+    covariates = _covariates(prep)
     result: dict[str, Any] = {
         "params": spec.params(),
         "exclusions": prep.exclusions,
@@ -144,6 +146,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         "families": families,
         "correlations": correlations,
         "mixedlm": mixed,
+        "covariates": covariates,
         "warnings": prep.warnings,
     }
     if spec.preregistration is not None:
@@ -509,6 +512,17 @@ def mixed_section(prep: Prepared) -> dict[str, Any] | None:
     return mixed
 
 
+def _covariates(prep: Prepared) -> dict[str, Any] | None:
+    """The ``covariates`` section (:mod:`analysis.covariates`); its model's warnings join the report's."""
+    section = covariate_section(
+        prep.data, prep.units, covariates=prep.spec.covariates, arms=prep.arms, uid=_UID, worker=WORKER, arm=ARM,
+        reference=prep.spec.reference_arm or (prep.arms[0] if prep.arms else None),
+    )  # fmt: skip
+    if section is not None and section["mixedlm"] is not None:
+        prep.warnings += [f"mixed model with covariates: {w}" for w in section["mixedlm"]["warnings"]]
+    return section
+
+
 # ---------------------------------------------------------------------------------------------- tables
 def _stats_entry(row: pd.Series, m: str, z_valid: bool) -> dict[str, Any]:
     return {
@@ -655,6 +669,8 @@ def methods_text(result: Mapping[str, Any]) -> str:
             "As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
             "was fitted on per-unit mean raw scores."
         )
+    if result.get("covariates"):
+        parts.append(covariates_text(result["covariates"]))
     prereg = result.get("preregistration")
     if prereg:
         parts.append(prereg_text(prereg))

@@ -58,7 +58,8 @@ class AnalysisSpec:
     overall score only when the design needs it (None). ``exclude`` names boolean columns: a worker flagged
     true in any row is removed entirely; ``exclude_rows`` names boolean columns whose flagged rows alone are
     removed. ``preregistration`` is a pre-registration (the dict of :mod:`analysis.prereg`) that the report
-    checks its own settings against.
+    checks its own settings against. ``covariates`` names numeric columns reported per arm and put into a mixed
+    model beside the arm (:mod:`analysis.covariates`).
     """
 
     worker: str
@@ -78,9 +79,10 @@ class AnalysisSpec:
     exclude: tuple[str, ...] = ()
     exclude_rows: tuple[str, ...] = ()
     preregistration: Mapping[str, Any] | None = None
+    covariates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"):
+        for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows", "covariates"):
             object.__setattr__(self, name, _names(getattr(self, name)))
         if self.value_col and not self.metric_col:
             object.__setattr__(self, "metric_col", "metric")
@@ -106,6 +108,10 @@ class AnalysisSpec:
         clash = sorted({c for c in flags if c in self.metrics or c in self.key_columns or flags.count(c) > 1})
         if clash:
             raise RatingsError(f"exclusion column(s) {clash} are also used as a key, a metric or twice as a filter")
+        used = {*self.metrics, *self.key_columns, *flags}
+        clash = sorted({c for c in self.covariates if c in used or self.covariates.count(c) > 1})
+        if clash:
+            raise RatingsError(f"covariate column(s) {clash} are also used as a key, a metric, a filter or twice")
 
     @classmethod
     def of(cls, spec: AnalysisSpec | None = None, options: Mapping[str, Any] | None = None) -> AnalysisSpec:

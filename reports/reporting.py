@@ -42,6 +42,7 @@ class Source:
     spec: AnalysisSpec | None
     pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
     automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
+    latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
 
 
 def source_spec(
@@ -190,15 +191,24 @@ def export(report: Report, fmt: str) -> str:
         text = writers.to_csv(report.ratings)
         return f"# {PILOT_MARK}\n{text}" if source.pilot else text
     if fmt == "json":
-        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic, "qc_waiting": report.qc_waiting}
+        extra = {
+            "pilot": source.pilot,
+            "automatic_evaluation": source.automatic,
+            "qc_waiting": report.qc_waiting,
+            "reply_latency": source.latency,
+        }
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     waiting = qc_waiting_text(report.qc_waiting) if report.qc_waiting else ""
     if fmt == "md":
-        text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        text = (
+            writers.to_markdown(report.result)
+            + _latency_markdown(source.latency)
+            + _automatic_markdown(source.automatic)
+        )
         text = f"> **{waiting}**\n\n{text}" if waiting else text
         return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
-        text = writers.to_latex(report.result) + _automatic_latex(source.automatic)
+        text = writers.to_latex(report.result) + _latency_latex(source.latency) + _automatic_latex(source.automatic)
         text = f"\\textbf{{{_latex_escape(waiting)}}}\n\n{text}" if waiting else text
         return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
@@ -252,11 +262,75 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
         parts.append("--exclude " + ",".join(spec.exclude))
     if spec.exclude_rows:
         parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    if spec.covariates:
+        parts.append("--covariates " + ",".join(spec.covariates))
     return " ".join(parts) + " --format md"
 
 
 def _score(x: Any) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def _seconds(x: Any) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def latency_rows(latency: dict[str, Any] | None) -> tuple[list[str], list[list[str]]]:
+    """The per-arm reply latency table (``reports.queries.reply_latency``) as text cells."""
+    header = [
+        "Arm",
+        "Replies",
+        "First piece (model)",
+        "Whole reply (model)",
+        "Shown (after pacing)",
+        "Later than pacing",
+    ]
+    rows = []
+    for a in (latency or {}).get("arms") or []:
+        rows.append(
+            [
+                str(a["arm"]),
+                str(a["replies"]),
+                *(f"{_seconds(a[f'{k}_median_s'])} ({_seconds(a[f'{k}_p90_s'])})" for k in ("first", "reply", "shown")),
+                "-" if a["later_than_schedule"] is None else str(a["later_than_schedule"]),
+            ]
+        )
+    return header, rows
+
+
+def latency_caption(latency: dict[str, Any]) -> str:
+    p = latency["pacing"]
+    paced = (
+        f"pacing on: a reply is shown no sooner than {p['min_seconds']:g} s after the worker's message, then at most "
+        f"{p['chars_per_second']:g} characters/s"
+        if p["on"]
+        else "pacing off: each reply is shown as fast as its arm writes it, so timing may tell the arms apart"
+    )
+    return f"Reply latency per arm, median (90th percentile) in seconds; {latency['note']}; {paced}."
+
+
+def _latency_markdown(latency: dict[str, Any] | None) -> str:
+    if not latency or not latency.get("arms"):
+        return ""
+    header, rows = latency_rows(latency)
+    lines = ["", "## Reply latency per arm", "", latency_caption(latency), "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_latex(latency: dict[str, Any] | None) -> str:
+    if not latency or not latency.get("arms"):
+        return ""
+    header, rows = latency_rows(latency)
+    body = "".join(" & ".join(_latex_escape(c) for c in r) + " \\\\\n" for r in rows)
+    return (
+        f"\n% {_latex_escape(latency_caption(latency))}\n\\begin{{tabular}}{{lrrrrr}}\n\\hline\n"
+        + " & ".join(_latex_escape(h) for h in header)
+        + " \\\\\n\\hline\n"
+        + body
+        + "\\hline\n\\end{tabular}\n"
+    )
 
 
 def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
@@ -304,6 +378,15 @@ def _html_extras(text: str, source: Source, waiting: str = "") -> str:
     if source.pilot:
         banner = f'<p class="pilot" style="color:#a00;font-weight:bold">{PILOT_MARK.capitalize()}</p>'
         text = text.replace("<body>", "<body>\n" + banner, 1)
+    if source.latency and source.latency.get("arms"):
+        header, lrows = latency_rows(source.latency)
+        table = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in lrows)
+        section = (
+            f'<h2 id="reply-latency">Reply latency per arm</h2><p>{html.escape(latency_caption(source.latency))}</p>'
+            f"<table><thead><tr>{table}</tr></thead><tbody>{body}</tbody></table>"
+        )
+        text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
     if source.automatic:
         rows = "".join(
             f"<tr><td>{html.escape(r['arm'])}</td><td>{html.escape(r['dataset'])}</td>"

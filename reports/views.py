@@ -34,6 +34,8 @@ from reports.reporting import (
     cli_command,
     export,
     filename,
+    latency_caption,
+    latency_rows,
     plot_titles,
     qc_waiting_text,
     render_plot,
@@ -171,6 +173,10 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
     }
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
+        latency = report.source.latency
+        if latency and latency.get("arms"):
+            header, rows = latency_rows(latency)
+            ctx["latency"] = {"caption": latency_caption(latency), "header": header, "rows": rows}
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []

@@ -98,7 +98,10 @@ def test_the_dashboard_filters_show_what_they_excluded(researcher_client: Client
     assert "workers flagged in &#x27;attention_failed&#x27; (1 removed)" in page
     assert "rows flagged in &#x27;unfinished&#x27;" in page
     assert "3 of 8 workers were removed in all" in page
-    assert "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session --format md" in page
+    assert (
+        "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session "
+        "--covariates latency_shown_s --format md"
+    ) in page
 
 
 def test_an_unknown_filter_in_the_url_is_ignored(researcher_client: Client, quality_study: Study) -> None:
@@ -132,7 +135,8 @@ def test_the_cli_on_the_data_export_reproduces_the_dashboards_filtered_numbers(
         "pilot",
         "automatic_evaluation",
         "qc_waiting",
-    }  # the study's pilot mark and arm scores, not the analysis's
+        "reply_latency",
+    }  # the platform's own sections beside the analysis (pilot mark, arm scores, QC waiting, reply latency)
     assert cli == {k: v for k, v in dashboard.items() if k not in platform_only}
     assert dashboard["qc"]["arm"] == "QC bot" and dashboard["qc"]["workers_total"] == 5
 
