@@ -63,6 +63,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "text": "the message as shown to the worker",
         "status": "complete, pending (reply not finished) or failed (reply not generated)",
         "created_at": "when the message was stored (UTC)",
+        "first_token_ms": "a bot message: milliseconds from the worker's message (or Retry) to the model's first piece",
+        "generated_ms": "a bot message: to the whole reply from the model (the true latency)",
+        "shown_ms": "a bot message: to the reply shown whole (after the study's reply pacing)",
     },
     "memory": {
         **_COMMON,
@@ -129,6 +132,11 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
             "gap": gap_text(study),
             "min_user_turns": study.min_user_turns,
             "episodes_per_worker": study.episodes_per_worker,
+            "reply_pacing": {
+                "on": study.pace_replies,
+                "min_seconds": study.pace_min_seconds,
+                "chars_per_second": study.pace_chars_per_second,
+            },
             "simulated_start": study.simulated_start.isoformat(),
             "quota": study.quota,
         },
@@ -162,6 +170,12 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
         f"design: {d['sessions_per_episode']} sessions per episode, {d['gap']}, "
         f"at least {d['min_user_turns']} answered user turns per session, {d['episodes_per_worker']} episodes per worker "
         f"(each with a different arm, drawn at random), bot's clock from {d['simulated_start']}, status {d['status']}",
+        (
+            f"reply pacing: every arm's reply shown no sooner than {d['reply_pacing']['min_seconds']:g} s after the "
+            f"worker's message, then at most {d['reply_pacing']['chars_per_second']:g} characters/s"
+            if d["reply_pacing"]["on"]
+            else "reply pacing: off (each reply shown as fast as its arm wrote it)"
+        ),
         "metrics (0-100 sliders): "
         + "; ".join(f"{m['key']}{' (reversed)' if m['reversed'] else ''}: {m['statement']}" for m in h["metrics"]),
         "arms:",
@@ -214,6 +228,9 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "text": m.text,
                 "status": m.status,
                 "created_at": m.created_at.isoformat(),
+                "first_token_ms": m.first_token_ms,
+                "generated_ms": m.generated_ms,
+                "shown_ms": m.shown_ms,
             }
     elif what == "memory":
         snapshots: QuerySet[MemorySnapshot] = (

@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from analysis.__main__ import main as analysis_cli
-from chat.models import ArmJob, Episode, Rating
+from chat.models import ArmJob, Episode, Message, Rating
 from memory import vectors
 from memory.embed import HashingEmbedder
 from reports.tests.conftest import add_ratings
@@ -92,6 +92,13 @@ def test_the_transcripts_jsonl_has_a_header_line_then_one_message_per_line(study
         (1, "user", "I adopted a cat <b>Miso</b>."),
         (2, "bot", "How lovely! How old is Miso?"),
     ]
+    assert header["design"]["reply_pacing"] == {"on": True, "min_seconds": 2.0, "chars_per_second": 30.0}
+    Message.objects.filter(session__episode=episode, speaker="bot").update(
+        first_token_ms=120.0, generated_ms=900.0, shown_ms=2900.0
+    )
+    bot = json.loads(run(study, "transcripts", "jsonl").splitlines()[2])
+    assert (bot["first_token_ms"], bot["generated_ms"], bot["shown_ms"]) == (120.0, 900.0, 2900.0)
+    assert "reply pacing: every arm's reply shown no sooner than 2 s" in run(study, "transcripts")
 
 
 def test_the_memory_export_has_the_readable_memory_and_no_embeddings(study: Study, episode: Episode) -> None:
