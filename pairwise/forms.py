@@ -11,6 +11,12 @@ from pairwise.questions import DEFAULT_QUESTIONS, QUESTION_CHOICES
 
 
 class ComparisonForm(forms.ModelForm[Comparison]):
+    prolific_completion_url = forms.URLField(
+        required=False,
+        assume_scheme="https",
+        label="Prolific completion URL",
+        help_text="Defaults to https://app.prolific.com/submissions/complete?cc=<code>.",
+    )
     question_keys = forms.MultipleChoiceField(
         choices=QUESTION_CHOICES,
         initial=DEFAULT_QUESTIONS,
