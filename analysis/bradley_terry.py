@@ -119,7 +119,8 @@ def fit(
         if np.max(np.abs(step)) < tol * max(1.0, float(np.max(np.abs(params)))):
             converged = True
             break
-    if x is not None and (not converged or np.max(np.abs(params[:k])) > 30):
+    # with covariates (standardised, so a coefficient of 30 log-odds per SD is a separation, not an effect)
+    if x is not None and (not converged or np.max(np.abs(params)) > 30):
         finite = False
     theta = params[:k] - params[:k].mean()
     return Fit(theta=theta, beta=params[k:], converged=converged, finite=finite, iterations=it, hessian=hess)
@@ -219,22 +220,39 @@ def fit_tables(lo: np.ndarray, hi: np.ndarray, totals: np.ndarray, k: int) -> tu
     for _ in range(max(1, math.ceil(math.log2(max(k, 2))))):
         reach = (reach @ reach > 0).astype(np.int64)
     finite: np.ndarray = np.asarray(reach.all(axis=(1, 2)))
-    theta, converged = fit_batch(design(lo, hi, k, None), share, n, k, skip=~finite)
-    for r in np.flatnonzero(~(converged & finite)):
+    d = design(lo, hi, k, None)
+    theta, converged = fit_batch(d, share, n, k, skip=~finite)
+    # the replicates without a finite MLE get the fallback penalty, as fit_table gives them; batched too, since
+    # with few judges they are many (a third of them with 3 judges)
+    retry = ~(converged & finite)
+    if retry.any():
+        penalised, ok = fit_batch(d, share, n, k, skip=~retry, ridge=FALLBACK_RIDGE)
+        theta[retry] = penalised[retry]
+        converged[retry] = ok[retry]
+    for r in np.flatnonzero(~converged):
         theta[r] = fit_table(lo, hi, totals[r], k).theta
     return theta, finite
 
 
 def fit_batch(
-    d: np.ndarray, y: np.ndarray, weights: np.ndarray, k: int, *, skip: np.ndarray | None = None, tol: float = 1e-10
+    d: np.ndarray,
+    y: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    *,
+    skip: np.ndarray | None = None,
+    tol: float = 1e-10,
+    ridge: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Newton's method for many weightings of the same rows at once (a bootstrap): ``d`` the design (rows x
     parameters, the first ``k`` the arms), ``y`` the outcomes (per row, or replicates x rows), ``weights`` replicates x rows. Returns the
-    parameters (arms centred) and which replicates converged; ``skip`` marks replicates not to fit."""
+    parameters (arms centred) and which replicates converged; ``skip`` marks replicates not to fit; ``ridge`` a
+    penalty lambda/2 * |params|^2 as in :func:`fit`."""
     reps, q = len(weights), d.shape[1]
     params = np.zeros((reps, q))
     ident = np.zeros((q, q))
     ident[:k, :k] = 1.0
+    ident += ridge * np.eye(q)
     done = np.zeros(reps, dtype=bool) if skip is None else skip.copy()
     converged = np.zeros(reps, dtype=bool)
     for _ in range(_MAX_ITER):
@@ -252,7 +270,7 @@ def fit_batch(
         except np.linalg.LinAlgError:
             step = np.stack([np.linalg.lstsq(h, g, rcond=None)[0] for h, g in zip(hess, grad, strict=True)])
         new = th + step
-        bad = ~np.all(np.isfinite(new), axis=1) | (np.max(np.abs(new[:, :k]), axis=1) > 50)
+        bad = ~np.all(np.isfinite(new), axis=1) | (np.max(np.abs(new), axis=1) > 50)
         params[active] = np.where(bad[:, None], th, new)
         small = np.max(np.abs(step), axis=1) < tol * np.maximum(1.0, np.max(np.abs(new), axis=1))
         converged[active[small & ~bad]] = True

@@ -382,17 +382,26 @@ def style_controlled(
     k = len(arms)
     i, j, y, judges = _indices(votes, arms)
     model = bt.fit(i, j, y, k, x=x)
+    if not model.finite:  # the estimate and the bootstrap's fallback then use the same penalty
+        model = bt.fit(i, j, y, k, x=x, ridge=bt.FALLBACK_RIDGE)
+        model.finite = False
     cov, n_groups = bt.cluster_covariance(model, i, j, y, judges, k, x=x)
     codes, g = np.unique(judges, return_inverse=True)
     rng = np.random.default_rng(seed + 1)
     counts = bt.bootstrap_counts(len(codes), replicates, rng)
     w = counts[:, g].astype(float)
-    params, converged = bt.fit_batch(bt.design(i, j, k, x), y, w, k)
-    for r in np.flatnonzero(~converged):
-        keep = w[r] > 0
-        rep = bt.fit(i[keep], j[keep], y[keep], k, w=w[r][keep], x=x[keep])
-        params[r] = np.concatenate([rep.theta, rep.beta])
+    d = bt.design(i, j, k, x)
+    params, converged = bt.fit_batch(d, y, w, k)
     not_finite = int((~converged).sum())
+    # a replicate without a finite estimate (an arm that never lost, or a covariate that separates the votes)
+    # gets the plain model's fallback penalty, batched; one that still fails is fitted on its own
+    if not_finite:
+        penalised, ok = bt.fit_batch(d, y, w, k, skip=converged, ridge=bt.FALLBACK_RIDGE)
+        params[~converged] = penalised[~converged]
+        for r in np.flatnonzero(~converged & ~ok):
+            keep = w[r] > 0
+            rep = bt.fit(i[keep], j[keep], y[keep], k, w=w[r][keep], x=x[keep], ridge=bt.FALLBACK_RIDGE)
+            params[r] = np.concatenate([rep.theta, rep.beta])
     boots, betas = params[:, :k], params[:, k:]
     coefficients = []
     for n, name in enumerate(names):
@@ -406,7 +415,10 @@ def style_controlled(
             }
         )
     if not model.finite:
-        notes.append("the style-controlled model has no finite maximum-likelihood estimate")
+        notes.append(
+            "the style-controlled model has no finite maximum-likelihood estimate (fitted with a small ridge "
+            "penalty): its scores and intervals say only that the votes do not pin it down"
+        )
     return {
         "features": names,
         "leaderboard": _leaderboard(arms, model, boots, votes, n_groups),

@@ -3,6 +3,8 @@ its leaderboard plot as SVG (the plain and the style-controlled strengths with t
 
 from __future__ import annotations
 
+import math
+
 import html
 from typing import Any
 
@@ -171,6 +173,16 @@ def _strip(svg: str) -> str:
     return svg[start:] if start >= 0 else svg
 
 
+def _interval(ax: Any, row: dict[str, Any], y: float, color: str, label: str, *, filled: bool) -> None:
+    """An arm's strength as a dot and its interval as a bar with end ticks. Drawn from the interval's ends, not
+    as errors about the dot: a percentile interval need not contain the estimate (a skewed bootstrap, a
+    penalised fit), and matplotlib refuses negative errors."""
+    lo, hi = (float(v) if v is not None else math.nan for v in row["ci95"])
+    if math.isfinite(lo) and math.isfinite(hi):
+        ax.plot([lo, hi], [y, y], color=color, lw=1.2, marker="|", markersize=7, label="_nolegend_")
+    ax.plot([row["score"]], [y], "o", color=color, mfc=color if filled else "white", label=label)
+
+
 def leaderboard_plot(result: dict[str, Any]) -> str:
     """The leaderboard as a dot plot: each arm's strength with its 95% interval, plain (filled) and
     style-controlled (open) side by side, best at the top."""
@@ -187,14 +199,10 @@ def leaderboard_plot(result: dict[str, Any]) -> str:
         ys = list(range(len(arms)))[::-1]
         offset = 0.15 if style else 0.0
         for y, r in zip(ys, rows, strict=True):
-            lo, hi = plots._err(r["score"], r["ci95"])
-            ax.errorbar([r["score"]], [y + offset], xerr=[[lo], [hi]], fmt="o", color="C0", capsize=3, lw=1.2,
-                        label="Bradley-Terry" if y == ys[0] else "_nolegend_")  # fmt: skip
+            _interval(ax, r, y + offset, "C0", "Bradley-Terry" if y == ys[0] else "_nolegend_", filled=True)
             s = style.get(r["arm"])
             if s:
-                lo, hi = plots._err(s["score"], s["ci95"])
-                ax.errorbar([s["score"]], [y - offset], xerr=[[lo], [hi]], fmt="o", mfc="white", color="C1",
-                            capsize=3, lw=1.2, label="style-controlled" if y == ys[0] else "_nolegend_")  # fmt: skip
+                _interval(ax, s, y - offset, "C1", "style-controlled" if y == ys[0] else "_nolegend_", filled=False)
         ax.axvline(0, color="#999", lw=0.6)
         ax.set_yticks(ys, arms)
         ax.set_xlabel("strength (log-odds against the mean arm)")

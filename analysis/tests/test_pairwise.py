@@ -306,3 +306,55 @@ def test_a_cold_report_does_not_import_the_pairwise_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2]).stdout  # fmt: skip
     assert "analysis.pairwise'" not in out and "analysis.pairwise_power" not in out and "analysis.planning" not in out
+
+
+def test_the_bootstraps_fallback_for_replicates_without_a_finite_estimate_is_the_penalised_fit_batched():
+    # three judges: together they give a finite MLE, but the first alone ranks 0 > 1 > 2 with no upset, so every
+    # replicate that draws only them (and others) has an arm that never lost
+    rng = np.random.default_rng(5)
+    i = np.array([0, 1, 0, 0, 1, 2, 0, 2, 1])
+    j = np.array([1, 2, 2, 1, 2, 0, 1, 0, 2])
+    y = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5])
+    judges = np.repeat(["x", "y", "z"], 3)
+    lo, hi, table = bt.pair_tables(i, j, y, judges, 3)
+    counts = bt.bootstrap_counts(3, 200, rng)
+    totals = np.tensordot(counts, table, axes=(1, 0))
+    theta, finite = bt.fit_tables(lo, hi, totals, 3)
+    assert 0 < (~finite).sum() < len(finite)
+    for r in range(len(totals)):  # each replicate as fit_table fits it alone (the penalty where no MLE exists)
+        assert np.allclose(theta[r], bt.fit_table(lo, hi, totals[r], 3).theta, atol=1e-7)
+
+
+def test_style_control_without_a_finite_estimate_is_penalised_and_said_so():
+    # the longer side wins every vote: the length covariate separates the votes (its coefficient is infinite),
+    # while each arm wins and loses against each other (the plain leaderboard is finite)
+    rows = []
+    for n in range(4):
+        for a, b in (("A", "B"), ("B", "C"), ("C", "A")):
+            for long_a in (True, False):
+                rows.append({"judge": f"j{n}", "arm_a": a, "arm_b": b, "winner": "a" if long_a else "b",
+                             "len_a": 300 if long_a else 100 + n, "len_b": 100 + n if long_a else 300,
+                             "callbacks_a": 0, "callbacks_b": 0})  # fmt: skip
+    report = pairwise_report(pd.DataFrame(rows), replicates=200)
+    style = report["style"]
+    assert any("no finite maximum-likelihood estimate" in n for n in style["notes"])
+    for row in style["leaderboard"]:
+        assert abs(row["score"]) < 30 and row["ci95"][0] <= row["score"] + 1e-9 <= row["ci95"][1] + 2e-9
+
+
+def test_the_plot_draws_an_interval_that_does_not_contain_its_estimate():
+    # a percentile interval need not contain the estimate (a skewed bootstrap, a penalised fit)
+    result = {
+        "leaderboard": [
+            {"arm": "x", "score": 0.5, "ci95": [0.6, 1.2]},
+            {"arm": "y", "score": -0.5, "ci95": [-1.0, -0.2]},
+        ],
+        "style": {
+            "leaderboard": [
+                {"arm": "x", "score": 0.4, "ci95": [-0.3, 0.35]},
+                {"arm": "y", "score": -0.4, "ci95": [None, None]},
+            ]
+        },
+    }
+    svg = pairwise_writers.leaderboard_plot(result)
+    assert "<svg" in svg and "style-controlled" in svg
