@@ -3,9 +3,8 @@ its leaderboard plot as SVG (the plain and the style-controlled strengths with t
 
 from __future__ import annotations
 
-import math
-
 import html
+import math
 from typing import Any
 
 from analysis.writers import _CSS, _html_table, _latex_table, _md_table, fmt, fmt_ci, fmt_p, latex_escape
