@@ -34,12 +34,15 @@ class PairwiseError(Exception):
 
 
 def episode_card(episode: Episode) -> str:
-    """The persona card an episode was played with, when the study uses cards (issue 23); '' otherwise.
-    Looks for the card id on the episode itself, so nothing here depends on how cards are stored."""
-    for name in ("card_id", "persona_card_id", "card"):
-        value = getattr(episode, name, None)
-        if value:
-            return str(getattr(value, "pk", value))
+    """The id of the persona card an episode was played with, when the study uses persona cards; '' otherwise.
+    Persona cards keep the whole card on the episode (``Episode.persona``: ``{"card": {"id": ...}, ...}``,
+    chat/personas.py); where the field does not exist (a study or a version without cards) every episode has
+    none and pairs are drawn without it."""
+    persona = getattr(episode, "persona", None)
+    if isinstance(persona, dict):
+        card = persona.get("card")
+        if isinstance(card, dict) and card.get("id") not in (None, ""):
+            return str(card["id"])
     return ""
 
 

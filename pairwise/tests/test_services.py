@@ -119,6 +119,18 @@ def test_pairs_share_a_persona_card_where_the_episodes_have_one(comparison: Comp
         assert cards[j.left_id] == cards[j.right_id] == j.card
 
 
+def test_the_card_of_an_episode_is_its_persona_cards_id():
+    class Played:
+        def __init__(self, persona: object) -> None:
+            self.persona = persona
+
+    assert services.episode_card(Played({"card": {"id": "c07", "name": "Maya"}, "script": []})) == "c07"
+    assert services.episode_card(Played({"card": {"id": 3}})) == "3"
+    for none in ({}, {"card": {}}, {"card": "c07"}, None, []):
+        assert services.episode_card(Played(none)) == ""
+    assert services.episode_card(object()) == ""  # an episode without persona cards
+
+
 def test_answers_need_a_side_and_a_one_line_reason_and_are_stored_once(comparison: Comparison):
     judge = services.join_crowd(comparison, "R1")
     j = services.next_judgement(judge)
