@@ -72,6 +72,36 @@ def study_result(study: Study, question: str | None = None) -> tuple[dict[str, A
     return outcome
 
 
+#: the key of the pairwise leaderboard in the study's JSON report (``pairwise`` there is the sliders' pairwise tests)
+REPORT_KEY = "pairwise_judgements"
+
+
+def add_to_report(study: Study, fmt: str, text: str) -> str:
+    """The study's analysis report (``reports.reporting.export``) with the pairwise leaderboard added when the
+    study has votes enough for one: the JSON under :data:`REPORT_KEY`, the Markdown and LaTeX after the report,
+    the HTML (tables and plot) before its end. Other formats, and studies without a leaderboard, as they were."""
+    if fmt not in FORMATS:
+        return text
+    result, _ = study_result(study)
+    if result is None:
+        return text
+    if fmt == "json":
+        import json
+
+        data = json.loads(text)
+        data[REPORT_KEY] = result
+        return json.dumps(data, indent=2, allow_nan=False)
+    if fmt == "md":
+        return text.rstrip("\n") + "\n\n" + pairwise_writers.to_markdown(result)
+    if fmt == "latex":
+        return text.rstrip("\n") + "\n\n" + pairwise_writers.to_latex(result)
+    page = pairwise_writers.to_html(result, plot=pairwise_writers.leaderboard_plot(result))
+    body = page[page.index("<body>") + len("<body>") : page.rindex("</body>")]
+    end = text.rfind("</body>")
+    section = f'<section id="pairwise-judgements">{body}</section>'
+    return text[:end] + section + text[end:] if end >= 0 else text + section
+
+
 def _study(request: HttpRequest, slug: str) -> Study:
     return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
 

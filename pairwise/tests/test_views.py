@@ -198,3 +198,36 @@ def test_the_leaderboard_page_says_when_there_are_no_votes(client: Client, done_
     assert "No pairwise votes yet." in page
     svg = client.get(reverse("reports:study_pairwise_plot", args=[done_study.slug])).content.decode()
     assert "No pairwise votes yet." in svg
+
+
+def test_the_studys_analysis_reports_carry_the_pairwise_leaderboard(
+    client: Client, comparison: Comparison, researcher: Any
+):
+    study = comparison.study
+    from chat.models import ChatSession, Rating
+
+    for cs in ChatSession.objects.filter(episode__participant__study=study).select_related("episode__arm"):
+        for m, metric in enumerate(study.metrics.all()):
+            Rating.objects.create(session=cs, metric=metric, value=(37 * cs.pk + 11 * m + cs.episode.arm_id) % 101)
+    client.force_login(researcher)
+    url = lambda fmt: reverse("reports:study_export", args=[study.slug, fmt])  # noqa: E731
+    before = client.get(url("json"))
+    assert "pairwise_judgements" not in json.loads(before.content)  # no votes, no leaderboard
+    for n in range(3):
+        judge_everything(Client(), comparison, f"J{n}")
+    report = json.loads(client.get(url("json")).content)
+    assert "pairwise" in report  # the sliders' pairwise tests are still there, under their own key
+    board = report["pairwise_judgements"]
+    assert board["judges"] == 3 and {r["arm"] for r in board["leaderboard"]} == {
+        "No memory",
+        "Full history",
+        "Summary 1",
+    }
+    md = client.get(url("md")).content.decode()
+    assert "# Pairwise judgements" in md and "Full history" in md.split("# Pairwise judgements")[1]
+    latex = client.get(url("latex")).content.decode()
+    assert "% Pairwise judgements (memeval)" in latex and "tab:pairwise-1" in latex
+    page = client.get(url("html")).content.decode()
+    section = page.split('<section id="pairwise-judgements">')[1]
+    assert "<svg" in section and section.rstrip().endswith("</html>")
+    assert page.count("</body>") == 1
