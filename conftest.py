@@ -34,6 +34,8 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.CHAT_DB_KEEP_CONNECTIONS = False
     # every test that goes through chat.state checks that no cached state is edited in place
     settings.CHAT_STATE_CACHE_VERIFY = True
+    # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
+    settings.CHAT_REPLY_PACING = False
 
 
 @pytest.fixture(autouse=True)
