@@ -173,7 +173,11 @@ def win_rate(y: np.ndarray, groups: np.ndarray, confidence: float = CONFIDENCE) 
     df = n_groups - 1
     se = math.sqrt(var)
     if se == 0:
-        return {"n": n, "judges": n_groups, "rate": mean, "ci95": [mean, mean], "p": 0.0 if mean != 0.5 else 1.0}
+        # every judge's votes sit at the mean (say, all for one side): the t statistic is undefined, and p = 0
+        # would claim certainty from two judges. The exact sign test over judges instead: G judges all on one
+        # side of 0.5 has p = 2 * 0.5^G.
+        p_sign = 1.0 if mean == 0.5 else min(1.0, 2.0 * 0.5**n_groups)
+        return {"n": n, "judges": n_groups, "rate": mean, "ci95": [mean, mean], "p": p_sign}
     q = float(special.stdtrit(df, 0.5 + confidence / 2))
     t = (mean - 0.5) / se
     p = float(2 * special.stdtr(df, -abs(t)))

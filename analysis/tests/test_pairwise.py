@@ -358,3 +358,12 @@ def test_the_plot_draws_an_interval_that_does_not_contain_its_estimate():
     }
     svg = pairwise_writers.leaderboard_plot(result)
     assert "<svg" in svg and "style-controlled" in svg
+
+
+def test_unanimous_judges_get_the_sign_tests_p_not_zero():
+    # no spread at all: the clustered t statistic is undefined; 2 judges who agree prove little, 10 a lot
+    two = win_rate(np.ones(6), np.repeat([0, 1], 3))
+    assert two["rate"] == 1.0 and two["p"] == pytest.approx(0.5)
+    ten = win_rate(np.zeros(20), np.repeat(np.arange(10), 2))
+    assert ten["p"] == pytest.approx(stats.binomtest(10, 10).pvalue) == pytest.approx(2 / 1024)
+    assert win_rate(np.full(8, 0.5), np.repeat(np.arange(4), 2))["p"] == 1.0
