@@ -172,8 +172,8 @@ def win_rate(y: np.ndarray, groups: np.ndarray, confidence: float = CONFIDENCE) 
     var = float(np.sum(sums**2 * adj)) / n**2
     df = n_groups - 1
     se = math.sqrt(var)
-    if se == 0:
-        # every judge's votes sit at the mean (say, all for one side): the t statistic is undefined, and p = 0
+    if se <= 1e-12:
+        # every judge's votes sit at the mean (to rounding) (say, all for one side): the t statistic is undefined, and p = 0
         # would claim certainty from two judges. The exact sign test over judges instead: G judges all on one
         # side of 0.5 has p = 2 * 0.5^G.
         p_sign = 1.0 if mean == 0.5 else min(1.0, 2.0 * 0.5**n_groups)

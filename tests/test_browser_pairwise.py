@@ -44,7 +44,7 @@ def judge_all(page: Any, live_server: Any, comparison: Comparison, pid: str, *, 
 
         j = Judgement.objects.select_related("left_arm", "right_arm").get(pk=pair_id)
         checks.append(j.is_check)
-        side = "left"
+        side = "left" if n % 2 == 0 else "right"  # both sides, so the position bias is not total
         if j.is_check:
             qc_side = "left" if j.left_arm.is_qc else "right"
             side = qc_side if fail_check else ("right" if qc_side == "left" else "left")

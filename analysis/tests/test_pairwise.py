@@ -367,3 +367,6 @@ def test_unanimous_judges_get_the_sign_tests_p_not_zero():
     ten = win_rate(np.zeros(20), np.repeat(np.arange(10), 2))
     assert ten["p"] == pytest.approx(stats.binomtest(10, 10).pvalue) == pytest.approx(2 / 1024)
     assert win_rate(np.full(8, 0.5), np.repeat(np.arange(4), 2))["p"] == 1.0
+    # two judges who each chose the first side in one of three votes: no spread but rounding's
+    same = win_rate(np.array([1.0, 0.0, 0.0, 0.0, 1.0, 0.0]), np.repeat([0, 1], 3))
+    assert same["rate"] == pytest.approx(1 / 3) and same["p"] == pytest.approx(0.5)
