@@ -101,3 +101,42 @@ def test_crowdworkers_judge_acute_pairs_a_failed_check_excludes_one_and_the_dash
     assert rows.count() == 3
     assert "by 2 judges" in page.content()  # the careless judge is left out
     page.screenshot(path=str(ARTIFACTS / "acute-leaderboard.png"), full_page=True)
+
+
+def test_an_annotator_judges_from_the_annotation_page_until_every_pair_of_arms_has_its_target(
+    browser: Any, live_server: Any, study: Any, annotator: Any
+) -> None:
+    from django.test import Client
+
+    from pairwise.models import Judgement
+
+    finished_study(study, workers=3)
+    comparison = Comparison.objects.create(
+        study=study, name="Annotator ACUTE", audience=Comparison.Audience.ANNOTATORS, status=Comparison.Status.OPEN,
+        pairs_per_judge=2, checks_per_judge=1, target_per_pair=1, questions=["remembers"],
+    )  # fmt: skip
+    client = Client()
+    client.force_login(annotator)
+    ctx = browser.new_context(viewport={"width": 1300, "height": 900})
+    ctx.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": live_server.url}])
+    page = ctx.new_page()
+    page.goto(f"{live_server.url}/annotate/")
+    page.locator(f"#comparison-{comparison.pk} a.button").click()
+    answered = 0
+    while True:
+        page.wait_for_selector("#acute-form, #no-more-pairs")
+        if page.locator("#no-more-pairs").count():
+            break
+        j = Judgement.objects.select_related("left_arm", "right_arm").get(pk=int(page.url.rstrip("/").split("/")[-1]))
+        side = "right" if j.left_arm.is_qc else "left"  # the real arm on check pairs
+        page.locator(f"#q-remembers input[type=radio][value={side}]").check()
+        page.locator("#q-remembers input[name=reason_remembers]").fill("asked about the beagle again")
+        page.locator("#submit-pair").click()
+        answered += 1
+        assert answered < 10, "the annotator was never told there is nothing left"
+    judge = Judge.objects.get(comparison=comparison, user=annotator)
+    real = judge.judgements.filter(is_check=False)
+    # three pairs of real arms, one judgement each, plus the check pair at its position
+    assert real.count() == 3 and judge.judgements.filter(is_check=True).count() == 1 and answered == 4
+    assert len({tuple(sorted((j.left_arm_id, j.right_arm_id))) for j in real}) == 3
+    assert judge.passed_checks is True
