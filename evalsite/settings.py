@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "chat",
     "annotation",
     "reports",
+    "judges",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,130 @@
+"""The judge's background job: score every finished session, then the leniency control set.
+
+Thin on purpose (the job runtime may move): :func:`start` marks the judge queued and dispatches
+``judges.tasks.run_judge`` through ``chat.jobs.dispatch`` (Celery in production, a thread or inline in the
+embedded default); :func:`run` claims the judge with a compare-and-set (a second delivery does nothing),
+then scores what is not scored yet under the current prompt texts, so a job that stopped half-way resumes
+where it was and a re-run after a prompt edit scores only under the new text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import transaction
+from django.utils import timezone
+
+from analysis.judging import false_acceptance
+from annotation.sources import transcript_of
+from chat.jobs import dispatch
+from judges import control, prompts, sample, scoring
+from judges.models import RUBRICS, Judge, JudgeScore
+from memory.llm import LLM, LLMTransientError, make_llm
+
+log = logging.getLogger(__name__)
+TASK_NAME = "judges.tasks.run_judge"
+ATTEMPTS = 4
+T = TypeVar("T")
+
+
+def rubrics_of(judge: Judge) -> list[str]:
+    """``standard`` first, then the sensitivity rubrics chosen for the judge."""
+    return ["standard"] + [r for r in RUBRICS if r != "standard" and r in (judge.rubrics or [])]
+
+
+def build_llm(judge: Judge) -> LLM:
+    key = os.environ.get(judge.api_key_env or "", "") or "not-needed"  # local servers take any key
+    return make_llm("openai", judge.model, api_key=key, base_url=judge.base_url or None, timeout=120.0)
+
+
+def start(judge: Judge) -> bool:
+    """Queue the judge's job; False when it is already queued or running."""
+    with transaction.atomic():
+        moved = Judge.objects.filter(pk=judge.pk).exclude(status__in=[Judge.Status.QUEUED, Judge.Status.RUNNING]).update(
+            status=Judge.Status.QUEUED, error="", progress={}
+        )
+        if moved:
+            transaction.on_commit(lambda: dispatch(TASK_NAME, judge.pk, local=run, long=True))
+    return bool(moved)
+
+
+def _retrying(call: Callable[[], T]) -> T:
+    for attempt in range(ATTEMPTS):
+        try:
+            return call()
+        except LLMTransientError as exc:
+            if attempt == ATTEMPTS - 1:
+                raise
+            time.sleep(min(30.0, exc.retry_after or 2.0**attempt))
+    raise AssertionError("unreachable")
+
+
+def run(judge_id: int, *, llm: LLM | None = None) -> None:
+    """Score the judge's study (``llm``: a test's fake in place of the configured endpoint)."""
+    if not Judge.objects.filter(pk=judge_id, status=Judge.Status.QUEUED).update(
+        status=Judge.Status.RUNNING, started_at=timezone.now(), finished_at=None
+    ):
+        return
+    judge = Judge.objects.select_related("study").get(pk=judge_id)
+    try:
+        model = llm or build_llm(judge)
+        _score_sessions(judge, model)
+        _score_control_set(judge, model)
+    except Exception as exc:  # the job's failure is the judge's status, shown on the page
+        log.warning("judge %s failed", judge_id, exc_info=True)
+        Judge.objects.filter(pk=judge_id).update(
+            status=Judge.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now()
+        )
+        return
+    Judge.objects.filter(pk=judge_id).update(status=Judge.Status.DONE, finished_at=timezone.now())
+
+
+def _score_sessions(judge: Judge, model: LLM) -> None:
+    statements = sample.statements(judge.study)
+    sessions = sample.finished_sessions(judge.study)
+    rubric_prompts = [prompts.load("session", r) for r in rubrics_of(judge)]
+    done_keys = set(
+        JudgeScore.objects.filter(judge=judge).values_list("session_id", "metric", "prompt_sha256")
+    )
+    total = len(sessions) * len(statements) * len(rubric_prompts)
+    done = errors = 0
+    for session in sessions:
+        turns = transcript_of(session)
+        for prompt, rubric in zip(rubric_prompts, rubrics_of(judge), strict=True):
+            for statement in statements:
+                done += 1
+                if (session.pk, statement["key"], prompt.sha256) in done_keys:
+                    continue
+                score, raw = _retrying(lambda p=prompt, s=statement: scoring.score_session(model, p, turns, s))
+                errors += score is None
+                JudgeScore.objects.get_or_create(
+                    judge=judge, session=session, metric=statement["key"], rubric=rubric, prompt_sha256=prompt.sha256,
+                    defaults={"prompt": prompt.name, "model": judge.model, "score": score, "raw": raw[:4000]},
+                )  # fmt: skip
+        Judge.objects.filter(pk=judge.pk).update(progress={"done": done, "total": total, "errors": errors})
+
+
+def _score_control_set(judge: Judge, model: LLM) -> None:
+    cases = control.control_cases()
+    leniency = {}
+    for rubric in rubrics_of(judge):
+        prompt = prompts.load("answer", rubric)
+        wrong: list[int | None] = []
+        gold: list[int | None] = []
+        for case in cases:
+            label, _raw = _retrying(lambda p=prompt, c=case: scoring.label_answer(model, p, c.question, c.gold, c.answer))
+            (wrong if case.wrong else gold).append(label)
+        far = false_acceptance(v if v is None else bool(v) for v in wrong)
+        accepted_gold = false_acceptance(v if v is None else bool(v) for v in gold)
+        leniency[rubric] = {
+            "false_acceptance": far,
+            "gold_acceptance": accepted_gold,
+            "prompt": prompt.name,
+            "prompt_sha256": prompt.sha256,
+            "cases": len(wrong),
+        }
+    Judge.objects.filter(pk=judge.pk).update(leniency=leniency)
