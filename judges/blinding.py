@@ -58,6 +58,7 @@ def non_blind_sessions(study: Study) -> set[int]:
 def non_blind_per_arm(study: Study) -> dict[str, int]:
     rows = (
         BlindingBreach.objects.filter(session__episode__participant__study=study)
+        .order_by()
         .values_list("session_id", "session__episode__arm__name")
         .distinct()
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -120,6 +121,20 @@ def test_kendall_tau_of_arm_orderings_with_a_bootstrap_ci() -> None:
     assert two["tau"] == 1.0 and two["ci_low"] is None
 
 
+def test_vectorised_tau_b_matches_scipy() -> None:
+    from scipy.stats import kendalltau
+
+    from analysis.judging import tau_b
+
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 4, (200, 5)).astype(float)  # many ties
+    y = rng.integers(0, 4, (200, 5)).astype(float)
+    ours = tau_b(x, y)
+    for k in range(200):
+        theirs = kendalltau(x[k], y[k]).statistic
+        assert (math.isnan(theirs) and math.isnan(ours[k])) or ours[k] == pytest.approx(theirs)
+
+
 def _sample(judge_noise: float | None, *, items: int = 60, annotators: int = 3, seed: int = 0) -> pd.DataFrame:
     """Simulated annotators (truth + N(0, 10)), 3 per item, and a judge: truth + N(0, judge_noise), or
     uniform random when judge_noise is None."""
@@ -166,3 +181,23 @@ def test_sensitivity_range_per_arm() -> None:
     out = sensitivity_range({"standard": {"a": 50, "b": 60}, "lenient": {"a": 70}, "strict": {"a": 30, "b": 40}})
     assert out["a"] == {"min": 30, "max": 70, "spread": 40, "variants": 3}
     assert out["b"]["variants"] == 2
+
+
+def test_cli_judge_admits_and_rejects(tmp_path: Any, capsys: Any) -> None:
+    import json
+
+    from analysis.__main__ import main
+
+    good = _sample(3.0)
+    good["metric"] = "overall"
+    path = tmp_path / "good.csv"
+    good.to_csv(path, index=False)
+    assert main(["judge", str(path), "--judge", JUDGE, "--bootstrap", "100"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["admitted"] and out["metrics"]["overall"]["alt_test"]["passed"]
+    bad_path = tmp_path / "bad.csv"
+    _sample(None).to_csv(bad_path, index=False)
+    assert main(["judge", str(bad_path), "--judge", JUDGE, "--bootstrap", "0"]) == 1
+    assert json.loads(capsys.readouterr().out)["admitted"] is False
+    assert main(["judge", str(bad_path), "--judge", "nobody"]) == 2
+    assert "no row has rater" in capsys.readouterr().err
