@@ -145,9 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         "judge",
         help="admission test of an automatic judge: a long CSV of item, rater, score, arm (the judge is one rater)",
     )
-    jud.add_argument("csv", type=Path, help="one row per score: columns item, rater, score, arm (and metric, if several)")
+    jud.add_argument(
+        "csv", type=Path, help="one row per score: columns item, rater, score, arm (and metric, if several)"
+    )
     jud.add_argument("--judge", required=True, help="the rater name of the judge's rows")
-    jud.add_argument("--epsilon", type=float, default=0.15, help="alt-test allowance (0.2 experts, 0.15 skilled, 0.1 crowd)")
+    jud.add_argument(
+        "--epsilon", type=float, default=0.15, help="alt-test allowance (0.2 experts, 0.15 skilled, 0.1 crowd)"
+    )
     jud.add_argument("--q", type=float, default=0.05, help="Benjamini-Yekutieli false discovery rate")
     jud.add_argument("--min-items", type=int, default=50, help="items the sample needs")
     jud.add_argument("--min-annotators", type=int, default=3, help="annotators each item needs")
@@ -261,8 +265,10 @@ def _judge(args: argparse.Namespace) -> int:
     frame["item"] = frame["item"].astype(str)
     if args.judge not in set(frame["rater"]):
         raise RatingsError(f"no row has rater {args.judge!r}")
-    options = dict(judge=args.judge, epsilon=args.epsilon, q=args.q, min_items=args.min_items,
-                   min_annotators=args.min_annotators, n_boot=args.bootstrap, seed=args.seed)  # fmt: skip
+    options: dict[str, Any] = {
+        "judge": args.judge, "epsilon": args.epsilon, "q": args.q, "min_items": args.min_items,
+        "min_annotators": args.min_annotators, "n_boot": args.bootstrap, "seed": args.seed,
+    }  # fmt: skip
     if "metric" in frame.columns:
         out: dict[str, Any] = {
             str(m): admission(group.drop(columns="metric"), **options) for m, group in frame.groupby("metric")

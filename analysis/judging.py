@@ -73,7 +73,8 @@ class AltTestResult:
     skipped: dict[str, int] = field(default_factory=dict)  # annotator -> items (too few to test)
 
     def as_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        out: dict[str, Any] = _clean(asdict(self))
+        return out
 
 
 def _scores_by_rater(scores: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -287,9 +288,11 @@ def admission(
             )
     except JudgingError as exc:
         reasons.append(f"alt-test not possible: {exc}")
-    alphas = alpha_table(humans, judge_scores) if humans else {"humans": None, "judge_vs_mean": None, "with_judge": None}
+    alphas = (
+        alpha_table(humans, judge_scores) if humans else {"humans": None, "judge_vs_mean": None, "with_judge": None}
+    )
     tau = arm_order_tau(table, "human", "judge", n_boot=n_boot, seed=seed) if len(table) else None
-    return _clean(
+    verdict: dict[str, Any] = _clean(
         {
             "admitted": not reasons,
             "reasons": reasons,
@@ -305,6 +308,7 @@ def admission(
             "tau": tau,
         }
     )
+    return verdict
 
 
 def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float | None, float | None]:
@@ -325,8 +329,14 @@ def false_acceptance(accepted: Iterable[bool | int | None]) -> dict[str, Any]:
     readable = [bool(v) for v in values if v is not None]
     n, k = len(readable), sum(readable)
     low, high = wilson(k, n)
-    return {"n": n, "accepted": k, "rate": (k / n) if n else None, "ci_low": low, "ci_high": high,
-            "unreadable": len(values) - n}
+    return {
+        "n": n,
+        "accepted": k,
+        "rate": (k / n) if n else None,
+        "ci_low": low,
+        "ci_high": high,
+        "unreadable": len(values) - n,
+    }
 
 
 def sensitivity_range(by_variant: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
@@ -337,8 +347,12 @@ def sensitivity_range(by_variant: Mapping[str, Mapping[str, float]]) -> dict[str
     for arm in arms:
         values = [means[arm] for means in by_variant.values() if arm in means and means[arm] is not None]
         if values:
-            out[arm] = {"min": min(values), "max": max(values), "spread": max(values) - min(values),
-                        "variants": len(values)}
+            out[arm] = {
+                "min": min(values),
+                "max": max(values),
+                "spread": max(values) - min(values),
+                "variants": len(values),
+            }
     return out
 
 

@@ -300,7 +300,9 @@ def queue_report(queue: Queue) -> dict[str, Any]:
 def score_agreement(queue: Queue) -> list[dict[str, Any]]:
     """Scores queues: per statement, the labels given and the annotators' Krippendorff alpha (interval)."""
     cells: dict[str, dict[int, dict[int, float]]] = {}
-    for item_id, who, scores in Label.objects.filter(item__queue=queue).values_list("item_id", "annotator_id", "scores"):
+    for item_id, who, scores in Label.objects.filter(item__queue=queue).values_list(
+        "item_id", "annotator_id", "scores"
+    ):
         for key, value in (scores or {}).items():
             cells.setdefault(str(key), {}).setdefault(who, {})[item_id] = float(value)
     out = []
@@ -311,6 +313,11 @@ def score_agreement(queue: Queue) -> list[dict[str, Any]]:
             alpha: float | None = krippendorff_alpha(matrix, level="interval") if len(matrix) >= 2 else None
         except ValueError:
             alpha = None
-        out.append({"statement": key, "labels": sum(len(r) for r in by_annotator.values()),
-                    "alpha": None if alpha is None or alpha != alpha else round(alpha, 4)})
+        out.append(
+            {
+                "statement": key,
+                "labels": sum(len(r) for r in by_annotator.values()),
+                "alpha": None if alpha is None or alpha != alpha else round(alpha, 4),
+            }
+        )
     return out

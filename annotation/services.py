@@ -301,7 +301,9 @@ def submit_scores(assignment_id: int, *, annotator: User, scores: dict[str, Any]
             try:
                 number = float(value)  # type: ignore[arg-type]
             except (TypeError, ValueError):
-                raise AnnotationError("missing_score", f"Give a score from 0 to 100 for every statement ({key!r}).") from None
+                raise AnnotationError(
+                    "missing_score", f"Give a score from 0 to 100 for every statement ({key!r})."
+                ) from None
             if not 0 <= number <= 100:
                 raise AnnotationError("out_of_range", f"Scores are from 0 to 100, not {number:g} ({key!r}).")
             clean[key] = number

@@ -24,7 +24,9 @@ from judges.prompts import load
 def human_scores(queue: Queue) -> pd.DataFrame:
     """The sample's labels: one row per (session, annotator, statement)."""
     rows = []
-    for meta, who, scores in Label.objects.filter(item__queue=queue).values_list("item__meta", "annotator_id", "scores"):
+    for meta, who, scores in Label.objects.filter(item__queue=queue).values_list(
+        "item__meta", "annotator_id", "scores"
+    ):
         for key, value in (scores or {}).items():
             rows.append({"session": meta.get("session"), "arm": meta.get("arm", ""), "rater": f"a{who}",
                          "metric": key, "score": float(value)})  # fmt: skip

@@ -19,8 +19,20 @@ DATA = Path(__file__).resolve().parent / "data" / "control_qa.json"
 # Each class cycles: a word is replaced by the next one in its list (the same kind of fact, a different value).
 CLASSES: tuple[tuple[str, ...], ...] = (
     ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"),
-    ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"),
+    (
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ),
     ("red", "blue", "green", "yellow", "purple", "orange"),
     ("grandmother", "grandfather", "brother", "sister", "aunt", "uncle", "cousin"),
     ("cat", "dog", "rabbit", "parrot", "hamster"),

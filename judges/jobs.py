@@ -9,6 +9,7 @@ where it was and a re-run after a prompt edit scores only under the new text.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -44,8 +45,10 @@ def build_llm(judge: Judge) -> LLM:
 def start(judge: Judge) -> bool:
     """Queue the judge's job; False when it is already queued or running."""
     with transaction.atomic():
-        moved = Judge.objects.filter(pk=judge.pk).exclude(status__in=[Judge.Status.QUEUED, Judge.Status.RUNNING]).update(
-            status=Judge.Status.QUEUED, error="", progress={}
+        moved = (
+            Judge.objects.filter(pk=judge.pk)
+            .exclude(status__in=[Judge.Status.QUEUED, Judge.Status.RUNNING])
+            .update(status=Judge.Status.QUEUED, error="", progress={})
         )
         if moved:
             transaction.on_commit(lambda: dispatch(TASK_NAME, judge.pk, local=run, long=True))
@@ -87,9 +90,7 @@ def _score_sessions(judge: Judge, model: LLM) -> None:
     statements = sample.statements(judge.study)
     sessions = sample.finished_sessions(judge.study)
     rubric_prompts = [prompts.load("session", r) for r in rubrics_of(judge)]
-    done_keys = set(
-        JudgeScore.objects.filter(judge=judge).values_list("session_id", "metric", "prompt_sha256")
-    )
+    done_keys = set(JudgeScore.objects.filter(judge=judge).values_list("session_id", "metric", "prompt_sha256"))
     total = len(sessions) * len(statements) * len(rubric_prompts)
     done = errors = 0
     for session in sessions:
@@ -99,7 +100,7 @@ def _score_sessions(judge: Judge, model: LLM) -> None:
                 done += 1
                 if (session.pk, statement["key"], prompt.sha256) in done_keys:
                     continue
-                score, raw = _retrying(lambda p=prompt, s=statement: scoring.score_session(model, p, turns, s))
+                score, raw = _retrying(functools.partial(scoring.score_session, model, prompt, turns, statement))
                 errors += score is None
                 JudgeScore.objects.get_or_create(
                     judge=judge, session=session, metric=statement["key"], rubric=rubric, prompt_sha256=prompt.sha256,
@@ -116,7 +117,9 @@ def _score_control_set(judge: Judge, model: LLM) -> None:
         wrong: list[int | None] = []
         gold: list[int | None] = []
         for case in cases:
-            label, _raw = _retrying(lambda p=prompt, c=case: scoring.label_answer(model, p, c.question, c.gold, c.answer))
+            label, _raw = _retrying(
+                functools.partial(scoring.label_answer, model, prompt, case.question, case.gold, case.answer)
+            )
             (wrong if case.wrong else gold).append(label)
         far = false_acceptance(v if v is None else bool(v) for v in wrong)
         accepted_gold = false_acceptance(v if v is None else bool(v) for v in gold)

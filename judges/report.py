@@ -39,7 +39,8 @@ def human_sessions(study: Study, *, exclude: set[int]) -> pd.DataFrame:
     moments = frame.groupby("worker")["score"].agg(["mean", "std"])
     frame["z"] = (frame["score"] - frame["worker"].map(moments["mean"])) / (frame["worker"].map(moments["std"]) + 1e-6)
     kept = frame[~frame["qc"] & ~frame["silent"] & ~frame["session"].isin(exclude)]
-    return kept.groupby(["session", "arm"], as_index=False)["z"].mean().rename(columns={"z": "human"})
+    out = kept.groupby(["session", "arm"])["z"].mean().reset_index(name="human")
+    return out
 
 
 def _overall(scores: pd.DataFrame, reversed_keys: set[str]) -> pd.DataFrame:
@@ -48,7 +49,8 @@ def _overall(scores: pd.DataFrame, reversed_keys: set[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=["session", "arm", "judge"])
     s = scores.dropna(subset=["score"]).copy()
     s["score"] = np.where(s["metric"].isin(reversed_keys), 100 - s["score"], s["score"])
-    return s.groupby(["session", "arm"], as_index=False)["score"].mean().rename(columns={"score": "judge"})
+    out = s.groupby(["session", "arm"])["score"].mean().reset_index(name="judge")
+    return out
 
 
 def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: bool = False) -> dict[str, Any]:
@@ -74,7 +76,9 @@ def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: 
             per_session = _overall(judge_scores(judge, rubric), reversed_keys)
             per_session = per_session[~per_session["session"].isin(excluded)]
             if len(per_session):
-                means_by_rubric[rubric] = {str(a): float(m) for a, m in per_session.groupby("arm")["judge"].mean().items()}
+                means_by_rubric[rubric] = {
+                    str(a): float(m) for a, m in per_session.groupby("arm")["judge"].mean().items()
+                }
             if rubric == "standard" and verdict["admitted"] and len(per_session):
                 both = humans.merge(per_session, on=["session", "arm"])
                 tau = arm_order_tau(both, "human", "judge", n_boot=n_boot)
@@ -94,7 +98,8 @@ def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: 
     for column in columns:
         if column.startswith("memory eval"):
             fixed = {arm: r[column] for arm, r in table_rows.items() if column in r}
-            frame = humans[humans["arm"].isin(fixed)].assign(auto=lambda f: f["arm"].map(fixed))
+            frame = humans[humans["arm"].isin(fixed)]
+            frame = frame.assign(auto=frame["arm"].map(fixed))
             orderings.append({"automatic": column, "tau": arm_order_tau(frame, "human", "auto", n_boot=n_boot)})
     second = [j for j in judges_out if j["admitted"] and j["scores"]]
     return {
@@ -103,7 +108,12 @@ def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: 
         "judges": judges_out,
         "table": {"columns": ["arm", "human_z", "human_sessions", *columns], "rows": list(table_rows.values())},
         "orderings": orderings,
-        "judge_models": sensitivity_range({j["name"]: j["scores"]["standard"] for j in second if "standard" in j["scores"]}),
-        "non_blind": {"excluded": not include_non_blind, "sessions": len(non_blind_sessions(study)),
-                      "per_arm": non_blind_per_arm(study)},  # fmt: skip
+        "judge_models": sensitivity_range(
+            {j["name"]: j["scores"]["standard"] for j in second if "standard" in j["scores"]}
+        ),
+        "non_blind": {
+            "excluded": not include_non_blind,
+            "sessions": len(non_blind_sessions(study)),
+            "per_arm": non_blind_per_arm(study),
+        },  # fmt: skip
     }

@@ -53,7 +53,7 @@ def stratified(sessions: list[ChatSession], size: int, seed: int) -> list[ChatSe
     rng = random.Random(seed)
     for group in by_arm.values():
         rng.shuffle(group)
-    quota = {arm: 0 for arm in by_arm}
+    quota = dict.fromkeys(by_arm, 0)
     left = min(size, len(sessions))
     while left > 0:
         open_arms = [a for a in by_arm if quota[a] < len(by_arm[a])]
@@ -77,7 +77,9 @@ def create_sample(
         raise SampleError("The study has no slider statements to score.")
     sessions = finished_sessions(study)
     if len(sessions) < size:
-        raise SampleError(f"The study has {len(sessions)} finished sessions outside the QC arm; the sample needs {size}.")
+        raise SampleError(
+            f"The study has {len(sessions)} finished sessions outside the QC arm; the sample needs {size}."
+        )
     chosen = stratified(sessions, size, seed)
     order = list(range(len(chosen)))
     random.Random(seed + 1).shuffle(order)  # annotators do not meet the arms in blocks

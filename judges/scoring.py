@@ -49,7 +49,9 @@ def parse_score(reply: str) -> float | None:
     return found
 
 
-def score_session(judge: LLM, prompt: Prompt, turns: Sequence[dict[str, Any]], statement: dict[str, str]) -> tuple[float | None, str]:
+def score_session(
+    judge: LLM, prompt: Prompt, turns: Sequence[dict[str, Any]], statement: dict[str, str]
+) -> tuple[float | None, str]:
     """(score or None, raw reply). Transient errors (rate limits, timeouts) propagate for the job to retry;
     any other LLM error is a reply that could not be read."""
     text = prompt.render(

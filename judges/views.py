@@ -3,8 +3,11 @@ breaches, and read the admission figures and the human-automatic table (also as 
 
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -75,7 +78,7 @@ def judges_json(request: HttpRequest, slug: str) -> JsonResponse:
 @researcher_required
 def add_judge(request: HttpRequest, slug: str) -> HttpResponse:
     study = _study(request, slug)
-    form = JudgeForm(request.POST, instance=Judge(study=study, created_by=request.user))
+    form = JudgeForm(request.POST, instance=Judge(study=study, created_by=cast(User, request.user)))
     if form.is_valid():
         if Judge.objects.filter(study=study, name=form.cleaned_data["name"]).exists():
             messages.error(request, "The study already has a judge with this name.")

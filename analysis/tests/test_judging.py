@@ -144,7 +144,14 @@ def _sample(judge_noise: float | None, *, items: int = 60, annotators: int = 3, 
         arm = "abc"[i % 3]
         truth = {"a": 30, "b": 50, "c": 70}[arm] + rng.normal(0, 12)
         for k in rng.choice(annotators, size=3, replace=False):
-            rows.append({"item": f"i{i}", "rater": f"h{k}", "arm": arm, "score": float(np.clip(truth + rng.normal(0, 10), 0, 100))})
+            rows.append(
+                {
+                    "item": f"i{i}",
+                    "rater": f"h{k}",
+                    "arm": arm,
+                    "score": float(np.clip(truth + rng.normal(0, 10), 0, 100)),
+                }
+            )
         judge = rng.uniform(0, 100) if judge_noise is None else truth + rng.normal(0, judge_noise)
         rows.append({"item": f"i{i}", "rater": JUDGE, "arm": arm, "score": float(np.clip(judge, 0, 100))})
     return pd.DataFrame(rows)

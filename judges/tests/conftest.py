@@ -46,10 +46,13 @@ def judged_study(study: Study) -> Study:
             cs = ChatSession.objects.create(
                 episode=ep, index=1, status=ChatSession.Status.DONE, simulated_start=study.session_start(1)
             )
-            Message.objects.create(session=cs, seq=1, client_id="c1", speaker="user", text=f"Hello [quality {quality:.1f}]")
+            Message.objects.create(
+                session=cs, seq=1, client_id="c1", speaker="user", text=f"Hello [quality {quality:.1f}]"
+            )
             Message.objects.create(session=cs, seq=2, speaker="bot", text="Nice to see you again! How was the trip?")
             Rating.objects.bulk_create(
-                Rating(session=cs, metric=m, value=int(np.clip(round(quality + rng.normal(0, 10)), 0, 100))) for m in metrics
+                Rating(session=cs, metric=m, value=int(np.clip(round(quality + rng.normal(0, 10)), 0, 100)))
+                for m in metrics
             )
     return study
 
@@ -106,5 +109,8 @@ def random_reply(seed: int = 5) -> Callable[[list[dict[str, str]]], str]:
 
 @pytest.fixture
 def fake_judges() -> Iterator[dict[str, Any]]:
-    with FaultyOpenAI(agreeing_reply(), model="fake-agreeing") as good, FaultyOpenAI(random_reply(), model="fake-random") as bad:
+    with (
+        FaultyOpenAI(agreeing_reply(), model="fake-agreeing") as good,
+        FaultyOpenAI(random_reply(), model="fake-random") as bad,
+    ):
         yield {"good": good, "bad": bad}

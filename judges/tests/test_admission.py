@@ -34,8 +34,9 @@ def _inline_jobs(settings: Any) -> None:
 
 @pytest.mark.django_db
 def test_agreeing_judge_is_admitted_and_random_judge_is_rejected(
-    judged_study: Study, annotated_sample: Queue, fake_judges: dict[str, Any], django_capture_on_commit_callbacks: Any
-) -> None:
+    judged_study: Study, annotated_sample: Queue, fake_judges: dict[str, Any], django_capture_on_commit_callbacks: Any,
+    client: Client, researcher: User,
+) -> None:  # fmt: skip
     good = _run(judged_study, fake_judges["good"], "agreeing", rubrics=["lenient", "strict"],
                 capture=django_capture_on_commit_callbacks)  # fmt: skip
     bad = _run(judged_study, fake_judges["bad"], "random", capture=django_capture_on_commit_callbacks)
@@ -78,12 +79,27 @@ def test_agreeing_judge_is_admitted_and_random_judge_is_rejected(
     assert good.leniency["standard"]["cases"] == 30
     assert 0.2 < bad.leniency["standard"]["false_acceptance"]["rate"] < 0.8
 
+    # the page and its JSON show the same figures
+    client.force_login(researcher)
+    page = client.get(reverse("judges:study", args=[judged_study.slug]))
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert html.count(">admitted</span>") == 1 and html.count(">not admitted</span>") == 1
+    assert "Winning rate" in html and "judge agreeing" in html and "false acceptance 0.00" in html
+    data = client.get(reverse("judges:study_json", args=[judged_study.slug])).json()
+    assert [j["admitted"] for j in data["judges"]] == [True, False]
+    assert {"judges", "table", "orderings", "non_blind", "sample_queue", "judge_models"} <= set(data)
+
 
 @pytest.mark.django_db
 def test_a_rerun_scores_only_what_is_missing_and_a_changed_prompt_scores_anew(
     judged_study: Study, fake_judges: dict[str, Any], django_capture_on_commit_callbacks: Any, monkeypatch: Any
 ) -> None:
     judge = _run(judged_study, fake_judges["good"], "agreeing", capture=django_capture_on_commit_callbacks)
+    # without a judge sample a judge is not admitted, and its scores are not shown
+    entry = study_judges_report(judged_study, n_boot=0)["judges"][0]
+    assert not entry["admitted"] and "no judge sample" in entry["admission"]["reasons"][0]
+    assert entry["scores"] is None
     calls = len(fake_judges["good"].log)
     with django_capture_on_commit_callbacks(execute=True):
         assert jobs.start(judge)
@@ -110,29 +126,3 @@ def test_a_judge_that_fails_is_marked_failed(
         jobs.start(judge)
     judge.refresh_from_db()
     assert judge.status == Judge.Status.FAILED and judge.error
-
-
-@pytest.mark.django_db
-def test_no_sample_means_not_admitted(judged_study: Study, fake_judges: dict[str, Any],
-                                      django_capture_on_commit_callbacks: Any) -> None:  # fmt: skip
-    _run(judged_study, fake_judges["good"], "agreeing", capture=django_capture_on_commit_callbacks)
-    report = study_judges_report(judged_study, n_boot=0)
-    judge = report["judges"][0]
-    assert not judge["admitted"] and "no judge sample" in judge["admission"]["reasons"][0]
-    assert judge["scores"] is None
-
-
-@pytest.mark.django_db
-def test_the_judges_page_shows_the_figures(
-    judged_study: Study, annotated_sample: Queue, fake_judges: dict[str, Any], django_capture_on_commit_callbacks: Any,
-    client: Client, researcher: User,
-) -> None:  # fmt: skip
-    _run(judged_study, fake_judges["good"], "agreeing", capture=django_capture_on_commit_callbacks)
-    client.force_login(researcher)
-    page = client.get(reverse("judges:study", args=[judged_study.slug]))
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert "admitted" in html and "Winning rate" in html and "judge agreeing" in html
-    data = client.get(reverse("judges:study_json", args=[judged_study.slug])).json()
-    assert data["judges"][0]["admitted"] is True
-    assert {"judges", "table", "orderings", "non_blind", "sample_queue"} <= set(data)
