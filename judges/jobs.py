@@ -76,7 +76,7 @@ def run(judge_id: int, *, llm: LLM | None = None) -> None:
     try:
         model = llm or build_llm(judge)
         _score_sessions(judge, model)
-        _score_control_set(judge, model)
+        score_control_set(judge, model)
     except Exception as exc:  # the job's failure is the judge's status, shown on the page
         log.warning("judge %s failed", judge_id, exc_info=True)
         Judge.objects.filter(pk=judge_id).update(
@@ -109,7 +109,8 @@ def _score_sessions(judge: Judge, model: LLM) -> None:
         Judge.objects.filter(pk=judge.pk).update(progress={"done": done, "total": total, "errors": errors})
 
 
-def _score_control_set(judge: Judge, model: LLM) -> None:
+def score_control_set(judge: Judge, model: LLM) -> None:
+    """The leniency control set under each of the judge's rubrics (stored on the judge)."""
     cases = control.control_cases()
     leniency = {}
     for rubric in rubrics_of(judge):
