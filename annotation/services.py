@@ -602,6 +602,7 @@ def _submit_pair_in_one_statement(
             op=op,
             fused_text=fused_text,
             sentences=[],
+            scores={},
             parent_id=None,
             revision=revision,
             changed=True,
