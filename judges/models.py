@@ -50,7 +50,9 @@ class Judge(models.Model):
     progress = models.JSONField(default=dict, blank=True)  # {"done": n, "total": n, "errors": n}
     error = models.TextField(blank=True)
     leniency = models.JSONField(default=dict, blank=True)  # rubric -> false_acceptance() of the control set
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
