@@ -295,21 +295,18 @@ def submit_scores(assignment_id: int, *, annotator: User, scores: dict[str, Any]
         if not assignment.queue.is_scores:
             raise AnnotationError("wrong_kind", "This queue does not score sessions.")
         keys = [str(s.get("key")) for s in assignment.item.payload.get("statements", [])]
+        if extra := sorted(set(scores) - set(keys)):
+            raise AnnotationError("unknown_statement", f"This item has no statement {extra[0]!r}.")
         clean: dict[str, float] = {}
         for key in keys:
-            value = scores.get(key)
             try:
-                number = float(value)  # type: ignore[arg-type]
+                clean[key] = float(scores.get(key))  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 raise AnnotationError(
                     "missing_score", f"Give a score from 0 to 100 for every statement ({key!r})."
                 ) from None
-            if not 0 <= number <= 100:
-                raise AnnotationError("out_of_range", f"Scores are from 0 to 100, not {number:g} ({key!r}).")
-            clean[key] = number
-        extra = sorted(set(scores) - set(keys))
-        if extra:
-            raise AnnotationError("unknown_statement", f"This item has no statement {extra[0]!r}.")
+            if not 0 <= clean[key] <= 100:
+                raise AnnotationError("out_of_range", f"Scores are from 0 to 100, not {clean[key]:g} ({key!r}).")
         return {"scores": clean}
 
     return _submit(assignment_id, annotator, build)
