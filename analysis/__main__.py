@@ -144,6 +144,23 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--notes", default="", help="free-text exclusion rules and other commitments")
     reg.add_argument("--out", type=Path, help="write here instead of stdout (refuses to overwrite a file)")
 
+    jud = sub.add_parser(
+        "judge",
+        help="admission test of an automatic judge: a long CSV of item, rater, score, arm (the judge is one rater)",
+    )
+    jud.add_argument(
+        "csv", type=Path, help="one row per score: columns item, rater, score, arm (and metric, if several)"
+    )
+    jud.add_argument("--judge", required=True, help="the rater name of the judge's rows")
+    jud.add_argument(
+        "--epsilon", type=float, default=0.15, help="alt-test allowance (0.2 experts, 0.15 skilled, 0.1 crowd)"
+    )
+    jud.add_argument("--q", type=float, default=0.05, help="Benjamini-Yekutieli false discovery rate")
+    jud.add_argument("--min-items", type=int, default=50, help="items the sample needs")
+    jud.add_argument("--min-annotators", type=int, default=3, help="annotators each item needs")
+    jud.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates of Kendall's tau")
+    jud.add_argument("--seed", type=int, default=0)
+
     _design_arguments(
         sub.add_parser(
             "calibrate",
@@ -235,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return plan_pairwise_main(args)
         if args.command == "prereg":
             return _prereg(args)
+        if args.command == "judge":
+            return _judge(args)
         return _report(args)
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -245,6 +264,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a design or setting the simulation cannot use (e.g. more episodes per worker than arms)
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _judge(args: argparse.Namespace) -> int:
+    """Print the admission JSON (per metric when the CSV has a metric column); exit 0 admitted, 1 not."""
+    import json
+
+    import pandas as pd
+
+    from analysis.judging import admission
+
+    if not args.csv.is_file():
+        raise RatingsError(f"{args.csv}: no such file")
+    frame = pd.read_csv(args.csv)
+    missing = [c for c in ("item", "rater", "score", "arm") if c not in frame.columns]
+    if missing:
+        raise RatingsError(f"{args.csv} has no column {', '.join(missing)} (needs item, rater, score, arm)")
+    frame["rater"] = frame["rater"].astype(str)
+    frame["item"] = frame["item"].astype(str)
+    if args.judge not in set(frame["rater"]):
+        raise RatingsError(f"no row has rater {args.judge!r}")
+    options: dict[str, Any] = {
+        "judge": args.judge, "epsilon": args.epsilon, "q": args.q, "min_items": args.min_items,
+        "min_annotators": args.min_annotators, "n_boot": args.bootstrap, "seed": args.seed,
+    }  # fmt: skip
+    if "metric" in frame.columns:
+        out: dict[str, Any] = {
+            str(m): admission(group.drop(columns="metric"), **options) for m, group in frame.groupby("metric")
+        }
+        admitted = all(r["admitted"] for r in out.values())
+        out = {"admitted": admitted, "metrics": out}
+    else:
+        out = admission(frame, **options)
+        admitted = out["admitted"]
+    print(json.dumps(out, indent=1))
+    return 0 if admitted else 1
 
 
 def _report(args: argparse.Namespace) -> int:

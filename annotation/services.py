@@ -273,7 +273,7 @@ def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: st
 
     def build(assignment: Assignment) -> dict[str, Any]:
         if not assignment.queue.is_pairs:
-            raise AnnotationError("wrong_kind", "This queue edits summaries, not operation pairs.")
+            raise AnnotationError("wrong_kind", "This queue does not label operation pairs.")
         if len(fused_text) > assignment.queue.max_edit_chars:
             raise AnnotationError(
                 "too_long", f"The fused sentence is too long ({len(fused_text)} > {assignment.queue.max_edit_chars})."
@@ -288,6 +288,30 @@ def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: st
     return _submit(assignment_id, annotator, build)
 
 
+def submit_scores(assignment_id: int, *, annotator: User, scores: dict[str, Any]) -> SubmitResult:
+    """Store an annotator's scores of one session (scores queues): every statement of the item, 0-100."""
+
+    def build(assignment: Assignment) -> dict[str, Any]:
+        if not assignment.queue.is_scores:
+            raise AnnotationError("wrong_kind", "This queue does not score sessions.")
+        keys = [str(s.get("key")) for s in assignment.item.payload.get("statements", [])]
+        if extra := sorted(set(scores) - set(keys)):
+            raise AnnotationError("unknown_statement", f"This item has no statement {extra[0]!r}.")
+        clean: dict[str, float] = {}
+        for key in keys:
+            try:
+                clean[key] = float(scores.get(key))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise AnnotationError(
+                    "missing_score", f"Give a score from 0 to 100 for every statement ({key!r})."
+                ) from None
+            if not 0 <= clean[key] <= 100:
+                raise AnnotationError("out_of_range", f"Scores are from 0 to 100, not {clean[key]:g} ({key!r}).")
+        return {"scores": clean}
+
+    return _submit(assignment_id, annotator, build)
+
+
 def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitResult:
     """Store a summary revision: one sentence per line, blank lines dropped."""
     sentences = split_sentences(text)
@@ -298,8 +322,8 @@ def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitR
 
     def build(assignment: Assignment) -> dict[str, Any]:
         queue = assignment.queue
-        if queue.is_pairs:
-            raise AnnotationError("wrong_kind", "This queue labels operation pairs, not summaries.")
+        if queue.kind != Queue.Kind.SUMMARIES:
+            raise AnnotationError("wrong_kind", "This queue does not edit summaries.")
         size = sum(len(s) for s in sentences)
         if size > queue.max_edit_chars:
             raise AnnotationError("too_long", f"The edit is too long ({size} characters > {queue.max_edit_chars}).")
@@ -443,8 +467,10 @@ WITH done AS (
     FROM done WHERE i.id = done.item_id
     RETURNING i.id, i.done_count, i.required
 ), stored AS (
-    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, revision, changed, created_at)
-    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, counted.done_count, true, %(now)s
+    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, scores, revision, changed,
+                         created_at)
+    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, '{{}}'::jsonb, counted.done_count, true,
+           %(now)s
     FROM done CROSS JOIN counted
     RETURNING id, item_id, assignment_id, revision
 ), dropped AS (
@@ -573,6 +599,7 @@ def _submit_pair_in_one_statement(
             op=op,
             fused_text=fused_text,
             sentences=[],
+            scores={},
             parent_id=None,
             revision=revision,
             changed=True,

@@ -126,6 +126,11 @@ def _render_workspace(
     if queue.is_pairs:
         ctx["definitions"] = DEFINITIONS
         return render(request, "annotation/pair.html", ctx, status=status)
+    if queue.is_scores:
+        ctx["statements"] = [
+            {**s, "value": values.get(f"score-{s.get('key')}", "")} for s in item.payload.get("statements", [])
+        ]
+        return render(request, "annotation/scores.html", ctx, status=status)
     base = services.base_revision(item) if queue.is_chain else None
     base_sentences = base.sentences if base is not None else item.payload.get("summary", [])
     ctx.update(
@@ -151,6 +156,8 @@ def _own_assignment(request: AuthenticatedHttpRequest, pk: int) -> Assignment:
 def submit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     assignment = _own_assignment(request, pk)
     queue = assignment.queue
+    if queue.is_scores:
+        return _submit_scores(request, assignment)
     form = PairLabelForm(request.POST) if queue.is_pairs else SummaryEditForm(request.POST)
     if not form.is_valid():
         first = str(next(iter(form.errors.values()))[0])
@@ -166,6 +173,18 @@ def submit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             return redirect("annotation:work", pk=queue.pk)
         return _render_workspace(request, assignment, form_data=request.POST.dict(), error=exc.message, status=400)
     return redirect("annotation:work", pk=queue.pk)
+
+
+def _submit_scores(request: AuthenticatedHttpRequest, assignment: Assignment) -> HttpResponse:
+    scores = {k.removeprefix("score-"): v for k, v in request.POST.items() if k.startswith("score-")}
+    try:
+        services.submit_scores(assignment.pk, annotator=request.user, scores=scores)
+    except AnnotationError as exc:
+        if exc.code in ("expired", "foreign", "unknown_assignment"):
+            messages.error(request, exc.message)
+            return redirect("annotation:work", pk=assignment.queue_id)
+        return _render_workspace(request, assignment, form_data=request.POST.dict(), error=exc.message, status=400)
+    return redirect("annotation:work", pk=assignment.queue_id)
 
 
 @require_POST

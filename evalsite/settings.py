@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "pairwise",
     "annotation",
     "reports",
+    "judges",
 ]
 
 MIDDLEWARE = [

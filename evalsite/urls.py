@@ -14,4 +14,5 @@ urlpatterns = [
     path("annotate/", include("annotation.urls")),
     path("", include("pairwise.urls")),
     path("", include("reports.urls")),
+    path("", include("judges.urls")),
 ]

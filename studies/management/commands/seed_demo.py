@@ -56,6 +56,11 @@ class Command(BaseCommand):
             f"{'created' if created else 'kept'} {simulated.name!r} (closed, simulated data); "
             f"queue {queue.name!r}: {queue.items.count()} items"
         )
+        items, judges = demo.seed_judge_demo(simulated, created_by=researcher)
+        self.stdout.write(
+            f"judge sample of {simulated.name!r}: {items} sessions, {demo.JUDGE_ANNOTATORS} simulated annotators each; "
+            f"{judges} simulated judges added (Automatic judges page)"
+        )
         quality, created = demo.seed_quality_study(created_by=researcher)
         self.stdout.write(
             f"{'created' if created else 'kept'} {quality.name!r} (closed, simulated data: QC arm, attention checks, "
