@@ -99,7 +99,7 @@ class WorkerQuality:
 
     @property
     def worker(self) -> str:
-        return self.participant.external_id
+        return self.participant.pseudonym
 
     @property
     def status(self) -> str:
@@ -243,7 +243,7 @@ def silent_sessions(study: Study) -> list[SilentSession]:
     )
     return [
         SilentSession(
-            s.episode.participant.external_id,
+            s.episode.participant.pseudonym,
             s.episode.participant_id,
             s.episode_id,
             s.episode.index,

@@ -13,7 +13,7 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import DatabaseError
 
-from chat import armjobs, memory_updates, replies
+from chat import armjobs, memory_updates, privacy, replies
 from chat.timing import sweep_abandoned
 
 # A reply gives up at its deadline; the hard limit only catches a job stuck outside the LLM stream.
@@ -56,3 +56,9 @@ def run_arm_job(job_id: int) -> None:
 def sweep_abandoned_task() -> None:
     """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
     sweep_abandoned()
+
+
+@shared_task(ignore_result=True)
+def sweep_retention_task() -> None:
+    """Celery beat's retention sweep (CELERY_BEAT_SCHEDULE): each study's retention period (chat.privacy)."""
+    privacy.sweep_retention()

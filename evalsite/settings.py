@@ -171,6 +171,8 @@ CELERY_TASK_ROUTES = {
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+    # each study's retention period (chat/privacy.py): hourly is plenty for a period counted in days
+    "sweep-retention": {"task": "chat.tasks.sweep_retention_task", "schedule": 3600.0, "options": {"expires": 3000.0}},
     "expire-annotation-leases": {
         "task": "annotation.tasks.expire_leases_task",
         "schedule": 60.0,

@@ -41,6 +41,8 @@ def quality(request: HttpRequest, slug: str) -> HttpResponse:
         "n_flagged": sum(1 for r in records if r.reasons()),
         "median_minutes": median_minutes(records),
         "silent": silent_sessions(study),
+        "is_owner": study.is_owner(request.user),
+        "privacy_events": study.privacy_events.select_related("by")[:50],
         "thresholds": {
             "paste": PASTE_SHARE_FLAG,
             "cps": TYPING_CPS_FLAG,

@@ -45,6 +45,8 @@ STUDY_FIELDS = [
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
+    "retention_days",
+    "retention_action",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -67,7 +69,13 @@ STUDY_FROZEN_FIELDS = (
 
 # Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
 # pacing stays on by default (a checkbox could not tell "off" from "not posted": pace_replies is a choice).
-OPTIONAL_KEPT = ("abandon_after_minutes", "pace_replies", "pace_min_seconds", "pace_chars_per_second")
+OPTIONAL_KEPT = (
+    "abandon_after_minutes",
+    "pace_replies",
+    "pace_min_seconds",
+    "pace_chars_per_second",
+    "retention_action",
+)
 
 
 class StudyForm(forms.ModelForm[Study]):
@@ -153,6 +161,9 @@ class StudyForm(forms.ModelForm[Study]):
 
     def clean_pace_chars_per_second(self) -> float:
         return float(self._kept("pace_chars_per_second"))
+
+    def clean_retention_action(self) -> str:
+        return str(self._kept("retention_action") or self.instance.retention_action)
 
     def clean(self) -> dict[str, Any]:
         super().clean()
