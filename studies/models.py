@@ -107,6 +107,16 @@ class StudyQuerySet(models.QuerySet["Study"]):
         if user.is_superuser:
             return self
         shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        viewing = Study.viewers.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared) | models.Q(pk__in=viewing))
+
+    def editable_by(self, user: Any) -> StudyQuerySet:
+        """The studies this user may change: as :meth:`visible_to`, without the ones they are a viewer of."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
         return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
 
 
@@ -249,7 +259,13 @@ class Study(models.Model):
         settings.AUTH_USER_MODEL,
         blank=True,
         related_name="shared_studies",
-        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+        help_text="Editors: other researchers who may see and change this study (only its owner changes this list).",
+    )
+    viewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="viewed_studies",
+        help_text="Viewers: researchers who may see this study, its reports and queues, and change nothing.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -294,6 +310,20 @@ class Study(models.Model):
         if self.created_by_id is None:
             return bool(user.is_superuser)
         return bool(user.pk == self.created_by_id)
+
+    def role_of(self, user: Any) -> str:
+        """``owner``, ``editor``, ``viewer`` or "" (none): the user's role in this study (a superuser who is not its
+        owner is an editor of every study)."""
+        if self.is_owner(user):
+            return "owner"
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return ""
+        if user.is_superuser or self.shared_with.filter(pk=user.pk).exists():
+            return "editor"
+        return "viewer" if self.viewers.filter(pk=user.pk).exists() else ""
+
+    def can_change(self, user: Any) -> bool:
+        return self.role_of(user) in ("owner", "editor")
 
     def can_share(self, user: Any) -> bool:
         """Only the creator (or a superuser) decides who else sees the study."""
@@ -655,3 +685,41 @@ class PrivacyEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.study_slug}:{self.pseudonym} {self.action}"
+
+
+INVITATION_MAX_AGE = dt.timedelta(days=7)
+
+
+class StudyInvitation(models.Model):
+    """The owner's invitation of a co-researcher to one study with a role (``studies/team.py``). The link carries a
+    random key; only its SHA-256 is stored, so the database cannot be read for a working link. One use, 7 days."""
+
+    class Role(models.TextChoices):
+        EDITOR = "editor", "Editor: sees and changes the study"
+        VIEWER = "viewer", "Viewer: sees the study, changes nothing"
+
+    study = models.ForeignKey(Study, related_name="invitations", on_delete=models.CASCADE)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.EDITOR)
+    note = models.CharField(max_length=200, blank=True, help_text="Whom it is for (for you; not sent anywhere).")
+    key_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, related_name="+", on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.study.slug} as {self.role}"
+
+    @property
+    def expires_at(self) -> dt.datetime:
+        return self.created_at + INVITATION_MAX_AGE
+
+    @property
+    def usable(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None and timezone.now() < self.expires_at

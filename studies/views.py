@@ -34,13 +34,14 @@ from studies.forms import (
     NewStudyForm,
     SharingForm,
     StudyForm,
+    TeamInviteForm,
     check_design,
     design_warnings,
     open_problems,
 )
 from studies.models import Arm, Study
 from studies.participants import invite_url
-from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
+from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required, study_for
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -151,13 +152,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
+    return _edit(request, study_for(request, slug, change=True))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -170,7 +171,7 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     status = request.POST.get("status", "")
     pilot = request.POST.get("pilot") == "1" or study.pilot  # a pilot stays a pilot when it is reopened
     if status not in Study.Status.values:
@@ -202,7 +203,7 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
 def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the readiness checks (``kind=readiness``) or the automatic evaluation (``kind=evaluation``)
     of one arm (``arm``) or of every active arm, as background jobs."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     kind = request.POST.get("kind", ArmJob.Kind.READINESS)
     if kind not in ArmJob.Kind.values:
         messages.error(request, "Unknown kind of check.")
@@ -233,7 +234,7 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
@@ -353,15 +354,29 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "statuses": Study.Status,
         "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
         "shared_with": study.shared_with.order_by("username"),
+        "viewers": study.viewers.order_by("username"),
+        "my_role": study.role_of(request.user),
+        "team_form": TeamInviteForm(),
+        "invitations": study.invitations.select_related("accepted_by")[:20] if study.can_share(request.user) else [],
+        "team_link": _team_link(request, study),
         "retention": _retention(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
     }
 
 
+def _team_link(request: HttpRequest, study: Study) -> dict[str, str] | None:
+    """The invitation link just made (studies.team.invite), shown once."""
+    link = request.session.get("team_link")
+    if link and link.get("study") == study.pk:
+        del request.session["team_link"]
+        return dict(link)
+    return None
+
+
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
 
@@ -370,14 +385,15 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     """The creator chooses the other researchers who may see and change the study."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     if not study.can_share(request.user):
         raise PermissionDenied("Only the study's creator can change who it is shared with.")
     form = SharingForm(request.POST, instance=study)
     if form.is_valid():
         form.save()
         names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
-        messages.success(request, f"The study is now shared with {names}.")
+        viewers = ", ".join(u.username for u in study.viewers.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names} (editors) and {viewers} (viewers).")
     else:
         messages.error(
             request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
@@ -389,7 +405,7 @@ def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -471,7 +487,7 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
 
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
