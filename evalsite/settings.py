@@ -82,6 +82,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "studies.preview.preview_banner",  # "Preview: nothing is recorded" on the worker's pages
             ],
         },
     }

@@ -33,7 +33,7 @@ from chat import armjobs
 from chat.models import LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import display, vectors
 from reports.reporting import PILOT_MARK
-from studies.models import Study
+from studies.models import Participant, Study
 
 WHAT = ("ratings", "transcripts", "memory", "llm-calls")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
@@ -197,6 +197,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     if what == "ratings":
         ratings: QuerySet[Rating] = (
             Rating.objects.filter(session__episode__participant__study=study)
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
             .select_related("session__episode__arm", "session__episode__participant", "metric")
             .order_by(
                 "session__episode__participant_id", "session__episode_id", "session__index", "metric__order", "id"
@@ -215,6 +216,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "transcripts":
         messages: QuerySet[Message] = (
             Message.objects.filter(session__episode__participant__study=study)
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
             .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "seq")
         )
@@ -235,6 +237,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "memory":
         snapshots: QuerySet[MemorySnapshot] = (
             MemorySnapshot.objects.filter(session__episode__participant__study=study)
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
             .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index")
         )
@@ -253,6 +256,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     else:
         calls: QuerySet[LLMCallRecord] = (
             LLMCallRecord.objects.filter(session__episode__participant__study=study)
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
             .select_related("session__episode__arm", "session__episode__participant", "message")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
         )

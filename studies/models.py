@@ -578,6 +578,10 @@ class ParticipantQuerySet(models.QuerySet["Participant"]):
         """Participants who count against the quota: not declined, not abandoned."""
         return self.filter(declined_at__isnull=True, abandoned_at__isnull=True)
 
+    def real(self) -> ParticipantQuerySet:
+        """Workers, not a researcher's preview (studies/preview.py)."""
+        return self.exclude(source=Participant.Source.PREVIEW)
+
 
 class Participant(models.Model):
     """A pseudonymous worker: a Prolific PID or an in-house invite id. No account, no password."""
@@ -585,6 +589,7 @@ class Participant(models.Model):
     class Source(models.TextChoices):
         PROLIFIC = "prolific", "Prolific"
         INVITE = "invite", "Invite link"
+        PREVIEW = "preview", "Researcher's preview"  # studies/preview.py: never data, deleted when the study opens
 
     study = models.ForeignKey(Study, related_name="participants", on_delete=models.CASCADE)
     external_id = models.CharField(max_length=128)

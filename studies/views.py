@@ -25,7 +25,7 @@ from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies import memorycompat
+from studies import memorycompat, preview
 from studies.forms import (
     ArmFormSet,
     AttentionFormSet,
@@ -39,7 +39,7 @@ from studies.forms import (
     design_warnings,
     open_problems,
 )
-from studies.models import Arm, Study
+from studies.models import Arm, Participant, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required, study_for
 
@@ -193,6 +193,8 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
             study.pilot = True
             fields.append("pilot")
         study.save(update_fields=fields)
+        if status == Study.Status.OPEN:
+            preview.end_previews(study)  # a preview is never data (studies/preview.py)
         note = " as a pilot: not for publication" if study.pilot and status == Study.Status.OPEN else ""
         messages.success(request, f"The study is now {study.get_status_display().lower()}{note}.")
     return redirect(study)
@@ -328,7 +330,7 @@ def _readiness_context(study: Study) -> dict[str, Any]:
 
 
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
-    participants = study.participants.aggregate(
+    participants = study.participants.real().aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
         # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
@@ -337,6 +339,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     )
     episodes = (
         Episode.objects.filter(participant__study=study)
+        .exclude(participant__source=Participant.Source.PREVIEW)
         .select_related("arm", "participant")
         .annotate(n_rated=Count("sessions", filter=Q(sessions__status=ChatSession.Status.DONE)))
         .order_by("-created_at", "-id")
