@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from studies.models import Participant, PrivacyEvent, Study
+from studies.signals import participant_erasing
 
 
 def footprint(participant: Participant) -> dict[str, int]:
@@ -70,6 +71,7 @@ def erase_participant(participant: Participant, *, via: str, by: Any = None, rea
         counts = footprint(participant)
         counts["admin_log_entries"] = _forget_admin_log(participant)
         study, pseudonym = participant.study, participant.pseudonym
+        participant_erasing.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
         participant.delete()  # cascades; annotation deletes the items made from the snapshots (annotation.privacy)
         return PrivacyEvent.objects.create(
             study=study,

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_POST
 from studies.models import Participant, Study
 from studies.participants import SESSION_KEY, bind_participant
 from studies.roles import researcher_required, study_for
+from studies.signals import participant_erasing
 
 
 def end_previews(study: Study, *, user: Any = None) -> int:
@@ -30,6 +31,7 @@ def end_previews(study: Study, *, user: Any = None) -> int:
     if user is not None:
         previews = previews.filter(external_id__startswith=f"preview:{user.pk}:")
     n = previews.count()
+    participant_erasing.send(Participant, participants=previews)  # what refers to them above chat (pairwise)
     previews.delete()  # cascades like a worker's deletion (chat.privacy), annotation items included
     return n
 

@@ -29,6 +29,7 @@ from chat import assignment, turns
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from chat.privacy import sweep_retention
 from chat.tests.conftest import enter
+from pairwise.models import Comparison, Judge, Judgement, Vote
 from reports.exports import export_lines
 from reports.queries import study_ratings_frame
 from studies.models import Arm, Participant, PrivacyEvent, Study
@@ -97,6 +98,14 @@ def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
         assert a is not None
         services.submit_label(a.pk, annotator=annotator, op="FUSION", fused_text=a.item.payload["s"] + " (fused)")
     assert Label.objects.filter(item__queue=queue).count() == 2
+    # a pairwise comparison (ACUTE-Eval) judged the two workers' episodes side by side, with a reason that quotes them
+    alice_ep, bob_ep = (Episode.objects.get(participant=p, arm=update_arm) for p in workers.values())
+    comparison = Comparison.objects.create(study=study, name="acute")
+    judge = Judge.objects.create(comparison=comparison, source="prolific", external_id="prolific:JUDGE1")
+    judged = Judgement.objects.create(
+        judge=judge, position=1, left=alice_ep, right=bob_ep, left_arm=update_arm, right_arm=update_arm, status="done"
+    )
+    Vote.objects.create(judgement=judged, question="engaging", side="left", reason="Quillington the hedgehog was fun")
     admin = User.objects.create_superuser("site-admin", password="pw-for-tests-only")
     for participant in workers.values():
         LogEntry.objects.create(
@@ -178,6 +187,7 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     assert rows_containing(bob_pid) and rows_containing("Featherbyx")
     assert bob.pseudonym in text and Rating.objects.filter(session__episode__participant=bob).count() == 5
     assert Item.objects.filter(queue__study=study).count() == 1
+    assert not Judgement.objects.exists() and not Vote.objects.exists()  # the pair showed her episode
     # the audit: by pseudonym, with what went, never the raw ID
     event = PrivacyEvent.objects.get(action=PrivacyEvent.Action.DELETED)
     assert (event.pseudonym, event.study_slug, event.reason) == (alice.pseudonym, study.slug, "withdrew consent")
