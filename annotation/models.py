@@ -55,6 +55,18 @@ class QueueQuerySet(models.QuerySet["Queue"]):
         studies = Study.objects.visible_to(user).values("pk")
         return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
 
+    def manageable_by(self, user: Any) -> QueueQuerySet:
+        """The queues ``user`` may change (import, pull, close, adjudicate): those of the studies they may change
+        (a study's viewer sees its queues and changes none), and their own queues without a study."""
+        from studies.models import Study
+
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        studies = Study.objects.editable_by(user).values("pk")
+        return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
+
     def workable_by(self, user: Any) -> QueueQuerySet:
         """The queues ``user`` may open in the annotator workspace. Members of the annotators group work
         every queue (the workspace shows the item's payload only). A researcher is an annotator by being

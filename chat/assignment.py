@@ -46,7 +46,10 @@ def assign_episode(participant: Participant) -> Episode:
                 )
             )
         )
-        arms = _qc_draw(participant, study, arms)
+        if participant.source == Participant.Source.PREVIEW:
+            arms = sorted(arms, key=lambda a: a.pk)[:1]  # a preview meets every arm in turn (studies/preview.py)
+        else:
+            arms = _qc_draw(participant, study, arms)
         if not arms:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
@@ -87,7 +90,7 @@ def episodes_left(participant: Participant) -> bool:
     episodes per worker is not reached)."""
     study = participant.study
     done = participant.episodes.count()
-    if done >= study.episodes_per_worker:
+    if done >= study.episodes_per_worker and participant.source != Participant.Source.PREVIEW:
         return False
     used = participant.episodes.values_list("arm_id", flat=True)
     return study.arms.filter(active=True).exclude(pk__in=used).exists()
@@ -114,7 +117,7 @@ def next_session(participant: Participant) -> ChatSession | None:
         return session
     if participant.completed_at or not episodes_left(participant):
         return None
-    if participant.study.status == Study.Status.DRAFT:
+    if participant.study.status == Study.Status.DRAFT and participant.source != Participant.Source.PREVIEW:
         raise StudyClosed("This study is not taking participants at the moment.")
     try:
         assign_episode(participant)

@@ -99,7 +99,7 @@ class WorkerQuality:
 
     @property
     def worker(self) -> str:
-        return self.participant.external_id
+        return self.participant.pseudonym
 
     @property
     def status(self) -> str:
@@ -168,11 +168,18 @@ def too_fast(durations: dict[int, float]) -> set[int]:
 
 def study_quality(study: Study) -> list[WorkerQuality]:
     """Every participant of ``study`` with their quality record, in the order they joined."""
-    records = {p.pk: WorkerQuality(p) for p in Participant.objects.filter(study=study).order_by("created_at", "pk")}
-    for ep in Episode.objects.filter(participant__study=study).select_related("arm").order_by("index"):
+    records = {
+        p.pk: WorkerQuality(p) for p in Participant.objects.real().filter(study=study).order_by("created_at", "pk")
+    }
+    preview = {"participant__source": Participant.Source.PREVIEW}  # a researcher's preview is not a worker
+    for ep in (
+        Episode.objects.filter(participant__study=study).exclude(**preview).select_related("arm").order_by("index")
+    ):
         records[ep.participant_id].episodes.append(ep)
-    answers = AttentionResponse.objects.filter(session__episode__participant__study=study).select_related(
-        "item", "session__episode"
+    answers = (
+        AttentionResponse.objects.filter(session__episode__participant__study=study)
+        .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+        .select_related("item", "session__episode")
     )
     for a in answers.order_by("session__episode__index", "session__index", "item__position"):
         records[a.session.episode.participant_id].attention.append(
@@ -182,6 +189,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     # lengths and signal fields only: a long study's message texts are never loaded
     msgs = (
         Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
+        .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
         .order_by("session_id", "seq")
         .values_list(
             "session__episode__participant_id",
@@ -202,6 +210,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
         records[pk].authenticity = summarize(comps)
     sessions = (
         ChatSession.objects.filter(episode__participant__study=study, ended_at__isnull=False, started_at__isnull=False)
+        .exclude(episode__participant__source=Participant.Source.PREVIEW)
         .select_related("episode")
         .order_by("episode__index", "index")
     )
@@ -243,7 +252,7 @@ def silent_sessions(study: Study) -> list[SilentSession]:
     )
     return [
         SilentSession(
-            s.episode.participant.external_id,
+            s.episode.participant.pseudonym,
             s.episode.participant_id,
             s.episode_id,
             s.episode.index,

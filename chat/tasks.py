@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from chat import privacy
 from chat.timing import sweep_abandoned
 
 
@@ -12,3 +13,9 @@ from chat.timing import sweep_abandoned
 def sweep_abandoned_task() -> None:
     """Celery beat's periodic sweep (CELERY_BEAT_SCHEDULE): workers gone too long are marked abandoned."""
     sweep_abandoned()
+
+
+@shared_task(ignore_result=True)
+def sweep_retention_task() -> None:
+    """Celery beat's retention sweep (CELERY_BEAT_SCHEDULE): each study's retention period (chat.privacy)."""
+    privacy.sweep_retention()

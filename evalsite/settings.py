@@ -85,6 +85,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "studies.preview.preview_banner",  # "Preview: nothing is recorded" on the worker's pages
             ],
         },
     }
@@ -192,6 +193,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0),
         "options": {"expires": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0)},
     },
+    # each study's retention period (chat/privacy.py): hourly is plenty for a period counted in days
+    "sweep-retention": {"task": "chat.tasks.sweep_retention_task", "schedule": 3600.0, "options": {"expires": 3000.0}},
     "expire-annotation-leases": {
         "task": "annotation.tasks.expire_leases_task",
         "schedule": 60.0,

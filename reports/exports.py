@@ -13,8 +13,8 @@ export's time and what every column means.
   a worker's message may) get a leading ``'`` (``analysis.writers.neutralise_cell``); numbers are untouched.
 - **JSONL**: the first line is ``{"header": {...}}``; every further line is one record.
 
-Workers appear as ``P<participant id>``, as on the study page: a Prolific id is personal data and is
-not exported.
+Workers appear by their study-specific pseudonym (``Participant.pseudonym``, ``W-…``), as on every page and in
+every report: a Prolific ID is personal data and is never exported (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from chat import armjobs
 from chat.models import LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import display, vectors
 from reports.reporting import PILOT_MARK
-from studies.models import Study
+from studies.models import Participant, Study
 
 WHAT = ("ratings", "transcripts", "memory", "llm-calls")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
 _COMMON = {
-    "worker": "pseudonymous worker id (P + participant id, as on the study page)",
+    "worker": "the worker's study-specific pseudonym (W-…), as on every page and report; never a Prolific ID",
     "episode": "episode id: one worker x one arm over the study's sessions",
     "arm": "the arm's name (never shown to workers)",
     "memory_system": "the arm's memory system (python -m memory arms)",
@@ -197,7 +197,8 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     if what == "ratings":
         ratings: QuerySet[Rating] = (
             Rating.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm", "metric")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant", "metric")
             .order_by(
                 "session__episode__participant_id", "session__episode_id", "session__index", "metric__order", "id"
             )
@@ -205,7 +206,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
         for r in ratings.iterator(chunk_size=2000):
             ep = r.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, r.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, r.session.index),
                 "metric": r.metric.key,
                 "value": r.value,
                 "reversed": r.metric.reversed,
@@ -215,13 +216,14 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "transcripts":
         messages: QuerySet[Message] = (
             Message.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "seq")
         )
         for m in messages.iterator(chunk_size=2000):
             ep = m.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, m.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, m.session.index),
                 "simulated_start": m.session.simulated_start.isoformat(),
                 "seq": m.seq,
                 "speaker": m.speaker,
@@ -235,14 +237,15 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "memory":
         snapshots: QuerySet[MemorySnapshot] = (
             MemorySnapshot.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index")
         )
         for s in snapshots.iterator(chunk_size=200):
             ep = s.session.episode
             state = vectors.redacted(s.state)
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, s.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, s.session.index),
                 "status": s.status,
                 "memory": display.as_text(display.readable(state)),
                 "state": state,
@@ -253,13 +256,14 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     else:
         calls: QuerySet[LLMCallRecord] = (
             LLMCallRecord.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm", "message")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant", "message")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
         )
         for c in calls.iterator(chunk_size=500):
             ep = c.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
                 "message_seq": c.message.seq if c.message else None,
                 "purpose": c.purpose,
                 "model": c.model,
@@ -273,8 +277,8 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             }
 
 
-def _who(participant_id: int, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:
-    return {"worker": f"P{participant_id}", "episode": episode, "arm": arm, "memory_system": system, "session": session}
+def _who(worker: str, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:
+    return {"worker": worker, "episode": episode, "arm": arm, "memory_system": system, "session": session}
 
 
 def _csv_line(values: list[Any]) -> str:

@@ -26,15 +26,19 @@ from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, sig
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
-from studies.models import Study
+from studies.models import Participant, Study
 
 
 def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
-    """Every rating of ``study`` as a long frame: worker (the participant's external id), unit (``e<episode id>``),
+    """Every rating of ``study`` as a long frame: worker (the participant's pseudonym), unit (``e<episode id>``),
     arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
     boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
-    rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
-        "session__episode__participant__external_id",
+    rows = (
+        Rating.objects.filter(session__episode__participant__study=study).exclude(
+            session__episode__participant__source=Participant.Source.PREVIEW
+        )  # a researcher's preview
+    ).values_list(
+        "session__episode__participant__pseudonym",
         "session__episode_id",
         "session__episode__arm__name",
         "session__index",

@@ -44,7 +44,7 @@ from reports.reporting import (
 )
 from studies.limits import accepts_upload
 from studies.models import Study
-from studies.roles import HtmxHttpRequest, researcher_required
+from studies.roles import HtmxHttpRequest, researcher_required, study_for
 
 CACHE_SECONDS = 600
 
@@ -82,7 +82,7 @@ def _exclusions(request: HttpRequest, dataset: ImportedDataset | None) -> tuple[
 
 
 def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     dataset = get_object_or_404(ImportedDataset, study=study, pk=pk, complete=True) if pk is not None else None
     return study, dataset
 
@@ -267,7 +267,7 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = ImportRatingsForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         mapping = form.mapping()
@@ -316,7 +316,7 @@ def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @researcher_required
 def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
     """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     try:
         exports.check(what, fmt)
     except exports.ExportError as exc:

@@ -166,7 +166,7 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
     list_display = [
         "id",
         "study",
-        "external_id",
+        "pseudonym",
         "source",
         "consented_at",
         "completed_at",
@@ -174,8 +174,18 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
         "abandoned_at",
     ]
     list_filter = [("study", admin.RelatedOnlyFieldListFilter), "source"]
-    search_fields = ["external_id"]
-    readonly_fields = ["created_at", "last_seen_at"]
+    search_fields = ["pseudonym"]
+    readonly_fields = ["pseudonym", "created_at", "last_seen_at", "pseudonymised_at"]
+    # The raw IDs are the study owner's, on request (the quality page); the admin shows them to nobody.
+    exclude = ["external_id", "prolific_study_id", "prolific_session_id", "resume_code"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Participant]:
         return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a participant is made by the study link or an invite, never by hand
+
+    def has_delete_permission(self, request: HttpRequest, obj: Participant | None = None) -> bool:
+        # a worker is deleted with its audit record and the annotation items made from it: the quality page's
+        # "Delete…" (the owner's) or manage.py delete_participant (chat.privacy)
+        return False

@@ -15,7 +15,7 @@ from django.forms.formsets import DELETION_FIELD_NAME
 from analysis.qc import best_attainable_p
 from analysis.spec import ALPHA
 from memory.registry import MEMORY_SYSTEMS
-from studies.models import Arm, AttentionCheck, Metric, Study, arm_is_qc
+from studies.models import Arm, AttentionCheck, Metric, Study, StudyInvitation, arm_is_qc
 
 STUDY_FIELDS = [
     "name",
@@ -45,6 +45,8 @@ STUDY_FIELDS = [
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
+    "retention_days",
+    "retention_action",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -67,7 +69,13 @@ STUDY_FROZEN_FIELDS = (
 
 # Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
 # pacing stays on by default (a checkbox could not tell "off" from "not posted": pace_replies is a choice).
-OPTIONAL_KEPT = ("abandon_after_minutes", "pace_replies", "pace_min_seconds", "pace_chars_per_second")
+OPTIONAL_KEPT = (
+    "abandon_after_minutes",
+    "pace_replies",
+    "pace_min_seconds",
+    "pace_chars_per_second",
+    "retention_action",
+)
 
 
 class StudyForm(forms.ModelForm[Study]):
@@ -153,6 +161,9 @@ class StudyForm(forms.ModelForm[Study]):
 
     def clean_pace_chars_per_second(self) -> float:
         return float(self._kept("pace_chars_per_second"))
+
+    def clean_retention_action(self) -> str:
+        return str(self._kept("retention_action") or self.instance.retention_action)
 
     def clean(self) -> dict[str, Any]:
         super().clean()
@@ -568,19 +579,36 @@ class InviteForm(forms.Form):
         return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]
 
 
+class TeamInviteForm(forms.Form):
+    """The owner's invitation of a co-researcher (studies/team.py)."""
+
+    role = forms.ChoiceField(choices=StudyInvitation.Role.choices, initial=StudyInvitation.Role.EDITOR)
+    note = forms.CharField(max_length=200, required=False, label="For", help_text="Whom it is for (only you see this).")
+
+
 class SharingForm(forms.ModelForm[Study]):
-    """Which other researchers (active staff users) may see and change the study."""
+    """Which other researchers (active staff users) may see and change the study (editors), or only see it (viewers)."""
 
     class Meta:
         model = Study
-        fields = ["shared_with"]
-        widgets = {"shared_with": forms.CheckboxSelectMultiple}
-        labels = {"shared_with": "Shared with"}
+        fields = ["shared_with", "viewers"]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple, "viewers": forms.CheckboxSelectMultiple}
+        labels = {"shared_with": "Editors", "viewers": "Viewers"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = cast("forms.ModelMultipleChoiceField[User]", self.fields["shared_with"])
         researchers = User.objects.filter(is_active=True, is_staff=True).order_by("username")
         if self.instance.created_by_id is not None:
             researchers = researchers.exclude(id=self.instance.created_by_id)
-        field.queryset = researchers
+        for name in ("shared_with", "viewers"):
+            if name in self.fields:
+                cast("forms.ModelMultipleChoiceField[User]", self.fields[name]).queryset = researchers
+                self.fields[name].required = False
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        both = set(data.get("shared_with") or []) & set(data.get("viewers") or [])
+        if both:
+            names = ", ".join(sorted(u.username for u in both))
+            raise forms.ValidationError(f"One role each: {names} cannot be both an editor and a viewer.")
+        return data

@@ -72,6 +72,15 @@ def new_completion_code() -> str:
 RESUME_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 
 
+PSEUDONYM_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # no 0/O, 1/I: read aloud and typed without doubt
+
+
+def new_pseudonym() -> str:
+    """A worker's study-specific pseudonym (``W-7K3QZ9MD``): random, so it says nothing about the worker and the
+    same Prolific worker is a different pseudonym in every study. Every export and report names workers by it."""
+    return "W-" + "".join(secrets.choice(PSEUDONYM_ALPHABET) for _ in range(8))
+
+
 def new_resume_code() -> str:
     return "".join(secrets.choice(RESUME_ALPHABET) for _ in range(8))
 
@@ -84,12 +93,25 @@ MINUTES_PER_RATING = 1.0
 MINUTES_OVERHEAD = 2.0
 
 
+RETENTION_ACTIONS = [("pseudonymise", "Pseudonymise"), ("delete_transcripts", "Delete transcripts")]
+
+
 class StudyQuerySet(models.QuerySet["Study"]):
     def visible_to(self, user: Any) -> StudyQuerySet:
         """The studies this user may see and change: the ones they created and the ones shared with them.
 
         Superusers (the site's administrators) see every study; anyone who is not an active staff user sees
         none. A study without a creator (made by a command, or whose creator was deleted) is for superusers."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        viewing = Study.viewers.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared) | models.Q(pk__in=viewing))
+
+    def editable_by(self, user: Any) -> StudyQuerySet:
+        """The studies this user may change: as :meth:`visible_to`, without the ones they are a viewer of."""
         if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
             return self.none()
         if user.is_superuser:
@@ -217,12 +239,33 @@ class Study(models.Model):
         default=False,
         help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
     )
+    # Privacy (docs/privacy.md): after this many days from a worker's last visit, the retention sweep
+    # (chat.privacy.sweep_retention) pseudonymises them (drops the raw Prolific IDs) or also deletes their transcripts.
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(36500)],
+        help_text="Days after a worker's last visit before the retention action runs; empty = keep until deleted by hand.",
+    )
+    retention_action = models.CharField(
+        max_length=20,
+        choices=RETENTION_ACTIONS,
+        default="pseudonymise",
+        help_text="Pseudonymise: drop the raw Prolific IDs and keep the data. Delete transcripts: also delete the "
+        "messages, memory states and snapshots, LLM-call records and annotation items (ratings stay).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     shared_with = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,
         related_name="shared_studies",
-        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+        help_text="Editors: other researchers who may see and change this study (only its owner changes this list).",
+    )
+    viewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="viewed_studies",
+        help_text="Viewers: researchers who may see this study, its reports and queues, and change nothing.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -258,6 +301,29 @@ class Study(models.Model):
     def is_visible_to(self, user: Any) -> bool:
         """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
         return Study.objects.visible_to(user).filter(pk=self.pk).exists()
+
+    def is_owner(self, user: Any) -> bool:
+        """The study's owner: its creator, or a superuser when nobody created it (made by a command). Only the owner
+        sees a worker's raw Prolific ID and deletes a worker's data."""
+        if not getattr(user, "is_active", False) or user.pk is None:
+            return False
+        if self.created_by_id is None:
+            return bool(user.is_superuser)
+        return bool(user.pk == self.created_by_id)
+
+    def role_of(self, user: Any) -> str:
+        """``owner``, ``editor``, ``viewer`` or "" (none): the user's role in this study (a superuser who is not its
+        owner is an editor of every study)."""
+        if self.is_owner(user):
+            return "owner"
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return ""
+        if user.is_superuser or self.shared_with.filter(pk=user.pk).exists():
+            return "editor"
+        return "viewer" if self.viewers.filter(pk=user.pk).exists() else ""
+
+    def can_change(self, user: Any) -> bool:
+        return self.role_of(user) in ("owner", "editor")
 
     def can_share(self, user: Any) -> bool:
         """Only the creator (or a superuser) decides who else sees the study."""
@@ -512,6 +578,10 @@ class ParticipantQuerySet(models.QuerySet["Participant"]):
         """Participants who count against the quota: not declined, not abandoned."""
         return self.filter(declined_at__isnull=True, abandoned_at__isnull=True)
 
+    def real(self) -> ParticipantQuerySet:
+        """Workers, not a researcher's preview (studies/preview.py)."""
+        return self.exclude(source=Participant.Source.PREVIEW)
+
 
 class Participant(models.Model):
     """A pseudonymous worker: a Prolific PID or an in-house invite id. No account, no password."""
@@ -519,9 +589,13 @@ class Participant(models.Model):
     class Source(models.TextChoices):
         PROLIFIC = "prolific", "Prolific"
         INVITE = "invite", "Invite link"
+        PREVIEW = "preview", "Researcher's preview"  # studies/preview.py: never data, deleted when the study opens
 
     study = models.ForeignKey(Study, related_name="participants", on_delete=models.CASCADE)
     external_id = models.CharField(max_length=128)
+    pseudonym = models.CharField(max_length=16, default=new_pseudonym, editable=False)
+    # when the retention sweep ran for this worker (chat.privacy): their raw IDs are gone from then on
+    pseudonymised_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices)
     prolific_study_id = models.CharField(max_length=128, blank=True)
     prolific_session_id = models.CharField(max_length=128, blank=True)
@@ -538,9 +612,15 @@ class Participant(models.Model):
 
     class Meta:
         unique_together = [("study", "external_id")]
+        constraints = [models.UniqueConstraint(fields=["study", "pseudonym"], name="participant_pseudonym_unique")]
 
     def __str__(self) -> str:
-        return f"{self.study.slug}:{self.external_id}"
+        return f"{self.study.slug}:{self.pseudonym}"  # never the raw ID: admin log entries keep this text
+
+    @property
+    def raw_id(self) -> str:
+        """The ID the worker came with, without its source prefix (a Prolific PID, an invite id); the owner's only."""
+        return self.external_id.split(":", 1)[-1]
 
     def give_consent(self) -> bool:
         """Record the worker's consent (the first time counts; consent after a decline withdraws the decline);
@@ -580,3 +660,71 @@ class Participant(models.Model):
 
 
 LAST_SEEN_RESOLUTION = dt.timedelta(seconds=30)
+
+
+class PrivacyEvent(models.Model):
+    """The audit record of what was done to a worker's personal data: a deletion (``manage.py delete_participant``
+    or the quality page's button), the retention sweep, or the owner looking at a raw Prolific ID.
+
+    It names the worker by pseudonym only (never the raw ID nor anything they wrote), keeps the study's name and slug
+    (it outlives a deleted study) and, for a deletion, how many rows of each kind went."""
+
+    class Action(models.TextChoices):
+        DELETED = "deleted", "Worker deleted"
+        PSEUDONYMISED = "pseudonymised", "Raw IDs dropped (retention)"
+        TRANSCRIPTS_DELETED = "transcripts_deleted", "Transcripts deleted (retention)"
+        REVEALED = "revealed", "Raw ID shown to the owner"
+
+    study = models.ForeignKey(Study, null=True, blank=True, related_name="privacy_events", on_delete=models.SET_NULL)
+    study_slug = models.CharField(max_length=80)
+    pseudonym = models.CharField(max_length=16)
+    action = models.CharField(max_length=24, choices=Action.choices)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL)
+    via = models.CharField(max_length=40, help_text="The button, the command, the retention sweep.")
+    reason = models.CharField(max_length=500, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.study_slug}:{self.pseudonym} {self.action}"
+
+
+INVITATION_MAX_AGE = dt.timedelta(days=7)
+
+
+class StudyInvitation(models.Model):
+    """The owner's invitation of a co-researcher to one study with a role (``studies/team.py``). The link carries a
+    random key; only its SHA-256 is stored, so the database cannot be read for a working link. One use, 7 days."""
+
+    class Role(models.TextChoices):
+        EDITOR = "editor", "Editor: sees and changes the study"
+        VIEWER = "viewer", "Viewer: sees the study, changes nothing"
+
+    study = models.ForeignKey(Study, related_name="invitations", on_delete=models.CASCADE)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.EDITOR)
+    note = models.CharField(max_length=200, blank=True, help_text="Whom it is for (for you; not sent anywhere).")
+    key_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, related_name="+", on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.study.slug} as {self.role}"
+
+    @property
+    def expires_at(self) -> dt.datetime:
+        return self.created_at + INVITATION_MAX_AGE
+
+    @property
+    def usable(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None and timezone.now() < self.expires_at

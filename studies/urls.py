@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from studies import entry, views
+from studies import entry, preview, team, views
 
 app_name = "studies"
 urlpatterns: list[URLPattern] = [
@@ -13,6 +13,11 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/default-metrics/", views.study_add_default_metrics, name="default_metrics"),
     path("studies/<slug:slug>/invite/", views.study_invite, name="invite"),
     path("studies/<slug:slug>/sharing/", views.study_share, name="share"),
+    path("studies/<slug:slug>/team/invite/", team.invite, name="team_invite"),
+    path("studies/<slug:slug>/team/invitations/<int:pk>/withdraw/", team.revoke, name="team_revoke"),
+    path("team/join/<str:key>/", team.join, name="team_join"),
+    path("studies/<slug:slug>/preview/", preview.start, name="preview"),
+    path("studies/<slug:slug>/preview/end/", preview.end, name="preview_end"),
     path("studies/<slug:slug>/checks/", views.study_check_arms, name="check_arms"),
     path("studies/<slug:slug>/readiness/", views.study_readiness, name="readiness"),
     path("studies/<slug:slug>/jobs/", views.study_jobs, name="jobs"),

@@ -27,7 +27,7 @@ from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from runtime import kinds
 from runtime.models import Job
-from studies import memorycompat
+from studies import memorycompat, preview
 from studies.forms import (
     ArmFormSet,
     AttentionFormSet,
@@ -36,13 +36,14 @@ from studies.forms import (
     NewStudyForm,
     SharingForm,
     StudyForm,
+    TeamInviteForm,
     check_design,
     design_warnings,
     open_problems,
 )
-from studies.models import Arm, Study
+from studies.models import Arm, Participant, Study
 from studies.participants import invite_url
-from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
+from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required, study_for
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -153,13 +154,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
+    return _edit(request, study_for(request, slug, change=True))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -172,7 +173,7 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     status = request.POST.get("status", "")
     pilot = request.POST.get("pilot") == "1" or study.pilot  # a pilot stays a pilot when it is reopened
     if status not in Study.Status.values:
@@ -194,6 +195,8 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
             study.pilot = True
             fields.append("pilot")
         study.save(update_fields=fields)
+        if status == Study.Status.OPEN:
+            preview.end_previews(study)  # a preview is never data (studies/preview.py)
         note = " as a pilot: not for publication" if study.pilot and status == Study.Status.OPEN else ""
         messages.success(request, f"The study is now {study.get_status_display().lower()}{note}.")
     return redirect(study)
@@ -204,7 +207,7 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
 def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the readiness checks (``kind=readiness``) or the automatic evaluation (``kind=evaluation``)
     of one arm (``arm``) or of every active arm, as background jobs."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     kind = request.POST.get("kind", ArmJob.Kind.READINESS)
     if kind not in ArmJob.Kind.values:
         messages.error(request, "Unknown kind of check.")
@@ -235,7 +238,7 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
@@ -362,7 +365,7 @@ def _jobs_context(study: Study) -> dict[str, Any]:
 
 
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
-    participants = study.participants.aggregate(
+    participants = study.participants.real().aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
         # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
@@ -371,6 +374,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     )
     episodes = (
         Episode.objects.filter(participant__study=study)
+        .exclude(participant__source=Participant.Source.PREVIEW)
         .select_related("arm", "participant")
         .annotate(n_rated=Count("sessions", filter=Q(sessions__status=ChatSession.Status.DONE)))
         .order_by("-created_at", "-id")
@@ -388,6 +392,11 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "statuses": Study.Status,
         "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
         "shared_with": study.shared_with.order_by("username"),
+        "viewers": study.viewers.order_by("username"),
+        "my_role": study.role_of(request.user),
+        "team_form": TeamInviteForm(),
+        "invitations": study.invitations.select_related("accepted_by")[:20] if study.can_share(request.user) else [],
+        "team_link": _team_link(request, study),
         "retention": _retention(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
@@ -395,9 +404,18 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     }
 
 
+def _team_link(request: HttpRequest, study: Study) -> dict[str, str] | None:
+    """The invitation link just made (studies.team.invite), shown once."""
+    link = request.session.get("team_link")
+    if link and link.get("study") == study.pk:
+        del request.session["team_link"]
+        return dict(link)
+    return None
+
+
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
 
@@ -406,14 +424,15 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     """The creator chooses the other researchers who may see and change the study."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     if not study.can_share(request.user):
         raise PermissionDenied("Only the study's creator can change who it is shared with.")
     form = SharingForm(request.POST, instance=study)
     if form.is_valid():
         form.save()
         names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
-        messages.success(request, f"The study is now shared with {names}.")
+        viewers = ", ".join(u.username for u in study.viewers.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names} (editors) and {viewers} (viewers).")
     else:
         messages.error(
             request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
@@ -425,7 +444,7 @@ def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -507,7 +526,7 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
 
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",

@@ -43,7 +43,10 @@ def add_ratings(
 
     scorer = scorer or default
     for w in range(first_worker, first_worker + workers):
-        p = Participant.objects.create(study=study, external_id=f"W{w:03d}", source=Participant.Source.INVITE)
+        # named W000… by their pseudonym (what every report shows); the raw ID is another string, never shown
+        p = Participant.objects.create(
+            study=study, external_id=f"invite:raw-{w:03d}", pseudonym=f"W{w:03d}", source=Participant.Source.INVITE
+        )
         mine = [arms[w % len(arms)]] if one_arm_per_worker else arms
         for i, arm in enumerate(mine, start=1):
             ep = Episode.objects.create(participant=p, arm=arm, index=i, status=Episode.Status.COMPLETED)

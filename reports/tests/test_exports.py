@@ -69,7 +69,7 @@ def test_the_ratings_csv_starts_with_a_readme_and_reads_with_the_skiprows_it_nam
     assert list(table.columns) == ["worker", "episode", "arm", "memory_system", "session", "metric", "value",
                                    "reversed", "rated_at", "silent_session"]  # fmt: skip
     assert len(table) == 5 and set(table["arm"]) == {"Full history"} and table["value"].tolist() == [60, 61, 62, 63, 64]
-    assert table["worker"].iloc[0] == f"P{episode.participant_id}"
+    assert table["worker"].iloc[0] == episode.participant.pseudonym  # never the raw Prolific ID
 
 
 def test_no_export_contains_the_workers_prolific_id(study: Study, episode: Episode) -> None:

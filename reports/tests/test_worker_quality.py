@@ -58,7 +58,7 @@ def quality_study(study: Study) -> Study:
     for i, session in enumerate(
         ChatSession.objects.filter(episode__participant__study=study).select_related("episode__participant")
     ):
-        worker = session.episode.participant.external_id
+        worker = session.episode.participant.pseudonym
         seconds = 10 if (worker == "W002" and session.episode.index == 1 and session.index == 1) else 600 + i % 7
         session.started_at, session.ended_at = start, start + dt.timedelta(seconds=seconds)
         session.save(update_fields=["started_at", "ended_at"])
@@ -66,8 +66,8 @@ def quality_study(study: Study) -> Study:
         if session.index == 1 and session.episode.index == 1:
             value = 20 if worker == "W001" else 80
             AttentionResponse.objects.create(session=session, item=check, value=value, passed=check.passes(value))
-    Episode.objects.filter(participant__external_id="W003", index=3).update(status=Episode.Status.ACTIVE)
-    Participant.objects.exclude(external_id="W003").update(completed_at=timezone.now())
+    Episode.objects.filter(participant__pseudonym="W003", index=3).update(status=Episode.Status.ACTIVE)
+    Participant.objects.exclude(pseudonym="W003").update(completed_at=timezone.now())
     return study
 
 
@@ -152,7 +152,7 @@ def test_the_quality_page_flags_the_careless_workers_and_links_their_episodes(
     assert "1 session(s) too fast" in rows["W002"]
     assert 'class="flagged"' not in rows["W004"] and "nothing" in rows["W004"]
     assert 'badge ok">pass' in rows["W004"]  # the QC test, from the analysis
-    episode = Episode.objects.filter(participant__external_id="W001").first()
+    episode = Episode.objects.filter(participant__pseudonym="W001").first()
     assert episode is not None and reverse("studies:episode", args=[quality_study.slug, episode.pk]) in rows["W001"]
     only = researcher_client.get(_url(quality_study, "study_quality") + "?flagged=1").content.decode()
     assert 'data-worker="W004"' not in only and 'data-worker="W000"' in only

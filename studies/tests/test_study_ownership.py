@@ -123,13 +123,13 @@ def test_only_the_creator_can_change_who_a_study_is_shared_with(
     third = User.objects.create_user("tess", password="pw", is_staff=True)
     client.force_login(owner)
     page = client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
-    assert "Save sharing" in page and "oscar" in page and "tess" in page
+    assert "Save the team" in page and "oscar" in page and "tess" in page
     response = client.post(reverse("studies:share", args=[owned.slug]), {"shared_with": [other.pk]})
     assert response.status_code == 302
     assert list(owned.shared_with.all()) == [other]
 
     client.force_login(other)  # shared with: sees the study, but cannot re-share it
-    assert "Save sharing" not in client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
+    assert "Save the team" not in client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
     assert client.post(reverse("studies:share", args=[owned.slug]), {"shared_with": [third.pk]}).status_code == 403
     assert list(owned.shared_with.all()) == [other]
 
