@@ -236,7 +236,7 @@ def load_dataset(dataset: str, path: str | Path | None = None, *, category_map: 
         if not path:
             raise DatasetError("LoCoMo is not shipped (CC BY-NC 4.0): give the path of your locomo10.json")
         return load_locomo(Path(path), category_map)
-    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo)")
+    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo; cards runs through memory.cardeval)")
 
 
 def dataset_check(dataset: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -615,8 +615,14 @@ def run(
     retry: RetryPolicy | None = None,
     on_retry: Callable[[int, float, Exception], None] | None = None,
     timeout: float | None = None,
+    script: str | Path | None = None,
+    max_cards: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate the registered arm ``arm`` on ``dataset``: the entry point for a CLI or a background job.
+
+    ``dataset="cards"`` runs scripted persona episodes instead (:func:`memory.cardeval.run`: ``path`` is a
+    card bank, default the one that ships; ``script`` the event script; ``dialogues`` card ids;
+    ``max_cards`` the first N cards); its result has per-probe ``items`` of another shape.
 
     The answer model and the arm's own calls use ``backend``/``model``; the judge uses the same
     backend with ``judge_model`` (default: ``model``); with ``backend="scripted"`` the judge is the
@@ -631,6 +637,15 @@ def run(
     from memory.llm import make_llm
     from memory.registry import build_system
 
+    if dataset == "cards":  # scripted persona episodes and their probes (memory/cardeval.py)
+        from memory import cardeval
+
+        return cardeval.run(
+            arm, path, script=script, backend=backend, model=model, judge_model=judge_model, base_url=base_url,
+            api_key=api_key, embedder=embedder, params=params, cards=dialogues, max_cards=max_cards,
+            max_sessions=max_sessions, max_tokens=max_tokens, progress=progress, wrap_llm=wrap_llm,
+            journal=journal, retry=retry, on_retry=on_retry, timeout=timeout,
+        )  # fmt: skip
     primary = f1 or ("locomo" if dataset == "locomo" else "set")
     if primary not in ("locomo", "set"):
         raise DatasetError(f"unknown F1 {primary!r} (locomo or set)")

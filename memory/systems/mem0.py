@@ -42,6 +42,7 @@ from memory.base import (
     OperationPairs,
     Param,
     Prompt,
+    Stored,
     Turn,
     Update,
     chat_turns,
@@ -531,6 +532,13 @@ class Mem0(BaseSystem):
         return {"memories": [], "next_id": 0, "summary": "", "recent": [], "sessions": 0}
 
     # ------------------------------------------------------------------ reply
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = [Stored("memories", m["text"]) for m in state.get("memories", [])]
+        if state.get("summary"):
+            out.append(Stored("conversation summary", state["summary"]))
+        out += [Stored("recent messages", text) for _, text in state.get("recent", [])]
+        return out
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         memories = state.get("memories", [])
