@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import random
 import secrets
@@ -16,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
 
@@ -82,6 +84,53 @@ def new_resume_code() -> str:
 MINUTES_PER_EXCHANGE = 1.0
 MINUTES_PER_RATING = 1.0
 MINUTES_OVERHEAD = 2.0
+
+
+class CardBankQuerySet(models.QuerySet["CardBank"]):
+    def visible_to(self, user: Any) -> CardBankQuerySet:
+        """The banks a researcher may use: those they imported, and those of the studies they can see."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        used = Study.objects.visible_to(user).filter(card_bank__isnull=False).values("card_bank")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=used))
+
+
+class CardBank(models.Model):
+    """A persona card bank a researcher imported (``memory.cards`` format; the bank that ships with memeval
+    needs no import). Kept as it was imported: a study that used it keeps the cards its workers played."""
+
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=40, blank=True)
+    provenance = models.TextField(blank=True)
+    licence = models.TextField(blank=True)
+    source = models.CharField(max_length=200, blank=True, help_text="The imported file's name.")
+    sha256 = models.CharField(max_length=64)
+    data = models.JSONField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = CardBankQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({len(self.data.get('cards', []))} cards, {self.source or 'imported'})"
+
+    def bank(self) -> cards.Bank:
+        return cards.parse_bank(self.data, source=self.source, sha256=self.sha256)
+
+    @classmethod
+    def from_upload(cls, raw: bytes, name: str, user: Any) -> CardBank:
+        """Validate and store an uploaded bank; raises :class:`memory.cards.CardError` naming the problem."""
+        bank = cards.bank_from_bytes(raw, source=name)
+        return cls.objects.create(
+            name=bank.name[:200], version=bank.version[:40], provenance=bank.provenance, licence=bank.licence,
+            source=name[:200], sha256=bank.sha256, data=json.loads(raw.decode("utf-8")),
+            created_by=user if getattr(user, "pk", None) else None,
+        )  # fmt: skip
 
 
 class StudyQuerySet(models.QuerySet["Study"]):
@@ -198,6 +247,27 @@ class Study(models.Model):
     pilot = models.BooleanField(
         default=False,
         help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
+    )
+    # Persona cards (docs/memory-systems.md, "Persona cards and probes"): workers play a fictional person drawn
+    # per episode from a bank, the card changes between sessions as the event script says, and what the arm
+    # remembered of it is probed.
+    persona_cards = models.BooleanField(
+        default=False,
+        help_text="Workers chat as a fictional persona drawn per episode from a card bank (no real personal "
+        "data), bring up its facts as the event script says, and the bot's memory of them is probed.",
+    )
+    card_bank = models.ForeignKey(
+        CardBank,
+        null=True,
+        blank=True,
+        related_name="studies",
+        on_delete=models.PROTECT,
+        help_text="Empty = the bank that ships with memeval (12 fictional people).",
+    )
+    card_script = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The event script (JSON); empty = the default: one update and one forget.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     shared_with = models.ManyToManyField(
@@ -354,6 +424,14 @@ class Study(models.Model):
     def has_episodes(self) -> bool:
         """Whether any worker has started an episode (the design is frozen from then on)."""
         return self.participants.filter(episodes__isnull=False).exists()
+
+    def persona_bank(self) -> cards.Bank:
+        """The study's card bank: its imported one, or the one that ships."""
+        return self.card_bank.bank() if self.card_bank is not None else cards.load_bank()
+
+    def persona_script(self) -> cards.Script:
+        """The study's event script: its own, or the default one (``memory/data/cards/script.json``)."""
+        return cards.parse_script(self.card_script) if self.card_script else cards.load_script()
 
     def add_default_metrics(self) -> None:
         for i, (key, statement) in enumerate(DEFAULT_METRICS):

@@ -16,16 +16,17 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
-from memory import display, vectors
+from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies import memorycompat
+from studies import memorycompat, personas
 from studies.forms import (
     ArmFormSet,
     AttentionFormSet,
@@ -38,7 +39,7 @@ from studies.forms import (
     design_warnings,
     open_problems,
 )
-from studies.models import Arm, Study
+from studies.models import Arm, CardBank, Study
 from studies.participants import invite_url
 from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
 
@@ -105,6 +106,10 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     instance = study or Study()
     data = request.POST if request.method == "POST" else None
     form = form_class(data, instance=instance)
+    banks = CardBank.objects.visible_to(request.user)
+    if instance.card_bank_id is not None:  # the bank a shared study already uses stays choosable
+        banks = banks | CardBank.objects.filter(pk=instance.card_bank_id)
+    form.fields["card_bank"].queryset = banks  # type: ignore[attr-defined]
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
     # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
@@ -140,8 +145,53 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         "study": study,
         "systems": _systems_help(),
         "design_warnings": design_warnings(study) if study else [],
+        "default_script": cards.load_script().as_dict(),
     }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
+
+
+@require_POST
+@researcher_required
+def card_bank_import(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Import a persona card bank (a JSON file in memory.cards' format); back to the page it came from."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("studies:list")
+    upload = request.FILES.get("bank")
+    if upload is None:
+        messages.error(request, "Choose a card bank file (JSON) to import.")
+    elif (upload.size or 0) > cards.MAX_BANK_BYTES:
+        messages.error(
+            request, f"The card bank was not imported: the file is larger than {cards.MAX_BANK_BYTES // 1_000_000} MB."
+        )
+    else:
+        try:
+            bank = CardBank.from_upload(upload.read(), upload.name or "bank.json", request.user)
+        except cards.CardError as exc:
+            messages.error(request, f"The card bank was not imported: {exc}")
+        else:
+            n = len(bank.data["cards"])
+            messages.success(
+                request, f"Imported the card bank “{bank.name}” ({n} cards): choose it under Persona cards."
+            )
+    return redirect(back)
+
+
+@researcher_required
+def card_bank_download(request: HttpRequest, bank: str) -> HttpResponse:
+    """A card bank as JSON: ``default`` is the one that ships (its file as it is), else an imported one."""
+    if bank == "default":
+        body = (cards.CARDS_DIR / "bank.json").read_bytes()
+        name = "memeval-cards.json"
+    else:
+        if not bank.isdigit():
+            raise Http404("No such card bank")
+        row = get_object_or_404(CardBank.objects.visible_to(request.user), pk=int(bank))
+        body = json.dumps(row.data, ensure_ascii=False, indent=1).encode()
+        name = row.source or f"card-bank-{row.pk}.json"
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 @researcher_required
@@ -352,6 +402,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
         "shared_with": study.shared_with.order_by("username"),
         "retention": _retention(study),
+        "personas": personas.preview(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
     }
