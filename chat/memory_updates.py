@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import arms, jobs, leases, records, state
+from chat import arms, jobs, leases, probing, records, state
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.transcript import turns_of
 from memory.base import MemorySystem, Turn
@@ -122,6 +122,8 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
                 snap.error = error[:2000]
                 snap.lease_until = None
                 snap.save()
+                if episode.persona:  # what the bot remembered of the persona card, once this commits
+                    transaction.on_commit(lambda: probing.after_snapshot(session.pk))
                 ChatSession.objects.filter(
                     episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
                 ).update(status=ChatSession.Status.READY)
