@@ -242,7 +242,18 @@ def analyze_probes(
         if not rows_of.empty:
             out["modes"][mode] = _section(rows_of, [a for a in names if a in set(rows_of["arm"])], test, primary)
     out["recall_vs_rating"] = _notice(kept, ratings, rating_metric)
-    return out
+    return _json_safe(out)
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN (a correlation of a constant, a rate with no probe) as None, so the result is strict JSON."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
 
 
 def stage_table(result: Mapping[str, Any], mode: str = "snapshot") -> list[dict[str, Any]]:

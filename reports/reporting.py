@@ -16,6 +16,8 @@ import pandas as pd
 
 from analysis import writers
 from analysis.data import RatingsError
+from analysis.probes import METRICS as PROBE_METRICS
+from analysis.probes import analyze_probes
 from analysis.report import run as run_analysis
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
@@ -42,6 +44,8 @@ class Source:
     spec: AnalysisSpec | None
     pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
     automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
+    # persona-card probes (one row per scored probe, analysis.probes.COLUMNS): what the bot remembered
+    probes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def source_spec(
@@ -77,6 +81,7 @@ class Report:
     ratings: pd.DataFrame | None = None
     message: str = ""
     cache_key: str = ""  # set by whoever caches it; plots drawn from it are cached under the same key
+    probes: dict[str, Any] | None = None  # analysis.probes.analyze_probes of the source's probes (None: no probes)
 
     @property
     def ok(self) -> bool:
@@ -85,17 +90,45 @@ class Report:
 
 def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -> Report:
     """Analyse ``source`` with its spec changed by ``test`` and ``options`` (spec fields, e.g. ``family``,
-    ``preregistration``); too little or unusable data gives a Report with a message instead of an exception."""
+    ``preregistration``); too little or unusable data gives a Report with a message instead of an exception.
+    The persona-card probes, if any, are analysed beside the ratings (``Report.probes``) whatever they hold."""
+    probes = probe_report(source, test, options.get("preregistration"))
     if source.frame.empty:
-        return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.")
+        return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.",
+                      probes=probes)  # fmt: skip
     if source.spec is None:
-        return Report(source, test, message="The study has no metrics to analyse.")
+        return Report(source, test, message="The study has no metrics to analyse.", probes=probes)
     try:
         frame, spec = analysis_frame(source, source.spec)
         analysis = run_analysis(frame, replace(spec, test=test, **options))
     except RatingsError as exc:
-        return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
-    return Report(source, test, result=analysis.result, ratings=analysis.ratings)
+        return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}", probes=probes)
+    return Report(source, test, result=analysis.result, ratings=analysis.ratings, probes=probes)
+
+
+def probe_report(source: Source, test: str, preregistration: Any = None) -> dict[str, Any] | None:
+    """What the bot remembered (analysis.probes) beside the sliders: the same test, the memorability ratings
+    for "do people notice?", and the rates a pre-registration made primary (``probes.primary``); an error
+    in the probe table is a ``{"error": ...}`` the page shows, never a lost report."""
+    if not source.probes:
+        return None
+    ratings = None
+    frame = source.frame
+    if not frame.empty and {"metric", "score", "unit", "session"} <= set(frame.columns):
+        wide = frame[frame["metric"] == "memorability"]
+        if not wide.empty:
+            ratings = wide.rename(columns={"score": "memorability"})[["unit", "session", "memorability"]]
+    primary: list[str] = []
+    if isinstance(preregistration, dict):
+        primary = [m for m in (preregistration.get("probes") or {}).get("primary", []) if m in probe_metrics()]
+    try:
+        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
+    except (RatingsError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def probe_metrics() -> list[str]:
+    return list(PROBE_METRICS)
 
 
 def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, AnalysisSpec]:
@@ -162,6 +195,8 @@ def export(report: Report, fmt: str) -> str:
         return f"# 2 header lines; read the table with pandas.read_csv(path, skiprows=2)\n# {PILOT_MARK}\n{text}"
     if fmt == "json":
         extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
+        if report.probes is not None:
+            extra["probes"] = report.probes
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     if fmt == "md":
         text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)

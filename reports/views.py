@@ -15,7 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import exports, queries, tables
+from reports import exports, probetables, queries, tables
 from reports.forms import EXCLUSION_CHOICES, AnalysisOptionsForm, ImportRatingsForm, chosen_exclusions
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
@@ -141,6 +141,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
     }
+    ctx["probes"] = probetables.probe_dashboard(report.probes)
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
         ctx["automatic_notes"] = automatic_notes(report.source.automatic)

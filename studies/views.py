@@ -51,6 +51,8 @@ EXPORT_KINDS = [
     ("transcripts", "Transcripts"),
     ("memory", "Memory after each session"),
     ("llm-calls", "LLM calls (prompts and replies)"),
+    ("personas", "Persona cards and event scripts"),
+    ("probes", "Memory probes (answers, scores, stages)"),
 ]
 
 

@@ -23,7 +23,9 @@ def study(n_workers: int = 12, seed: int = 1) -> list[dict[str, Any]]:
             unit = f"{w}-{arm}"
             for session in (1, 2):
                 for slot in ("city", "job", "pet"):
-                    kind = "current" if slot == "job" or session == 1 else ("updated" if slot == "city" else "forgotten")
+                    kind = (
+                        "current" if slot == "job" or session == 1 else ("updated" if slot == "city" else "forgotten")
+                    )
                     ok = rng.random() < p
                     rows.append({
                         "worker": f"w{w}", "unit": unit, "arm": arm, "session": session, "mode": "snapshot",
@@ -67,7 +69,9 @@ def test_arms_are_compared_with_the_clustered_test_and_holm_within_each_rate() -
     facts = frame[frame["kind"].isin(["current", "updated"])]
     per_unit = facts.groupby(["unit", "worker", "arm"])["recalled"].mean().reset_index()
     a, b = per_unit[per_unit["arm"] == "A"], per_unit[per_unit["arm"] == "B"]
-    expected = cluster_t(a["recalled"].to_numpy(), b["recalled"].to_numpy(), a["worker"].to_numpy(), b["worker"].to_numpy())
+    expected = cluster_t(
+        a["recalled"].to_numpy(), b["recalled"].to_numpy(), a["worker"].to_numpy(), b["worker"].to_numpy()
+    )
     test = next(e for e in snap["pairwise"] if e["metric"] == "recall")
     assert test["p"] == pytest.approx(expected["p"]) and test["se_kind"] == "CR2"
     assert test["role"] == "exploratory" and test["family"] == "probes recall"
@@ -90,7 +94,9 @@ def test_the_memory_gain_leaves_out_probes_answerable_without_memory_and_untold_
     a = result["modes"]["snapshot"]["by_arm"]["A"]
     assert a["answerable_without_memory"] == 2  # worker 0's job probe in two sessions
     frame = pd.DataFrame(rows[:-1])
-    needed = frame[(frame["arm"] == "A") & frame["kind"].isin(["current", "updated"]) & ~frame["answerable_without_memory"]]
+    needed = frame[
+        (frame["arm"] == "A") & frame["kind"].isin(["current", "updated"]) & ~frame["answerable_without_memory"]
+    ]
     assert a["memory_gain"]["mean"] == pytest.approx(needed.groupby("unit")["recalled"].mean().mean())
 
 
@@ -129,3 +135,13 @@ def test_a_bad_probe_table_gets_a_clear_error() -> None:
         probe_frame([{"worker": "w", "unit": "u", "arm": "A", "session": 1, "kind": "maybe"}])
     with pytest.raises(RatingsError, match="whole numbers"):
         probe_frame([{"worker": "w", "unit": "u", "arm": "A", "session": "first", "kind": "current"}])
+
+
+def test_the_result_is_strict_json_when_a_correlation_is_undefined() -> None:
+    import json
+
+    rows = study()
+    ratings = pd.DataFrame([{"unit": r["unit"], "session": 2, "memorability": 50} for r in rows if r["session"] == 1])
+    result = analyze_probes(rows, ratings=ratings.drop_duplicates())
+    assert result["recall_vs_rating"]["sessions"]["pearson_r"] is None  # a constant rating: no correlation
+    json.dumps(result, allow_nan=False)
