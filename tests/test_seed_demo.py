@@ -159,3 +159,16 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     client.force_login(User.objects.get(username="researcher"))  # client.login has no request for django-axes
     page = client.get(f"/studies/{study.slug}/quality/").content.decode()
     assert page.count('class="flagged"') >= 3 and "QC test failed" in page  # the inattentive worker fails QC too
+
+
+def test_seed_demo_adds_an_open_persona_card_study_with_an_update_and_a_forget(db: Any, client: Any) -> None:
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug="demo-cards")
+    assert study.is_open and study.persona_cards and study.arms.count() == 2
+    counts = study.persona_script().counts()
+    assert counts["update"] == 1 and counts["forget"] == 1 and counts["probe"] == 1
+    from memory.cards import check_script
+
+    assert check_script(study.persona_script(), study.persona_bank()) == []
