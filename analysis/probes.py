@@ -242,7 +242,8 @@ def analyze_probes(
         if not rows_of.empty:
             out["modes"][mode] = _section(rows_of, [a for a in names if a in set(rows_of["arm"])], test, primary)
     out["recall_vs_rating"] = _notice(kept, ratings, rating_metric)
-    return _json_safe(out)
+    safe: dict[str, Any] = _json_safe(out)
+    return safe
 
 
 def _json_safe(x: Any) -> Any:

@@ -197,6 +197,20 @@ def card_bank_download(request: HttpRequest, bank: str) -> HttpResponse:
 
 
 @researcher_required
+def card_script_download(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's event script as JSON (its own or the default), for ``python -m memory eval ARM --dataset cards
+    BANK --script FILE``: piloting the arms offline on the study's own cards and script."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    try:
+        body = json.dumps(study.persona_script().as_dict(), ensure_ascii=False, indent=1).encode()
+    except cards.CardError as exc:
+        raise Http404(f"The study's event script cannot be read: {exc}") from exc
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{study.slug}-card-script.json"'
+    return response
+
+
+@researcher_required
 def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _edit(request, None)
 

@@ -152,3 +152,21 @@ def test_a_session_with_more_tasks_than_turns_is_warned_about(owner: User) -> No
     assert any("session(s) 1, 2 ask for more facts" in w for w in design_warnings(study))
     study.min_user_turns = 8
     assert not any("Persona cards" in w for w in design_warnings(study))
+
+
+def test_the_study_page_offers_the_event_script_for_an_offline_pilot(client: Client, owner: User) -> None:
+    client.force_login(owner)
+    script = {"format": "memeval-card-script/1", "sessions": 2,
+              "events": [{"session": 1, "op": "mention", "slot": "city"}, {"session": 2, "op": "update", "slot": "city"}]}  # fmt: skip
+    post_study(client, reverse("studies:create"), persona_cards="on", card_script=json.dumps(script))
+    study = Study.objects.get(name=STUDY["name"])
+    page = client.get(study.get_absolute_url()).content.decode()
+    url = reverse("studies:card_script_download", args=[study.slug])
+    assert url in page and "--dataset cards" in page
+    body = client.get(url)
+    assert body["Content-Disposition"].endswith(f'"{study.slug}-card-script.json"')
+    from memory.cards import parse_script
+
+    assert parse_script(json.loads(body.content)).counts()["update"] == 1
+    client.logout()
+    assert client.get(url).status_code in (302, 403)  # researchers only
