@@ -2,7 +2,7 @@
 with persona cards) each episode's card and event script and every probe with its answer and scores,
 as CSV or JSONL, each file starting with a README-style header.
 
-``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls --format csv|jsonl`` and
+``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls|personas|probes --format csv|jsonl`` and
 the downloads on the study page call :func:`export_lines`. The header names the study design, the arms
 (memory system, backend, model, parameters, readiness), the pilot mark when the study is a pilot, the
 export's time and what every column means.
