@@ -200,11 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "calibrate":
-            from analysis.calibration import main as calibrate_main
+            from analysis.simcli import calibrate_main
 
             return calibrate_main(args)
         if args.command == "plan":
-            from analysis.planning import main as plan_main
+            from analysis.simcli import plan_main
 
             return plan_main(args)
         if args.command == "prereg":

@@ -15,10 +15,7 @@ converts a difference in slider points.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.calibration import Rate, calibrate
 from analysis.data import ARM, SESSION, WORKER
 from analysis.report import prepare
 from analysis.spec import DEFAULT_TEST, AnalysisSpec, Family, RatingsError, Test
@@ -247,8 +245,6 @@ def power_curve(
     seed: int = 1,
 ) -> list[PowerPoint]:
     """Power (first arm Holm-significantly better than the second on the overall score) for each worker count."""
-    from analysis.calibration import Rate, calibrate
-
     out = []
     for n in workers:
         d = replace(design, workers=int(n))
@@ -401,47 +397,3 @@ def workers_needed(
     if found is None:
         notes.append(f"the target power is not reached with {max_workers} workers")
     return Plan(design, components, effect, target, test, family, curve, found, notes)
-
-
-def main(args: argparse.Namespace) -> int:
-    from analysis.calibration import components_from_args, design_from_args
-
-    design = design_from_args(args)
-    components, notes = components_from_args(args)
-    if args.components_only:
-        values = {**asdict(components), "latent_sd": components.latent_sd}
-        if args.format == "json":
-            sys.stdout.write(json.dumps({"components": values, "notes": notes}, indent=1) + "\n")
-        else:
-            lines = [*(f"note: {n}" for n in notes), *(f"{k:>14}: {v:.3f}" for k, v in values.items())]
-            sys.stdout.write("\n".join(lines) + "\n")
-        return 0
-    test: Test = args.tests[0]
-    plan = workers_needed(
-        design,
-        components,
-        args.effect,
-        target=args.power,
-        studies=args.studies,
-        test=test,
-        family=args.family,
-        max_workers=args.max_workers,
-        seed=args.seed,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-    )
-    plan.notes[:0] = notes
-    if args.format == "json":
-        sys.stdout.write(json.dumps(plan.as_dict(), indent=1) + "\n")
-        return 0
-    c = components
-    lines = [*(f"note: {n}" for n in plan.notes)]
-    lines.append(
-        f"smallest effect {plan.effect:g} latent SD = {plan.effect * c.latent_sd:.1f} points; target power "
-        f"{plan.target:g}; test {plan.test}, Holm family {plan.family}"
-    )
-    lines += [f"{p.workers:>6} workers: power {p.power:.3f} [{p.ci95[0]:.3f}, {p.ci95[1]:.3f}]" for p in plan.curve]
-    lines.append(
-        f"workers needed: {plan.workers if plan.workers is not None else 'more than ' + str(args.max_workers)}"
-    )
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0

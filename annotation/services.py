@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -26,12 +25,13 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from analysis.agreement import majority_label
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
+from infra.pgprepared import prepared_cursor
 
 _M = TypeVar("_M", bound="Model")
 
@@ -510,7 +510,7 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
     params: dict[str, Any] = {"queue": queue.pk, "user": user.pk, "now": now, "expires": now + queue.lease}
     if stages is not None:
         params["stages"] = stages
-    with _statement_savepoint(), _prepared_cursor() as cursor:
+    with _statement_savepoint(), prepared_cursor(enabled=settings.ANNOTATION_PREPARED_STATEMENTS) as cursor:
         cursor.execute(_sql(_CLAIM_SQL, chain=queue.is_chain, staged=stages is not None), params)
         row = cursor.fetchone()
     if row is None:
@@ -558,7 +558,7 @@ def _submit_pair_in_one_statement(
         "length": len(fused_text),
         "now": now,
     }
-    with _prepared_cursor() as cursor:
+    with prepared_cursor(enabled=settings.ANNOTATION_PREPARED_STATEMENTS) as cursor:
         cursor.execute(_sql(_SUBMIT_PAIR_SQL), params)
         row = cursor.fetchone()
         if row is None:
@@ -627,50 +627,6 @@ def _loaded(model: type[_M], **values: Any) -> _M:
 @functools.cache
 def _attnames(model: type[Model]) -> list[str]:
     return [field.attname for field in model._meta.concrete_fields]
-
-
-@contextmanager
-def _prepared_cursor() -> Iterator[Any]:
-    """A cursor whose statements PostgreSQL prepares once per connection and then only executes.
-
-    Django's cursors bind parameters on the client and never prepare (``prepare_threshold`` is off so
-    that transaction-mode poolers keep working). The two hot statements below cost PostgreSQL more to
-    plan than to run, so they go through psycopg's server-side binding with ``prepare=True`` instead.
-    Wrapped like any Django cursor: errors become django.db errors (IntegrityError for the claim's
-    retry) and the statements are logged where Django logs queries (the statement-count tests).
-    ``ANNOTATION_PREPARED_STATEMENTS = False`` turns it off, for a pooler that cannot keep prepared
-    statements (PgBouncer before 1.21, or without ``max_prepared_statements``).
-    """
-    if not settings.ANNOTATION_PREPARED_STATEMENTS:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    db = connections[DEFAULT_DB_ALIAS]  # once: every attribute of the ``connection`` proxy is a lookup
-    db.close_if_health_check_failed()  # as connection.cursor() does (CONN_HEALTH_CHECKS)
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    pg = db.connection
-    if pg.prepare_threshold is None:
-        # Django turns psycopg's preparing off (None), which also refuses prepare=True. A threshold no
-        # query reaches prepares only what asks for it: Django's own cursors bind on the client and
-        # never prepare.
-        pg.prepare_threshold = sys.maxsize
-    raw = _preparing_cursor_class()(pg)
-    cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
-    with cursor:
-        yield cursor
-
-
-@functools.cache
-def _preparing_cursor_class() -> type:
-    # needs psycopg, so PostgreSQL only; defined only when psycopg 3 is (the stubs do not know it)
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, prepare=True, **kwargs)
-
-    return PreparingCursor
 
 
 @contextmanager

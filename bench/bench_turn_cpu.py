@@ -48,13 +48,14 @@ def main() -> None:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from chat import assignment, jobs
+    from chat import assignment
     from chat.consumers import ChatConsumer
+    from runtime import push
     from studies.models import Arm, Participant, Study
 
     call_command("migrate", verbosity=0)
     frames: list[str] = []
-    jobs.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
+    push.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
     study = Study.objects.create(name="bench", status=Study.Status.OPEN, sessions_per_episode=1,
                                  episodes_per_worker=1, min_user_turns=1, max_turns_per_session=100_000,
                                  max_messages_per_minute=100_000)  # fmt: skip

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.conf import settings
 
-from chat.jobs import reply_deadline_seconds
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
-from memory.llm import LLM, RecordingLLM, make_llm
+from memory.llm import LLM, make_llm
+from memory.llmwrap import RecordingLLM
 from memory.registry import build_system
 from studies.models import Arm
 
@@ -32,7 +32,7 @@ def endpoint_options(backend: str) -> dict[str, Any]:
         "api_key": settings.OPENAI_API_KEY,
         "base_url": settings.OPENAI_BASE_URL,
         # each read is bounded by the timeout: never longer than a whole reply may take
-        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), reply_deadline_seconds()),
+        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), float(settings.CHAT_REPLY_DEADLINE_SECONDS)),
     }
 
 

@@ -2,8 +2,10 @@
 (:class:`chat.models.ProbeResult`; the scoring and the stages are memory/probes.py and memory/stages.py, the
 same code ``python -m memory eval ARM --dataset cards`` runs offline).
 
-Two kinds, once the session's memory update is done (:func:`after_snapshot`, called when its snapshot is
-stored; ``manage.py probe_memory`` probes any session left unprobed):
+Two kinds, once the session's memory update is done: a job of the runtime (kind ``chat.memory_probe``, lane
+``long``: minutes of LLM calls, so it holds neither the memory lane a waiting worker needs nor a reply),
+submitted in the transaction that stores the snapshot (:func:`submit_probes`); ``manage.py probe_memory``
+probes any session left unprobed:
 
 - ``inline``: the probe tasks of the session (the worker asked the bot, in the chat). The worker's message
   that asks the question is found by its words (:func:`asked`), the bot's next reply is the answer; it is
@@ -34,7 +36,11 @@ from chat.transcript import turns_of
 from memory import cards
 from memory.base import MemorySystem, Turn, ensure_json
 from memory.cardeval import Necessity, probe_item, reply
+from memory.llm import LLMError
 from memory.stages import trace_texts
+from runtime import jobs, kinds
+from runtime.jobs import Attempt
+from runtime.models import Job
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +49,29 @@ ASK_OVERLAP = 0.6
 FORGET_WORDS = frozenset({"forget", "delete", "remove", "erase", "drop"})
 
 
-def after_snapshot(session_id: int) -> int:
-    """Probe a session whose memory update was just stored (never raises: a failure is logged, and
-    ``manage.py probe_memory`` tries again). Returns the number of probes stored."""
-    try:
-        return probe_session(session_id)
-    except Exception:
-        log.warning("probing the memory after session %s failed", session_id, exc_info=True)
-        return 0
+def probe_policy() -> kinds.RetryPolicy:
+    """A probing job's retries: the memory updates' schedule (``CHAT_MEMORY_RETRY_DELAYS``: 5, 10, 20 s), for
+    an LLM or database error only (a bug fails it at once). A failed job leaves the session unprobed, with
+    its error on the study page's job list; ``manage.py probe_memory`` tries again."""
+    delays = tuple(float(x) for x in settings.CHAT_MEMORY_RETRY_DELAYS)
+    return kinds.RetryPolicy(max_attempts=len(delays) + 1, backoff=delays, transient=(LLMError,))
+
+
+def submit_probes(session: ChatSession) -> Job | None:
+    """Submit the probing of a session whose snapshot is being stored (inside that transaction); None for an
+    episode without a persona card."""
+    episode = session.episode
+    if not episode.persona:
+        return None
+    return jobs.submit(
+        PROBES, session.pk, scope=f"study:{episode.participant.study_id}",
+        label=f"memory probes after session {session.index} of episode {episode.pk}",
+    )  # fmt: skip
+
+
+def run_probes(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
+    attempt.check()
+    return {"probes": probe_session(int(job.target))}
 
 
 def asked(question: str, text: str) -> bool:
@@ -94,6 +115,29 @@ def probe_session(session_id: int) -> int:
     if session.index not in snaps:
         return 0  # the update is not over yet
     system, llm = arms.build_arm(episode.arm)
+    try:
+        rows = _probes(session, plan, snaps, system, llm)
+    except Exception:
+        records.store_llm_calls(session.pk, None, llm.drain())  # the calls a failed attempt made are kept too
+        raise
+    with transaction.atomic():
+        records.store_llm_calls(session.pk, None, llm.drain())
+        try:
+            with transaction.atomic():
+                ProbeResult.objects.bulk_create(rows)
+        except IntegrityError:  # probed meanwhile by another run
+            return 0
+    return len(rows)
+
+
+def _probes(
+    session: ChatSession,
+    plan: cards.EpisodePlan,
+    snaps: dict[int, MemorySnapshot],
+    system: MemorySystem,
+    llm: Any,
+) -> list[ProbeResult]:
+    episode = session.episode
     necessity = Necessity(llm, max_tokens=settings.LLM_MAX_TOKENS, judge=None)
     written = {j: [x.text for x in system.stored(s.state)] + trace_texts(s.trace) for j, s in snaps.items()}
     sessions = {s.index: s for s in episode.sessions.filter(index__lte=session.index + 1)}
@@ -120,14 +164,8 @@ def probe_session(session_id: int) -> int:
     for row in rows:
         if row.mode == ProbeResult.Mode.INLINE:
             row.told = row.told and _told(plan, _probe_of(row.item), user_texts)
-    with transaction.atomic():
-        records.store_llm_calls(session.pk, None, llm.drain())
-        try:
-            with transaction.atomic():
-                ProbeResult.objects.bulk_create(rows)
-        except IntegrityError:  # probed meanwhile by another run
-            return 0
-    return len(rows)
+            row.item["told_by_worker"] = row.told
+    return rows
 
 
 def _probe_of(item: dict[str, Any]) -> cards.Probe:
@@ -164,7 +202,9 @@ def _inline(
         answer_msg = None
         if ask is not None:
             answer_msg = next((m for m in messages if m.seq > ask.seq and m.speaker == Message.Speaker.BOT), None)
-        answer = answer_msg.text if answer_msg is not None and answer_msg.status == Message.Status.COMPLETE else ""
+        if answer_msg is not None and answer_msg.status != Message.Status.COMPLETE:
+            answer_msg = None  # the reply failed: the probe was not answered
+        answer = answer_msg.text if answer_msg is not None else ""
         now: datetime = session.simulated_start
         upto = turns_of(session, upto_seq=ask.seq) if ask is not None else [Turn("user", task.question, now)]
         prompt = system.compose(start_state, upto, now)
@@ -193,3 +233,6 @@ def unprobed_sessions(study_id: int | None = None) -> list[int]:
     if study_id is not None:
         qs = qs.filter(episode__participant__study_id=study_id)
     return list(qs.order_by("pk").values_list("pk", flat=True).distinct())
+
+
+PROBES = kinds.declare("chat.memory_probe", lane="long", run=run_probes, retry=probe_policy, label="memory probes")

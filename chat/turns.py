@@ -2,27 +2,29 @@
 transaction, and the reply enqueued after the commit.
 
 The turn is the hot path of a live study (issue 12): the session row is locked with everything the
-checks need in one query compiled once per process (:func:`_lock_query`, chat/sqlcache.py), the
-session's messages are read once, and in the local job modes the reply's placeholder is inserted
-already claimed and handed to this process's job with the rows it needs (chat/handover.py).
+checks need in one query compiled once per process (:func:`_lock_query`, infra/sqlcache.py), the
+session's messages are read once, and the reply's job is submitted in the same transaction; when jobs
+run in this process it is stored already claimed and handed the rows it needs (runtime/handover.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from chat import fragments, handover, jobs, leases, limits, replies, sqlcache
+from chat import fragments, limits, replies
 from chat.authenticity import Signals, clean_signals, store_signals
 from chat.errors import ChatError
 from chat.models import ChatSession, Message
 from chat.sessions import opens_with_bot, rate_first_text
 from chat.transcript import reply_pending
+from infra import sqlcache
 from memory.base import Turn
+from runtime import push
 
 
 def _lock_query() -> sqlcache.CachedQuery:
@@ -119,7 +121,6 @@ def post_user_message(
     if not client_id or len(client_id) > 64:
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
-    local = jobs.job_mode() != "celery"
     now = timezone.now()
     since = limits.window_start(now)
     with transaction.atomic():
@@ -171,13 +172,16 @@ def post_user_message(
                 session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
             )
         )
-        bot = Message(
-            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
-            deadline_at=now + timedelta(seconds=jobs.reply_deadline_seconds()), due_at=now, created_at=now,
-            # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
-            attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
-        )  # fmt: skip
-        sqlcache.insert(bot)
+        bot = sqlcache.insert(
+            Message(
+                session=locked,
+                seq=seq + 1,
+                speaker=Message.Speaker.BOT,
+                status=Message.Status.PENDING,
+                reply_to=user,
+                created_at=now,
+            )
+        )
         if signals is None and raw_signals is not None:
             signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
@@ -191,8 +195,7 @@ def post_user_message(
         turns.append(Turn("user", text, at))
         ack = fragments.clear_error() + fragments.messages([user, bot])
         ack += fragments.controls(len(mine) + 1, study.min_user_turns, pending=True)
-        transaction.on_commit(lambda: jobs.broadcast(session_id, ack))
-        if local:
-            transaction.on_commit(lambda: handover.hand_over(handover.Prepared(bot, turns, len(mine) + 1)))
-        transaction.on_commit(lambda: replies.enqueue_reply(bot.pk))
+        transaction.on_commit(lambda: push.broadcast(session_id, ack))
+        # after the acknowledgement's push: nothing of the reply can overtake it
+        replies.submit_reply(bot, study.pk, hand=replies.Prepared(bot, turns, len(mine) + 1))
     return user, True

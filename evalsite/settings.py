@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "infra",
+    "runtime",
     "studies",
     "chat",
     "annotation",
@@ -147,8 +148,8 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = _eager
 else:
-    # channels' in-memory layer with cheaper bookkeeping (chat/layers.py): one process, no Redis
-    CHANNEL_LAYERS = {"default": {"BACKEND": "chat.layers.InMemoryChannelLayer"}}
+    # channels' in-memory layer with cheaper bookkeeping (runtime/layers.py): one process, no Redis
+    CHANNEL_LAYERS = {"default": {"BACKEND": "runtime.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = False
@@ -156,14 +157,27 @@ CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; tasks a
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
-# A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
-CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
-CELERY_TASK_ROUTES = {
-    "chat.tasks.update_memory": {"queue": "memory"},
-    # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
-    "chat.tasks.run_arm_job": {"queue": "memory"},
-}
+# Each lane of the job runtime (runtime/kinds.py) is a queue of its own, so a reply never waits behind a memory
+# update, a readiness check or a simulation: docker-compose runs one worker per queue; a plain
+# `celery -A evalsite worker` consumes them all.
+CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory"), Queue("long")]
+RUNTIME_LANE_QUEUES = {"reply": "celery", "memory": "memory", "long": "long", "plan": "long"}
+# A job is sent to its lane's queue by runtime/executor.py; the other tasks (beat's) go to the default queue.
+CELERY_TASK_ROUTES: dict[str, dict[str, str]] = {}
+# The embedded default runs these lanes in a child process each, at a lower CPU priority (runtime/executor.py):
+# readiness checks, evaluations and power simulations then never take the cores or the interpreter lock from
+# the web process's replies. "none": every lane is a thread of the web process.
+_process_lanes = env.text("RUNTIME_PROCESS_LANES", "long,plan").replace(" ", "")
+RUNTIME_PROCESS_LANES = () if _process_lanes == "none" else tuple(_process_lanes.split(","))
+if not set(RUNTIME_PROCESS_LANES) <= {"long", "plan", "memory"}:
+    raise ImproperlyConfigured(
+        f"RUNTIME_PROCESS_LANES={_process_lanes}: lanes that may run in a child process are long, plan and memory "
+        "(replies stream from the web process), or none."
+    )
+RUNTIME_PROCESS_NICE = env.integer("RUNTIME_PROCESS_NICE", 10, minimum=0)
+# How often lost jobs are looked for (runtime/sweeper.py): Celery beat in production, a thread in the embedded
+# default; pages that wait for a job also look for theirs. 0 turns the thread off.
+RUNTIME_SWEEP_SECONDS = env.number("RUNTIME_SWEEP_SECONDS", 10.0, minimum=0)
 # Periodic upkeep, sent by the one `celery -A evalsite beat` process (docker-compose's "beat" service):
 # workers gone too long are marked abandoned (chat/timing.py); annotation claims sweep their own queue's
 # expired leases at most every 30 s, and the beat returns stale claims in queues nobody is claiming from
@@ -171,6 +185,11 @@ CELERY_TASK_ROUTES = {
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+    "sweep-lost-jobs": {
+        "task": "runtime.tasks.sweep_task",
+        "schedule": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0),
+        "options": {"expires": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0)},
+    },
     "expire-annotation-leases": {
         "task": "annotation.tasks.expire_leases_task",
         "schedule": 60.0,
@@ -182,20 +201,20 @@ CELERY_BEAT_SCHEDULE = {
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 # Thread mode (the embedded default): replies and memory updates run in separate pools of the web
-# process, as production runs them on separate queues and workers (chat/jobs.py).
+# process, as production runs them on separate queues and workers (runtime/executor.py).
 CHAT_REPLY_THREADS = env.integer("CHAT_REPLY_THREADS", 4, minimum=1)
 CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
-CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
+CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each retry of a reply
+CHAT_MEMORY_RETRY_DELAYS = env.numbers("CHAT_MEMORY_RETRY_DELAYS", "5,10,20")  # ... of a memory update
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
-CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
 # Parsed memory states kept per process by (episode, state_version) (chat/state.py): a reply reads only the
 # version and parses the state on a miss. Bounded by episodes and by an estimate of their size; 0 turns it off.
 CHAT_STATE_CACHE_ENTRIES = env.integer("CHAT_STATE_CACHE_ENTRIES", 256, minimum=0)
 CHAT_STATE_CACHE_MB = env.number("CHAT_STATE_CACHE_MB", 256.0)
 # Debugging aid (on in the tests): keep each cached state's JSON and raise if a state was edited in place.
 CHAT_STATE_CACHE_VERIFY = env.boolean("CHAT_STATE_CACHE_VERIFY", False)
-# Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
-# lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
+# Faults (runtime/leases.py): a reply has an overall deadline; a job is held by a lease that a heartbeat
+# extends, so a dead job is noticed within a lease and taken back by the sweeper (runtime/sweeper.py).
 CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)
 CHAT_JOB_LEASE_SECONDS = env.number("CHAT_JOB_LEASE_SECONDS", 15.0, minimum=1)
 CHAT_JOB_QUEUE_GRACE_SECONDS = env.number("CHAT_JOB_QUEUE_GRACE_SECONDS", 20.0)

@@ -42,7 +42,8 @@ from typing import Any, TextIO
 from memory.base import Turn, ensure_json
 from memory.embed import make_embedder
 from memory.evaluation import replay_session
-from memory.llm import LLM, REPLY_TEMPERATURE, RecordingLLM, make_llm
+from memory.llm import LLM, REPLY_TEMPERATURE, make_llm
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS, build_system
 
 
@@ -275,7 +276,7 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from memory.evaluation import DatasetError, EvaluationStopped, Journal, render_markdown, run
-    from memory.llm import RetryPolicy
+    from memory.llmwrap import RetryPolicy
 
     if args.dataset != "cards" and (args.script or args.max_cards or args.probes_out):
         print("error: --script, --max-cards and --probes-out are for --dataset cards", file=sys.stderr)

@@ -34,9 +34,10 @@ from typing import Any
 
 from memory.base import MemorySystem, Stored, Turn, ensure_json
 from memory.cards import Bank, EpisodePlan, Probe, Script, load_bank, load_script, plan_episode, probe_of, probes_after
+from memory.evaljournal import EvaluationStopped, Journal
 from memory.evalreport import stand_in_warning
-from memory.evaluation import EvaluationStopped, Journal
-from memory.llm import LLM, LLMError, RecordingLLM, RetryingLLM, RetryPolicy
+from memory.llm import LLM, LLMError
+from memory.llmwrap import RecordingLLM, RetryingLLM, RetryPolicy
 from memory.probes import FREE_TEXT_PROMPT, Score, score_answer
 from memory.stages import STAGE_NAMES, Evidence, attribute, counts, trace_texts
 

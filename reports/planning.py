@@ -2,10 +2,12 @@
 components from a pilot, power simulations in the background, and pre-registration documents.
 
 The statistics live in :mod:`analysis.planning` and :mod:`analysis.prereg`; this module only gathers the
-study's settings and data. A power analysis simulates thousands of studies (tens of seconds of CPU), so it runs
-in one background thread of the web process (one at a time), never in the request: under ASGI every
-synchronous view shares one thread, and a long request would hold up every other page. Its status and result
-live in the cache under a key derived from the study and the settings, and the page polls for it.
+study's settings and data. A power analysis simulates thousands of studies (tens of seconds to minutes of CPU),
+so it is a job of the runtime (kind ``reports.power_plan``, lane ``plan``: a low-priority process of its own
+in the embedded default, the ``long`` queue in production), never the request: under ASGI every synchronous
+view shares one thread, and a long request would hold up every other page; nor a thread of the web process,
+whose Python would hold the interpreter lock from the workers' replies. The job's target is a key derived
+from the study and the settings, its result the plan, and the page polls for it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from typing import Any
 
-from django.core.cache import cache
+from django.utils import timezone
 
 from analysis.planning import estimate_components, workers_needed
 from analysis.prereg import analysis_settings, build_preregistration
@@ -26,13 +28,14 @@ from analysis.synthetic import StudyDesign, VarianceComponents
 from reports import queries
 from reports.models import ImportedDataset, Preregistration
 from reports.reporting import Source, analysis_frame
+from runtime import jobs, kinds
+from runtime.jobs import Attempt
+from runtime.models import Job
 from studies.models import Study
 
 log = logging.getLogger(__name__)
 
-PLAN_SECONDS = 24 * 3600  # how long a finished plan stays available
-RUNNING_SECONDS = 3600  # a plan still "running" after this long is given up (e.g. the process restarted)
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memeval-plan")
+PLAN_SECONDS = 24 * 3600  # how long a finished plan is reused for the same study and settings
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,13 @@ class PlanSettings:
         raw = json.dumps({"study": study.pk, "design": asdict(study_design(study)), **asdict(self)}, sort_keys=True)
         # prefixed with the study: a key only shows its result on the study it was made for (plan_status_for)
         return f"{study.pk}-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlanSettings:
+        return cls(**{**data, "components": VarianceComponents(**data["components"])})
 
 
 def study_design(study: Study) -> StudyDesign:
@@ -80,24 +90,31 @@ def pilot_source(study: Study, pilot: str) -> Source:
 
 
 def start_plan(study: Study, settings: PlanSettings) -> str:
-    """Queue the power simulation unless it is running or done; returns the key to poll with :func:`plan_status`.
-
-    The pilot's ratings are read here, in the request (database access stays in request threads)."""
+    """Submit the power simulation unless it is queued, running or done (within :data:`PLAN_SECONDS`); returns
+    the key to poll with :func:`plan_status`. A pilot dataset that does not exist is refused here."""
     key = settings.key(study)
-    state = cache.get(_cache_key(key))
-    if state is not None and state["status"] in ("running", "done"):
+    if settings.pilot.startswith("dataset:"):
+        ImportedDataset.objects.get(study=study, pk=int(settings.pilot.removeprefix("dataset:")))
+    latest = Job.objects.of(POWER_PLAN.name, key).order_by("-created_at", "-id").first()
+    fresh = timezone.now() - timedelta(seconds=PLAN_SECONDS)
+    if latest is not None and (not latest.finished or (latest.status == Job.Status.DONE and latest.created_at > fresh)):
         return key
-    pilot = pilot_source(study, settings.pilot) if settings.pilot != "assumed" else None
-    cache.set(_cache_key(key), {"status": "running"}, RUNNING_SECONDS)
-    _executor.submit(_run_plan, key, study_design(study), settings, pilot)
+    params = {"study": study.pk, "design": asdict(study_design(study)), "settings": settings.as_json()}
+    jobs.submit(POWER_PLAN, key, scope=f"study:{study.pk}", label="power simulation", params=params)
     return key
 
 
 def plan_status(key: str) -> dict[str, Any] | None:
-    """``{"status": "running"}``, ``{"status": "done", "plan": ..., "pilot": ...}``, ``{"status": "failed",
-    "message": ...}``, or None for an unknown (or expired) key."""
-    state: dict[str, Any] | None = cache.get(_cache_key(key))
-    return state
+    """``{"status": "running"}`` (queued or running, with ``done``/``total`` when known), ``{"status": "done",
+    "plan": ..., "pilot": ...}``, ``{"status": "failed", "message": ...}``, or None for an unknown key."""
+    job = Job.objects.of(POWER_PLAN.name, key).order_by("-created_at", "-id").first()
+    if job is None:
+        return None
+    if job.status == Job.Status.DONE:
+        return {"status": "done", **(job.result or {})}
+    if job.status == Job.Status.FAILED:
+        return {"status": "failed", "message": job.error}
+    return {"status": "running", "done": job.done, "total": job.total}
 
 
 def plan_status_for(study: Study, key: str) -> dict[str, Any] | None:
@@ -105,20 +122,26 @@ def plan_status_for(study: Study, key: str) -> dict[str, Any] | None:
     return plan_status(key) if key.startswith(f"{study.pk}-") else None
 
 
-def _cache_key(key: str) -> str:
-    return f"reports:plan:{key}"
+class PlanFailed(Exception):
+    """The simulation could not be made (the message says why)."""
 
 
-def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Source | None) -> None:
+def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
+    """The power simulation of a ``reports.power_plan`` job: its result is the plan and the pilot's estimate."""
+    settings = PlanSettings.from_json(job.params["settings"])
+    design = StudyDesign(**job.params["design"])
     try:
         components, notes, pilot_info = settings.components, [], None
-        if pilot is not None:
+        if settings.pilot != "assumed":
+            study = Study.objects.get(pk=int(job.params["study"]))
+            pilot = pilot_source(study, settings.pilot)
             if pilot.spec is None or pilot.frame.empty:
                 raise RatingsError("the pilot has no ratings to estimate the variance components from")
             frame, spec = analysis_frame(pilot, pilot.spec)
             estimate = estimate_components(frame, spec)
             components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
         effect = settings.effect / components.latent_sd if settings.effect_unit == "points" else settings.effect
+        attempt.check()
         plan = workers_needed(
             design,
             components,
@@ -129,13 +152,20 @@ def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Sour
             family=settings.family,
             max_workers=settings.max_workers,
         )
-        plan.notes[:0] = notes
-        cache.set(_cache_key(key), {"status": "done", "plan": plan.as_dict(), "pilot": pilot_info}, PLAN_SECONDS)
-    except (RatingsError, ValueError) as exc:
-        cache.set(_cache_key(key), {"status": "failed", "message": str(exc)}, PLAN_SECONDS)
-    except Exception:  # the thread must always leave a status behind, or the page would poll forever
-        log.exception("power simulation %s failed", key)
-        cache.set(_cache_key(key), {"status": "failed", "message": "the simulation failed (see the log)"}, PLAN_SECONDS)
+    except (RatingsError, ValueError, Study.DoesNotExist, ImportedDataset.DoesNotExist) as exc:
+        raise PlanFailed(str(exc)) from exc
+    except jobs.JobLost:
+        raise
+    except Exception as exc:  # the job must always leave a reason behind, or the page would say nothing useful
+        log.exception("power simulation %s failed", job.target)
+        raise PlanFailed("the simulation failed (see the log)") from exc
+    plan.notes[:0] = notes
+    return {"plan": plan.as_dict(), "pilot": pilot_info}
+
+
+POWER_PLAN = kinds.declare(
+    "reports.power_plan", lane="plan", run=run_plan, retry=kinds.RetryPolicy(max_attempts=2), label="power simulation"
+)
 
 
 def preregistration_document(

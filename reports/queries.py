@@ -104,7 +104,7 @@ def study_data_version(study: Study) -> str:
         Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
         AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
         study.pilot,
-        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "status")),
+        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "job__status")),
         ProbeResult.objects.filter(session__episode__participant__study=study).aggregate(n=Count("id"), m=Max("id")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
@@ -219,9 +219,9 @@ def automatic_scores(study: Study) -> list[dict[str, Any]]:
     """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
     latest: dict[int, ArmJob] = {}
     for job in (
-        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, status=ArmJob.Status.DONE)
-        .select_related("arm")
-        .order_by("arm_id", "-finished_at", "-id")
+        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, job__status=ArmJob.Status.DONE)
+        .select_related("arm", "job")
+        .order_by("arm_id", "-job__finished_at", "-id")
     ):
         latest.setdefault(job.arm_id, job)
     rows = []

@@ -29,7 +29,8 @@ from chat.models import ChatSession, Episode, MemorySnapshot, Message, Rating
 from chat.records import store_llm_calls
 from memory.base import Turn
 from memory.embed import make_embedder
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import build_system
 from memory.systems.memory_accumulate import SUMMARY_SYSTEM
 from memory.systems.memory_update import OPERATION_SYSTEM

@@ -26,6 +26,8 @@ from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
 from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
+from runtime import kinds
+from runtime.models import Job
 from studies import memorycompat, personas
 from studies.forms import (
     ArmFormSet,
@@ -304,6 +306,14 @@ def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
+@researcher_required
+def study_jobs(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's background jobs alone (htmx polls it while one is live)."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    armjobs.redispatch_overdue(study)
+    return render(request, "studies/researcher/detail.html#jobs", _jobs_context(study))
+
+
 @dataclass
 class ArmRow:
     arm: Arm
@@ -386,9 +396,34 @@ def _readiness_context(study: Study) -> dict[str, Any]:
         "jobs_running": any(r.state == "checking" for r in rows)
         or any(not j.finished and not j.lost for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
-        "preflight_available": memorycompat.preflight_available(),
         # the active arms whose replies come from the embedded demo model (the QC arm calls no model)
         "demo_arms": [r.arm for r in rows if r.arm.active and not r.arm.is_qc and r.arm.resolved_backend == "local"],
+    }
+
+
+def _jobs_context(study: Study) -> dict[str, Any]:
+    """The study's background jobs (runtime.Job with scope ``study:<pk>``): every live one (queued, waiting
+    to retry, running with its progress), the latest failures with their reasons, the latest finished
+    checks, evaluations and simulations, and counts per kind (with how many needed more than one attempt)."""
+    scope = Job.objects.filter(scope=f"study:{study.pk}")
+    live = list(scope.filter(status__in=Job.LIVE).order_by("created_at", "id")[:50])
+    failed = list(scope.filter(status=Job.Status.FAILED).order_by("-finished_at", "-id")[:10])
+    finished = list(scope.filter(status=Job.Status.DONE).exclude(lane="reply").order_by("-finished_at", "-id")[:10])
+    counts: dict[str, dict[str, int]] = {}
+    rows = scope.values_list("kind", "status").annotate(n=Count("id"), retried=Count("id", filter=Q(attempts__gt=1)))
+    for kind, status, n, retried in rows.order_by("kind"):
+        count = counts.setdefault(kind, {**dict.fromkeys(Job.Status.values, 0), "retried": 0})
+        count[status] = n
+        count["retried"] += retried  # jobs that needed more than one attempt, however they ended
+    declared = kinds.declared()
+    label = {name: declared[name].label if name in declared else name for name in counts}
+    return {
+        "study": study,
+        "live_jobs": live,
+        "failed_jobs": failed,
+        "finished_jobs": finished,
+        "job_counts": [{"kind": k, "label": label[k], **c} for k, c in counts.items()],
+        "jobs_live": bool(live),
     }
 
 
@@ -423,6 +458,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "personas": personas.preview(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
+        **_jobs_context(study),
     }
 
 

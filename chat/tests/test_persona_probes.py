@@ -13,8 +13,10 @@ from django.core.management import call_command
 from django.test import Client
 
 from chat import assignment, personas, probing, turns
-from chat.models import ChatSession, Episode, ProbeResult
+from chat.models import ChatSession, Episode, LLMCallRecord, ProbeResult
 from chat.tests.conftest import enter
+from memory.llm import LLMTransientError
+from runtime.models import Job
 from studies.models import Arm, Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -146,3 +148,33 @@ def test_a_session_without_a_persona_is_not_probed(client: Client, study: Study,
     turns.post_user_message(session, "c1", "Hello!")
     client.post(f"/chat/{session.pk}/end/")
     assert probing.probe_session(session.pk) == 0 and not ProbeResult.objects.exists()
+
+
+def test_an_endpoint_down_while_probing_is_retried_then_leaves_the_session_for_probe_memory(
+    client: Client, study: Study, script: Any
+) -> None:
+    down = {"on": True}
+
+    def flaky(messages: list[dict[str, str]]) -> str:
+        if down["on"] and messages[-1]["content"].endswith("?") and len(messages) <= 2:
+            raise LLMTransientError("503 from the endpoint")
+        return recite(messages)
+
+    llm = script(flaky)
+    study.persona_cards, study.card_script, study.gap_max_days = True, SCRIPT, None
+    study.save()
+    Arm.objects.filter(study=study).exclude(memory_system="full_history").update(active=False)
+    participant = enter(client, study, "w-down")
+    client.get(f"/s/{study.slug}/next/", follow=True)
+    first = assignment.current_session(participant)
+    assert first is not None
+    play_session(client, first)  # the worker is never held up: the next session is ready
+    assert not ProbeResult.objects.filter(session=first).exists()
+    job = Job.objects.get(kind="chat.memory_probe", target=str(first.pk))
+    assert job.status == Job.Status.FAILED and job.attempts == 4 and "503" in job.error
+    assert LLMCallRecord.objects.filter(session=first, purpose="probe", error__contains="503").count() == 4
+    assert assignment.current_session(participant).index == 2  # type: ignore[union-attr]
+    down["on"] = False
+    calls = len(llm.calls)
+    call_command("probe_memory", study.slug)
+    assert ProbeResult.objects.filter(session=first).count() == 4 and len(llm.calls) > calls

@@ -18,7 +18,7 @@ import pytest
 from memory.__main__ import main
 from memory.cardeval import PROBE_COLUMNS
 from memory.evaluation import EvaluationStopped, Journal, run
-from memory.llm import RetryPolicy
+from memory.llmwrap import RetryPolicy
 from memory.registry import MEMORY_SYSTEMS
 from memory.tests.fake_llm import fake_reply
 from memory.tests.fake_openai import FaultyOpenAI

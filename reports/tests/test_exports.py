@@ -18,12 +18,12 @@ from django.test import Client
 from django.urls import reverse
 
 from analysis.__main__ import main as analysis_cli
-from chat.models import ArmJob, Episode, Rating
+from chat.models import Episode, Rating
 from memory import vectors
 from memory.embed import HashingEmbedder
 from reports.tests.conftest import add_ratings
 from studies.models import Study
-from studies.tests.conftest import make_finished_episode
+from studies.tests.conftest import arm_job, make_finished_episode
 
 pytestmark = pytest.mark.django_db
 
@@ -186,7 +186,7 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
 
     result = {"arm": "none", "dataset": "gvd", "questions": 15, "model": "scripted", "overall": {"f1": 0.25, "judge": 0.5},
               "judge": {"stand_in": True}, "stand_in_model": True, "gold_note": GVD_GOLD_NOTE}  # fmt: skip
-    ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
+    arm_job(arm, "evaluation", status="done", result=result)
     client.force_login(researcher)
 
     def get(fmt: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,9 +12,10 @@ from django.urls import reverse
 from analysis.prereg import digest
 from reports import planning
 from reports.models import Preregistration
+from runtime import executor
 from studies.models import Study
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the simulation is sent to its job after the commit
 
 SMALL = {  # a quick simulation: few studies, small sizes, a large effect
     "pilot": "assumed",
@@ -35,16 +35,9 @@ SMALL = {  # a quick simulation: few studies, small sizes, a large effect
 }
 
 
-class InlineExecutor:
-    """Runs the background job at once, so a test sees its result on the next request."""
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        fn(*args)
-
-
 @pytest.fixture(autouse=True)
-def _inline_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planning, "_executor", InlineExecutor())
+def _inline_jobs(settings: Any) -> None:
+    settings.CHAT_JOB_MODE = "inline"  # the simulation runs in the request, so a test sees it on the next one
 
 
 def plan_url(study: Study) -> str:
@@ -97,7 +90,7 @@ def test_a_simulations_result_is_not_shown_through_another_study(researcher_clie
 def test_a_running_simulation_is_polled(
     researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planning, "_executor", type("Idle", (), {"submit": lambda self, *a: None})())
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still queued
     response = researcher_client.post(plan_url(study), SMALL)
     page = researcher_client.get(response["Location"]).content.decode()
     assert "Simulating studies of this design" in page and 'hx-trigger="every 2s"' in page

@@ -15,7 +15,7 @@ from django.urls import reverse
 from chat.models import Episode
 from memory.cards import CARDS_DIR
 from studies.models import CardBank, Participant, Study
-from studies.tests.test_study_form import ARMS, STUDY, formset
+from studies.tests.conftest import ARMS, STUDY, formset
 
 pytestmark = pytest.mark.django_db
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from django.urls import reverse
 from chat.models import Episode
 from studies.forms import check_params
 from studies.models import Participant, Study
+from studies.tests.conftest import ARMS, STUDY, RenderedForm, formset
 
 pytestmark = pytest.mark.django_db
 
@@ -20,54 +20,6 @@ pytestmark = pytest.mark.django_db
 def rclient(client: Client, researcher: Any) -> Client:
     client.force_login(researcher)
     return client
-
-
-def formset(prefix: str, rows: list[dict[str, Any]], initial: int = 0) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        f"{prefix}-TOTAL_FORMS": len(rows),
-        f"{prefix}-INITIAL_FORMS": initial,
-        f"{prefix}-MIN_NUM_FORMS": 0,
-        f"{prefix}-MAX_NUM_FORMS": 1000,
-    }
-    for i, row in enumerate(rows):
-        for key, value in row.items():
-            if value is True:
-                data[f"{prefix}-{i}-{key}"] = "on"
-            elif value is not False and value is not None:
-                data[f"{prefix}-{i}-{key}"] = value
-    return data
-
-
-STUDY = {
-    "name": "Memory pilot",
-    "sessions_per_episode": 3,
-    "gap_days": 7,
-    "gap_max_days": 14,
-    "bot_opens_sessions": "on",
-    "min_user_turns": 4,
-    "episodes_per_worker": 2,
-    "max_message_chars": 2000,
-    "max_messages_per_minute": 12,
-    "max_turns_per_session": 60,
-    "max_stored_chars": 200_000,
-    "simulated_start": "2026-01-05 10:00",
-    "instructions": "Chat.",
-    "consent_text": "OK?",
-    "completion_code": "ABC123",
-    "invite_max_age_days": 30,
-    "add_default_metrics": "on",
-}
-ARMS = [
-    {"name": "No memory", "memory_system": "none", "params": "{}", "llm_backend": "", "llm_model": "", "active": True},
-    {
-        "name": "Full",
-        "memory_system": "full_history",
-        "params": '{"max_history_tokens": 900}',
-        "llm_backend": "openai",
-        "llm_model": "gpt-4o-mini",
-        "active": True,
-    },
-]
 
 
 def post_new(
@@ -316,52 +268,9 @@ def test_the_turn_limit_cannot_be_below_the_minimum_of_user_turns(rclient: Clien
     assert post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 5}).status_code == 302
 
 
-class _RenderedForm(HTMLParser):
-    """The fields a browser would post from the rendered edit page (template rows left out)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data: dict[str, str] = {}
-        self._template = 0
-        self._select: str | None = None
-        self._textarea: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        self._template += tag == "template"
-        if self._template or not a.get("name") and tag != "option":
-            return
-        if tag == "input" and a.get("type") in ("checkbox", "radio"):
-            if "checked" in a:
-                self.data[a["name"]] = a.get("value") or "on"
-        elif tag == "input" and a.get("type") not in ("submit", "button"):
-            self.data[a["name"]] = a.get("value", "")
-        elif tag == "select":
-            self._select = a["name"]
-            self.data[a["name"]] = ""
-        elif tag == "option" and self._select and "selected" in a:
-            self.data[self._select] = a.get("value", "")
-        elif tag == "textarea":
-            self._textarea = a["name"]
-            self.data[a["name"]] = ""
-
-    def handle_endtag(self, tag: str) -> None:
-        self._template -= tag == "template"
-        if tag == "select":
-            self._select = None
-        if tag == "textarea":
-            if self._textarea:  # the browser drops the newline Django writes after <textarea>
-                self.data[self._textarea] = self.data[self._textarea].removeprefix("\n")
-            self._textarea = None
-
-    def handle_data(self, data: str) -> None:
-        if self._textarea and not self._template:
-            self.data[self._textarea] += data
-
-
 def test_saving_an_open_study_as_rendered_ignores_the_blank_extra_arm_row(rclient: Client, study: Study) -> None:
     url = reverse("studies:edit", args=[study.slug])
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(rclient.get(url).content.decode())
     assert form.data["arms-TOTAL_FORMS"] == "3" and form.data["arms-2-params"] == "{}"  # the blank extra row
     form.data["name"] = "Renamed"
@@ -373,7 +282,7 @@ def test_saving_an_open_study_as_rendered_ignores_the_blank_extra_arm_row(rclien
 
 def test_a_blank_arm_row_with_parameters_typed_in_is_still_checked(rclient: Client, study: Study) -> None:
     url = reverse("studies:edit", args=[study.slug])
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(rclient.get(url).content.decode())
     form.data["arms-2-params"] = '{"k": 3'
     response = rclient.post(url, form.data)

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from studies.forms import qc_design_problem
 from studies.models import Study
-from studies.tests.test_study_form import ARMS, STUDY, formset
+from studies.tests.conftest import ARMS, STUDY, formset
 
 pytestmark = pytest.mark.django_db
 

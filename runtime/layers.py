@@ -1,4 +1,9 @@
-"""The embedded default's channel layer: channels' in-memory layer, with its bookkeeping made cheap.
+"""channels' internals, in this module only (docs/architecture.md, "Private internals"): the embedded
+default's channel layer (channels' in-memory layer, with its bookkeeping made cheap), and a consumer whose
+dispatch skips channels' per-message database hop. ``tests/test_private_internals.py`` pins both to the
+channels versions they were checked against.
+
+The layer:
 
 Channels' ``InMemoryChannelLayer`` scans every channel and every group membership for expired entries on
 each ``receive`` and ``group_send``: with 200 chat sockets that is a few thousand steps for each frame
@@ -6,7 +11,7 @@ of each turn, so a turn's cost grew with the number of open sockets (issue 12, t
 scan runs at most once per ``clean_interval`` seconds (an expired message may stay that much longer; they
 expire after a minute). ``group_send`` queues the message for each member directly instead of one task
 per member, and :meth:`group_send_nowait` lets code on the event loop push without a coroutine
-(``chat.jobs.broadcast`` schedules it from job threads with ``call_soon_threadsafe``). Production
+(``runtime.push.broadcast`` schedules it from job threads with ``call_soon_threadsafe``). Production
 uses the Redis layer (settings), which has neither cost.
 """
 
@@ -18,7 +23,9 @@ import time
 from copy import deepcopy
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.exceptions import ChannelFull
+from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer as _ChannelsInMemoryLayer
 
 
@@ -60,3 +67,16 @@ class InMemoryChannelLayer(_ChannelsInMemoryLayer):  # type: ignore[misc]  # cha
             queue.put_nowait((time.time() + self.expiry, deepcopy(message)))
         except asyncio.QueueFull:
             raise ChannelFull(channel) from None
+
+
+class LeanWebsocketConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels has no type hints
+    """channels' websocket consumer without its ``aclose_old_connections()`` before every handler: that is a
+    hop to the one shared sync thread for each frame received and each push (three per chat turn, all
+    queued on that one thread). A subclass does its database work in threads of its own, which end every
+    unit of work themselves (``runtime.executor.keep_connections``); its handlers touch no connection."""
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)

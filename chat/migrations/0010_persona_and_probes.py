@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0008_armjob_dispatched_at'),
+        ('chat', '0009_jobs_move_to_the_runtime'),
     ]
 
     operations = [

@@ -1,4 +1,4 @@
-"""The embedded default's channel layer (chat/layers.py): channels' in-memory layer with its expiry scan
+"""The embedded default's channel layer (runtime/layers.py): channels' in-memory layer with its expiry scan
 throttled and a direct group send; it must still deliver, drop on a full channel and expire."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from chat.layers import InMemoryChannelLayer
+from runtime.layers import InMemoryChannelLayer
 
 
 def test_a_group_send_reaches_every_member_in_order() -> None:

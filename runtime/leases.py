@@ -1,11 +1,10 @@
-"""Leases on chat jobs: who is running a reply or a memory update, and whether that job is still alive.
+"""Leases on jobs: who is running a job, and whether that worker is still alive.
 
-A job *claims* its row (a pending bot :class:`~chat.models.Message`, or a pending
-:class:`~chat.models.MemorySnapshot`) before it calls any LLM, with a compare-and-set on the row's
-``lease_until``: a duplicate delivery of the same task finds the lease held and does nothing, so no
-LLM call is made twice. While the job runs, a heartbeat thread extends the lease; a job that dies (a
-killed worker, a server restart, a lost broker message) stops extending it, the lease lapses within
-seconds, and the next look at the row (the chat page's socket, the waiting page's poll) re-enqueues it.
+A worker *claims* its :class:`~runtime.models.Job` before it does any of the work, with a
+compare-and-set on the row's ``lease_until`` (runtime/jobs.py): a duplicate delivery of the same job
+finds the lease held and does nothing, so no LLM call is made twice. While the job runs, a heartbeat
+extends the lease; a job that dies (a killed worker, a server restart) stops extending it, the lease
+lapses within seconds, and the sweeper (runtime/sweeper.py) takes the job back.
 
 Timing (settings, all seconds):
 
@@ -21,12 +20,12 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connections, models
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -34,9 +33,19 @@ log = logging.getLogger(__name__)
 
 
 class Held(Protocol):
-    """The row a job holds: a queryset of it, or a ``chat.sqlcache.Row`` (a precompiled update)."""
+    """The row a job holds: a queryset of it, or an ``infra.sqlcache.Row`` (a precompiled update)."""
 
     def update(self, **kwargs: Any) -> int: ...
+
+
+def writing() -> AbstractContextManager[object]:
+    """Around a job's bookkeeping write outside a transaction: on SQLite a transaction of its own, so that
+    it queues on the process's writer lock (infra/sqlite) instead of meeting another thread's write in
+    SQLite's busy handler (or, on the test suite's shared in-memory database, failing at once); on
+    PostgreSQL nothing (a single statement is atomic there, and a transaction would cost two round trips)."""
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        return transaction.atomic()
+    return nullcontext()
 
 
 def lease_seconds() -> float:
@@ -48,22 +57,16 @@ def queue_grace_seconds() -> float:
 
 
 def claimable() -> Q:
-    """Rows nobody is running: never claimed, released, or held by a job whose lease lapsed."""
+    """Jobs nobody is running: never claimed, released, or held by a worker whose lease lapsed."""
     return Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
 
 
-def lost(*, due_field: str) -> Q:
-    """Rows whose job is gone: a lapsed lease, or not claimed although due more than the grace ago."""
+def lost() -> Q:
+    """Live jobs whose worker is gone: running under a lapsed lease, or queued and not claimed although
+    due more than the queue grace ago (a lost broker message, a queue that died with its process)."""
     now = timezone.now()
     overdue = now - timedelta(seconds=queue_grace_seconds())
-    return Q(lease_until__lt=now) | Q(lease_until__isnull=True, **{f"{due_field}__lt": overdue})
-
-
-def claim(queryset: models.QuerySet[models.Model], **changes: object) -> bool:
-    """Take the lease on the (one) row of ``queryset`` if nobody holds it; ``changes`` are applied in
-    the same UPDATE. ``False`` when another job holds it or the row no longer matches."""
-    until = timezone.now() + timedelta(seconds=lease_seconds())
-    return bool(queryset.filter(claimable()).update(lease_until=until, **changes))
+    return Q(status="running", lease_until__lt=now) | Q(status="queued", lease_until__isnull=True, due_at__lt=overdue)
 
 
 class Heartbeat:
@@ -104,7 +107,9 @@ class Heartbeat:
                 return False
             until = timezone.now() + timedelta(seconds=lease_seconds())
             try:
-                if not self.queryset.update(lease_until=until):
+                with writing():
+                    extended = self.queryset.update(lease_until=until)
+                if not extended:
                     self.lost = True
                     return False
             except DatabaseError:
