@@ -19,7 +19,7 @@ from memory.llm import LLMTransientError
 from runtime.models import Job
 from studies.models import Arm, Study
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
 
 SCRIPT = {
     "format": "memeval-card-script/1",

@@ -14,7 +14,7 @@ from chat.models import ChatSession, ProbeResult
 from reports.tests.conftest import add_ratings
 from studies.models import Study
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
 
 
 def add_probes(study: Study) -> None:
