@@ -286,3 +286,36 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
         flat[f"{m}_ci95"] = cell["ci95"] if cell else [None, None]
         flat[f"{m}_units"] = cell["n_units"] if cell else 0
     return flat
+
+
+def to_markdown(result: Mapping[str, Any]) -> str:
+    """The probe report as Markdown tables: per mode, the rates per arm and session (mean [95% CI]) and the
+    failure stages per arm."""
+
+    def cell(v: Any, ci: Any) -> str:
+        if v is None:
+            return "–"
+        lo, hi = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        return f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+
+    lines = ["## What the bot remembered (persona-card probes)", "",
+             f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
+             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+    rates = [*METRICS, "memory_gain"]
+    for mode in MODES:
+        if mode not in result.get("modes", {}):
+            continue
+        lines += ["", f"### {mode} probes", "", "| arm | session | " + " | ".join(rates) + " |",
+                  "|---|---|" + "---|" * len(rates)]  # fmt: skip
+        for row in rate_rows(result, mode):
+            cells = [cell(row[m], row[f"{m}_ci95"]) for m in rates]
+            lines.append(f"| {row['arm']} | {row['session']} | " + " | ".join(cells) + " |")
+        lines += ["", "| arm | " + " | ".join(STAGES) + " | failed |", "|---|" + "---|" * (len(STAGES) + 1)]
+        for s in stage_table(result, mode):
+            lines.append(f"| {s['arm']} | " + " | ".join(str(s[k]) for k in STAGES) + f" | {s['failed']} |")
+    notice = result.get("recall_vs_rating")
+    if notice and notice.get("sessions"):
+        r = notice["sessions"].get("pearson_r")
+        lines += ["", f"Recall against {notice['metric']}: Pearson r = {'–' if r is None else f'{r:.2f}'} "
+                  f"over {notice['sessions'].get('n', 0)} rated sessions."]  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from analysis import writers
 from analysis.data import RatingsError
 from analysis.probes import METRICS as PROBE_METRICS
 from analysis.probes import analyze_probes
+from analysis.probes import to_markdown as probes_markdown
 from analysis.report import run as run_analysis
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
@@ -200,6 +201,8 @@ def export(report: Report, fmt: str) -> str:
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     if fmt == "md":
         text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        if report.probes and "error" not in report.probes:
+            text += "\n" + probes_markdown(report.probes)
         return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
         text = writers.to_latex(report.result) + _automatic_latex(source.automatic)

@@ -56,6 +56,8 @@ def test_the_analysis_page_shows_the_probe_tables_beside_the_sliders(study: Stud
     recall_test = next(e for e in snap["pairwise"] if e["metric"] == "recall")
     assert recall_test["test"] == "cluster-t" and recall_test["role"] == "exploratory"
     assert data["probes"]["recall_vs_rating"]["sessions"]["n"] == 12  # session 2's rating against session 1's probe
+    md = researcher_client.get(f"/studies/{study.slug}/analysis/export/md/").content.decode()
+    assert "## What the bot remembered" in md and "| Full history | all | 1.00" in md and "| No memory | 12 |" in md
 
 
 def test_probes_show_before_any_rating_and_a_study_without_probes_shows_none(
