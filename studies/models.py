@@ -39,6 +39,14 @@ DEFAULT_INSTRUCTIONS = (
     "acquaintance: plans, health, hobbies, work. Feel free to mention things from earlier sessions. "
     "After each session, rate the chatbot by moving every slider."
 )
+# With persona cards the worker talks as the card's fictional person, not about their own life: the default
+# sentence about everyday life is replaced with PERSONA_SENTENCE, and instructions a researcher wrote get it added.
+DEFAULT_LIFE_SENTENCE = "Talk about your everyday life as you would with an acquaintance: plans, health, hobbies, work."
+PERSONA_SENTENCE = (
+    "You will play a fictional person: their persona card is shown beside the chat. Use the card's facts instead "
+    "of your own (share nothing about yourself), bring them up naturally as the card asks in each session, and "
+    "chat as you would with an acquaintance."
+)
 DEFAULT_CONSENT = (
     "This study is part of research on chatbots with long-term memory. Your messages and ratings are "
     "stored under a pseudonymous identifier and used for research only. Do not share personal "
@@ -356,8 +364,15 @@ class Study(models.Model):
     @property
     def worker_instructions(self) -> str:
         """The instructions as workers read them: the default sentence about the gap ("for example one week")
-        follows the study's configured gap; text a researcher wrote themselves is shown as written."""
-        return self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        follows the study's configured gap; with persona cards, the worker is told to play the card
+        (:data:`PERSONA_SENTENCE`, instead of the default sentence about their own life, or after the text a
+        researcher wrote); text a researcher wrote themselves is otherwise shown as written."""
+        text = self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        if self.persona_cards:
+            text = text.replace(DEFAULT_LIFE_SENTENCE, PERSONA_SENTENCE)
+            if PERSONA_SENTENCE not in text:
+                text = f"{text.rstrip()}\n\n{PERSONA_SENTENCE}"
+        return text
 
     def gap_values(self) -> list[float]:
         """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);

@@ -19,7 +19,10 @@ from memory.llm import LLMTransientError
 from runtime.models import Job
 from studies.models import Arm, Study
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("each_database"),
+]  # SQLite and PostgreSQL
 
 SCRIPT = {
     "format": "memeval-card-script/1",
@@ -178,3 +181,19 @@ def test_an_endpoint_down_while_probing_is_retried_then_leaves_the_session_for_p
     calls = len(llm.calls)
     call_command("probe_memory", study.slug)
     assert ProbeResult.objects.filter(session=first).count() == 4 and len(llm.calls) > calls
+
+
+def test_the_instructions_tell_the_worker_to_play_the_card_instead_of_their_own_life(
+    client: Client, persona_study: Study
+) -> None:
+    from studies.models import DEFAULT_LIFE_SENTENCE, PERSONA_SENTENCE
+
+    page = client.get(f"/s/{persona_study.slug}/", {"PROLIFIC_PID": "w-instr", "STUDY_ID": "s", "SESSION_ID": "s"},
+                      follow=True).content.decode()  # fmt: skip
+    assert "play a fictional person" in page and "Talk about your everyday life" not in page
+    persona_study.instructions = "Chat about anything."
+    assert persona_study.worker_instructions.endswith(PERSONA_SENTENCE)
+    persona_study.persona_cards = False
+    assert persona_study.worker_instructions == "Chat about anything."
+    persona_study.instructions = DEFAULT_LIFE_SENTENCE
+    assert persona_study.worker_instructions == DEFAULT_LIFE_SENTENCE
