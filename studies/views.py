@@ -524,6 +524,7 @@ class SessionView:
     trace_extra_json: str = ""
     memory_blocks: list[display.Block] = field(default_factory=list)
     trace_blocks: list[display.Block] = field(default_factory=list)
+    probes: list[Any] = field(default_factory=list)  # chat.ProbeResult rows (persona cards)
 
 
 TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls", "fallbacks"}
@@ -537,6 +538,7 @@ def _session_view(session: ChatSession) -> SessionView:
         ratings=list(session.ratings.all()),
         calls=list(session.llm_calls.all()),
         snapshot=snapshot,
+        probes=list(session.probes.all()),
     )
     if snapshot is not None:
         trace = snapshot.trace or {}
@@ -558,6 +560,25 @@ def _session_view(session: ChatSession) -> SessionView:
     return view
 
 
+def personas_of_episode(episode: Episode) -> dict[str, Any] | None:
+    """The episode's persona card as the episode page shows it (None without one)."""
+    persona = episode.persona or {}
+    card = persona.get("card")
+    if not card:
+        return None
+    slots = persona.get("slots", {})
+    facts = [
+        {"label": slots.get(k, {}).get("label", k), "value": f.get("value", ""),
+         "update": (f.get("update") or {}).get("value", "")}
+        for k, f in card.get("facts", {}).items()
+    ]  # fmt: skip
+    events = [
+        {"session": e["session"], "op": e["op"], "label": slots.get(e["slot"], {}).get("label", e["slot"])}
+        for e in (persona.get("script") or {}).get("events", [])
+    ]
+    return {"id": card.get("id", ""), "bank": persona.get("bank", {}), "facts": facts, "events": events}
+
+
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
@@ -568,6 +589,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
+        "probes",
     )
     other_episodes = (
         Episode.objects.filter(participant=episode.participant).exclude(pk=episode.pk).select_related("arm")
@@ -578,6 +600,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "participant": episode.participant,
         "sessions": [_session_view(s) for s in sessions],
         "other_episodes": other_episodes,
+        "persona": personas_of_episode(episode),
         "params": [
             {"name": k, "value": json.dumps(v), "overridden": k in (episode.arm.params or {})}
             for k, v in episode.arm.effective_params().items()

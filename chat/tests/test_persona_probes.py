@@ -197,3 +197,21 @@ def test_the_instructions_tell_the_worker_to_play_the_card_instead_of_their_own_
     assert persona_study.worker_instructions == "Chat about anything."
     persona_study.instructions = DEFAULT_LIFE_SENTENCE
     assert persona_study.worker_instructions == DEFAULT_LIFE_SENTENCE
+
+
+def test_the_episode_page_shows_the_card_and_each_sessions_probes_with_their_stage(
+    client: Client, persona_study: Study, researcher: Any
+) -> None:
+    Arm.objects.filter(study=persona_study).exclude(memory_system="none").update(active=False)
+    participant = enter(client, persona_study, "w-page")
+    client.get(f"/s/{persona_study.slug}/next/", follow=True)
+    first = assignment.current_session(participant)
+    assert first is not None
+    play_session(client, first)
+    episode = first.episode
+    client.force_login(researcher)
+    page = client.get(f"/studies/{persona_study.slug}/episodes/{episode.pk}/").content.decode()
+    city = episode.persona["card"]["facts"]["city"]["value"]
+    assert 'id="persona"' in page and city in page and "session 2 update City" in page
+    assert 'id="probes-1"' in page and "Which city do I live in?" in page and "extraction" in page
+    assert "the current value is in nothing the arm wrote" in page
