@@ -25,9 +25,13 @@ failure-stage counts per arm.
 
 from __future__ import annotations
 
+import io
+import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -319,3 +323,54 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         lines += ["", f"Recall against {notice['metric']}: Pearson r = {'–' if r is None else f'{r:.2f}'} "
                   f"over {notice['sessions'].get('n', 0)} rated sessions."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+_TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
+_BOOL_COLUMNS = ("recalled", "stale", "deletion_honoured", "correct", "answerable_without_memory", "told")
+
+
+def read_probe_table(path: str | Path) -> pd.DataFrame:
+    """A probe table from a file: memeval's ``probes`` export (CSV after its ``#`` header lines, or JSON lines
+    after its ``{"header": ...}`` line) or any CSV with the columns of :func:`probe_frame`. Text booleans
+    (``True``/``false``/``1``/empty) become booleans or None; a file that cannot be read is a
+    :class:`RatingsError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RatingsError(f"{path} cannot be read: {exc}") from exc
+    lines = text.splitlines()
+    if p.suffix == ".jsonl":
+        try:
+            records = [json.loads(line) for line in lines if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise RatingsError(f"{path} is not JSON lines: {exc}") from exc
+        frame = pd.DataFrame([r for r in records if isinstance(r, dict) and "header" not in r])
+    else:
+        skip = 0
+        first = re.match(r"# (\d+) header lines", lines[0]) if lines else None
+        if first:
+            skip = int(first.group(1))
+        try:
+            frame = pd.read_csv(io.StringIO(text), skiprows=skip, dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise RatingsError(f"{path} is not a readable CSV file: {exc}") from exc
+        for col in _BOOL_COLUMNS:
+            if col in frame.columns:
+                frame[col] = frame[col].map(_text_bool)
+        if "stage" in frame.columns:
+            frame["stage"] = frame["stage"].map(lambda s: s or None)
+    if "unit" not in frame.columns and "episode" in frame.columns:
+        frame["unit"] = frame["episode"].astype(str)
+    return frame
+
+
+def _text_bool(value: Any) -> bool | None:
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text in ("", "none", "nan"):
+        return None
+    raise RatingsError(f"{value!r} is not a boolean (true, false, 1, 0 or empty)")

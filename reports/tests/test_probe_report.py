@@ -6,6 +6,7 @@ that makes them is chat/tests/test_persona_probes.py)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -89,3 +90,28 @@ def test_the_persona_and_probe_exports_carry_the_cards_events_and_every_probe(
     personas = researcher_client.get(f"/studies/{study.slug}/data/personas.csv")
     text = b"".join(personas.streaming_content).decode()  # type: ignore[attr-defined]
     assert '"{""facts"": {}, ""id"": ""c01""}"' in text
+
+
+def test_the_probes_export_is_analysed_by_the_cli_as_on_the_dashboard(
+    study: Study, researcher_client: Client, tmp_path: Any
+) -> None:
+    from analysis.__main__ import main
+
+    add_ratings(study, workers=6)
+    add_probes(study)
+    for what in ("probes", "ratings"):
+        body = researcher_client.get(f"/studies/{study.slug}/data/{what}.csv")
+        (tmp_path / f"{what}.csv").write_bytes(b"".join(body.streaming_content))  # type: ignore[attr-defined]
+    out = tmp_path / "probes.json"
+    code = main(["probes", str(tmp_path / "probes.csv"), "--ratings", str(tmp_path / "ratings.csv"), "--out", str(out)])
+    assert code == 0
+    cli = json.loads(out.read_text())
+    page = json.loads(researcher_client.get(f"/studies/{study.slug}/analysis/export/json/").content)["probes"]
+    for arm in ("Full history", "No memory"):
+        for rate in ("recall", "deletion_honoured"):
+            assert cli["modes"]["snapshot"]["by_arm"][arm][rate] == page["modes"]["snapshot"]["by_arm"][arm][rate]
+    assert cli["recall_vs_rating"]["sessions"]["n"] == page["recall_vs_rating"]["sessions"]["n"] == 12
+    bad = tmp_path / "bad.csv"
+    bad.write_text("worker,unit,arm,session,kind,recalled\nw,u,A,1,current,maybe\n")
+    assert main(["probes", str(bad)]) == 2
+    assert main(["probes", str(tmp_path / "probes.csv"), "--primary", "speed"]) == 2
