@@ -40,14 +40,18 @@ from analysis.spec import ALPHA, CONFIDENCE, RatingsError
 from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm
 
 COLUMNS = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
-           "stage", "answerable_without_memory", "told")  # fmt: skip
+           "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
 METRICS: dict[str, str] = {
     "recall": "share of probes of current and updated facts whose answer gives the current value",
     "stale_rate": "share of probes of updated facts whose answer gives an old value and not the current one",
     "deletion_honoured": "share of probes of forgotten facts absent from the answer and from every store of the arm",
+    "dependent_consistent": "share of probes of dependent facts (the pet's name after the pet changed or was "
+    "forgotten) scored correct",
 }
-_SOURCE = {"recall": "recalled", "stale_rate": "stale", "deletion_honoured": "deletion_honoured"}
-_KINDS = {"recall": ("current", "updated"), "stale_rate": ("updated",), "deletion_honoured": ("forgotten",)}
+_SOURCE = {"recall": "recalled", "stale_rate": "stale", "deletion_honoured": "deletion_honoured",
+           "dependent_consistent": "correct"}  # fmt: skip
+_KINDS = {"recall": ("current", "updated"), "stale_rate": ("updated",), "deletion_honoured": ("forgotten",),
+          "dependent_consistent": ("current", "updated", "forgotten")}  # fmt: skip
 STAGES = ("extraction", "update", "retrieval", "generation")
 MODES = ("snapshot", "inline")
 
@@ -59,7 +63,7 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
     if missing:
         raise RatingsError(f"the probe table lacks column(s) {', '.join(missing)}")
     defaults = {"mode": "snapshot", "recalled": None, "stale": None, "deletion_honoured": None, "correct": None,
-                "stage": None, "answerable_without_memory": False, "told": True}  # fmt: skip
+                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False}  # fmt: skip
     for col, value in defaults.items():
         if col not in frame.columns:
             frame[col] = value
@@ -70,11 +74,17 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
         frame["session"] = pd.to_numeric(frame["session"]).astype(int)
     except (TypeError, ValueError) as exc:
         raise RatingsError(f"probe sessions must be whole numbers ({exc})") from exc
-    frame["told"] = frame["told"].fillna(True).astype(bool)
-    frame["answerable_without_memory"] = frame["answerable_without_memory"].fillna(False).astype(bool)
+    for col, absent in (("told", True), ("dependent", False), ("answerable_without_memory", False)):
+        frame[col] = [_flag(v, absent) for v in frame[col]]
+        frame[col] = frame[col].astype(bool)
     for col in _SOURCE.values():
         frame[col] = frame[col].map(lambda v: math.nan if v is None or v != v else float(bool(v)))  # noqa: PLR0124
     return frame[list(COLUMNS)]
+
+
+def _flag(value: Any, absent: bool) -> bool:
+    """A boolean cell, ``absent`` where it is missing (None or NaN)."""
+    return absent if value is None or value != value else bool(value)  # noqa: PLR0124
 
 
 def _rates(frame: pd.DataFrame, by: list[str], *, needed_only: bool = False) -> pd.DataFrame:
@@ -82,6 +92,8 @@ def _rates(frame: pd.DataFrame, by: list[str], *, needed_only: bool = False) -> 
     out: list[pd.DataFrame | pd.Series[Any]] = []
     for name, source in _SOURCE.items():
         rows = frame[frame["kind"].isin(_KINDS[name])]
+        if name == "dependent_consistent":
+            rows = rows[rows["dependent"]]
         if needed_only:
             rows = rows[~rows["answerable_without_memory"]]
         out.append(rows.groupby(by, sort=True)[source].mean().rename(name))
@@ -326,7 +338,7 @@ def to_markdown(result: Mapping[str, Any]) -> str:
 
 
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
-_BOOL_COLUMNS = ("recalled", "stale", "deletion_honoured", "correct", "answerable_without_memory", "told")
+_BOOL_COLUMNS = ("recalled", "stale", "deletion_honoured", "correct", "answerable_without_memory", "told", "dependent")
 
 
 def read_probe_table(path: str | Path) -> pd.DataFrame:

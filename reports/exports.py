@@ -104,6 +104,7 @@ COLUMNS: dict[str, dict[str, str]] = {
         "gold": "the current value and its aliases (JSON; empty for a forgotten fact)",
         "stale_values": "previous values that must not be given as current (JSON)",
         "deleted_values": "values of a forgotten fact that must be in neither the reply nor any store (JSON)",
+        "dependent": "the fact depends on another that changed or was forgotten (the pet's name after the pet)",
         "answer": "the arm's answer (inline: the bot's reply in the chat)",
         "correct": "recalled and not stale, or the deletion honoured",
         "recalled": "the answer gives the current value",

@@ -15,6 +15,7 @@ RATE_TITLES = {
     "recall": "Recall of current facts",
     "stale_rate": "Stale-fact rate",
     "deletion_honoured": "Deletion honoured",
+    "dependent_consistent": "Dependent facts consistent",
     "memory_gain": "Memory gain",
 }
 STAGE_TITLES = {

@@ -266,15 +266,16 @@ def study_probe_rows(study: Study) -> list[dict[str, Any]]:
     rows = ProbeResult.objects.filter(session__episode__participant__study=study).values_list(
         "session__episode__participant__external_id", "session__episode_id", "session__episode__arm__name",
         "session__index", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct", "stage",
-        "answerable_without_memory", "told",
+        "answerable_without_memory", "told", "item__dependent",
     )  # fmt: skip
     keys = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
-            "stage", "answerable_without_memory", "told")  # fmt: skip
+            "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
     out = []
     for row in rows.order_by("session__episode_id", "session__index", "mode", "id"):
         item = dict(zip(keys, row, strict=True))
         item["unit"] = f"e{item['unit']}"
         item["stage"] = item["stage"] or None
+        item["dependent"] = bool(item["dependent"])
         out.append(item)
     return out
 

@@ -145,3 +145,17 @@ def test_the_result_is_strict_json_when_a_correlation_is_undefined() -> None:
     result = analyze_probes(rows, ratings=ratings.drop_duplicates())
     assert result["recall_vs_rating"]["sessions"]["pearson_r"] is None  # a constant rating: no correlation
     json.dumps(result, allow_nan=False)
+
+
+def test_dependent_facts_consistent_is_the_share_of_dependent_probes_scored_correct() -> None:
+    rows = study()
+    for r in rows:  # worker w's pet-name probe in session 2 depends on the forgotten pet
+        r["dependent"] = r["kind"] == "forgotten"
+    frame = pd.DataFrame(rows)
+    result = analyze_probes(rows)["modes"]["snapshot"]
+    for arm in ("A", "B"):
+        dep = frame[(frame["arm"] == arm) & frame["dependent"]]
+        expected = dep.groupby("unit")["correct"].mean().mean()
+        assert result["by_arm"][arm]["dependent_consistent"]["mean"] == pytest.approx(expected)
+    assert analyze_probes(study())["modes"]["snapshot"]["by_arm"]["A"]["dependent_consistent"]["mean"] is None
+    assert any(e["metric"] == "dependent_consistent" for e in result["pairwise"])

@@ -114,7 +114,9 @@ def test_two_sessions_are_probed_live_and_from_the_snapshots_with_stages(client:
     # full history keeps every word: the forget is not honoured, and the stage says the store still holds it
     assert pet.kind == "forgotten" and pet.told and pet.deletion_honoured is False and pet.stage == "update"
     assert pet.item["deleted_in_stores"] == ["conversation history"] or pet.item["deleted_in_stores"]
-    assert rows[("snapshot", "pet_name")].kind == "forgotten"
+    assert rows[("snapshot", "pet_name")].kind == "forgotten" and rows[("snapshot", "pet_name")].item["dependent"]
+    dependent = [p for p in ProbeResult.objects.filter(session__episode=first.episode) if p.item.get("dependent")]
+    assert [(p.session.index, p.kind) for p in dependent] == [(2, "forgotten")]  # the pet's name went with the pet
     assert all(p.item["necessity"] is None or "none_answer" in p.item["necessity"] for p in rows.values())
     # probing again changes nothing; the command finds nothing left
     assert probing.probe_session(second.pk) == 0
