@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0009_jobs_move_to_the_runtime'),
+        ('chat', '0011_merge_runtime_and_reply_timing'),
     ]
 
     operations = [
