@@ -161,6 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
     jud.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates of Kendall's tau")
     jud.add_argument("--seed", type=int, default=0)
 
+    pro = sub.add_parser(
+        "probes", help="what the bot remembered: analyse persona-card probes (memeval's probes export, CSV or JSONL)"
+    )
+    pro.add_argument("probes", type=Path, help="the probes file (manage.py export_study SLUG --what probes)")
+    pro.add_argument("--test", choices=TESTS, default="cluster-t", help="the test comparing arms (the sliders')")
+    pro.add_argument("--ratings", type=Path, help="the ratings export, for recall against the rating (optional)")
+    pro.add_argument("--rating-metric", default="memorability", help="the rating set against recall")
+    pro.add_argument("--primary", type=_list, default=[], help="rates the pre-registration made primary")
+    pro.add_argument("--format", choices=("json", "md"), default="json")
+    pro.add_argument("--out", type=Path, help="write here instead of stdout")
     _design_arguments(
         sub.add_parser(
             "calibrate",
@@ -254,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _prereg(args)
         if args.command == "judge":
             return _judge(args)
+        if args.command == "probes":
+            return _probes(args)
         return _report(args)
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -353,6 +365,38 @@ def _report(args: argparse.Namespace) -> int:
         text = writers.to_html(result, title=f"Analysis of {Path(args.ratings).name}")
     else:
         text = writers.to_csv(analysis.ratings if args.csv_table == "ratings" else result, table=args.csv_table)
+    if args.out:
+        try:
+            args.out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _probes(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis.probes import METRICS, analyze_probes, read_probe_table, to_markdown
+
+    unknown = [m for m in args.primary if m not in METRICS]
+    if unknown:
+        raise RatingsError(f"--primary: unknown rate(s) {', '.join(unknown)} (one of {', '.join(METRICS)})")
+    ratings = None
+    if args.ratings:
+        table = read_probe_table(args.ratings)
+        if not {"metric", "value", "session"} <= set(table.columns) or "unit" not in table.columns:
+            raise RatingsError(f"{args.ratings}: a ratings export has episode, session, metric and value columns")
+        rows = table[table["metric"] == args.rating_metric]
+        ratings = pd.DataFrame({"unit": rows["unit"].astype(str), "session": pd.to_numeric(rows["session"]),
+                                args.rating_metric: pd.to_numeric(rows["value"])})  # fmt: skip
+    frame = read_probe_table(args.probes)
+    if "unit" in frame.columns:
+        frame["unit"] = frame["unit"].astype(str)
+    result = analyze_probes(frame, test=args.test, ratings=ratings, rating_metric=args.rating_metric,
+                            primary=args.primary)  # fmt: skip
+    text = json.dumps(result, indent=1, allow_nan=False) + "\n" if args.format == "json" else to_markdown(result)
     if args.out:
         try:
             args.out.write_text(text, encoding="utf-8")

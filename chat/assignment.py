@@ -11,6 +11,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from chat import arms as arm_systems
+from chat import personas
 from chat.errors import ChatError
 from chat.models import ChatSession, Episode
 from studies.models import Arm, Participant, Study
@@ -57,8 +58,9 @@ def assign_episode(participant: Participant) -> Episode:
         system, _ = arm_systems.build_arm(arm)
         index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
         episode = Episode.objects.create(
-            participant=participant, arm=arm, index=index, memory_state=system.initial_state()
-        )
+            participant=participant, arm=arm, index=index, memory_state=system.initial_state(),
+            persona=personas.draw(study, participant, index),
+        )  # fmt: skip
         ChatSession.objects.create(
             episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )

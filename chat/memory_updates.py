@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from chat import arms, records, state
+from chat import arms, probing, records, state
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.transcript import turns_of
 from memory.base import MemorySystem, Turn
@@ -113,6 +113,7 @@ def update_memory(job: Job, attempt: Attempt, handed: Any = None) -> None:
             snap.status, snap.error = MemorySnapshot.Status.DONE, ""
             snap.save()
             _next_session_ready(session)
+            probing.submit_probes(session)  # what the bot remembered of a persona card (none without one)
             return
     raise StateKeptChanging("the memory state kept changing during the update")
 
@@ -137,6 +138,7 @@ def _failed(job: Job, error: str) -> None:
     snap.trace = snap.trace or {"llm_calls": []}
     snap.save()
     _next_session_ready(session)
+    probing.submit_probes(session)  # the memory kept from before is probed too
     log.warning("memory update of session %s failed; keeping the previous state: %s", session.pk, snap.error)
 
 

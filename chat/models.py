@@ -25,6 +25,10 @@ class Episode(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based, within the participant
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     memory_state = models.JSONField(default=dict)
+    # The persona card the worker plays in this episode (studies with persona cards; {} otherwise), drawn when the
+    # episode is made and kept whole (card, the bank's slots and description, the study's event script), so the
+    # episode reads the same whatever happens to the bank later (chat/personas.py).
+    persona = models.JSONField(default=dict, blank=True)
     # Bumped by every write of ``memory_state``: writers compare-and-set on it (chat/state.py), so a
     # per-turn update computed from a stale read cannot overwrite the end-of-session update.
     state_version = models.PositiveIntegerField(default=0)
@@ -242,6 +246,43 @@ class MemorySnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"
+
+
+class ProbeResult(models.Model):
+    """One probe of a persona-card fact and its scores (memory/probes.py, memory/stages.py): asked by the worker
+    in a session (``inline``: ``message`` is the bot's answer), or asked of the memory a session left, offline
+    through the arm's own reply path (``snapshot``: ``session`` is the session after which it was asked).
+    ``item`` is the whole per-probe result (the probe, the answer, every score, the stage, the necessity control);
+    the columns repeat what the report filters on."""
+
+    class Mode(models.TextChoices):
+        INLINE = "inline", "Asked in the chat"
+        SNAPSHOT = "snapshot", "Asked of the stored memory"
+
+    session = models.ForeignKey(ChatSession, related_name="probes", on_delete=models.CASCADE)
+    mode = models.CharField(max_length=10, choices=Mode.choices)
+    slot = models.CharField(max_length=40)
+    kind = models.CharField(max_length=10)  # current, updated, forgotten
+    question = models.TextField()
+    answer = models.TextField(blank=True)
+    message = models.ForeignKey(Message, null=True, blank=True, related_name="probes", on_delete=models.SET_NULL)
+    correct = models.BooleanField()
+    recalled = models.BooleanField(null=True)
+    stale = models.BooleanField(null=True)
+    deletion_honoured = models.BooleanField(null=True)
+    stage = models.CharField(max_length=12, blank=True)
+    # the worker did what the card asked (said the fact or its change; asked to forget): else left out of the rates
+    told = models.BooleanField(default=True)
+    answerable_without_memory = models.BooleanField(default=False)
+    item = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "mode", "slot"], name="probe_unique_per_session")]
+        ordering = ["session", "mode", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.mode} probe of {self.slot} (session {self.session_id}): {'right' if self.correct else 'wrong'}"
 
 
 class LLMCallRecord(models.Model):

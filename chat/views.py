@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
-from chat import assignment, memory_updates, ratings, sessions, timing, transcript
+from chat import assignment, memory_updates, personas, ratings, sessions, timing, transcript
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
@@ -119,6 +119,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
             pending=counts.pending,
             deadline_iso=deadline.isoformat() if deadline else "",
             seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
+            persona=personas.session_card(session),
         ),
     )
 

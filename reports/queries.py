@@ -21,7 +21,7 @@ from django.db.models import Avg, Count, Max, QuerySet, Sum
 from django.db.models.functions import Length
 
 from analysis.spec import AnalysisSpec
-from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
+from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, ProbeResult, Rating
 from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
@@ -187,6 +187,7 @@ def study_data_version(study: Study) -> str:
         AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
         study.pilot,
         list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "job__status")),
+        ProbeResult.objects.filter(session__episode__participant__study=study).aggregate(n=Count("id"), m=Max("id")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -342,7 +343,28 @@ def study_source(study: Study) -> Source:
         pilot=study.pilot,
         automatic=automatic_scores(study),
         latency=reply_latency(study),
+        probes=study_probe_rows(study),
     )
+
+
+def study_probe_rows(study: Study) -> list[dict[str, Any]]:
+    """Every scored persona-card probe of ``study`` as rows for ``analysis.probes`` (worker, unit ``e<episode>``,
+    arm, session, mode, kind, the scores, stage, the necessity flag, whether the worker told the fact)."""
+    rows = ProbeResult.objects.filter(session__episode__participant__study=study).values_list(
+        "session__episode__participant__pseudonym", "session__episode_id", "session__episode__arm__name",
+        "session__index", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct", "stage",
+        "answerable_without_memory", "told", "item__dependent",
+    )  # fmt: skip
+    keys = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
+            "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+    out = []
+    for row in rows.order_by("session__episode_id", "session__index", "mode", "id"):
+        item = dict(zip(keys, row, strict=True))
+        item["unit"] = f"e{item['unit']}"
+        item["stage"] = item["stage"] or None
+        item["dependent"] = bool(item["dependent"])
+        out.append(item)
+    return out
 
 
 def dataset_source(dataset: ImportedDataset) -> Source:

@@ -15,7 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import exports, pairwise_views, queries, tables
+from reports import exports, pairwise_views, probetables, queries, tables
 from reports.forms import (
     DEFAULT_EXCLUSIONS,
     EXCLUSION_CHOICES,
@@ -172,6 +172,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "datasets": queries.datasets_for_study(study),
         "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
     }
+    ctx["probes"] = probetables.probe_dashboard(report.probes)
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
         ctx["automatic_notes"] = automatic_notes(report.source.automatic)

@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from studies.cardbank import CardBank
 from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, AttentionCheck, Metric, Participant, Study
 
@@ -120,6 +121,36 @@ class StudyAdmin(admin.ModelAdmin[Study]):
         if obj.created_by_id is None and isinstance(request.user, User):  # the admin is staff-only
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "card_bank":  # the banks this researcher may use, as on the study page
+            kwargs["queryset"] = CardBank.objects.visible_to(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+@admin.register(CardBank)
+class CardBankAdmin(admin.ModelAdmin[CardBank]):
+    """Imported card banks, read-only: a study that used one keeps the cards its workers played (import a
+    new file on the study's edit page instead of editing one)."""
+
+    list_display = ["name", "version", "source", "created_by", "created_at"]
+    readonly_fields = [
+        "name",
+        "version",
+        "provenance",
+        "licence",
+        "source",
+        "sha256",
+        "data",
+        "created_by",
+        "created_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CardBank]:
+        return super().get_queryset(request).filter(pk__in=CardBank.objects.visible_to(request.user).values("pk"))
 
 
 @admin.register(Arm)

@@ -474,3 +474,53 @@ def _control_script(agrees: bool, rng: random.Random) -> Any:
         return f'{{"label": "{"CORRECT" if rng.random() < 0.5 else "WRONG"}"}}'
 
     return answer
+
+
+# ------------------------------------------------------------------------------------ persona cards
+
+PERSONA_SLUG = "demo-cards"
+#: two sessions: the worker brings up five facts of their card, then one changes (the city), they ask the bot to
+#: forget one (the pet, and its name with it) and check what the bot remembers of another (the job)
+PERSONA_SCRIPT: dict[str, Any] = {
+    "format": "memeval-card-script/1",
+    "sessions": 2,
+    "events": [
+        {"session": 1, "op": "mention", "slot": "name"},
+        {"session": 1, "op": "mention", "slot": "city"},
+        {"session": 1, "op": "mention", "slot": "job"},
+        {"session": 1, "op": "mention", "slot": "pet"},
+        {"session": 1, "op": "mention", "slot": "pet_name"},
+        {"session": 2, "op": "update", "slot": "city"},
+        {"session": 2, "op": "forget", "slot": "pet"},
+        {"session": 2, "op": "probe", "slot": "job"},
+    ],
+}
+
+
+def seed_persona_study(created_by: Any = None) -> tuple[Study, bool]:
+    """The open persona-card demo: workers play a card from the shipped bank over two sessions with one update,
+    one forget and one in-chat probe, and what each arm remembered is probed after every session."""
+    existing = Study.objects.filter(slug=PERSONA_SLUG).first()
+    if existing is not None:
+        return existing, False
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=PERSONA_SLUG,
+            name="Demo: persona cards and memory probes",
+            status=Study.Status.OPEN,
+            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
+            sessions_per_episode=2,
+            min_user_turns=3,
+            gap_days=7,
+            gap_max_days=None,
+            completion_code="CARDS123",
+            created_by=created_by,
+            persona_cards=True,
+            card_script=PERSONA_SCRIPT,
+            description="Workers chat as a fictional persona; the card changes between sessions (a move, a forget) "
+            "and what each arm remembered is probed after every session.",
+        )
+        study.add_default_metrics()
+        Arm.objects.create(study=study, name="No memory", memory_system="none")
+        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+    return study, True

@@ -16,8 +16,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
+from studies.cardbank import CardBank
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -36,6 +38,14 @@ DEFAULT_INSTRUCTIONS = (
     "the chatbot (for example one week). Talk about your everyday life as you would with an "
     "acquaintance: plans, health, hobbies, work. Feel free to mention things from earlier sessions. "
     "After each session, rate the chatbot by moving every slider."
+)
+# With persona cards the worker talks as the card's fictional person, not about their own life: the default
+# sentence about everyday life is replaced with PERSONA_SENTENCE, and instructions a researcher wrote get it added.
+DEFAULT_LIFE_SENTENCE = "Talk about your everyday life as you would with an acquaintance: plans, health, hobbies, work."
+PERSONA_SENTENCE = (
+    "You will play a fictional person: their persona card is shown beside the chat. Use the card's facts instead "
+    "of your own (share nothing about yourself), bring them up naturally as the card asks in each session, and "
+    "chat as you would with an acquaintance."
 )
 DEFAULT_CONSENT = (
     "This study is part of research on chatbots with long-term memory. Your messages and ratings are "
@@ -254,6 +264,27 @@ class Study(models.Model):
         help_text="Pseudonymise: drop the raw Prolific IDs and keep the data. Delete transcripts: also delete the "
         "messages, memory states and snapshots, LLM-call records and annotation items (ratings stay).",
     )
+    # Persona cards (docs/memory-systems.md, "Persona cards and probes"): workers play a fictional person drawn
+    # per episode from a bank, the card changes between sessions as the event script says, and what the arm
+    # remembered of it is probed.
+    persona_cards = models.BooleanField(
+        default=False,
+        help_text="Workers chat as a fictional persona drawn per episode from a card bank (no real personal "
+        "data), bring up its facts as the event script says, and the bot's memory of them is probed.",
+    )
+    card_bank = models.ForeignKey(
+        CardBank,
+        null=True,
+        blank=True,
+        related_name="studies",
+        on_delete=models.PROTECT,
+        help_text="Empty = the bank that ships with memeval (12 fictional people).",
+    )
+    card_script = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The event script (JSON); empty = the default: one update and one forget.",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     shared_with = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
@@ -370,8 +401,15 @@ class Study(models.Model):
     @property
     def worker_instructions(self) -> str:
         """The instructions as workers read them: the default sentence about the gap ("for example one week")
-        follows the study's configured gap; text a researcher wrote themselves is shown as written."""
-        return self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        follows the study's configured gap; with persona cards, the worker is told to play the card
+        (:data:`PERSONA_SENTENCE`, instead of the default sentence about their own life, or after the text a
+        researcher wrote); text a researcher wrote themselves is otherwise shown as written."""
+        text = self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        if self.persona_cards:
+            text = text.replace(DEFAULT_LIFE_SENTENCE, PERSONA_SENTENCE)
+            if PERSONA_SENTENCE not in text:
+                text = f"{text.rstrip()}\n\n{PERSONA_SENTENCE}"
+        return text
 
     def gap_values(self) -> list[float]:
         """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);
@@ -438,6 +476,14 @@ class Study(models.Model):
     def has_episodes(self) -> bool:
         """Whether any worker has started an episode (the design is frozen from then on)."""
         return self.participants.filter(episodes__isnull=False).exists()
+
+    def persona_bank(self) -> cards.Bank:
+        """The study's card bank: its imported one, or the one that ships."""
+        return self.card_bank.bank() if self.card_bank is not None else cards.load_bank()
+
+    def persona_script(self) -> cards.Script:
+        """The study's event script: its own, or the default one (``memory/data/cards/script.json``)."""
+        return cards.parse_script(self.card_script) if self.card_script else cards.load_script()
 
     def add_default_metrics(self) -> None:
         for i, (key, statement) in enumerate(DEFAULT_METRICS):

@@ -7,6 +7,9 @@ urlpatterns: list[URLPattern] = [
     # researcher pages (staff only)
     path("studies/", views.study_list, name="list"),
     path("studies/new/", views.study_create, name="create"),
+    path("studies/card-banks/import/", views.card_bank_import, name="card_bank_import"),
+    path("studies/card-banks/<str:bank>/download/", views.card_bank_download, name="card_bank_download"),
+    path("studies/<slug:slug>/card-script.json", views.card_script_download, name="card_script_download"),
     path("studies/<slug:slug>/", views.study_detail, name="detail"),
     path("studies/<slug:slug>/edit/", views.study_edit, name="edit"),
     path("studies/<slug:slug>/status/", views.study_set_status, name="status"),

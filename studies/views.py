@@ -16,18 +16,20 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from memory import display, vectors
+from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from runtime import kinds
 from runtime.models import Job
-from studies import memorycompat, preview
+from studies import memorycompat, personas, preview
+from studies.cardbank import CardBank
 from studies.forms import (
     ArmFormSet,
     AttentionFormSet,
@@ -53,6 +55,8 @@ EXPORT_KINDS = [
     ("transcripts", "Transcripts"),
     ("memory", "Memory after each session"),
     ("llm-calls", "LLM calls (prompts and replies)"),
+    ("personas", "Persona cards and event scripts"),
+    ("probes", "Memory probes (answers, scores, stages)"),
 ]
 
 
@@ -108,6 +112,10 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     instance = study or Study()
     data = request.POST if request.method == "POST" else None
     form = form_class(data, instance=instance)
+    banks = CardBank.objects.visible_to(request.user)
+    if instance.card_bank_id is not None:  # the bank a shared study already uses stays choosable
+        banks = banks | CardBank.objects.filter(pk=instance.card_bank_id)
+    form.fields["card_bank"].queryset = banks  # type: ignore[attr-defined]
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
     # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
@@ -143,8 +151,67 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         "study": study,
         "systems": _systems_help(),
         "design_warnings": design_warnings(study) if study else [],
+        "default_script": cards.load_script().as_dict(),
     }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
+
+
+@require_POST
+@researcher_required
+def card_bank_import(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Import a persona card bank (a JSON file in memory.cards' format); back to the page it came from."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("studies:list")
+    upload = request.FILES.get("bank")
+    if upload is None:
+        messages.error(request, "Choose a card bank file (JSON) to import.")
+    elif (upload.size or 0) > cards.MAX_BANK_BYTES:
+        messages.error(
+            request, f"The card bank was not imported: the file is larger than {cards.MAX_BANK_BYTES // 1_000_000} MB."
+        )
+    else:
+        try:
+            bank = CardBank.from_upload(upload.read(), upload.name or "bank.json", request.user)
+        except cards.CardError as exc:
+            messages.error(request, f"The card bank was not imported: {exc}")
+        else:
+            n = len(bank.data["cards"])
+            messages.success(
+                request, f"Imported the card bank “{bank.name}” ({n} cards): choose it under Persona cards."
+            )
+    return redirect(back)
+
+
+@researcher_required
+def card_bank_download(request: HttpRequest, bank: str) -> HttpResponse:
+    """A card bank as JSON: ``default`` is the one that ships (its file as it is), else an imported one."""
+    if bank == "default":
+        body = (cards.CARDS_DIR / "bank.json").read_bytes()
+        name = "memeval-cards.json"
+    else:
+        if not bank.isdigit():
+            raise Http404("No such card bank")
+        row = get_object_or_404(CardBank.objects.visible_to(request.user), pk=int(bank))
+        body = json.dumps(row.data, ensure_ascii=False, indent=1).encode()
+        name = row.source or f"card-bank-{row.pk}.json"
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@researcher_required
+def card_script_download(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's event script as JSON (its own or the default), for ``python -m memory eval ARM --dataset cards
+    BANK --script FILE``: piloting the arms offline on the study's own cards and script."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    try:
+        body = json.dumps(study.persona_script().as_dict(), ensure_ascii=False, indent=1).encode()
+    except cards.CardError as exc:
+        raise Http404(f"The study's event script cannot be read: {exc}") from exc
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{study.slug}-card-script.json"'
+    return response
 
 
 @researcher_required
@@ -398,6 +465,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "invitations": study.invitations.select_related("accepted_by")[:20] if study.can_share(request.user) else [],
         "team_link": _team_link(request, study),
         "retention": _retention(study),
+        "personas": personas.preview(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
         **_jobs_context(study),
@@ -476,6 +544,7 @@ class SessionView:
     trace_extra_json: str = ""
     memory_blocks: list[display.Block] = field(default_factory=list)
     trace_blocks: list[display.Block] = field(default_factory=list)
+    probes: list[Any] = field(default_factory=list)  # chat.ProbeResult rows (persona cards)
     memory_note: str = ""  # said instead of the memory when it shows nothing (pending, failed, empty)
 
 
@@ -490,6 +559,7 @@ def _session_view(session: ChatSession) -> SessionView:
         ratings=list(session.ratings.all()),
         calls=list(session.llm_calls.all()),
         snapshot=snapshot,
+        probes=list(session.probes.all()),
     )
     if snapshot is not None:
         trace = snapshot.trace or {}
@@ -524,6 +594,25 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
     return "The memory is empty after this session."
 
 
+def personas_of_episode(episode: Episode) -> dict[str, Any] | None:
+    """The episode's persona card as the episode page shows it (None without one)."""
+    persona = episode.persona or {}
+    card = persona.get("card")
+    if not card:
+        return None
+    slots = persona.get("slots", {})
+    facts = [
+        {"label": slots.get(k, {}).get("label", k), "value": f.get("value", ""),
+         "update": (f.get("update") or {}).get("value", "")}
+        for k, f in card.get("facts", {}).items()
+    ]  # fmt: skip
+    events = [
+        {"session": e["session"], "op": e["op"], "label": slots.get(e["slot"], {}).get("label", e["slot"])}
+        for e in (persona.get("script") or {}).get("events", [])
+    ]
+    return {"id": card.get("id", ""), "bank": persona.get("bank", {}), "facts": facts, "events": events}
+
+
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     study = study_for(request, slug)
@@ -534,6 +623,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
+        "probes",
     )
     other_episodes = (
         Episode.objects.filter(participant=episode.participant).exclude(pk=episode.pk).select_related("arm")
@@ -544,6 +634,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "participant": episode.participant,
         "sessions": [_session_view(s) for s in sessions],
         "other_episodes": other_episodes,
+        "persona": personas_of_episode(episode),
         "params": [
             {"name": k, "value": json.dumps(v), "overridden": k in (episode.arm.params or {})}
             for k, v in episode.arm.effective_params().items()

@@ -149,7 +149,9 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug=demo.QUALITY_SLUG)
     assert study.qc_arm() is not None and study.attention_checks.count() == 1
-    records = {r.worker: r for r in study_quality(study)}
+    # the quality page names workers by their pseudonyms (docs/privacy.md)
+    names = dict(study.participants.values_list("pseudonym", "external_id"))
+    records = {names[r.worker]: r for r in study_quality(study)}
     flagged = {w for w, r in records.items() if r.reasons()}
     assert flagged == set(demo.CARELESS)
     assert records["quality-03"].authenticity.flags and records["quality-06"].attention_failed == 1
@@ -177,3 +179,16 @@ def test_seed_demo_gives_the_simulated_study_an_annotated_judge_sample_and_two_j
     assert agrees["leniency"]["standard"]["false_acceptance"]["rate"] == 0.0
     assert "judge Simulated judge (agrees)" in report["table"]["columns"]
     assert any(o["automatic"] == "judge Simulated judge (agrees)" for o in report["orderings"])
+
+
+def test_seed_demo_adds_an_open_persona_card_study_with_an_update_and_a_forget(db: Any, client: Any) -> None:
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug="demo-cards")
+    assert study.is_open and study.persona_cards and study.arms.count() == 2
+    counts = study.persona_script().counts()
+    assert counts["update"] == 1 and counts["forget"] == 1 and counts["probe"] == 1
+    from memory.cards import check_script
+
+    assert check_script(study.persona_script(), study.persona_bank()) == []

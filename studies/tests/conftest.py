@@ -8,9 +8,13 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from reports import exports
+from reports.models import ImportedDataset, Preregistration
+from reports.reporting import FORMATS, PLOT_NAMES
 from runtime.models import Job
 from studies.models import Arm, Participant, Study
 
@@ -284,3 +288,44 @@ def edit_data(
         **formset("metrics", metrics, initial=len(metrics)),
     }
     return {k: v for k, v in data.items() if v is not None}
+
+
+def study_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
+    """Every URL that shows or changes one study: pages, edits, dashboard, transcripts, readiness and evaluation
+    jobs, worker quality, analysis, plan, exports and data downloads."""
+    slug = study.slug
+    dataset = ImportedDataset.objects.create(study=study, name="imported")
+    prereg = Preregistration.objects.create(study=study, content={}, sha256="0" * 64)
+    urls = [
+        ("get", reverse("studies:detail", args=[slug])),
+        ("get", reverse("studies:edit", args=[slug])),
+        ("post", reverse("studies:edit", args=[slug])),
+        ("post", reverse("studies:status", args=[slug])),
+        ("post", reverse("studies:default_metrics", args=[slug])),
+        ("post", reverse("studies:invite", args=[slug])),
+        ("post", reverse("studies:share", args=[slug])),
+        ("post", reverse("studies:check_arms", args=[slug])),  # readiness checks and automatic evaluation
+        ("get", reverse("studies:readiness", args=[slug])),
+        ("get", reverse("reports:study_quality", args=[slug])),
+        ("get", reverse("studies:episode", args=[slug, episode.pk])),
+        ("get", reverse("reports:study_analysis", args=[slug])),
+        ("get", reverse("reports:import_ratings", args=[slug])),
+        ("post", reverse("reports:import_ratings", args=[slug])),
+        ("get", reverse("reports:dataset_analysis", args=[slug, dataset.pk])),
+        ("post", reverse("reports:dataset_delete", args=[slug, dataset.pk])),
+        ("get", reverse("reports:study_plan", args=[slug])),
+        ("post", reverse("reports:study_plan", args=[slug])),
+        ("get", reverse("reports:study_plan_job", args=[slug, "some-key"])),
+        ("post", reverse("reports:study_register", args=[slug])),
+        ("get", reverse("reports:preregistration", args=[slug, prereg.pk])),
+    ]
+    for fmt in FORMATS:
+        urls.append(("get", reverse("reports:study_export", args=[slug, fmt])))
+        urls.append(("get", reverse("reports:dataset_export", args=[slug, dataset.pk, fmt])))
+    for what in exports.WHAT:
+        for fmt in exports.FORMATS:
+            urls.append(("get", reverse("reports:study_data_export", args=[slug, what, fmt])))
+    for name in PLOT_NAMES:
+        urls.append(("get", reverse("reports:study_plot", args=[slug, name])))
+        urls.append(("get", reverse("reports:dataset_plot", args=[slug, dataset.pk, name])))
+    return urls

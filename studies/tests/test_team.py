@@ -17,7 +17,7 @@ from annotation.models import Item, Queue
 from chat.models import ArmJob, Episode
 from reports.models import ImportedDataset
 from studies.models import INVITATION_MAX_AGE, Study, StudyInvitation
-from studies.tests.test_study_ownership import study_urls
+from studies.tests.conftest import study_urls
 
 pytestmark = pytest.mark.django_db
 

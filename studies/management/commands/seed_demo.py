@@ -66,6 +66,11 @@ class Command(BaseCommand):
             f"{'created' if created else 'kept'} {quality.name!r} (closed, simulated data: QC arm, attention checks, "
             f"careless workers {', '.join(demo.CARELESS)})"
         )
+        cards_study, created = demo.seed_persona_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {cards_study.name!r} (open: persona cards with an update, a forget "
+            f"and a probe; worker link /s/{cards_study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
+        )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
             f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"
