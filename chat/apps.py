@@ -7,9 +7,11 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         # The chat's kinds of job (runtime/kinds.py) are declared where their workflows live: imported here,
         # so every process that runs jobs (web, Celery worker, a process lane) knows them.
-        from chat import armjobs, memory_updates, replies  # noqa: F401
+        from chat import armjobs, cooldowns, memory_updates, replies  # noqa: F401
         from memory.llm import mark_reply_thread
         from runtime import executor
 
         # Reply threads go first at the in-process model (memory.llm: one llama.cpp call at a time).
         executor.on_thread_start("reply", mark_reply_thread)
+        # An endpoint's Retry-After holds every process off it (Redis when the site has one).
+        cooldowns.install()
