@@ -15,3 +15,8 @@ class ChatConfig(AppConfig):
         executor.on_thread_start("reply", mark_reply_thread)
         # An endpoint's Retry-After holds every process off it (Redis when the site has one).
         cooldowns.install()
+        # A full study first frees the places of workers who left (not only when beat's sweep runs).
+        from chat import timing
+        from studies.models import quota_reached
+
+        quota_reached.connect(timing.free_places, dispatch_uid="chat.timing.free_places")
