@@ -6,6 +6,10 @@ ran on, its options, its result); the work itself is a job of the runtime (kinds
 ``chat.evaluation``, lane ``long``: a Celery queue of its own in production, a low-priority process in the
 embedded default), whose row holds its status, progress, lease and error. :func:`start` creates both;
 :func:`run_check` does the work, writing its progress through the runtime, which the study page polls.
+A readiness check answers at once what needs no model (the QC arm's whole check, the memory mechanism of
+a rule-based arm: :func:`start`; a check answered whole is a job done in the request, never sent) and
+queues only the rest; its progress step ends with an estimate of the time left, and its result holds
+two verdicts (memory mechanism, reply model).
 A job whose worker died (a killed Celery child, a restarted web process) is taken back by the runtime's
 sweeper (the study page and its poll ask for it) and run again from the start; a run that lost its lease
 stops before its next LLM call or progress write and writes nothing (``runtime.jobs.JobLost``). The arm's
@@ -24,7 +28,7 @@ from django.db import transaction
 
 from chat.arms import build_llm, endpoint_options, get_embedder
 from chat.models import ArmJob
-from memory.llm import LLM, LLMError
+from memory.llm import LLM, LLMError, ScriptedLLM
 from memory.llmwrap import CheckedLLM
 from runtime import jobs, kinds, sweeper
 from runtime.jobs import Attempt
@@ -60,12 +64,43 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
             if not running.job.finished:
                 return running
         record = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
-        record.job = jobs.submit(
-            CHECK if kind == ArmJob.Kind.READINESS else EVALUATION, record.pk, scope=f"study:{arm.study_id}",
-            label=f"{ArmJob.Kind(kind).label.lower()} of arm {arm.name}", fresh=True,
-        )  # fmt: skip
+        kind_of = CHECK if kind == ArmJob.Kind.READINESS else EVALUATION
+        scope, label = f"study:{arm.study_id}", f"{ArmJob.Kind(kind).label.lower()} of arm {arm.name}"
+        whole = kind == ArmJob.Kind.READINESS and _answer_at_once(record)
+        if whole:  # the whole check needed no model: done, nothing queued
+            record.job = jobs.record_done(kind_of, record.pk, scope=scope, label=label, step="answered at once")
+        else:
+            record.job = jobs.submit(kind_of, record.pk, scope=scope, label=label, fresh=True)
         record.save(update_fields=["job"])
     return record
+
+
+def _answer_at_once(record: ArmJob) -> bool:
+    """Give at once the verdicts of the readiness check that need no model: the quality-control arm's
+    whole check, the memory mechanism of an arm whose memory is rule-based (``none``, ``full_history``,
+    ``bm25``). True when that is the whole check; else the partial result is on the record, and the
+    queued run finishes it. If it cannot be given at once, the run says why."""
+    arm = record.arm
+    try:
+        verdicts = memorycompat.llm_free_verdicts(arm.memory_system, dict(arm.params or {}))
+        if not verdicts:
+            return False
+        result = memorycompat.run_preflight(
+            arm.memory_system,
+            ScriptedLLM([LLMError("this readiness check makes no model call")], model=arm.resolved_model),
+            embedder=get_embedder(),
+            params=dict(arm.params or {}),
+            backend=arm.resolved_backend,
+            progress=lambda done, total, step: None,
+            reply_max_tokens=int(settings.LLM_MAX_TOKENS),
+            verdicts=verdicts,
+        )
+    except Exception:  # the researcher's request must not fail: the queued run reports what went wrong
+        log.warning("arm job %s: the verdicts that need no model could not be given at once", record.pk, exc_info=True)
+        return False
+    record.result = result
+    record.save(update_fields=["result"])
+    return set(verdicts) >= set(memorycompat.VERDICTS)
 
 
 def redispatch_overdue(study: Study) -> list[int]:
@@ -149,6 +184,10 @@ EVALUATION = kinds.declare(
 # ------------------------------------------------------------------------------------ readiness view
 
 
+#: The two verdicts of a readiness check, as the study page names them.
+VERDICT_LABELS = {"mechanism": "memory mechanism", "reply_model": "reply model"}
+
+
 @dataclass
 class ArmReadiness:
     """What the study page says about one arm's readiness."""
@@ -184,6 +223,31 @@ class ArmReadiness:
             return self.job.shown_error
         return "" if self.state in ("ready", "exempt") else self.label
 
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """The check's two verdicts (memory mechanism, reply model) as far as they are known: a running
+        check of a rule-based arm already has its mechanism's. Empty for a result without them."""
+        if self.job is None or self.state not in ("ready", "not_ready", "checking"):
+            return []
+        found = (self.job.result or {}).get("verdicts") or {}
+        out = []
+        for key, label in VERDICT_LABELS.items():
+            verdict = found.get(key)
+            if verdict is None:
+                if self.state == "checking":
+                    out.append({"key": key, "label": label, "state": "checking", "shown": "checking…", "failed": [],
+                                "note": ""})  # fmt: skip
+                continue
+            ready = verdict.get("ready")
+            state = "ready" if ready is True else "not_ready" if ready is False else "checking"
+            if state == "checking" and self.state != "checking":
+                state = "open"
+            shown = {"ready": "ready", "not_ready": "not ready", "checking": "checking…", "open": "not settled"}[state]
+            note = "" if state == "checking" else str(verdict.get("note") or "")
+            out.append({"key": key, "label": label, "state": state, "shown": shown,
+                        "failed": list(verdict.get("failed") or []), "note": note})  # fmt: skip
+        return out
+
 
 def readiness(study: Study) -> list[ArmReadiness]:
     """Each arm of the study with its newest readiness check, in arm order."""
@@ -201,7 +265,8 @@ def readiness(study: Study) -> list[ArmReadiness]:
             state = "error"
         else:
             result = job.result or {}
-            failed = [c for c in result.get("checks", []) if not c.get("passed")]
+            # a check left open (the run stopped once the verdict was settled) did not fail
+            failed = [c for c in result.get("checks", []) if c.get("passed") is False]
             state = "ready" if result.get("ready") else "not_ready"
         out.append(ArmReadiness(arm, job, state, failed))
     return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from memory.llm import (
     LLM,
+    REPLY_TEMPERATURE,
     Completion,
     LLMCall,
     LLMError,
@@ -70,7 +71,7 @@ class CheckedLLM(_Wrapping):
         return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> Iterator[str]:
         self.check()
         return self._inner_stream(messages, max_tokens, temperature, purpose)
@@ -201,7 +202,7 @@ class RecordingLLM(_Wrapping):
         return out
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         start = time.perf_counter()
         pieces: list[str] = []

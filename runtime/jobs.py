@@ -105,6 +105,26 @@ def submit(
     return job
 
 
+def record_done(
+    kind: Kind,
+    target: object,
+    *,
+    scope: str = "",
+    label: str = "",
+    step: str = "",
+    result: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Job:
+    """Store a job of ``kind`` that was done in the request itself (its work needed nothing that waits, e.g.
+    a readiness check that makes no model call): it is never sent, and is listed with the others."""
+    now = now or timezone.now()
+    return Job.objects.create(
+        kind=kind.name, target=str(target), scope=scope, label=label[:200] or kind.label, lane=kind.lane,
+        status=Job.Status.DONE, attempts=1, created_at=now, due_at=now, started_at=now, finished_at=now,
+        step=step[:200], result=result, worker=worker_name(),
+    )  # fmt: skip
+
+
 def send(job_id: int, lane: str, *, countdown: float = 0) -> bool:
     """Have the job run (runtime/executor.py); ``False`` when that failed (the broker is down): the job
     stays queued, and the sweeper sends it again once it is overdue. A job handed over to this process

@@ -11,7 +11,7 @@ of each turn, so a turn's cost grew with the number of open sockets (issue 12, t
 scan runs at most once per ``clean_interval`` seconds (an expired message may stay that much longer; they
 expire after a minute). ``group_send`` queues the message for each member directly instead of one task
 per member, and :meth:`group_send_nowait` lets code on the event loop push without a coroutine
-(``chat.jobs.broadcast`` schedules it from job threads with ``call_soon_threadsafe``). Production
+(``runtime.push.broadcast`` schedules it from job threads with ``call_soon_threadsafe``). Production
 uses the Redis layer (settings), which has neither cost.
 """
 

@@ -330,20 +330,25 @@ def _readiness_context(study: Study) -> dict[str, Any]:
         "jobs_running": any(r.state == "checking" for r in rows)
         or any(not j.finished and not j.lost for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
+        # the active arms whose replies come from the embedded demo model (the QC arm calls no model)
+        "demo_arms": [r.arm for r in rows if r.arm.active and not r.arm.is_qc and r.arm.resolved_backend == "local"],
     }
 
 
 def _jobs_context(study: Study) -> dict[str, Any]:
     """The study's background jobs (runtime.Job with scope ``study:<pk>``): every live one (queued, waiting
     to retry, running with its progress), the latest failures with their reasons, the latest finished
-    checks, evaluations and simulations, and counts per kind."""
+    checks, evaluations and simulations, and counts per kind (with how many needed more than one attempt)."""
     scope = Job.objects.filter(scope=f"study:{study.pk}")
     live = list(scope.filter(status__in=Job.LIVE).order_by("created_at", "id")[:50])
     failed = list(scope.filter(status=Job.Status.FAILED).order_by("-finished_at", "-id")[:10])
     finished = list(scope.filter(status=Job.Status.DONE).exclude(lane="reply").order_by("-finished_at", "-id")[:10])
     counts: dict[str, dict[str, int]] = {}
-    for kind, status, n in scope.values_list("kind", "status").annotate(n=Count("id")).order_by("kind"):
-        counts.setdefault(kind, dict.fromkeys(Job.Status.values, 0))[status] = n
+    rows = scope.values_list("kind", "status").annotate(n=Count("id"), retried=Count("id", filter=Q(attempts__gt=1)))
+    for kind, status, n, retried in rows.order_by("kind"):
+        count = counts.setdefault(kind, {**dict.fromkeys(Job.Status.values, 0), "retried": 0})
+        count[status] = n
+        count["retried"] += retried  # jobs that needed more than one attempt, however they ended
     declared = kinds.declared()
     label = {name: declared[name].label if name in declared else name for name in counts}
     return {

@@ -3,7 +3,10 @@
 * no import circle anywhere in production code, imports inside functions included (an import under
   ``if TYPE_CHECKING:`` is not run, so it is not an edge);
 * no production module over 800 lines (split by feature: shared/conventions.md);
-* test modules share helpers through ``conftest.py``, never by importing another test module.
+* test modules share helpers through ``conftest.py``, never by importing another test module;
+* no timed assertion: a test asserts what happened, never how long it took (a speed target lives in a
+  benchmark, ``bench/``); an ``assert`` that compares a clock reading, or a name computed from one in
+  the same function, fails the rule.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("evalsite", "infra", "runtime", "studies", "chat", "annotation", "reports", "memory", "analysis")
 MAX_LINES = 800
-# Being split on a branch that lands soon; the test below fails once one is short, so the entry goes with it.
-KNOWN_LONG = {"memory/preflight.py"}  # branch ready20: memory/readiness/
 
 
 def production_files() -> Iterator[Path]:
@@ -135,8 +136,7 @@ def test_no_production_module_is_longer_than_800_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n for p in production_files() if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert set(long) - KNOWN_LONG == set(), f"split these by feature (shared/conventions.md): {long}"
-    assert set(long) >= KNOWN_LONG, f"no longer over {MAX_LINES} lines: remove from KNOWN_LONG {KNOWN_LONG - set(long)}"
+    assert long == {}, f"split these by feature (shared/conventions.md): {long}"
 
 
 def test_test_modules_share_helpers_through_conftest_not_by_importing_each_other() -> None:
@@ -153,3 +153,64 @@ def test_test_modules_share_helpers_through_conftest_not_by_importing_each_other
                     f"{path.relative_to(ROOT)} imports {a.name}" for a in node.names if ".test_" in f".{a.name}"
                 ]
     assert offenders == []
+
+
+CLOCKS = {"monotonic", "perf_counter", "time", "monotonic_ns", "perf_counter_ns", "time_ns"}
+
+
+def _reads_a_clock(node: ast.AST, timed: set[str]) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            f = sub.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            owner = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else "time"
+            if name in CLOCKS and owner in ("time", "loop"):
+                return True
+        elif isinstance(sub, ast.Name) and sub.id in timed:
+            return True
+    return False
+
+
+def timed_assertions(tree: ast.AST) -> list[int]:
+    """Lines of ``assert``s that compare a clock reading, directly or through a name assigned from one
+    (``started = time.monotonic()`` ... ``assert time.monotonic() - started < 3``)."""
+    lines = []
+    for func in ast.walk(tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        timed: set[str] = set()
+        for _ in range(2):  # a name computed from a timed name is timed too
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign) and _reads_a_clock(node.value, timed):
+                    timed |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assert):
+                compares = [c for c in ast.walk(node.test) if isinstance(c, ast.Compare)]
+                if any(_reads_a_clock(c, timed) for c in compares):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_timed_assertion_rule_sees_a_clock_directly_and_through_names() -> None:
+    source = """
+def test_a():
+    started = time.monotonic()
+    elapsed = time.monotonic() - started
+    assert elapsed < 3
+def test_b():
+    t0 = time.perf_counter()
+    assert time.perf_counter() - t0 < 2.0
+def test_c():
+    started = time.monotonic()
+    assert reply.complete and count == 2
+"""
+    assert timed_assertions(ast.parse(source)) == [5, 8]
+
+
+def test_no_test_asserts_how_long_something_took() -> None:
+    offenders = []
+    for path in sorted(ROOT.rglob("test_*.py")):
+        if ".venv" in path.parts:
+            continue
+        offenders += [f"{path.relative_to(ROOT)}:{n}" for n in timed_assertions(ast.parse(path.read_text()))]
+    assert offenders == [], "assert what happened; time it in bench/"

@@ -151,7 +151,8 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
         second = _start_worker(env, log)
         final = 'id="msg-2" data-seq="2" data-status="complete"'
         seen = ""
-        while final not in seen and time.monotonic() - killed < 60:
+        # a bound, not a timing: a new Celery worker starts in seconds on a quiet host, in a minute at load 10+
+        while final not in seen and time.monotonic() - killed < 180:
             # what the page does while a reply shows no progress: ask again
             await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
             while not await comm.receive_nothing(timeout=1):  # (a receive that times out ends the app)
@@ -159,10 +160,12 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
         print(f"killed worker: reply recovered {time.monotonic() - killed:.1f} s after the kill")  # bench/faults.py
         assert final in seen, log.read_text()[-3000:]
         job = await database_sync_to_async(Job.objects.get)(kind="chat.reply")
-        assert (job.status, job.attempts, job.worker.rsplit(":", 1)[1]) == ("done", 2, str(second.pid))  # taken over
+        # taken over by the new worker (on a loaded host its own first lease can lapse too: then a third attempt,
+        # by the same worker, writes the reply; the one reply below is what must hold either way)
+        assert (job.status, job.worker.rsplit(":", 1)[1]) == ("done", str(second.pid)) and job.attempts >= 2
         bot = await database_sync_to_async(list)(Message.objects.filter(session_id=sid, speaker="bot"))
         assert len(bot) == 1 and bot[0].text == "Nice to meet you again. How was the garden this week?"
-        assert _SlowEndpoint.requests == 2  # the dead attempt and the one that wrote the reply
+        assert _SlowEndpoint.requests == job.attempts  # the dead attempt(s) and the one that wrote the reply
         await comm.disconnect()
     finally:
         for proc in (first, second):

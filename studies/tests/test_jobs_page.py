@@ -3,6 +3,7 @@ progress, waiting to retry with the last attempt's error, failed with its reason
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -37,6 +38,8 @@ def test_the_study_page_lists_every_job_of_the_study_with_its_state_progress_and
                        error="LLMTransientError: timed out")  # fmt: skip
     Job.objects.create(kind="chat.reply", target="902", scope="study:999999", label="another study's reply",
                        lane="reply", status="failed", error="not ours")  # fmt: skip
+    Job.objects.create(kind="chat.reply", target="903", scope=scope, label="reply 6 in chat session 7",
+                       lane="reply", status="done", attempts=2)  # retried, then done  # fmt: skip
     page = rclient.get(reverse("studies:detail", args=[study.slug])).content.decode()
     section = page[page.index('id="jobs"') :]
     assert 'hx-trigger="every 2s"' in section[:300]  # live jobs: the section polls
@@ -45,6 +48,10 @@ def test_the_study_page_lists_every_job_of_the_study_with_its_state_progress_and
     assert "reply 4 in chat session 7" in section and "HTTP 503 from the endpoint" in section
     assert "another study" not in section and "not ours" not in section
     assert "bot reply" in section and "memory update" in section  # the counts per kind
+    counts = section[section.index("jobs-counts") : section.index("</table>")]
+    reply_row = counts[counts.index("bot reply") :].split("</tr>")[0]
+    # queued, running, done, failed, retried: the failed reply took 4 attempts, the done one 2
+    assert re.findall(r"<td[^>]*>(?:<span[^>]*>)?(\d+)", reply_row) == ["0", "0", "1", "1", "2"]
 
 
 def test_the_jobs_section_stops_polling_once_nothing_is_live_and_a_lost_job_is_taken_back(
