@@ -33,7 +33,8 @@ Each phase has every worker send one message while one fault is injected:
 
 The per-message LLM faults (llm-stall, -reset, -trickle, -hang, -garbage, slow-two, hang-two) hit the
 first FAULT_ATTEMPTS attempts of a marked message, so retries meet them too; the site runs with its
-default timeouts (LLM_TIMEOUT_SECONDS 20 a read, CHAT_STALL_SECONDS 10, the 90 s reply deadline), and a
+default timeouts (LLM_TIMEOUT_SECONDS 60 a read, capped for replies by CHAT_STALL_SECONDS 10; the 90 s
+reply deadline), and a
 stall or hang lasts HANG s, longer than any of them.
 Counted per fault: turns, lost user messages (a sent client id not stored), duplicated (a client id
 stored twice, or two bot replies to one user message), replies recovered without a person, Retry
@@ -51,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -185,7 +187,7 @@ class FakeLLM:
         try:
             if window is not None and time.monotonic() < window[1]:
                 left = window[1] - time.monotonic()
-                headers = {"retry-after": str(max(1, round(left)))} if window[0] == "429" else {}
+                headers = {"retry-after": str(max(1, math.ceil(left)))} if window[0] == "429" else {}
                 return self._json(
                     h, int(window[0]), {"error": {"message": "injected", "type": "server_error"}}, headers
                 )

@@ -296,8 +296,9 @@ def _stream_reply(
     the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
     it is sent as is, with no LLM call and no leak check.
 
-    A stream that stalls, trickles or runs past the attempt's bound (``limits``, ``ends`` on the monotonic
-    clock) raises :class:`StreamTooSlow`. At ``max_tokens`` pieces, or that many tokens' worth of
+    A stream of an endpoint that stalls, trickles or runs past the attempt's bound (``limits``, ``ends`` on
+    the monotonic clock) raises :class:`StreamTooSlow` (the in-process model's speed is this machine's: not
+    checked). At ``max_tokens`` pieces, or that many tokens' worth of
     characters (an endpoint that ignores ``max_tokens``), the stream is closed and the reply cut back to its
     last complete sentence: no more than the cap is shown or stored.
     """
@@ -323,6 +324,9 @@ def _stream_reply(
             prepared.append(LeakCheck(prompt.messages, chat=chat))
         return prepared[0]
 
+    # the speed checks are for an endpoint (another try may be faster, and the slot is wanted): not for a reply
+    # the arm gives itself, nor for the in-process model, whose speed is this machine's
+    checked = fixed is None and not getattr(getattr(llm, "inner", llm), "in_process", False)
     pieces: list[str] = []
     chars = 0
     capped = False
@@ -336,7 +340,7 @@ def _stream_reply(
             raise DeadlineExceeded(REPLY_TOO_SLOW)
         now = clock()
         first = now if first is None else first
-        if fixed is None and (slow := _too_slow(len(pieces), now - first, now, ends, limits)):
+        if checked and (slow := _too_slow(len(pieces), now - first, now, ends, limits)):
             stop()
             raise StreamTooSlow(slow)
         pieces.append(piece)

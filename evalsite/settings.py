@@ -245,9 +245,9 @@ LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"]
 LLM_MODEL = env.text("LLM_MODEL")
 OPENAI_API_KEY = env.text("OPENAI_API_KEY")
 OPENAI_BASE_URL = env.text("OPENAI_BASE_URL")
-# The client's timeouts: each read of a response (the first token's included), and connecting. A caller
-# with a deadline caps both by its time left (memory.llm.time_limit).
-LLM_TIMEOUT_SECONDS = env.number("LLM_TIMEOUT_SECONDS", 20.0, minimum=0.001)
+# The client's timeouts: each read of a response (a whole answer that is not streamed: a memory update's
+# calls), and connecting. A chat reply caps both by CHAT_STALL_SECONDS and its time left (memory.llm.time_limit).
+LLM_TIMEOUT_SECONDS = env.number("LLM_TIMEOUT_SECONDS", 60.0, minimum=0.001)
 LLM_CONNECT_TIMEOUT_SECONDS = env.number("LLM_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LLM_MAX_TOKENS", 120, minimum=1)
 EMBEDDER = env.choice("EMBEDDER", "wordllama", ["wordllama", "openai", "minilm", "hashing"])

@@ -341,9 +341,11 @@ def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
 class LocalLLM:
     """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0.
 
-    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text."""
+    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text.
+    ``in_process``: its speed is this machine's (a caller does not cut a slow stream to try it again)."""
 
     supports_tools = False
+    in_process = True
 
     def __init__(
         self,
@@ -439,9 +441,10 @@ class LocalLLM:
 
 
 #: The client's timeouts when the caller gives none: seconds to connect, and for each read of a response
-#: (the first token's included; ``LLM_TIMEOUT_SECONDS`` on the site).
+#: (the first token's included, or a whole answer that is not streamed; ``LLM_TIMEOUT_SECONDS`` on the site).
+#: A caller with a deadline caps both (:func:`time_limit`).
 CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 20.0
+READ_TIMEOUT = 60.0
 
 
 def openai_client(

@@ -79,6 +79,7 @@ def test_no_transient_fault_needs_a_retry_click(results: dict[str, dict[str, Any
 
 
 def test_a_retry_after_holds_every_reply_off_the_endpoint(results: dict[str, dict[str, Any]]) -> None:
-    # two pages: each reply's first request, at most one more during the 20 s window (the cooldown is shared:
-    # every other attempt waits without a request), then each reply's answer
-    assert results["429-retry-after"]["requests"] <= 2 + 1 + 2
+    # each reply's first request at most (a reply asked once the endpoint is in cooldown makes none), then its
+    # answer after the window: no retry meets the window again (the cooldown is shared and honoured)
+    r = results["429-retry-after"]
+    assert r["requests"] <= 2 * r["turns"]

@@ -209,6 +209,22 @@ def test_a_slow_stream_gives_its_slot_back_and_is_retried(
     assert first is not None and "too slowly" in first.error
 
 
+def test_the_in_process_models_slow_stream_is_not_cut(
+    client: Client, study: Study, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    # the local model's speed is this machine's: another try would be no faster, so it is not cut
+    settings.CHAT_STREAM_GRACE_SECONDS, settings.CHAT_MIN_TOKENS_PER_SECOND, settings.CHAT_ATTEMPT_SECONDS = 3, 3, 600
+    now = [1000.0]
+    monkeypatch.setattr(replies, "clock", lambda: now[0])
+    fake = _SlowThenFast(now)
+    fake.in_process = True  # type: ignore[attr-defined]
+    monkeypatch.setattr(arms, "build_llm", lambda arm: fake)
+    session = start(client, study)
+    turns.post_user_message(session, "c1", "Hello")
+    reply = session.messages.get(seq=2)
+    assert reply.status == Message.Status.COMPLETE and fake.streams == 1 and fake.pieces_read == 60
+
+
 def test_an_attempt_is_bounded_even_when_its_stream_is_fast_enough(
     client: Client, study: Study, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
