@@ -28,8 +28,11 @@ BUDGET = 1200  # seconds: a safety stop (the run takes about 8-15 min on a busy 
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("faults") / "results.json"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    # MEMEVAL_FAULTS_PORTS="pg redis web": fixed ports for the suite's services (default: free ones)
+    ports = os.environ.get("MEMEVAL_FAULTS_PORTS", "").split()
     proc = subprocess.Popen(
-        [sys.executable, "bench/faults.py", "--workers", "2", "--turns", "1", "--json", str(out)],
+        [sys.executable, "bench/faults.py", "--workers", "2", "--turns", "1", "--json", str(out),
+         *(["--ports", *ports] if ports else [])],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     try:

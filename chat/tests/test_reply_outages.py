@@ -358,3 +358,44 @@ def test_time_limit_is_per_thread() -> None:
         assert llm_module.time_left() == 1.0
     assert seen == [None] and llm_module.time_left() is None
     assert time.monotonic() > 0
+
+
+class _FakeRedis:
+    """What RedisCooldowns uses of a Redis client: SET NX PX, PTTL, PEXPIRE (time stands still)."""
+
+    def __init__(self) -> None:
+        self.ttl: dict[str, int] = {}
+
+    def set(self, name: str, value: bytes, *, px: int, nx: bool) -> bool:
+        if nx and name in self.ttl:
+            return False
+        self.ttl[name] = px
+        return True
+
+    def pttl(self, name: str) -> int:
+        return self.ttl.get(name, -2)
+
+    def pexpire(self, name: str, ms: int) -> None:
+        self.ttl[name] = ms
+
+
+def test_the_shared_cooldown_is_kept_in_redis_and_never_shortened() -> None:
+    from chat.cooldowns import RedisCooldowns
+
+    store = RedisCooldowns("redis://127.0.0.1:1/0")
+    store._redis = _FakeRedis()
+    other = RedisCooldowns("redis://127.0.0.1:1/0")  # another process: nothing of its own
+    other._redis = store._redis
+    store.hold("http://endpoint/v1", 20)
+    store.hold("http://endpoint/v1", 5)  # a shorter Retry-After does not shorten it
+    assert other.remaining("http://endpoint/v1") == 20.0
+    store.hold("http://endpoint/v1", 30)
+    assert other.remaining("http://endpoint/v1") == 30.0 and other.remaining("http://elsewhere/v1") == 0.0
+
+
+def test_an_unreachable_redis_never_fails_a_call_and_the_process_keeps_the_cooldown() -> None:
+    from chat.cooldowns import RedisCooldowns
+
+    store = RedisCooldowns("redis://127.0.0.1:1/0")  # nothing listens on port 1: refused at once
+    store.hold("http://endpoint/v1", 20)
+    assert 0 < store.remaining("http://endpoint/v1") <= 20
