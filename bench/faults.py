@@ -324,7 +324,7 @@ class Stack:
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "evalsite.asgi:application"],
             cwd=ROOT, env=self.env, stdout=self.log("daphne"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        wait_until(lambda: port_open(self.web_port), 60, "daphne")
+        wait_until(lambda: port_open(self.web_port), 180, "daphne")  # a loaded host starts it slowly
 
     def stop_daphne(self) -> None:
         if self.daphne is not None and self.daphne.poll() is None:
