@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.postgres
 ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 1200  # seconds: a safety stop (the run takes about 8-15 min on a busy 2-core machine)
+# the run is the module fixture's setup: pytest-timeout's default (600 s) would stop it first
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(BUDGET + 180)]
 
 
 @pytest.fixture(scope="module")
