@@ -38,6 +38,8 @@ def _fast_offline_settings(settings: Any) -> None:
     # and no sweeper thread takes jobs back behind a test's back (tests sweep when they mean to)
     settings.RUNTIME_PROCESS_LANES = ()
     settings.RUNTIME_SWEEP_SECONDS = 0
+    # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
+    settings.CHAT_REPLY_PACING = False
 
 
 @pytest.fixture(autouse=True)

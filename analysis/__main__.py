@@ -91,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="significance level of the arm comparisons (default: the pre-registration's, else 0.05)",
     )
+    rep.add_argument(
+        "--covariates",
+        type=_list,
+        default=[],
+        metavar="COLUMN[,COLUMN]",
+        help="numeric columns (e.g. latency_shown_s): reported per arm and put into a mixed model beside the arm",
+    )
     rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
@@ -259,6 +266,7 @@ def _report(args: argparse.Namespace) -> int:
         duplicates=args.duplicates,
         primary=tuple(args.primary) if args.primary else None,
         alpha=args.alpha,
+        covariates=tuple(args.covariates),
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result

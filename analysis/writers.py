@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import io
-import math
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -19,29 +18,13 @@ from typing import Any
 import pandas as pd
 
 from analysis.comparisons import family_description
+from analysis.covariates import covariate_model_rows, covariate_rows
+from analysis.formatting import fmt, fmt_ci, fmt_p
 from analysis.methods import exclusions_text, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 
 # ---------------------------------------------------------------- formatting helpers
-def fmt(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.{digits}f}"
-
-
-def fmt_p(p: Any) -> str:
-    if p is None:
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def fmt_ci(ci: list[Any], digits: int = 3) -> str:
-    if not ci or ci[0] is None:
-        return "–"
-    return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
-
-
 def _scale(result: dict[str, Any]) -> str:
     return "z" if result["design"]["z_valid"] else "raw"
 
@@ -354,6 +337,11 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _md_table(*_mixed_rows(result)),
         ]
+    if result.get("covariates"):
+        out += ["", "## Covariates per arm", "", _md_table(*covariate_rows(result))]
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            out += ["", "Overall raw score ~ arm + covariates (centred) + random intercept per worker:", ""]
+            out += [_md_table(*covariate_model_rows(result))]
     return "\n".join(out) + "\n"
 
 
@@ -464,6 +452,13 @@ def to_latex(result: dict[str, Any]) -> str:
         f"{_pairwise_note(result)}"
     )
     parts.append(_latex_table(header, overall, caption, "tab:pairwise", 4))
+    if result.get("covariates"):
+        parts.append(
+            _latex_table(*covariate_rows(result), "Covariates per arm (means over units).", "tab:covariates", 2)
+        )
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            caption = "Overall raw score on the arm and the covariates (centred), random intercept per worker."
+            parts.append(_latex_table(*covariate_model_rows(result), caption, "tab:covariate-model", 1))
     return head + "\n\n".join(parts) + "\n"
 
 
@@ -559,6 +554,11 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
     out += ["<h2>Correlations between metrics</h2>", _html_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += ["<h2>Mixed model</h2>", _html_table(*_mixed_rows(result))]
+    if result.get("covariates"):
+        out += ['<h2 id="covariates">Covariates per arm</h2>', _html_table(*covariate_rows(result))]
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            out += ["<p>Overall raw score ~ arm + covariates (centred) + random intercept per worker:</p>"]
+            out += [_html_table(*covariate_model_rows(result))]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

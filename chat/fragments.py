@@ -137,14 +137,16 @@ def clear_error() -> str:
     return error("")
 
 
-def controls(turns: int, min_turns: int, *, pending: bool = False) -> str:
+def controls(turns: int, min_turns: int, *, pending: bool = False, failed: int = 0) -> str:
     """The turn counter and the "End session" button (enabled once the minimum is met and no reply
     is being written; chat.js keeps it disabled while a reply is pending on the page): the
-    ``controls-oob`` partial."""
-    turns, min_turns = int(turns), int(min_turns)
-    key = (turns < min_turns, min_turns == 1, pending)
+    ``controls-oob`` partial. ``turns`` counts the worker's turns the bot *answered* (the minimum counts
+    only those); ``failed`` is the number of the bot's failed messages, which the worker is told do not count."""
+    turns, min_turns, failed = int(turns), int(min_turns), int(failed)
+    key = (turns < min_turns, min_turns == 1, pending, bool(failed))
 
     def probe() -> dict[str, Any]:
-        return {"turns": _Int(turns, 0), "min_turns": _Int(min_turns, 1), "pending": pending, "oob": True}
+        return {"turns": _Int(turns, 0), "min_turns": _Int(min_turns, 1), "pending": pending, "failed": failed,
+                "oob": True}  # fmt: skip
 
     return _CONTROLS.fill(key, probe, [str(turns), str(min_turns)])

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from chat import arms, fragments, memory_updates, records, replytext, state
+from chat import arms, fragments, memory_updates, pacing, records, replytext, state
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
@@ -102,7 +102,8 @@ class Prepared:
 
     msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state deferred (chat.state)
     turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
-    user_turns: int  # the worker's messages in the session, this one included
+    answered: int  # the worker's turns the bot answered before this one (what the session's minimum counts)
+    failed: int  # the bot's failed messages in the session
 
 
 def submit_reply(msg: Message, study_id: int, *, hand: Prepared | None = None, fresh: bool = True) -> Job:
@@ -149,7 +150,8 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
         if session.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended.")
         msg.status, msg.error = Message.Status.PENDING, ""
-        msg.save(update_fields=["status", "error"])
+        msg.requested_at = timezone.now()  # the reply's pacing and latency count from the Retry button
+        msg.save(update_fields=["status", "error", "requested_at"])
         study_id = session.episode.participant.study_id
         jobs.submit(REPLY, msg.pk, scope=f"study:{study_id}", label=f"reply {msg.seq} in chat session {session.pk}")
     return msg
@@ -181,7 +183,7 @@ def generate_reply(job: Job, attempt: Attempt, handed: Prepared | None) -> None:
     :func:`chat.sessions.add_opener`) is written from ``compose_opening``; no ``after_turn`` follows it.
     """
     if handed is not None:  # stored by this process's chat turn, with what it read
-        _reply_attempt(handed.msg, attempt, turns=handed.turns, user_turns=handed.user_turns)
+        _reply_attempt(handed.msg, attempt, turns=handed.turns, counted=(handed.answered, handed.failed))
         return
     msg = (
         Message.objects.select_related("session__episode__arm", "session__episode__participant__study")
@@ -194,10 +196,11 @@ def generate_reply(job: Job, attempt: Attempt, handed: Prepared | None) -> None:
 
 
 def _reply_attempt(
-    msg: Message, attempt: Attempt, *, turns: list[Turn] | None = None, user_turns: int | None = None
+    msg: Message, attempt: Attempt, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
 ) -> None:
-    """The claimed attempt at a reply; ``turns`` (the session up to the message it answers) and
-    ``user_turns`` (the worker's messages), when the caller has them already."""
+    """The claimed attempt at a reply; ``turns`` (the session up to the message it answers) and ``counted``
+    (the worker's turns the bot answered before this one, and the bot's failed messages), when the caller
+    has them already."""
     session = msg.session
     episode = session.episode
     try:
@@ -220,6 +223,8 @@ def _reply_attempt(
         deadline = attempt.remaining()
         return min(limits.stall, ends - clock(), deadline if deadline is not None else limits.stall)
 
+    # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
+    pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
         if turns is None:
             turns = turns_of(session, upto_seq=msg.seq - 1)
@@ -229,7 +234,9 @@ def _reply_attempt(
         for leaks in (1, 2):
             try:
                 with time_limit(read_limit):
-                    text = _stream_reply(msg, llm, prompt, chat=chat, attempt=attempt, limits=limits, ends=ends)
+                    text = _stream_reply(
+                        msg, llm, prompt, chat=chat, attempt=attempt, pacer=pacer, limits=limits, ends=ends
+                    )
                 break
             except PromptLeakError as exc:
                 if llm.calls:
@@ -256,7 +263,7 @@ def _reply_attempt(
         log.exception("reply %s of session %s failed", msg.pk, session.pk)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
         raise ReplyFailed(f"{type(exc).__name__}: {exc}") from exc
-    done = {"status": Message.Status.COMPLETE, "text": text, "error": ""}
+    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", **pacer.latencies()}
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
@@ -272,7 +279,9 @@ def _reply_attempt(
     for field, value in done.items():
         setattr(msg, field, value)
     msg.memory_used = memory_used
-    push.broadcast(session.pk, fragments.message(msg) + _controls(session, user_turns))
+    if counted is not None and not opener:
+        counted = (counted[0] + 1, counted[1])  # this reply answers the worker's turn
+    push.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
     if not opener:  # an opener follows no exchange to learn from
         after = [*(turns or []), Turn("bot", text, session.simulated_start)]
         memory_updates.after_turn(session, episode, system, llm, msg, now, start_state, after)
@@ -285,6 +294,7 @@ def _stream_reply(
     *,
     chat: list[str],
     attempt: Attempt,
+    pacer: pacing.Pacer,
     limits: StreamLimits | None = None,
     ends: float | None = None,
 ) -> str:
@@ -294,13 +304,15 @@ def _stream_reply(
     first one at once), minus a held-back tail that is checked for prompt text first
     (:class:`PromptLeakError`, the stream closed); what is still held back at the end arrives with
     the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
-    it is sent as is, with no LLM call and no leak check.
+    it is sent as is, with no LLM call and no leak check. ``pacer`` holds the text back to the study's
+    schedule (chat/pacing.py): once the model is done, the rest is released at the schedule's speed before
+    this returns, so the final message never arrives earlier than the schedule allows.
 
     A stream of an endpoint that stalls, trickles or runs past the attempt's bound (``limits``, ``ends`` on
     the monotonic clock) raises :class:`StreamTooSlow` (the in-process model's speed is this machine's: not
-    checked). At ``max_tokens`` pieces, or that many tokens' worth of
-    characters (an endpoint that ignores ``max_tokens``), the stream is closed and the reply cut back to its
-    last complete sentence: no more than the cap is shown or stored.
+    checked). At ``max_tokens`` pieces, or that many tokens' worth of characters (an endpoint that ignores
+    ``max_tokens``), the stream is closed and the reply cut back to its last complete sentence: no more
+    than the cap is shown or stored.
     """
     limits = limits or StreamLimits.from_settings()
     max_tokens = limits.max_tokens
@@ -333,6 +345,7 @@ def _stream_reply(
     shown = 0
     last_flush = 0.0
     first: float | None = None
+    pacer.begin()
     for piece in stream:
         attempt.check()  # raises JobLost once another run took the reply over
         if attempt.expired():  # a trickling stream: every read in time, the whole reply not
@@ -343,6 +356,7 @@ def _stream_reply(
         if checked and (slow := _too_slow(len(pieces), now - first, now, ends, limits)):
             stop()
             raise StreamTooSlow(slow)
+        pacer.piece()
         pieces.append(piece)
         chars += len(piece)
         if fixed is None and (len(pieces) >= max_tokens or chars >= max_chars):
@@ -354,19 +368,32 @@ def _stream_reply(
             if fixed is None and (leak := leak_check().find(so_far)) is not None:
                 stop()
                 raise PromptLeakError(leak)
-            safe = replytext.shown_prefix(so_far) if fixed is None else len(so_far)
+            safe = pacer.release(replytext.shown_prefix(so_far) if fixed is None else len(so_far))
             if safe > shown:
                 push.broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
                 shown = safe
             last_flush = time.monotonic()
+    pacer.done()
+    streamed = "".join(pieces)[:shown]
     text = replytext.check_reply("".join(pieces)[: max_chars if fixed is None else None])
-    if fixed is not None:
-        return text
-    leak = leak_check().find(text)
-    if leak is not None:
-        raise PromptLeakError(leak)
-    reason = "length" if capped else replytext.finish_reason(stream, len(pieces), max_tokens)
-    return end_at_sentence(text, reason)
+    if fixed is None:
+        leak = leak_check().find(text)
+        if leak is not None:
+            raise PromptLeakError(leak)
+        reason = "length" if capped else replytext.finish_reason(stream, len(pieces), max_tokens)
+        text = end_at_sentence(text, reason)
+    # The rest at the schedule's speed; a final text that is not the shown text continued (cleaned, cut at a
+    # sentence) replaces the bubble when the schedule has reached its end.
+    on_page = shown if text.startswith(streamed) else len(text)
+    if not pacer.drain(
+        text,
+        on_page,
+        lambda part: push.broadcast(msg.session_id, fragments.token(msg.seq, part)),
+        lost=lambda: attempt.beat.lost,
+        step=flush_every,
+    ):
+        raise jobs.JobLost(f"reply {msg.pk} was taken over while its rest was shown")
+    return text
 
 
 def _too_slow(pieces: int, streaming: float, now: float, ends: float, limits: StreamLimits) -> str:
@@ -402,13 +429,16 @@ def _failed(job: Job, error: str) -> None:
     transaction.on_commit(lambda: push.broadcast(msg.session_id, html))
 
 
-def _controls(session: ChatSession, user_turns: int | None) -> str:
-    """The turn counter and End button once a reply is written (``user_turns`` counted when not given:
-    a retried or recovered reply, or one written by a Celery worker)."""
+def _controls(session: ChatSession, counted: tuple[int, int] | None) -> str:
+    """The turn counter and End button once a reply is written or failed; ``counted`` (answered turns, failed
+    messages) is counted here when not given: a failed, retried or recovered reply, or one written by a
+    Celery worker."""
     pending = False
-    if user_turns is None:
-        user_turns, pending = turn_counts(session)
-    return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
+    if counted is None:
+        counts = turn_counts(session)
+        counted, pending = (counts.answered, counts.failed), counts.pending
+    min_turns = session.episode.participant.study.min_user_turns
+    return fragments.controls(counted[0], min_turns, pending=pending, failed=counted[1])
 
 
 REPLY = kinds.declare(

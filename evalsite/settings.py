@@ -223,6 +223,9 @@ CHAT_ATTEMPT_SECONDS = env.number("CHAT_ATTEMPT_SECONDS", 30.0, minimum=1)
 CHAT_MEMORY_RETRY_DELAYS = env.numbers("CHAT_MEMORY_RETRY_DELAYS", "5,10,20,30")
 CHAT_MEMORY_RETRY_SECONDS = env.number("CHAT_MEMORY_RETRY_SECONDS", 900.0, minimum=1)
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
+# Reply pacing (chat/pacing.py) is a study setting; false turns it off for every study on this site (benchmarks
+# of the platform's own latency, the test suite).
+CHAT_REPLY_PACING = env.boolean("CHAT_REPLY_PACING", True)
 # Parsed memory states kept per process by (episode, state_version) (chat/state.py): a reply reads only the
 # version and parses the state on a miss. Bounded by episodes and by an estimate of their size; 0 turns it off.
 CHAT_STATE_CACHE_ENTRIES = env.integer("CHAT_STATE_CACHE_ENTRIES", 256, minimum=0)

@@ -27,7 +27,7 @@ from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
 from reports import queries
 from reports.models import ImportedDataset, Preregistration
-from reports.reporting import Source, analysis_frame
+from reports.reporting import Source, analysis_frame, qc_waiting, without_qc
 from runtime import jobs, kinds
 from runtime.jobs import Attempt
 from runtime.models import Job
@@ -138,6 +138,8 @@ def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
             if pilot.spec is None or pilot.frame.empty:
                 raise RatingsError("the pilot has no ratings to estimate the variance components from")
             frame, spec = analysis_frame(pilot, pilot.spec)
+            if qc_waiting(frame, spec) is not None:  # a live pilot whose QC arm has no rated session yet
+                spec = without_qc(spec)
             estimate = estimate_components(frame, spec)
             components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
         effect = settings.effect / components.latent_sd if settings.effect_unit == "points" else settings.effect

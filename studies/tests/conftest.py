@@ -234,3 +234,53 @@ class RenderedForm(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._textarea and not self._template:
             self.data[self._textarea] += data
+
+
+def edit_data(
+    study: Study, arm_overrides: dict[str, Any], extra_arms: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """The edit form as the page would post it, unchanged except for ``arm_overrides`` (applied to
+    the full_history arm) and ``extra_arms``."""
+    arms = []
+    for a in study.arms.all():
+        row = {
+            "id": a.pk,
+            "name": a.name,
+            "memory_system": a.memory_system,
+            "params": "{}",
+            "llm_backend": a.llm_backend,
+            "active": True,
+        }
+        if a.memory_system == "full_history":
+            row.update(arm_overrides)
+        arms.append(row)
+    initial_arms = len(arms)
+    arms += extra_arms
+    metrics = [
+        {
+            "id": m.pk,
+            "key": m.key,
+            "statement": m.statement,
+            "low_label": m.low_label,
+            "high_label": m.high_label,
+            "order": m.order,
+        }
+        for m in study.metrics.all()
+    ]
+    design = {
+        "sessions_per_episode": study.sessions_per_episode,
+        "episodes_per_worker": study.episodes_per_worker,
+        "gap_days": study.gap_days,
+        "gap_max_days": "" if study.gap_max_days is None else study.gap_max_days,
+        "simulated_start": study.simulated_start.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    if study.bot_opens_sessions:
+        design["bot_opens_sessions"] = "on"
+    data = {
+        **STUDY,
+        **design,
+        "add_default_metrics": None,
+        **formset("arms", arms, initial=initial_arms),
+        **formset("metrics", metrics, initial=len(metrics)),
+    }
+    return {k: v for k, v in data.items() if v is not None}

@@ -11,7 +11,7 @@ from django.urls import reverse
 from chat.models import Episode
 from studies.forms import check_params
 from studies.models import Participant, Study
-from studies.tests.conftest import ARMS, STUDY, RenderedForm, formset
+from studies.tests.conftest import ARMS, STUDY, RenderedForm, edit_data, formset
 
 pytestmark = pytest.mark.django_db
 
@@ -127,59 +127,9 @@ def _episode(study: Study) -> Episode:
     return Episode.objects.create(participant=p, arm=study.arms.get(memory_system="full_history"), index=1)
 
 
-def _edit_data(
-    study: Study, arm_overrides: dict[str, Any], extra_arms: tuple[dict[str, Any], ...] = ()
-) -> dict[str, Any]:
-    """The edit form as the page would post it, unchanged except for ``arm_overrides`` (applied to
-    the full_history arm) and ``extra_arms``."""
-    arms = []
-    for a in study.arms.all():
-        row = {
-            "id": a.pk,
-            "name": a.name,
-            "memory_system": a.memory_system,
-            "params": "{}",
-            "llm_backend": a.llm_backend,
-            "active": True,
-        }
-        if a.memory_system == "full_history":
-            row.update(arm_overrides)
-        arms.append(row)
-    initial_arms = len(arms)
-    arms += extra_arms
-    metrics = [
-        {
-            "id": m.pk,
-            "key": m.key,
-            "statement": m.statement,
-            "low_label": m.low_label,
-            "high_label": m.high_label,
-            "order": m.order,
-        }
-        for m in study.metrics.all()
-    ]
-    design = {
-        "sessions_per_episode": study.sessions_per_episode,
-        "episodes_per_worker": study.episodes_per_worker,
-        "gap_days": study.gap_days,
-        "gap_max_days": "" if study.gap_max_days is None else study.gap_max_days,
-        "simulated_start": study.simulated_start.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    if study.bot_opens_sessions:
-        design["bot_opens_sessions"] = "on"
-    data = {
-        **STUDY,
-        **design,
-        "add_default_metrics": None,
-        **formset("arms", arms, initial=initial_arms),
-        **formset("metrics", metrics, initial=len(metrics)),
-    }
-    return {k: v for k, v in data.items() if v is not None}
-
-
 def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
     summaries = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
-    data = {**_edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
+    data = {**edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 302
     study.refresh_from_db()
@@ -189,7 +139,7 @@ def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, stu
 
 def test_an_arm_with_episodes_cannot_change_its_memory_system(rclient: Client, study: Study) -> None:
     _episode(study)
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"memory_system": "none"}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"memory_system": "none"}))
     assert response.status_code == 400
     assert "This arm already has episodes: its memory_system cannot change" in response.content.decode()
     assert study.arms.filter(memory_system="full_history").exists()
@@ -199,10 +149,10 @@ def test_an_arm_with_episodes_cannot_be_deleted_but_can_be_deactivated(rclient: 
     _episode(study)
     study.arms.create(name="Third", memory_system="none")  # two arms stay active for 2 episodes per worker
     url = reverse("studies:edit", args=[study.slug])
-    response = rclient.post(url, _edit_data(study, {"DELETE": True}))
+    response = rclient.post(url, edit_data(study, {"DELETE": True}))
     assert response.status_code == 400
     assert "has episodes and cannot be deleted" in response.content.decode()
-    response = rclient.post(url, _edit_data(study, {"active": False}))
+    response = rclient.post(url, edit_data(study, {"active": False}))
     assert response.status_code == 302
     assert not study.arms.get(memory_system="full_history").active
 
@@ -219,7 +169,7 @@ def test_the_new_study_page_lists_every_memory_system_and_its_parameters(rclient
 
 def test_the_design_is_frozen_once_workers_have_started(rclient: Client, study: Study) -> None:
     _episode(study)
-    data = _edit_data(study, {})
+    data = edit_data(study, {})
     data["gap_days"] = 3
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 400
@@ -240,7 +190,7 @@ def test_two_arms_of_a_study_cannot_share_a_name(rclient: Client) -> None:
 
 def test_deactivating_an_arm_is_refused_when_too_few_would_remain(rclient: Client, study: Study) -> None:
     _episode(study)
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"active": False}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"active": False}))
     assert response.status_code == 400
     assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
 
@@ -253,7 +203,7 @@ def test_a_longest_gap_shorter_than_the_shortest_is_refused(rclient: Client) -> 
 
 def test_the_gap_range_and_the_bot_opener_are_part_of_the_frozen_design(rclient: Client, study: Study) -> None:
     _episode(study)
-    data = _edit_data(study, {})
+    data = edit_data(study, {})
     data["gap_max_days"] = 21
     data.pop("bot_opens_sessions", None)
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
@@ -307,7 +257,7 @@ def test_an_arm_without_episodes_is_deleted_only_when_the_study_is_not_open_for_
     Study.objects.filter(pk=study.pk).update(status=status, pilot=pilot)
     study.refresh_from_db()
     study.arms.create(name="Third", memory_system="none", llm_backend="scripted")
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"DELETE": True}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"DELETE": True}))
     refused = status == Study.Status.OPEN and not pilot
     assert response.status_code == (400 if refused else 302)
     assert study.arms.filter(memory_system="full_history").exists() == refused
