@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "runtime",
     "studies",
     "chat",
+    "pairwise",
     "annotation",
     "reports",
 ]

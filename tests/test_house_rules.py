@@ -16,7 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("evalsite", "infra", "runtime", "studies", "chat", "annotation", "reports", "memory", "analysis")
+PACKAGES = (
+    "evalsite",
+    "infra",
+    "runtime",
+    "studies",
+    "chat",
+    "pairwise",
+    "annotation",
+    "reports",
+    "memory",
+    "analysis",
+)
 MAX_LINES = 800
 
 
