@@ -11,7 +11,7 @@ from django.conf import settings
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, make_llm
-from memory.llmwrap import RecordingLLM
+from memory.llmwrap import RecordingLLM, ReusingLLM
 from memory.registry import build_system
 from studies.models import Arm
 
@@ -31,8 +31,9 @@ def endpoint_options(backend: str) -> dict[str, Any]:
     return {
         "api_key": settings.OPENAI_API_KEY,
         "base_url": settings.OPENAI_BASE_URL,
-        # each read is bounded by the timeout: never longer than a whole reply may take
-        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), float(settings.CHAT_REPLY_DEADLINE_SECONDS)),
+        # each read is bounded by the timeout; a reply also caps it by its time left (memory.llm.time_limit)
+        "timeout": float(settings.LLM_TIMEOUT_SECONDS),
+        "connect_timeout": float(settings.LLM_CONNECT_TIMEOUT_SECONDS),
     }
 
 
@@ -52,8 +53,11 @@ def get_embedder() -> Embedder:
         return _EMBEDDERS[key]
 
 
-def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:
-    """The arm's memory system, built on a recording wrapper of its LLM."""
-    llm = RecordingLLM(build_llm(arm))
+def build_arm(arm: Arm, *, reuse: list[dict[str, Any]] | None = None) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM. ``reuse``: the recorded calls of
+    an earlier attempt of the same job, whose finished answers are used again instead of calling the
+    model (:class:`memory.llmwrap.ReusingLLM`)."""
+    inner = build_llm(arm)
+    llm = RecordingLLM(ReusingLLM(inner, earlier=reuse) if reuse else inner)
     system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
     return system, llm

@@ -87,18 +87,23 @@ _CONTROLS = _Stencil("controls-oob")
 def _message(m: Message, retrying: bool, attempt: int | None, max_attempts: int | None) -> str:
     """One message in the ``messages-oob`` partial (slots: seq, client id, text, failure, attempts)."""
     failed = m.status == Message.Status.FAILED
-    key = (m.speaker, m.status, bool(m.client_id), retrying)
+    key = (m.speaker, m.status, bool(m.client_id), retrying, max_attempts is not None)
 
     def probe() -> dict[str, Any]:
         shown = SimpleNamespace(
             speaker=m.speaker, status=m.status, seq=_Int(int(m.seq), 0), client_id=_str(1) if m.client_id else "",
             text=_str(2), failure_text=_str(3),
         )  # fmt: skip
-        return {"messages_list": [shown], "retrying": retrying, "attempt": _str(4), "max_attempts": _str(5)}
+        return {
+            "messages_list": [shown],
+            "retrying": retrying,
+            "attempt": _str(4),
+            "max_attempts": _str(5) if max_attempts is not None else None,
+        }
 
     values = [
         str(int(m.seq)), _esc(m.client_id or ""), _esc(m.text), _esc(m.failure_text) if failed else "",
-        _esc(attempt), _esc(max_attempts),
+        _esc(attempt), _esc(max_attempts) if max_attempts is not None else "",
     ]  # fmt: skip
     return _MESSAGE.fill(key, probe, values)
 

@@ -4,8 +4,9 @@ compare-and-set (chat/state.py), every LLM call recorded.
 
 An ended session's update is submitted in the transaction that ends it (:func:`submit_memory_update`),
 runs once however often it is delivered (the runtime's claim), and is retried by the runtime with the
-kind's policy (:func:`memory_policy`: ``CHAT_MEMORY_RETRY_DELAYS``, the same in every deployment). When
-its attempts are spent, the previous state is kept and the next session is made ready anyway
+kind's policy (:func:`memory_policy`: ``CHAT_MEMORY_RETRY_DELAYS`` for up to ``CHAT_MEMORY_RETRY_SECONDS``,
+the same in every deployment); a retry reuses the LLM calls an earlier attempt finished
+(:class:`memory.llmwrap.ReusingLLM`), so an embedding outage does not repeat them. When its time is spent, the previous state is kept and the next session is made ready anyway
 (:func:`_failed`). A waiting page asks the runtime's sweeper to take back an update whose job is gone
 (:func:`recover_stale_update`).
 """
@@ -33,10 +34,18 @@ log = logging.getLogger(__name__)
 
 
 def memory_policy() -> kinds.RetryPolicy:
-    """An end-of-session update's retries: any failure of the arm (LLM errors, bad output, a bug) is tried
-    again after the next wait of ``CHAT_MEMORY_RETRY_DELAYS`` (5, 10, 20 s), four attempts in all."""
+    """An end-of-session update's retries: any failure of the arm (LLM or embedding errors, bad output, a
+    bug) is tried again after the next wait of ``CHAT_MEMORY_RETRY_DELAYS`` (5, 10, 20, 30 s, the last
+    repeating, with jitter; an endpoint's ``Retry-After`` is the least wait) until
+    ``CHAT_MEMORY_RETRY_SECONDS`` (15 min) after the session ended. Meanwhile the next session waits (it is
+    not started on a memory that lacks this one) and the study page lists the update as waiting to retry;
+    ``CHAT_MEMORY_RETRY_MAX_ATTEMPTS`` (tests) limits the attempts too."""
     delays = tuple(float(x) for x in settings.CHAT_MEMORY_RETRY_DELAYS)
-    return kinds.RetryPolicy(max_attempts=len(delays) + 1, backoff=delays, transient=(Exception,))
+    most = int(getattr(settings, "CHAT_MEMORY_RETRY_MAX_ATTEMPTS", 0) or 0)
+    return kinds.RetryPolicy(
+        max_attempts=most or None, backoff=delays, jitter=0.3 if any(delays) else 0.0,
+        deadline=float(settings.CHAT_MEMORY_RETRY_SECONDS), transient=(Exception,),
+    )  # fmt: skip
 
 
 def submit_memory_update(session: ChatSession) -> Job:
@@ -79,11 +88,14 @@ def update_memory(job: Job, attempt: Attempt, handed: Any = None) -> None:
     turns = turns_of(session)
     calls: list[dict[str, Any]] = []  # of every round: a round lost to a concurrent write made calls too
     current, version = state.for_reply(episode.pk, episode.state_version)
+    # the calls an earlier attempt finished (its embedding, or a later call, failed): answered again from
+    # the record instead of the model, so a retry repeats only what failed
+    earlier = list((snapshot.trace or {}).get("llm_calls") or []) if snapshot.attempts else []
     for _round in range(state.MAX_ROUNDS):
         attempt.check()
         try:
             if llm is None:
-                system, llm = arms.build_arm(episode.arm)
+                system, llm = arms.build_arm(episode.arm, reuse=earlier) if earlier else arms.build_arm(episode.arm)
             update = system.end_session(current, turns, now)
             new_state, trace = update.state, dict(update.trace or {})
         except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs

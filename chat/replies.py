@@ -33,13 +33,16 @@ from chat.transcript import session_clock, turn_counts, turns_of
 from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
-from memory.llm import LLMError, LLMTransientError
+from memory.llm import LLMError, LLMTransientError, time_limit
 from memory.llmwrap import RecordingLLM
 from runtime import jobs, kinds, push, sweeper
 from runtime.jobs import Attempt, DeadlineExceeded
 from runtime.models import DEADLINE_ERROR, Job
 
 log = logging.getLogger(__name__)
+
+#: The clock of a stream's speed checks (monotonic: a step of the wall clock neither cuts nor stretches one).
+clock = time.monotonic
 
 
 def reply_deadline_seconds() -> float:
@@ -48,12 +51,48 @@ def reply_deadline_seconds() -> float:
 
 
 def reply_policy() -> kinds.RetryPolicy:
-    """A reply's retries: after each transient LLM failure the next wait of ``CHAT_RETRY_DELAYS``, never
-    past the reply's deadline (``CHAT_REPLY_DEADLINE_SECONDS`` after it was asked for)."""
+    """A reply's retries: after each transient failure (of the LLM or the embedder: an outage, a 429, a
+    stall, a stream too slow) the next wait of ``CHAT_RETRY_DELAYS`` (the last repeats, each with
+    ``CHAT_RETRY_JITTER``; an endpoint's ``Retry-After`` is the least wait), as often as the reply's
+    deadline allows (``CHAT_REPLY_DEADLINE_SECONDS`` after it was asked for; ``CHAT_RETRY_MAX_ATTEMPTS``
+    limits the attempts too when set): an outage shorter than the deadline costs no Retry click."""
     delays = tuple(float(x) for x in settings.CHAT_RETRY_DELAYS)
+    most = int(getattr(settings, "CHAT_RETRY_MAX_ATTEMPTS", 0) or 0)  # 0: the deadline is the only limit
     return kinds.RetryPolicy(
-        max_attempts=len(delays) + 1, backoff=delays, deadline=reply_deadline_seconds(), transient=(LLMTransientError,)
-    )
+        max_attempts=most or None, backoff=delays, jitter=float(settings.CHAT_RETRY_JITTER),
+        deadline=reply_deadline_seconds(), transient=(LLMTransientError,),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """What one attempt's stream may take before it gives its slot back (cut, and retried by the policy):
+    ``stall`` seconds without a piece (each read, the first token's included), fewer than ``min_rate``
+    pieces a second once ``grace`` seconds have passed since its first piece, ``attempt`` seconds in all.
+    ``max_tokens`` pieces (and ``max_tokens * CHARS_PER_TOKEN`` characters) are the most that is kept."""
+
+    stall: float
+    grace: float
+    min_rate: float
+    attempt: float
+    max_tokens: int
+
+    @classmethod
+    def from_settings(cls) -> StreamLimits:
+        return cls(
+            stall=float(settings.CHAT_STALL_SECONDS), grace=float(settings.CHAT_STREAM_GRACE_SECONDS),
+            min_rate=float(settings.CHAT_MIN_TOKENS_PER_SECOND), attempt=float(settings.CHAT_ATTEMPT_SECONDS),
+            max_tokens=int(settings.LLM_MAX_TOKENS),
+        )  # fmt: skip
+
+
+#: An endpoint that ignores ``max_tokens`` is cut here too: a token is rarely longer than this many characters.
+CHARS_PER_TOKEN = 8
+
+
+class StreamTooSlow(LLMTransientError):
+    """The stream stalled, trickled below the least rate, or ran past the attempt's bound: the attempt is
+    cut (its slot goes to the next reply) and retried after the policy's wait."""
 
 
 @dataclass
@@ -175,16 +214,29 @@ def _reply_attempt(
     now = session_clock(session)
     opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
+    limits = StreamLimits.from_settings()
+    ends = clock() + limits.attempt  # this attempt's bound, on the monotonic clock
+
+    def read_limit() -> float:
+        # every request of this attempt (retrieval's embeddings, the reply's stream): each read at most
+        # the stall bound, never past the attempt's bound or the reply's deadline
+        deadline = attempt.remaining()
+        return min(limits.stall, ends - clock(), deadline if deadline is not None else limits.stall)
+
     # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
     pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
         if turns is None:
             turns = turns_of(session, upto_seq=msg.seq - 1)
-        prompt = system.compose_opening(memory, now) if opener else system.compose(memory, turns, now)
+        with time_limit(read_limit):
+            prompt = system.compose_opening(memory, now) if opener else system.compose(memory, turns, now)
         chat = [t.text for t in turns]
         for leaks in (1, 2):
             try:
-                text = _stream_reply(msg, llm, prompt, chat=chat, attempt=attempt, pacer=pacer)
+                with time_limit(read_limit):
+                    text = _stream_reply(
+                        msg, llm, prompt, chat=chat, attempt=attempt, pacer=pacer, limits=limits, ends=ends
+                    )
                 break
             except PromptLeakError as exc:
                 if llm.calls:
@@ -196,8 +248,8 @@ def _reply_attempt(
                 # Regenerate once; the bubble is reset (nothing of the leak was shown).
                 push.broadcast(session.pk, fragments.message(msg))
     except (LLMError, DeadlineExceeded) as exc:
-        if llm.calls and not llm.calls[-1].error:
-            llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
+        if llm.calls and (not llm.calls[-1].error or isinstance(exc, StreamTooSlow)):
+            llm.calls[-1].error = str(exc)  # the stream "succeeded" (or was closed) but was unusable
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
         raise
     except PromptLeakError:
@@ -243,6 +295,8 @@ def _stream_reply(
     chat: list[str],
     attempt: Attempt,
     pacer: pacing.Pacer,
+    limits: StreamLimits | None = None,
+    ends: float | None = None,
 ) -> str:
     """Stream one reply to the session's sockets and return its cleaned text.
 
@@ -253,8 +307,17 @@ def _stream_reply(
     it is sent as is, with no LLM call and no leak check. ``pacer`` holds the text back to the study's
     schedule (chat/pacing.py): once the model is done, the rest is released at the schedule's speed before
     this returns, so the final message never arrives earlier than the schedule allows.
+
+    A stream of an endpoint that stalls, trickles or runs past the attempt's bound (``limits``, ``ends`` on
+    the monotonic clock) raises :class:`StreamTooSlow` (the in-process model's speed is this machine's: not
+    checked). At ``max_tokens`` pieces, or that many tokens' worth of characters (an endpoint that ignores
+    ``max_tokens``), the stream is closed and the reply cut back to its last complete sentence: no more
+    than the cap is shown or stored.
     """
-    max_tokens = settings.LLM_MAX_TOKENS
+    limits = limits or StreamLimits.from_settings()
+    max_tokens = limits.max_tokens
+    max_chars = max_tokens * CHARS_PER_TOKEN
+    ends = ends if ends is not None else clock() + limits.attempt
     flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
     fixed = prompt.reply
     stream: Iterator[str] = (
@@ -273,17 +336,33 @@ def _stream_reply(
             prepared.append(LeakCheck(prompt.messages, chat=chat))
         return prepared[0]
 
+    # the speed checks are for an endpoint (another try may be faster, and the slot is wanted): not for a reply
+    # the arm gives itself, nor for the in-process model, whose speed is this machine's
+    checked = fixed is None and not getattr(getattr(llm, "inner", llm), "in_process", False)
     pieces: list[str] = []
+    chars = 0
+    capped = False
     shown = 0
     last_flush = 0.0
+    first: float | None = None
     pacer.begin()
     for piece in stream:
         attempt.check()  # raises JobLost once another run took the reply over
         if attempt.expired():  # a trickling stream: every read in time, the whole reply not
             stop()
             raise DeadlineExceeded(REPLY_TOO_SLOW)
+        now = clock()
+        first = now if first is None else first
+        if checked and (slow := _too_slow(len(pieces), now - first, now, ends, limits)):
+            stop()
+            raise StreamTooSlow(slow)
         pacer.piece()
         pieces.append(piece)
+        chars += len(piece)
+        if fixed is None and (len(pieces) >= max_tokens or chars >= max_chars):
+            capped = True  # the cap holds whatever the endpoint does with max_tokens
+            stop()
+            break
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
             if fixed is None and (leak := leak_check().find(so_far)) is not None:
@@ -296,12 +375,13 @@ def _stream_reply(
             last_flush = time.monotonic()
     pacer.done()
     streamed = "".join(pieces)[:shown]
-    text = replytext.check_reply("".join(pieces))
+    text = replytext.check_reply("".join(pieces)[: max_chars if fixed is None else None])
     if fixed is None:
         leak = leak_check().find(text)
         if leak is not None:
             raise PromptLeakError(leak)
-        text = end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+        reason = "length" if capped else replytext.finish_reason(stream, len(pieces), max_tokens)
+        text = end_at_sentence(text, reason)
     # The rest at the schedule's speed; a final text that is not the shown text continued (cleaned, cut at a
     # sentence) replaces the bubble when the schedule has reached its end.
     on_page = shown if text.startswith(streamed) else len(text)
@@ -314,6 +394,17 @@ def _stream_reply(
     ):
         raise jobs.JobLost(f"reply {msg.pk} was taken over while its rest was shown")
     return text
+
+
+def _too_slow(pieces: int, streaming: float, now: float, ends: float, limits: StreamLimits) -> str:
+    """Why the stream should give its slot back now ("" when it should not): past the attempt's bound, or
+    fewer than ``min_rate`` pieces a second once ``grace`` seconds have passed since its first piece.
+    A stream that stops sending is caught by the read timeout (``stall``, memory.llm.time_limit)."""
+    if now >= ends:
+        return f"the reply took longer than {limits.attempt:.0f} s on this attempt"
+    if limits.min_rate > 0 and streaming >= limits.grace and pieces / streaming < limits.min_rate:
+        return f"the reply streamed too slowly ({pieces / streaming:.1f} tokens/s, the least is {limits.min_rate:g})"
+    return ""
 
 
 def _retrying(job: Job, error: BaseException, wait: float) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -38,13 +39,15 @@ class SweepResult:
     episodes: int
 
 
-def sweep_abandoned(now: datetime | None = None) -> SweepResult:
+def sweep_abandoned(now: datetime | None = None, *, study_id: int | None = None) -> SweepResult:
     """Mark as abandoned every unfinished participant (consented or still on the welcome page, but not one who
-    declined) not seen for their study's limit."""
+    declined) not seen for their study's limit (of one study, with ``study_id``)."""
     now = now or timezone.now()
+    holding = Participant.objects.holding_a_place()
+    if study_id is not None:
+        holding = holding.filter(study_id=study_id)
     candidates = (
-        Participant.objects.holding_a_place()
-        .filter(completed_at__isnull=True)
+        holding.filter(completed_at__isnull=True)
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")
     )
@@ -64,3 +67,9 @@ def sweep_abandoned(now: datetime | None = None) -> SweepResult:
             status=Episode.Status.ABANDONED
         )
     return SweepResult(len(ids), episodes)
+
+
+def free_places(sender: object, *, study: Any, **kwargs: Any) -> int:
+    """``studies.models.quota_reached``'s receiver: the study's abandonment sweep, at once (connected in
+    chat's AppConfig), so a worker who left frees their place for the worker asking now. The places freed."""
+    return sweep_abandoned(study_id=study.pk).participants

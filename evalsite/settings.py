@@ -209,8 +209,24 @@ CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 # process, as production runs them on separate queues and workers (runtime/executor.py).
 CHAT_REPLY_THREADS = env.integer("CHAT_REPLY_THREADS", 4, minimum=1)
 CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
-CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each retry of a reply
-CHAT_MEMORY_RETRY_DELAYS = env.numbers("CHAT_MEMORY_RETRY_DELAYS", "5,10,20")  # ... of a memory update
+# A reply's retries (chat/replies.py): the waits (s) before retry 1, 2, ...; the last repeats until the reply's
+# deadline; each drawn between (1 - CHAT_RETRY_JITTER) and 1 times its value, so replies that failed
+# together do not come back together. An endpoint's Retry-After is the least wait.
+CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4,8")
+CHAT_RETRY_JITTER = env.number("CHAT_RETRY_JITTER", 0.5)
+CHAT_RETRY_MAX_ATTEMPTS = env.integer("CHAT_RETRY_MAX_ATTEMPTS", 0, minimum=0)  # 0: no limit but the deadline
+# A slow stream gives its slot back (chat/replies.py): an attempt is cut and retried when no piece came for
+# CHAT_STALL_SECONDS (each read, the first token's included), when after CHAT_STREAM_GRACE_SECONDS it
+# streams fewer than CHAT_MIN_TOKENS_PER_SECOND, or when it has run CHAT_ATTEMPT_SECONDS.
+CHAT_STALL_SECONDS = env.number("CHAT_STALL_SECONDS", 10.0, minimum=0.1)
+CHAT_STREAM_GRACE_SECONDS = env.number("CHAT_STREAM_GRACE_SECONDS", 3.0)
+CHAT_MIN_TOKENS_PER_SECOND = env.number("CHAT_MIN_TOKENS_PER_SECOND", 3.0)
+CHAT_ATTEMPT_SECONDS = env.number("CHAT_ATTEMPT_SECONDS", 30.0, minimum=1)
+# A memory update's retries (chat/memory_updates.py): these waits (s), the last repeating, for as long as
+# CHAT_MEMORY_RETRY_SECONDS after the session ended (an outage of minutes costs no session's memory); only
+# then is the previous state kept and the next session made ready.
+CHAT_MEMORY_RETRY_DELAYS = env.numbers("CHAT_MEMORY_RETRY_DELAYS", "5,10,20,30")
+CHAT_MEMORY_RETRY_SECONDS = env.number("CHAT_MEMORY_RETRY_SECONDS", 900.0, minimum=1)
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
 # Reply pacing (chat/pacing.py) is a study setting; false turns it off for every study on this site (benchmarks
 # of the platform's own latency, the test suite).
@@ -237,7 +253,10 @@ LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"]
 LLM_MODEL = env.text("LLM_MODEL")
 OPENAI_API_KEY = env.text("OPENAI_API_KEY")
 OPENAI_BASE_URL = env.text("OPENAI_BASE_URL")
+# The client's timeouts: each read of a response (a whole answer that is not streamed: a memory update's
+# calls), and connecting. A chat reply caps both by CHAT_STALL_SECONDS and its time left (memory.llm.time_limit).
 LLM_TIMEOUT_SECONDS = env.number("LLM_TIMEOUT_SECONDS", 60.0, minimum=0.001)
+LLM_CONNECT_TIMEOUT_SECONDS = env.number("LLM_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LLM_MAX_TOKENS", 120, minimum=1)
 EMBEDDER = env.choice("EMBEDDER", "wordllama", ["wordllama", "openai", "minilm", "hashing"])
 EMBEDDING_MODEL = env.text("EMBEDDING_MODEL")

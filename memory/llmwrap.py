@@ -1,6 +1,6 @@
 """LLMs that wrap an LLM: :class:`CheckedLLM` (a guard before every call), :class:`RetryingLLM` (retries of a
-transient failure with backoff and jitter, for long offline jobs) and :class:`RecordingLLM` (every call
-recorded, for the researcher). Each is an :class:`memory.llm.LLM` whose model and tool support are the
+transient failure with backoff and jitter, for long offline jobs), :class:`RecordingLLM` (every call
+recorded, for the researcher) and :class:`ReusingLLM` (a retried job keeps the calls it finished). Each is an :class:`memory.llm.LLM` whose model and tool support are the
 wrapped one's; none talks to a back end itself (only memory/llm.py does)."""
 
 from __future__ import annotations
@@ -261,3 +261,53 @@ class RecordingLLM(_Wrapping):
         out = [c.as_dict() for c in self.calls]
         self.calls.clear()
         return out
+
+
+def call_key(purpose: str, messages: Messages) -> str:
+    """What identifies an LLM call for :class:`ReusingLLM`: its purpose and its messages."""
+    return json.dumps([purpose, [[m.get("role", ""), m.get("content", "")] for m in messages]], ensure_ascii=False)
+
+
+@dataclass
+class ReusingLLM(_Wrapping):
+    """Answers a ``complete`` call that an earlier attempt of the same job already made and finished (same
+    purpose and messages) with that answer, without calling the model: a memory update retried because
+    its embedding failed keeps the LLM step it finished. ``earlier``: the recorded calls of the earlier
+    attempts (:meth:`RecordingLLM.drain`'s dicts); a call with an error, cut at ``max_tokens``, or that
+    answered with tool calls is made again. Each recorded answer is used once. ``reused`` counts them."""
+
+    earlier: list[dict[str, Any]] = field(default_factory=list)
+    reused: int = 0
+
+    def __post_init__(self) -> None:
+        self._answers: dict[str, list[dict[str, Any]]] = {}
+        for call in self.earlier:
+            if call.get("error") or call.get("finish_reason") not in (None, "stop") or not call.get("reply"):
+                continue
+            key = call_key(str(call.get("purpose", "")), call.get("messages") or [])
+            self._answers.setdefault(key, []).append(call)
+
+    def complete(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
+    ) -> Completion:
+        found = self._answers.get(call_key(purpose, messages)) if not tools else None
+        if found:
+            call = found.pop(0)
+            self.reused += 1
+            return Completion(
+                text=str(call["reply"]), model=str(call.get("model") or self.model),
+                prompt_tokens=call.get("prompt_tokens"), completion_tokens=call.get("completion_tokens"),
+                finish_reason=call.get("finish_reason") or "stop",
+            )  # fmt: skip
+        return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> Iterator[str]:
+        return self._inner_stream(messages, max_tokens, temperature, purpose)

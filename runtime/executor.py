@@ -18,6 +18,7 @@ what the job does.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 from celery import signature
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connections
 
 from infra import dbpool
 from runtime.kinds import LANES
@@ -185,7 +186,7 @@ def dispatch(job_id: int, lane: str, *, countdown: float = 0) -> None:
             task.apply_async(queue=queue_of(lane))
     elif how == "thread":
         executor = pool(lane)
-        target = _in_child if isinstance(executor, ProcessLane) else _guarded
+        target = _in_child if isinstance(executor, ProcessLane) else functools.partial(_guarded, executor=executor)
         if countdown > 0:
             timer = threading.Timer(countdown, _submit, args=(executor, target, job_id))
             timer.daemon = True
@@ -211,13 +212,33 @@ def _run(job_id: int) -> None:
     _runner[0](job_id)
 
 
-def _guarded(job_id: int) -> None:
+#: A thread lane's retries of a job whose run met a database error (its claim or its bookkeeping, e.g. SQLite's
+#: "table is locked"), as the Celery task retries it (runtime/tasks.py): after 0.5, 1, 2, 4, 8 s; then the sweeper.
+DATABASE_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def _guarded(job_id: int, executor: Executor | None = None, tries: int = 0) -> None:
     try:
         _run(job_id)
+    except DatabaseError:
+        if executor is not None and tries < len(DATABASE_RETRY_DELAYS):
+            log.warning("background job %s met a database error; sent again", job_id, exc_info=True)
+            timer = threading.Timer(DATABASE_RETRY_DELAYS[tries], _submit_retry, args=(executor, job_id, tries + 1))
+            timer.daemon = True
+            timer.start()
+        else:  # the database keeps the state: the sweeper sends the job again once it is overdue
+            log.exception("background job %s failed", job_id)
     except Exception:  # nobody waits for a pool thread: log it, the database keeps the state
         log.exception("background job %s failed", job_id)
     finally:
         keep_connections()
+
+
+def _submit_retry(executor: Executor, job_id: int, tries: int) -> None:
+    try:
+        executor.submit(_guarded, job_id, executor, tries)
+    except RuntimeError:  # the pool was shut down (the process is stopping): the sweeper sends it again
+        log.warning("job %s not started: its lane is shut down", job_id)
 
 
 def _in_child(job_id: int) -> None:

@@ -9,6 +9,11 @@ and failed for good otherwise (its kind's ``on_failure`` tells the person: the r
 the study page's job list). Every step is a compare-and-set on what the sweep read, so any number of
 sweepers can run at once and each lost job is taken back once.
 
+A broker that lost its messages (Redis restarted without persistence, as docker-compose runs it) is
+noticed at the next sweep by a mark the sweeper keeps in it (:func:`broker_was_emptied`): then every
+queued job that is due is sent again at once, not a queue grace later (a second delivery of a job whose
+message survived does nothing: the runtime's claim).
+
 Who sweeps: Celery beat every ``RUNTIME_SWEEP_SECONDS`` in production (``runtime.tasks.sweep_task``), a
 thread of the web process in the embedded default (started with its lanes), and every page that waits
 for a job sweeps that job's targets first (the chat socket's resume, the waiting page's poll, the study
@@ -32,10 +37,46 @@ from runtime.models import DEADLINE_ERROR, LOST_ERROR, Job
 log = logging.getLogger(__name__)
 
 
+#: The key of the sweeper's mark in the broker (Redis): gone means the broker lost what it held.
+BROKER_MARK = "memeval:runtime:broker-mark"
+
+
+def _broker() -> Any:
+    """A client of the broker's Redis (``REDIS_URL``), or ``None`` without one (the embedded default)."""
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return None
+    global _CLIENT
+    if _CLIENT is None or _CLIENT[0] != url:
+        import redis
+
+        _CLIENT = (url, redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0))
+    return _CLIENT[1]
+
+
+_CLIENT: tuple[str, Any] | None = None
+
+
+def broker_was_emptied() -> bool:
+    """Whether the broker lost its messages since the last sweep: the mark this sets is gone (a Redis
+    restarted without its data; also true at the very first sweep, which costs a harmless resend).
+    ``False`` without a broker or when it cannot be reached (the queue grace covers that)."""
+    try:
+        client = _broker()
+        return client is not None and bool(client.set(BROKER_MARK, b"1", nx=True))
+    except Exception:  # noqa: BLE001 (redis' errors: the broker is down; nothing to decide now)
+        return False
+
+
 def sweep(queryset: QuerySet[Job] | None = None, *, limit: int = 200) -> list[int]:
-    """Take back the lost jobs among ``queryset`` (default: all); the ids sent again or failed."""
+    """Take back the lost jobs among ``queryset`` (default: all); the ids sent again or failed. When the
+    broker was emptied, the queued jobs that are due are taken back too (their messages are gone)."""
     among = queryset if queryset is not None else Job.objects.all()
     found = list(among.filter(leases.lost(), status__in=Job.LIVE)[:limit])
+    if broker_was_emptied():
+        seen = {job.pk for job in found}
+        due = among.filter(status=Job.Status.QUEUED, lease_until__isnull=True, due_at__lte=timezone.now())
+        found += [job for job in due[:limit] if job.pk not in seen]
     return [job.pk for job in found if take_back(job)]
 
 

@@ -12,6 +12,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
@@ -104,6 +105,10 @@ MINUTES_OVERHEAD = 2.0
 
 
 RETENTION_ACTIONS = [("pseudonymise", "Pseudonymise"), ("delete_transcripts", "Delete transcripts")]
+
+#: Sent by :meth:`Study.is_full` when every place looks taken, with ``study``; a receiver frees the places of
+#: workers who left (chat's abandonment sweep, scoped to the study) and returns how many it freed.
+quota_reached = Signal()
 
 
 class StudyQuerySet(models.QuerySet["Study"]):
@@ -324,10 +329,21 @@ class Study(models.Model):
 
     def is_full(self) -> bool:
         """Whether every place of the quota is taken by a participant who consented and still holds it: a worker
-        who declined never consented, and one the abandonment sweep marked (``chat.timing``) frees their place."""
+        who declined never consented, and one the abandonment sweep marked (``chat.timing``) frees their place.
+
+        When the places look all taken, :data:`quota_reached` is sent first (chat runs the abandonment sweep
+        for this study), so a place held by a worker who left is freed for the one asking now, not at the
+        next run of a periodic sweep (Celery beat may be down)."""
         if self.quota is None:
             return False
-        return self.participants.holding_a_place().filter(consented_at__isnull=False).count() >= self.quota
+
+        def taken() -> int:
+            return self.participants.holding_a_place().filter(consented_at__isnull=False).count()
+
+        if taken() < self.quota:
+            return False
+        freed = sum(int(n or 0) for _receiver, n in quota_reached.send(sender=Study, study=self))
+        return not freed or taken() >= self.quota
 
     def is_visible_to(self, user: Any) -> bool:
         """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""

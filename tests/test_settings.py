@@ -57,7 +57,11 @@ def test_chat_job_settings_have_defaults_and_come_from_env(monkeypatch: pytest.M
     s = load_settings(monkeypatch)
     names = ["CHAT_JOB_MODE", "CHAT_RETRY_DELAYS", "CHAT_TOKEN_FLUSH_SECONDS", "CHAT_MEMORY_RETRY_DELAYS",
              "CHAT_REPLY_DEADLINE_SECONDS", "CHAT_JOB_LEASE_SECONDS", "CHAT_MEMORY_TIME_LIMIT_SECONDS"]  # fmt: skip
-    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0], 0.05, [5.0, 10.0, 20.0], 90.0, 15.0, 600.0]
+    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0, 8.0], 0.05, [5.0, 10.0, 20.0, 30.0], 90.0, 15.0, 600.0]
+    faults = ["CHAT_RETRY_JITTER", "CHAT_RETRY_MAX_ATTEMPTS", "CHAT_STALL_SECONDS", "CHAT_STREAM_GRACE_SECONDS",
+              "CHAT_MIN_TOKENS_PER_SECOND", "CHAT_ATTEMPT_SECONDS", "CHAT_MEMORY_RETRY_SECONDS", "LLM_TIMEOUT_SECONDS",
+              "LLM_CONNECT_TIMEOUT_SECONDS"]  # fmt: skip
+    assert [s[n] for n in faults] == [0.5, 0, 10.0, 3.0, 3.0, 30.0, 900.0, 60.0, 5.0]
     assert s["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 900}
     s = load_settings(
         monkeypatch,

@@ -26,7 +26,10 @@ from studies.models import Participant, Study
 def _inline_jobs(settings: Any) -> None:
     settings.CHAT_JOB_MODE = "inline"  # replies and memory updates run in the caller, deterministically
     settings.CHAT_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_RETRY_MAX_ATTEMPTS = 4  # the default retries until the deadline: a failing reply ends sooner
+    settings.CHAT_RETRY_JITTER = 0  # exact waits (test_reply_outages.py checks the site's jittered ones)
     settings.CHAT_MEMORY_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_MEMORY_RETRY_MAX_ATTEMPTS = 4
     settings.CHAT_TOKEN_FLUSH_SECONDS = 0  # every streamed piece is its own frame
 
 

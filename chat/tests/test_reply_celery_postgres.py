@@ -138,7 +138,9 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
            "LLM_BACKEND": "openai", "LLM_MODEL": "test-model", "OPENAI_API_KEY": "test-key",
            "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1", "CHAT_JOB_LEASE_SECONDS": "3",
            "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-           "CHAT_REPLY_PACING": "false"}  # fmt: skip
+           # a word a second is slow enough for the kill to land mid-stream; the speed check (which would
+           # cut such a stream 3 s in and retry it: chat/tests/test_reply_outages.py) is not what this tests
+           "CHAT_MIN_TOKENS_PER_SECOND": "0", "CHAT_REPLY_PACING": "false"}  # fmt: skip
     log = tmp_path / "workers.log"
     first = _start_worker(env, log)
     second: subprocess.Popen[bytes] | None = None

@@ -260,6 +260,22 @@ def test_an_abandoned_worker_frees_their_place_in_the_quota(client: Client, stud
     assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
 
 
+def test_a_worker_who_left_frees_their_place_for_the_next_without_the_periodic_sweep(
+    client: Client, study: Study
+) -> None:
+    # beat (which runs the abandonment sweep) is down: the full study's own check frees the place (issue 27)
+    study.quota = 1
+    study.save()
+    first = enter(Client(), study, "first")
+    assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
+    long_ago = timezone.now() - dt.timedelta(minutes=study.abandon_after_minutes + 1)
+    Participant.objects.filter(pk=first.pk).update(last_seen_at=long_ago)  # gone, and no sweep has run
+    assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
+    first.refresh_from_db()
+    assert first.abandoned_at is not None
+    assert enter(client, study, "second").consented_at is not None  # and the place is theirs at consent
+
+
 def test_declining_consent_ends_politely_and_records_nothing_but_the_decline(client: Client, study: Study) -> None:
     study.prolific_decline_code = "NOCONSENT"
     study.save()

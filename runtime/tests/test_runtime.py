@@ -246,6 +246,39 @@ def test_the_sweeper_sends_a_queued_job_again_once_per_grace_and_fails_one_past_
     assert (late.status, late.error) == ("failed", DEADLINE_ERROR)
 
 
+class _Broker:
+    """What the sweeper uses of Redis: SET NX (a restart without persistence empties ``keys``)."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+
+    def set(self, name: str, value: bytes, *, nx: bool) -> bool:
+        if nx and name in self.keys:
+            return False
+        self.keys.add(name)
+        return True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_that_lost_its_messages_has_every_due_job_sent_again_at_once(
+    inline: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: sent.append(job_id))
+    broker = _Broker()
+    monkeypatch.setattr(sweeper, "_broker", lambda: broker)
+    script = Script()
+    sweeper.sweep()  # the first sweep sets the mark
+    waiting = jobs.submit(script.kind, "a")  # due now: its message is in the broker
+    later = jobs.submit(script.kind, "b", countdown=60)  # not due yet: its countdown is the broker's too
+    sent.clear()
+    assert sweeper.sweep() == [] and sent == []  # the broker kept its messages: nothing is sent twice
+    broker.keys.clear()  # Redis restarted without persistence: the queued messages are gone
+    assert sweeper.sweep() == [waiting.pk] and sent == [waiting.pk]  # at once, not a queue grace later
+    assert sweeper.sweep() == []
+    assert later.pk not in sent
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_send_that_fails_leaves_the_job_queued_for_the_sweeper(inline: None, monkeypatch: pytest.MonkeyPatch) -> None:
     def broker_down(*args: Any, **kwargs: Any) -> None:
