@@ -13,4 +13,5 @@ urlpatterns = [
     path("", include("chat.urls")),
     path("annotate/", include("annotation.urls")),
     path("", include("reports.urls")),
+    path("", include("prolific.urls")),
 ]

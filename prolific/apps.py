@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ProlificConfig(AppConfig):
+    name = "prolific"
+    default_auto_field = "django.db.models.BigAutoField"
