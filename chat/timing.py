@@ -44,7 +44,7 @@ def sweep_abandoned(now: datetime | None = None) -> SweepResult:
     now = now or timezone.now()
     candidates = (
         Participant.objects.holding_a_place()
-        .filter(completed_at__isnull=True)
+        .filter(completed_at__isnull=True, paused_at__isnull=True)  # not one waiting for the next wave
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")
     )

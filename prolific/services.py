@@ -352,6 +352,10 @@ def move_completers(wave: Wave) -> tuple[int, str]:
     except (api.Unavailable, api.ProlificError, NotConfigured) as exc:
         return 0, f"{exc}. Nobody was added; try again later."
     Submission.objects.filter(pk__in=[s.pk for s in todo]).update(grouped_at=timezone.now())
+    # let them into the next wave in memeval too: past this wave's last session (Study.wave_sessions)
+    Participant.objects.filter(pk__in=[s.participant_id for s in todo if s.participant_id], wave=wave.number).update(
+        wave=wave.number + 1, paused_at=None
+    )
     return len(todo), ""
 
 

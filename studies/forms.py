@@ -42,6 +42,7 @@ STUDY_FIELDS = [
     "abandon_after_minutes",
     "block_paste",
     "prolific_decline_code",
+    "wave_sessions",
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
@@ -98,6 +99,7 @@ class StudyForm(forms.ModelForm[Study]):
             "abandon_after_minutes": "Abandoned after (minutes away)",
             "block_paste": "Block pasting into the chat",
             "prolific_decline_code": "Prolific code for declined consent",
+            "wave_sessions": "Waves end after session no.",
             "pace_min_seconds": "Pacing: minimum delay (seconds)",
             "pace_chars_per_second": "Pacing: typing speed (characters/s)",
         }

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -213,6 +213,16 @@ class Study(models.Model):
         help_text="Optional Prolific completion code for workers who decline consent; empty = they are asked "
         "to return the study on Prolific.",
     )
+    # Waves (prolific/, docs/operations.md "Running a study on Prolific"): the worker's sessions in the order
+    # they do them, cut into visits. "2,4" = wave 1 is the first 2 sessions, wave 2 up to the 4th, wave 3 the rest.
+    wave_sessions = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[RegexValidator(r"^\s*\d+(\s*,\s*\d+)*\s*$", "Whole numbers separated by commas, e.g. 2,4.")],
+        help_text="For a study run in waves (several Prolific studies): after how many of a worker's sessions "
+        "(counted over their episodes in order) each wave but the last ends, e.g. '2,4' for three waves; the "
+        "worker stops there until they are let into the next wave. Empty = one visit.",
+    )
     pilot = models.BooleanField(
         default=False,
         help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
@@ -363,6 +373,10 @@ class Study(models.Model):
     def qc_arm(self) -> Arm | None:
         """The study's active quality-control arm, if it has one."""
         return self.arms.filter(is_qc=True, active=True).order_by("id").first()
+
+    def wave_ends(self) -> list[int]:
+        """The session counts at which each wave but the last ends (:attr:`wave_sessions`), increasing."""
+        return sorted({int(n) for n in self.wave_sessions.replace(" ", "").split(",") if n.isdigit() and int(n) > 0})
 
     def session_start(self, session_index: int) -> dt.datetime:
         """The simulated clock at the start of session k (1-based) with a fixed gap. With a gap range
@@ -533,6 +547,10 @@ class Participant(models.Model):
     last_seen_at = models.DateTimeField(default=timezone.now)
     declined_at = models.DateTimeField(null=True, blank=True)
     abandoned_at = models.DateTimeField(null=True, blank=True)
+    # A study in waves (Study.wave_sessions): the wave this worker may do now (raised when they are let into the
+    # next one: prolific.services.move_completers), and since when they wait at the end of one (not abandoned).
+    wave = models.PositiveSmallIntegerField(default=1)
+    paused_at = models.DateTimeField(null=True, blank=True)
 
     objects = ParticipantQuerySet.as_manager()
 
