@@ -110,3 +110,14 @@ def test_adding_waves_and_running_the_actions(wave: Wave, researcher: User, stud
     Submission.objects.filter(submission_id="sub0").update(status="APPROVED")
     paid = c.post(f"/studies/{study.slug}/prolific/waves/{wave.pk}/bonuses/", follow=True)
     assert "Bonuses paid to 1 worker(s)" in paid.content.decode()
+
+
+def test_the_admin_lists_waves_and_shows_submissions_read_only(wave: Wave, researcher: User) -> None:
+    from django.urls import reverse
+
+    c = login(researcher)
+    for name in ("prolific_wave", "prolific_submission", "prolific_webhookevent"):
+        assert c.get(reverse(f"admin:{name}_changelist")).status_code == 200, name
+    sub = Submission.objects.first()
+    assert sub is not None
+    assert c.post(reverse("admin:prolific_submission_change", args=[sub.pk]), {"status": "APPROVED"}).status_code == 403
