@@ -277,6 +277,11 @@ def decide(sub: Submission, action: str, user: Any, category: str = "", message:
     sub.decision_message = message.strip() if action == "reject" else ""
     sub.decided_at, sub.decided_by = timezone.now(), user
     sub.status = api.APPROVED if action == "approve" else api.REJECTED
+    if action == "reject" and sub.participant is not None and sub.released_at is None:
+        # Prolific reopens a rejected submission's place: memeval gives back the quota place and arm slot too
+        # (a worker who finished keeps theirs; their data stays either way)
+        if release(sub.participant, sub.decided_at):
+            sub.released_at = sub.decided_at
     sub.save()
     return sub
 

@@ -149,11 +149,18 @@ def test_approve_and_reject_go_to_prolific_and_are_recorded_once(
     assert fake.transitions[1][1]["rejection_category"] == "FAILED_CHECK"
     rejected = Submission.objects.get(submission_id="sub1")
     assert (rejected.decision, rejected.status, rejected.decided_by) == ("reject", "REJECTED", researcher)
-    with pytest.raises(services.DecisionError, match="already"):
-        services.decide(rejected, "approve", researcher)
+    assert rejected.released_at is None  # pid1 had finished: nothing to give back
     with pytest.raises(services.DecisionError, match="100 characters"):
         services.decide(Submission.objects.get(submission_id="sub2"), "reject", researcher, "OTHER", "short")
     assert len(fake.transitions) == 2
+    services.decide(
+        Submission.objects.get(submission_id="sub2"), "reject", researcher, "INCOMP_LONGITUDINAL", rows["sub1"].message
+    )
+    assert Participant.objects.get(external_id="prolific:pid2").abandoned_at is not None  # unfinished: place freed
+    assert not study.is_full()
+    with pytest.raises(services.DecisionError, match="already"):
+        services.decide(rejected, "approve", researcher)
+    assert len(fake.transitions) == 3
 
 
 def test_a_decision_while_prolific_is_down_is_not_recorded(wave: Wave, fake: FakeProlific, researcher: User) -> None:
