@@ -7,6 +7,8 @@ Endpoints used, as documented at docs.prolific.com/api-reference (Authorization 
 - ``POST /api/v1/submissions/{id}/transition/``        ``{"action": "APPROVE"}`` or ``{"action": "REJECT",
   "message": <at least 100 characters>, "rejection_category": <one of REJECTION_CATEGORIES>}``; idempotent
   (the same request twice is ignored), and a decision cannot be undone
+- ``POST /api/v1/submissions/bulk-approve/``            ``{"submission_ids": [...]}``: approved asynchronously
+  ("Bulk approve in progress"); Prolific recommends it over many single approvals, which contend for the wallet
 - ``POST /api/v1/submissions/bonus-payments/``         ``{"study_id", "csv_bonuses": "<pid>,<amount>\\n..."}``
   sets up a bulk bonus (amounts in the study's currency, e.g. ``1.50``); it returns the bulk payment's ``id``
 - ``POST /api/v1/bulk-bonus-payments/{id}/pay/``       pays it: **not idempotent** (a second call pays twice)
@@ -161,6 +163,10 @@ class ProlificClient:
         body = {"action": "REJECT", "message": message.strip(), "rejection_category": category}
         data = self._call("POST", f"/api/v1/submissions/{_seg(submission_id)}/transition/", body)
         return Submission.parse(data if isinstance(data, dict) else {})
+
+    def bulk_approve(self, submission_ids: list[str]) -> None:
+        """Approve many submissions in one request (asynchronous on Prolific's side; approving twice is harmless)."""
+        self._call("POST", "/api/v1/submissions/bulk-approve/", {"submission_ids": submission_ids})
 
     def set_up_bonuses(self, study_id: str, amounts: dict[str, Decimal]) -> str:
         """Set up (not pay) one bulk bonus: ``{participant or submission id: amount}``; returns its id."""

@@ -277,13 +277,39 @@ def decide(sub: Submission, action: str, user: Any, category: str = "", message:
     sub.decision_message = message.strip() if action == "reject" else ""
     sub.decided_at, sub.decided_by = timezone.now(), user
     sub.status = api.APPROVED if action == "approve" else api.REJECTED
-    if action == "reject" and sub.participant is not None and sub.released_at is None:
-        # Prolific reopens a rejected submission's place: memeval gives back the quota place and arm slot too
-        # (a worker who finished keeps theirs; their data stays either way)
-        if release(sub.participant, sub.decided_at):
-            sub.released_at = sub.decided_at
+    # Prolific reopens a rejected submission's place: memeval gives back the quota place and arm slot too (a worker
+    # who finished keeps theirs; their data stays either way)
+    gone = action == "reject" and sub.participant is not None and sub.released_at is None
+    if gone and sub.participant is not None and release(sub.participant, sub.decided_at):
+        sub.released_at = sub.decided_at
     sub.save()
     return sub
+
+
+BULK_APPROVE_CHUNK = 100  # sent one after another, never in parallel (Prolific: "Managing high loads")
+
+
+def approve_clean(wave: Wave, user: Any) -> tuple[int, str]:
+    """Approve, with Prolific's bulk endpoint, every submission awaiting review whose worker has nothing to report
+    under the exclusion rules (the review's "approve" suggestions). Returns how many, and an error if any."""
+    clean = [
+        r.submission
+        for r in review_rows(wave)
+        if r.suggestion == "approve" and r.submission.status == api.AWAITING_REVIEW and not r.submission.decision
+    ]
+    done = 0
+    try:
+        client = make_client()
+        for start in range(0, len(clean), BULK_APPROVE_CHUNK):
+            chunk = clean[start : start + BULK_APPROVE_CHUNK]
+            client.bulk_approve([s.submission_id for s in chunk])
+            Submission.objects.filter(pk__in=[s.pk for s in chunk]).update(
+                decision="approve", status=api.APPROVED, decided_at=timezone.now(), decided_by=user
+            )
+            done += len(chunk)
+    except (api.Unavailable, api.ProlificError, NotConfigured) as exc:
+        return done, f"{exc}. {len(clean) - done} submission(s) were not approved; try again later."
+    return done, ""
 
 
 # --- bonuses

@@ -107,6 +107,18 @@ def decide(request: HttpRequest, slug: str, pk: int, sub: int) -> HttpResponse:
 
 @require_POST
 @researcher_required
+def approve_clean(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    wave = _wave(request, slug, pk)
+    approved, error = services.approve_clean(wave, request.user)
+    if approved or not error:
+        messages.success(request, f"{approved} submission(s) with nothing to report approved on Prolific.")
+    if error:
+        messages.error(request, error)
+    return _back(slug, f"wave-{wave.number}")
+
+
+@require_POST
+@researcher_required
 def bonuses(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     wave = _wave(request, slug, pk)
     result = services.pay_bonuses(wave)

@@ -152,6 +152,20 @@ class FakeProlific:
                 return 200, {k: v for k, v in sub.items() if k != "participant_id"}
             if method == "POST" and (m := re.fullmatch(r"/api/v1/submissions/([^/]+)/transition/", p)):
                 return self._transition(m[1], body)
+            if method == "POST" and p == "/api/v1/submissions/bulk-approve/":
+                ids = body.get("submission_ids")
+                if not isinstance(ids, list) or not ids:
+                    return 400, {"error": {"detail": {"submission_ids": ["This field is required."]}}}
+                wrong = [
+                    i for i in ids if self.submissions.get(i, {}).get("status") not in ("AWAITING REVIEW", "APPROVED")
+                ]
+                if wrong:
+                    return 400, {"error": {"detail": f"Cannot approve submissions {wrong}."}}
+                for i in ids:
+                    if self.submissions[i]["status"] != "APPROVED":
+                        self.submissions[i]["status"] = "APPROVED"
+                        self.transitions.append((i, {"action": "APPROVE", "bulk": True}))
+                return 200, "Bulk approve in progress"
             if method == "POST" and p == "/api/v1/submissions/bonus-payments/":
                 return self._set_up_bonus(body)
             if method == "POST" and (m := re.fullmatch(r"/api/v1/bulk-bonus-payments/([^/]+)/pay/", p)):

@@ -163,6 +163,24 @@ def test_approve_and_reject_go_to_prolific_and_are_recorded_once(
     assert len(fake.transitions) == 3
 
 
+def test_approving_every_clean_submission_uses_the_bulk_endpoint_and_leaves_the_flagged_ones(
+    wave: Wave, fake: FakeProlific, researcher: User, study: Study
+) -> None:
+    services.sync_wave(wave)
+    fail_attention(study, "pid1")
+    fake.faults = ["429:1"]  # busy once: retried
+    assert services.approve_clean(wave, researcher) == (1, "")
+    assert [(s, b.get("bulk")) for s, b in fake.transitions] == [("sub0", True)]
+    statuses = dict(Submission.objects.values_list("submission_id", "status"))
+    assert statuses == {"sub0": "APPROVED", "sub1": "AWAITING REVIEW", "sub2": "AWAITING REVIEW"}
+    assert services.approve_clean(wave, researcher) == (0, "")
+    fake.down = "503"
+    Submission.objects.filter(submission_id="sub0").update(status="AWAITING REVIEW", decision="")
+    approved, error = services.approve_clean(wave, researcher)
+    assert approved == 0 and "were not approved" in error
+    assert Submission.objects.get(submission_id="sub0").decision == ""
+
+
 def test_a_decision_while_prolific_is_down_is_not_recorded(wave: Wave, fake: FakeProlific, researcher: User) -> None:
     services.sync_wave(wave)
     fake.down = "reset"
