@@ -2,8 +2,9 @@
 
 A hook request carries ``X-Prolific-Request-Signature`` and ``X-Prolific-Request-Timestamp`` (UNIX seconds).
 The signature is ``base64(HMAC-SHA256(secret, timestamp + body))`` with the workspace's webhook secret
-(``POST /api/v1/hooks/secrets/``). Prolific's example signs ``json.dumps(body)``; we sign the raw bytes that
-arrived, which are what Prolific serialised. A signature older than :data:`TOLERANCE_SECONDS` is refused, and the
+(``POST /api/v1/hooks/secrets/``). Prolific's example verifies against ``json.dumps(<the parsed body>)``, so
+both are accepted: the raw bytes that arrived, and Python's default serialisation of the JSON they hold
+(whichever way Prolific formatted the bytes it sent). A signature older than :data:`TOLERANCE_SECONDS` is refused, and the
 receiver remembers each accepted signature (prolific.models.WebhookEvent), so a captured request sent again is a
 replay and does nothing.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import time
 
 TOLERANCE_SECONDS = 300
@@ -35,6 +37,13 @@ def check(secret: str, timestamp: str, body: bytes, signature: str, now: float |
         return "the timestamp is not a number"
     if abs((time.time() if now is None else now) - sent) > TOLERANCE_SECONDS:
         return "the signature is too old (or from the future)"
-    if not hmac.compare_digest(sign(secret, timestamp, body).encode(), signature.strip().encode()):
+    given = signature.strip().encode()
+    if hmac.compare_digest(sign(secret, timestamp, body).encode(), given):
+        return ""
+    try:
+        canonical = json.dumps(json.loads(body)).encode()
+    except ValueError:
         return "the signature does not match"
-    return ""
+    if hmac.compare_digest(sign(secret, timestamp, canonical).encode(), given):
+        return ""
+    return "the signature does not match"
