@@ -42,11 +42,14 @@ def configured() -> bool:
     return bool(settings.PROLIFIC_API_TOKEN)
 
 
-def make_client() -> api.ProlificClient:
+def make_client(retries: int = 3) -> api.ProlificClient:
     if not configured():
         raise NotConfigured("No Prolific API token is configured: set PROLIFIC_API_TOKEN (docs/operations.md).")
     return api.ProlificClient(
-        settings.PROLIFIC_API_URL, settings.PROLIFIC_API_TOKEN, timeout=settings.PROLIFIC_API_TIMEOUT_SECONDS
+        settings.PROLIFIC_API_URL,
+        settings.PROLIFIC_API_TOKEN,
+        timeout=settings.PROLIFIC_API_TIMEOUT_SECONDS,
+        retries=retries,
     )
 
 
@@ -145,8 +148,8 @@ def handle_event(event: dict[str, Any]) -> str:
         if known is not None:
             apply_status(known.wave, resource, known.prolific_pid, status)
             return f"submission {resource}: {status}"
-        try:
-            found = make_client().submission(resource)
+        try:  # one try: Prolific waits for this answer, and the next poll catches up anyway
+            found = make_client(retries=0).submission(resource)
         except (api.Unavailable, api.ProlificError, NotConfigured) as exc:
             return f"submission {resource} not known yet ({exc}); the next poll records it"
         wave = Wave.objects.select_related("study").filter(prolific_study_id=found.study_id).first()
@@ -156,7 +159,7 @@ def handle_event(event: dict[str, Any]) -> str:
         return f"submission {resource}: {status}"
     if kind in ("study.status.change", "study.progress.change", "study.has_high_return_rate"):
         for wave in Wave.objects.filter(prolific_study_id=resource):
-            sync_wave(wave)
+            sync_wave(wave, make_client(retries=0) if configured() else None)
         return f"{kind} for study {resource}: polled"
     return f"{kind or 'an event'} ignored"
 

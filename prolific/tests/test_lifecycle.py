@@ -298,6 +298,18 @@ def test_a_signed_webhook_updates_the_submission_and_releases_the_place(wave: Wa
     assert Participant.objects.get(external_id="prolific:pid2").abandoned_at is not None
 
 
+def test_a_webhook_while_prolific_is_down_answers_at_once_and_the_poll_catches_up(
+    wave: Wave, fake: FakeProlific
+) -> None:
+    fake.down = "503"
+    response = post(Client(), *signed(SECRET, event("sub2", "RETURNED", "pid2")))
+    assert response.status_code == 200 and "next poll" in response.json()["status"]
+    assert [s for _, _, s in fake.log] == [503]  # one try: Prolific is waiting for our answer
+    fake.down = None
+    fake.set_status("sub2", "RETURNED")
+    assert services.sync_wave(wave).released == 1
+
+
 def test_a_webhook_for_a_submission_not_seen_yet_asks_prolific_which_study_it_is(
     wave: Wave, fake: FakeProlific
 ) -> None:
