@@ -6,6 +6,9 @@
 * ``python -m analysis calibrate ...``: simulate studies of a design and print each test's family-wise
   false-positive rate, CI coverage and power (:mod:`analysis.calibration`).
 * ``python -m analysis plan ...``: workers needed for a target power (:mod:`analysis.planning`).
+* ``python -m analysis pairwise VOTES.csv ...``: pairwise judgements (ACUTE-Eval, live side by side): win rates,
+  a Bradley-Terry leaderboard, position bias, style control (:mod:`analysis.pairwise_cli`).
+* ``python -m analysis plan-pairwise ...``: judges needed for a pairwise design (:mod:`analysis.pairwise_power`).
 * ``python -m analysis prereg --title ... --metrics ... [--out FILE]``: write a pre-registration (the analysis
   settings, primary comparisons and alpha with their sha256) for a later ``report --prereg FILE``;
   ``prereg --verify FILE`` checks a registration's hash.
@@ -152,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("plan", help="workers needed for a target power at a smallest effect size, by simulation"),
         calibrate=False,
     )
+    from analysis import pairwise_cli
+
+    pairwise_cli.add_arguments(
+        sub.add_parser("pairwise", help="analyse a votes CSV: win rates, Bradley-Terry leaderboard, style control")
+    )
+    pairwise_cli.add_plan_arguments(
+        sub.add_parser("plan-pairwise", help="judges needed for a pairwise design's target power, by simulation")
+    )
     return parser
 
 
@@ -214,6 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from analysis.planning import main as plan_main
 
             return plan_main(args)
+        if args.command == "pairwise":
+            from analysis.pairwise_cli import main as pairwise_main
+
+            return pairwise_main(args)
+        if args.command == "plan-pairwise":
+            from analysis.pairwise_power import main as plan_pairwise_main
+
+            return plan_pairwise_main(args)
         if args.command == "prereg":
             return _prereg(args)
         return _report(args)

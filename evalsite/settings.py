@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "infra",
     "studies",
     "chat",
+    "pairwise",
     "annotation",
     "reports",
     "prolific",

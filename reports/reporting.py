@@ -289,6 +289,8 @@ def automatic_notes(rows: list[dict[str, Any]]) -> list[str]:
     """What a reader must know beside the automatic scores: stand-in models, gold answers not the benchmark's."""
     notes = [STAND_IN_NOTE] if any(r.get("stand_in_model") for r in rows) else []
     return notes + sorted({r["gold_note"] for r in rows if r.get("gold_note")})
+
+
 def _seconds(x: Any) -> str:
     return "-" if x is None else f"{x:.1f}"
 

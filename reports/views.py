@@ -15,7 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
-from reports import exports, queries, tables
+from reports import exports, pairwise_views, queries, tables
 from reports.forms import (
     DEFAULT_EXCLUSIONS,
     EXCLUSION_CHOICES,
@@ -242,6 +242,9 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
     if not report.ok:
         return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
     text = _cached(f"{report.cache_key}:export:{fmt}", lambda: export(report, fmt))
+    if pk is None:  # the study's own report: with its pairwise leaderboard (cached on its own votes)
+        study, _ = _objects(request, slug, None)
+        text = pairwise_views.add_to_report(study, fmt, text)
     response = HttpResponse(text, content_type=FORMATS[fmt][1])
     response["Content-Disposition"] = f'attachment; filename="{filename(report, fmt)}"'
     return response
