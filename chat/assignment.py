@@ -128,6 +128,25 @@ def next_session(participant: Participant) -> ChatSession | None:
     return current_session(participant)
 
 
+def at_wave_end(participant: Participant, session: ChatSession | None) -> bool:
+    """Whether the participant has done every session of the wave they may do now (``Study.wave_sessions``,
+    ``Participant.wave``) and ``session``, not begun, belongs to a later wave: they wait to be let in."""
+    if session is None or session.status not in (ChatSession.Status.PREPARING, ChatSession.Status.READY):
+        return False
+    ends = participant.study.wave_ends()
+    if participant.wave > len(ends):
+        return False
+    done = ChatSession.objects.filter(episode__participant=participant, status=ChatSession.Status.DONE).count()
+    return done >= ends[participant.wave - 1]
+
+
+def pause_at_wave_end(participant: Participant) -> None:
+    """Record that the participant waits for the next wave (the abandonment sweep leaves them alone)."""
+    if participant.paused_at is None:
+        participant.paused_at = timezone.now()
+        participant.save(update_fields=["paused_at"])
+
+
 def finish_participant(participant: Participant) -> bool:
     """Record that the participant has finished the study (idempotent); ``False`` while they still
     have a session to do."""

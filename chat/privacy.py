@@ -29,7 +29,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from studies.models import Participant, PrivacyEvent, Study
+from studies.audit import PrivacyEvent
+from studies.models import Participant, Study
 from studies.signals import participant_erasing
 
 

@@ -47,7 +47,7 @@ def sweep_abandoned(now: datetime | None = None, *, study_id: int | None = None)
     if study_id is not None:
         holding = holding.filter(study_id=study_id)
     candidates = (
-        holding.filter(completed_at__isnull=True)
+        holding.filter(completed_at__isnull=True, paused_at__isnull=True)  # not one waiting for the next wave
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")
     )

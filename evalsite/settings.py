@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "annotation",
     "reports",
     "judges",
+    "prolific",
 ]
 
 MIDDLEWARE = [
@@ -186,6 +187,13 @@ RUNTIME_SWEEP_SECONDS = env.number("RUNTIME_SWEEP_SECONDS", 10.0, minimum=0)
 # expired leases at most every 30 s, and the beat returns stale claims in queues nobody is claiming from
 # too (docs/annotation.md). `expires`: a tick no worker picked up within its minute is dropped.
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+# Prolific (prolific/, docs/operations.md "Running a study on Prolific"): the API token (never logged or shown),
+# the API's URL (a test double's in tests), the workspace's webhook secret, and how often beat polls.
+PROLIFIC_API_TOKEN = env.text("PROLIFIC_API_TOKEN")
+PROLIFIC_API_URL = env.text("PROLIFIC_API_URL", "https://api.prolific.com")
+PROLIFIC_API_TIMEOUT_SECONDS = env.number("PROLIFIC_API_TIMEOUT_SECONDS", 10.0)
+PROLIFIC_WEBHOOK_SECRET = env.text("PROLIFIC_WEBHOOK_SECRET")
+PROLIFIC_SYNC_SECONDS = env.number("PROLIFIC_SYNC_SECONDS", 600.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
     "sweep-lost-jobs": {
@@ -195,6 +203,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     # each study's retention period (chat/privacy.py): hourly is plenty for a period counted in days
     "sweep-retention": {"task": "chat.tasks.sweep_retention_task", "schedule": 3600.0, "options": {"expires": 3000.0}},
+    "prolific-sync": {"task": "prolific.tasks.prolific_sync_task", "schedule": PROLIFIC_SYNC_SECONDS},
     "expire-annotation-leases": {
         "task": "annotation.tasks.expire_leases_task",
         "schedule": 60.0,

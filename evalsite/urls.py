@@ -15,4 +15,5 @@ urlpatterns = [
     path("", include("pairwise.urls")),
     path("", include("reports.urls")),
     path("", include("judges.urls")),
+    path("", include("prolific.urls")),
 ]

@@ -48,6 +48,7 @@ STUDY_FIELDS = [
     "persona_cards",
     "card_bank",
     "card_script",
+    "wave_sessions",
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
@@ -158,6 +159,7 @@ class StudyForm(forms.ModelForm[Study]):
             "prolific_decline_code": "Prolific code for declined consent",
             "persona_cards": "Workers chat as persona cards",
             "card_bank": "Card bank",
+            "wave_sessions": "Waves end after session no.",
             "pace_min_seconds": "Pacing: minimum delay (seconds)",
             "pace_chars_per_second": "Pacing: typing speed (characters/s)",
         }

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models, transaction
 from django.dispatch import Signal
 from django.urls import reverse
@@ -20,6 +20,7 @@ from django.utils.text import slugify
 from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
+from studies.audit import PrivacyEvent  # noqa: F401  (a model of this app: registered here)
 from studies.cardbank import CardBank
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
@@ -249,6 +250,16 @@ class Study(models.Model):
         blank=True,
         help_text="Optional Prolific completion code for workers who decline consent; empty = they are asked "
         "to return the study on Prolific.",
+    )
+    # Waves (prolific/, docs/operations.md "Running a study on Prolific"): the worker's sessions in the order
+    # they do them, cut into visits. "2,4" = wave 1 is the first 2 sessions, wave 2 up to the 4th, wave 3 the rest.
+    wave_sessions = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[RegexValidator(r"^\s*\d+(\s*,\s*\d+)*\s*$", "Whole numbers separated by commas, e.g. 2,4.")],
+        help_text="For a study run in waves (several Prolific studies): after how many of a worker's sessions "
+        "(counted over their episodes in order) each wave but the last ends, e.g. '2,4' for three waves; the "
+        "worker stops there until they are let into the next wave. Empty = one visit.",
     )
     pilot = models.BooleanField(
         default=False,
@@ -484,6 +495,10 @@ class Study(models.Model):
         """The study's active quality-control arm, if it has one."""
         return self.arms.filter(is_qc=True, active=True).order_by("id").first()
 
+    def wave_ends(self) -> list[int]:
+        """The session counts at which each wave but the last ends (:attr:`wave_sessions`), increasing."""
+        return sorted({int(n) for n in self.wave_sessions.replace(" ", "").split(",") if n.isdigit() and int(n) > 0})
+
     def session_start(self, session_index: int) -> dt.datetime:
         """The simulated clock at the start of session k (1-based) with a fixed gap. With a gap range
         the platform draws each gap and stores it with the session (``ChatSession.gap_days``)."""
@@ -669,6 +684,10 @@ class Participant(models.Model):
     last_seen_at = models.DateTimeField(default=timezone.now)
     declined_at = models.DateTimeField(null=True, blank=True)
     abandoned_at = models.DateTimeField(null=True, blank=True)
+    # A study in waves (Study.wave_sessions): the wave this worker may do now (raised when they are let into the
+    # next one: prolific.services.move_completers), and since when they wait at the end of one (not abandoned).
+    wave = models.PositiveSmallIntegerField(default=1)
+    paused_at = models.DateTimeField(null=True, blank=True)
 
     objects = ParticipantQuerySet.as_manager()
 
@@ -722,36 +741,6 @@ class Participant(models.Model):
 
 
 LAST_SEEN_RESOLUTION = dt.timedelta(seconds=30)
-
-
-class PrivacyEvent(models.Model):
-    """The audit record of what was done to a worker's personal data: a deletion (``manage.py delete_participant``
-    or the quality page's button), the retention sweep, or the owner looking at a raw Prolific ID.
-
-    It names the worker by pseudonym only (never the raw ID nor anything they wrote), keeps the study's name and slug
-    (it outlives a deleted study) and, for a deletion, how many rows of each kind went."""
-
-    class Action(models.TextChoices):
-        DELETED = "deleted", "Worker deleted"
-        PSEUDONYMISED = "pseudonymised", "Raw IDs dropped (retention)"
-        TRANSCRIPTS_DELETED = "transcripts_deleted", "Transcripts deleted (retention)"
-        REVEALED = "revealed", "Raw ID shown to the owner"
-
-    study = models.ForeignKey(Study, null=True, blank=True, related_name="privacy_events", on_delete=models.SET_NULL)
-    study_slug = models.CharField(max_length=80)
-    pseudonym = models.CharField(max_length=16)
-    action = models.CharField(max_length=24, choices=Action.choices)
-    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL)
-    via = models.CharField(max_length=40, help_text="The button, the command, the retention sweep.")
-    reason = models.CharField(max_length=500, blank=True)
-    counts = models.JSONField(default=dict, blank=True)
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["-at", "-id"]
-
-    def __str__(self) -> str:
-        return f"{self.study_slug}:{self.pseudonym} {self.action}"
 
 
 INVITATION_MAX_AGE = dt.timedelta(days=7)

@@ -32,7 +32,8 @@ from chat.tests.conftest import enter
 from pairwise.models import Comparison, Judge, Judgement, Vote
 from reports.exports import export_lines
 from reports.queries import study_ratings_frame
-from studies.models import Arm, Participant, PrivacyEvent, Study
+from studies.audit import PrivacyEvent
+from studies.models import Arm, Participant, Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
