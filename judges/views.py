@@ -17,7 +17,7 @@ from judges.models import RUBRICS, BlindingBreach, Judge
 from judges.report import study_judges_report
 from judges.sample import MIN_LABELS, MIN_SAMPLE, SampleError, create_sample, sample_queue
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 
 class JudgeForm(forms.ModelForm[Judge]):
@@ -46,7 +46,9 @@ class SampleForm(forms.Form):
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
-    return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    """The study if the user may see it (404 otherwise); a POST (adding, running a judge, drawing a sample, the
+    blinding scan) needs the owner's or an editor's role: a viewer of the team gets 403 (studies.roles.study_for)."""
+    return study_for(request, slug)
 
 
 @require_GET
