@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from judges import blinding, jobs
-from judges.models import RUBRICS, BlindingBreach, Judge
+from judges.models import API_KEY_ENV, RUBRICS, BlindingBreach, Judge
 from judges.report import study_judges_report
 from judges.sample import MIN_LABELS, MIN_SAMPLE, SampleError, create_sample, sample_queue
 from studies.models import Study
@@ -31,6 +31,15 @@ class JudgeForm(forms.ModelForm[Judge]):
     class Meta:
         model = Judge
         fields = ["name", "base_url", "model", "api_key_env", "epsilon"]
+
+    def clean_api_key_env(self) -> str:
+        name = str(self.cleaned_data.get("api_key_env") or "").strip()
+        if name and not API_KEY_ENV.fullmatch(name):
+            raise forms.ValidationError(
+                "Name an API key's variable (capitals, ending in _API_KEY, e.g. OPENAI_API_KEY): the judge sends its "
+                "value to the base URL."
+            )
+        return name
 
     def save(self, commit: bool = True) -> Judge:
         judge = super().save(commit=False)

@@ -33,3 +33,23 @@ def test_a_viewer_reads_the_judges_page_and_changes_nothing(study: Study, other:
         assert viewer.post(url, data).status_code == 403, url
     assert list(Judge.objects.filter(study=study).values_list("name", flat=True)) == ["j"]
     assert not study.annotation_queues.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "name", ["SECRET_KEY", "DJANGO_SECRET_KEY", "PROLIFIC_API_TOKEN", "DATABASE_URL", "lower_api_key"]
+)
+def test_the_api_key_variable_must_name_an_api_key(study: Study, researcher: User, name: str) -> None:
+    """The judge sends the variable's value to its base_url: naming SECRET_KEY with one's own server as the base_url
+    would hand the site's secrets to whoever may add a judge."""
+    data = {"name": "j", "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": name, "epsilon": "0.15"}
+    login(researcher).post(reverse("judges:add", args=[study.slug]), data)
+    assert not Judge.objects.filter(study=study).exists()
+
+
+@pytest.mark.django_db
+def test_an_api_key_variable_is_accepted(study: Study, researcher: User) -> None:
+    data = {"name": "j", "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENROUTER_API_KEY"}
+    data["epsilon"] = "0.15"
+    login(researcher).post(reverse("judges:add", args=[study.slug]), data)
+    assert Judge.objects.get(study=study).api_key_env == "OPENROUTER_API_KEY"
