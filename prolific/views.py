@@ -161,7 +161,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": why}, status=401)
     try:
         event = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return JsonResponse({"error": "the body is not JSON"}, status=400)
     if not isinstance(event, dict):
         return JsonResponse({"error": "the body is not an event"}, status=400)
