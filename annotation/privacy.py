@@ -2,7 +2,8 @@
 quotes the session's transcript and the arm's memory) are deleted when the snapshot is, whoever deletes it
 (``chat.privacy``: a worker deleted, a study's retention sweep; the admin), and the items made from one of their
 sessions (the judge sample's ``scores`` items quote its transcript) when the worker is deleted
-(``studies.signals.participant_erasing``: chat.privacy.erase_participant, a preview ended). Labels and assignments
+(``studies.signals.participant_erasing``: chat.privacy.erase_participant, a preview ended) or their transcripts are
+(``transcripts_deleting``: the retention sweep). Labels and assignments
 go with them."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from django.db.models.signals import pre_delete
 
 from annotation.models import Item, Label
 from chat.models import ChatSession, MemorySnapshot
-from studies.signals import participant_erasing
+from studies.signals import participant_erasing, transcripts_deleting
 
 
 def _delete_items(items: Any) -> None:
@@ -41,3 +42,4 @@ def delete_items_of_participants(sender: Any, participants: Any, **kwargs: Any) 
 def connect() -> None:
     pre_delete.connect(delete_items_of_snapshot, sender=MemorySnapshot, dispatch_uid="annotation.privacy")
     participant_erasing.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.participants")
+    transcripts_deleting.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.transcripts")
