@@ -1,6 +1,10 @@
 """A worker's data leaves the annotation queues with them: the items made from a memory snapshot (their payload
 quotes the session's transcript and the arm's memory) are deleted when the snapshot is, whoever deletes it
-(``chat.privacy``: a worker deleted, a study's retention sweep; the admin). Labels and assignments go with them."""
+(``chat.privacy``: a worker deleted, a study's retention sweep; the admin), and the items made from one of their
+sessions (the judge sample's ``scores`` items quote its transcript) when the worker is deleted
+(``studies.signals.participant_erasing``: chat.privacy.erase_participant, a preview ended) or their transcripts are
+(``transcripts_deleting``: the retention sweep). Labels and assignments
+go with them."""
 
 from __future__ import annotations
 
@@ -10,11 +14,10 @@ from django.db.models.signals import pre_delete
 
 from annotation.models import Item, Label
 from chat.models import ChatSession, MemorySnapshot
+from studies.signals import participant_erasing, transcripts_deleting
 
 
-def delete_items_of_snapshot(sender: Any, instance: MemorySnapshot, **kwargs: Any) -> None:
-    study = ChatSession.objects.filter(pk=instance.session_id).values("episode__participant__study_id")
-    items = Item.objects.filter(queue__study_id__in=study, meta__snapshot=instance.pk)
+def _delete_items(items: Any) -> None:
     # a label protects its assignment and its parent revision (annotation.models): the labels go first, the chain
     # of revisions cut so that they can
     labels = Label.objects.filter(item__in=items)
@@ -23,5 +26,20 @@ def delete_items_of_snapshot(sender: Any, instance: MemorySnapshot, **kwargs: An
     items.delete()
 
 
+def delete_items_of_snapshot(sender: Any, instance: MemorySnapshot, **kwargs: Any) -> None:
+    study = ChatSession.objects.filter(pk=instance.session_id).values("episode__participant__study_id")
+    _delete_items(Item.objects.filter(queue__study_id__in=study, meta__snapshot=instance.pk))
+
+
+def delete_items_of_participants(sender: Any, participants: Any, **kwargs: Any) -> None:
+    sessions = ChatSession.objects.filter(episode__participant__in=participants)
+    studies = participants.values("study_id")
+    session_ids = list(sessions.values_list("pk", flat=True))
+    if session_ids:
+        _delete_items(Item.objects.filter(queue__study_id__in=studies, meta__session__in=session_ids))
+
+
 def connect() -> None:
     pre_delete.connect(delete_items_of_snapshot, sender=MemorySnapshot, dispatch_uid="annotation.privacy")
+    participant_erasing.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.participants")
+    transcripts_deleting.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.transcripts")

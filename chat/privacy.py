@@ -31,7 +31,7 @@ from django.utils import timezone
 from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from studies.audit import PrivacyEvent
 from studies.models import Participant, Study
-from studies.signals import participant_erasing
+from studies.signals import participant_erasing, transcripts_deleting
 
 
 def footprint(participant: Participant) -> dict[str, int]:
@@ -103,6 +103,7 @@ def delete_transcripts(participant: Participant) -> dict[str, int]:
     """Delete what the worker wrote and what was made of it (messages, memory states and snapshots, LLM-call
     records, and through the snapshots the annotation items); sessions, ratings and attention answers stay."""
     sessions = ChatSession.objects.filter(episode__participant=participant)
+    transcripts_deleting.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
     counts = {
         "llm_calls": LLMCallRecord.objects.filter(session__in=sessions).delete()[0],
         "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).delete()[0],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,7 +21,7 @@ from django.utils import timezone
 from analysis.judging import false_acceptance
 from annotation.sources import transcript_of
 from judges import control, prompts, sample, scoring
-from judges.models import RUBRICS, Judge, JudgeScore
+from judges.models import RUBRICS, Judge, JudgeScore, api_key_from_env
 from memory.llm import LLM, LLMTransientError, make_llm
 from runtime import jobs, kinds
 from runtime.jobs import Attempt
@@ -39,7 +38,7 @@ def rubrics_of(judge: Judge) -> list[str]:
 
 
 def build_llm(judge: Judge) -> LLM:
-    key = os.environ.get(judge.api_key_env or "", "") or "not-needed"  # local servers take any key
+    key = api_key_from_env(judge.api_key_env) or "not-needed"  # local servers take any key
     return make_llm("openai", judge.model, api_key=key, base_url=judge.base_url or None, timeout=120.0)
 
 

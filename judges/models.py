@@ -11,12 +11,25 @@ is stored, since it costs calls to the judge.
 
 from __future__ import annotations
 
+import os
+import re
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
 RUBRICS = ("standard", "lenient", "strict")
+
+
+API_KEY_ENV = re.compile(r"[A-Z][A-Z0-9_]*_API_KEY")
+"""The names a judge may read its key from: the judge sends the value to its ``base_url``, so a name such as
+``SECRET_KEY`` or ``DATABASE_URL`` would hand the site's secrets to whoever may add a judge."""
+
+
+def api_key_from_env(name: str) -> str:
+    """The key in the environment variable ``name`` ("" for an empty name or one that is not an API key's)."""
+    return os.environ.get(name, "") if name and API_KEY_ENV.fullmatch(name) else ""
 
 
 class Judge(models.Model):

@@ -13,11 +13,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from judges import blinding, jobs
-from judges.models import RUBRICS, BlindingBreach, Judge
+from judges.models import API_KEY_ENV, RUBRICS, BlindingBreach, Judge
 from judges.report import study_judges_report
 from judges.sample import MIN_LABELS, MIN_SAMPLE, SampleError, create_sample, sample_queue
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 
 class JudgeForm(forms.ModelForm[Judge]):
@@ -31,6 +31,15 @@ class JudgeForm(forms.ModelForm[Judge]):
     class Meta:
         model = Judge
         fields = ["name", "base_url", "model", "api_key_env", "epsilon"]
+
+    def clean_api_key_env(self) -> str:
+        name = str(self.cleaned_data.get("api_key_env") or "").strip()
+        if name and not API_KEY_ENV.fullmatch(name):
+            raise forms.ValidationError(
+                "Name an API key's variable (capitals, ending in _API_KEY, e.g. OPENAI_API_KEY): the judge sends its "
+                "value to the base URL."
+            )
+        return name
 
     def save(self, commit: bool = True) -> Judge:
         judge = super().save(commit=False)
@@ -46,7 +55,9 @@ class SampleForm(forms.Form):
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
-    return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    """The study if the user may see it (404 otherwise); a POST (adding, running a judge, drawing a sample, the
+    blinding scan) needs the owner's or an editor's role: a viewer of the team gets 403 (studies.roles.study_for)."""
+    return study_for(request, slug)
 
 
 @require_GET

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import time
 
 TOLERANCE_SECONDS = 300
@@ -35,6 +36,8 @@ def check(secret: str, timestamp: str, body: bytes, signature: str, now: float |
         sent = float(timestamp)
     except ValueError:
         return "the timestamp is not a number"
+    if not math.isfinite(sent):  # abs(now - nan) > TOLERANCE is False: a NaN would never be too old
+        return "the timestamp is not a number"
     if abs((time.time() if now is None else now) - sent) > TOLERANCE_SECONDS:
         return "the signature is too old (or from the future)"
     given = signature.strip().encode()
@@ -42,7 +45,7 @@ def check(secret: str, timestamp: str, body: bytes, signature: str, now: float |
         return ""
     try:
         canonical = json.dumps(json.loads(body)).encode()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return "the signature does not match"
     if hmac.compare_digest(sign(secret, timestamp, canonical).encode(), given):
         return ""

@@ -19,7 +19,7 @@ from prolific import services, signatures
 from prolific.forms import WaveForm
 from prolific.models import Submission, Wave
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ WEBHOOK_MAX_BYTES = 64 * 1024  # Prolific's events are a few hundred bytes
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
-    return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    """The study if the user may see it (404 otherwise); every action on it (a POST) needs the owner's or an
+    editor's role: a viewer of the team gets 403 (studies.roles.study_for)."""
+    return study_for(request, slug)
 
 
 @require_GET
@@ -159,7 +161,7 @@ def webhook(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": why}, status=401)
     try:
         event = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
         return JsonResponse({"error": "the body is not JSON"}, status=400)
     if not isinstance(event, dict):
         return JsonResponse({"error": "the body is not an event"}, status=400)

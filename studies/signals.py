@@ -3,10 +3,15 @@
 ``participant_erasing``: sent with ``participants`` (a queryset) just before those participants are deleted with
 everything they made (chat.privacy.erase_participant, studies.preview.end_previews). A model above chat that keeps a
 protected reference to their rows (pairwise's judgements point at episodes) deletes what refers to them here: the
-deletion's protection check runs before Django's own pre_delete signals."""
+deletion's protection check runs before Django's own pre_delete signals.
+
+``transcripts_deleting``: sent with ``participants`` just before their transcripts are deleted while they stay
+(chat.privacy.delete_transcripts, a study's retention sweep): an app above chat that copied their words (annotation's
+judge-sample items quote a session's transcript) deletes the copy here."""
 
 from __future__ import annotations
 
 from django.dispatch import Signal
 
 participant_erasing = Signal()
+transcripts_deleting = Signal()

@@ -181,3 +181,16 @@ def test_a_compact_body_signed_as_prolifics_example_signs_it_is_accepted() -> No
     assert signatures.check("s3cret", ts, compact, sig, now=1_000_000) == ""
     tampered = compact.replace(b"RETURNED", b"APPROVED")
     assert "does not match" in signatures.check("s3cret", ts, tampered, sig, now=1_000_000)
+
+
+def test_a_timestamp_that_is_not_a_finite_number_is_refused() -> None:
+    """``float("nan")`` parses, and ``abs(now - nan) > 300`` is False: a NaN timestamp would never be too old."""
+    body = b'{"event_type": "x"}'
+    for ts in ("nan", "NaN", "inf", "-inf"):
+        sig = signatures.sign("s3cret", ts, body)
+        assert signatures.check("s3cret", ts, body, sig, now=1_000_000) != "", ts
+
+
+def test_a_deeply_nested_body_is_refused_not_a_crash() -> None:
+    body = b"[" * 30000 + b"]" * 30000  # under the 64 KiB cap; json.loads raises RecursionError on it
+    assert "does not match" in signatures.check("s3cret", "1000000", body, "AAAA", now=1_000_000)

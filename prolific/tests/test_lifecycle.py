@@ -363,3 +363,16 @@ def test_the_celery_task_is_thin_and_registered() -> None:
     from prolific.tasks import prolific_sync_task
 
     assert prolific_sync_task.name == "prolific.tasks.prolific_sync_task"
+
+
+def test_a_deeply_nested_body_is_a_clear_error_signed_or_not(fake: FakeProlific, db: Any) -> None:
+    body = b"[" * 30000 + b"]" * 30000  # under the 64 KiB cap; json.loads raises RecursionError on it
+    _, headers = signed(SECRET, {"event_type": "x"})
+    assert post(Client(), body, headers).status_code == 401
+    import base64
+    import hashlib
+    import hmac
+
+    ts = headers["HTTP_X_PROLIFIC_REQUEST_TIMESTAMP"]
+    sig = base64.b64encode(hmac.new(SECRET.encode(), ts.encode() + body, hashlib.sha256).digest()).decode()
+    assert post(Client(), body, {**headers, "HTTP_X_PROLIFIC_REQUEST_SIGNATURE": sig}).status_code == 400

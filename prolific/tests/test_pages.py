@@ -121,3 +121,29 @@ def test_the_admin_lists_waves_and_shows_submissions_read_only(wave: Wave, resea
     sub = Submission.objects.first()
     assert sub is not None
     assert c.post(reverse("admin:prolific_submission_change", args=[sub.pk]), {"status": "APPROVED"}).status_code == 403
+
+
+def test_a_viewer_sees_the_page_by_pseudonym_and_changes_nothing(
+    wave: Wave, other: User, study: Study, fake: FakeProlific
+) -> None:
+    """A viewer of the team (studies/team.py) reads the page, but never a raw Prolific ID, and may not approve,
+    reject, pay, add a wave, read Prolific or move workers (403, and nothing sent to Prolific)."""
+    study.viewers.add(other)
+    viewer = login(other)
+    html = viewer.get(f"/studies/{study.slug}/prolific/").content.decode()
+    p0 = wave.submissions.get(submission_id="sub0").participant
+    assert p0 is not None and p0.pseudonym in html
+    assert "pid0" not in html and "prolific:" not in html
+    sub = wave.submissions.get(submission_id="sub0")
+    base = f"/studies/{study.slug}/prolific/waves/{wave.pk}"
+    for url, data in [
+        (f"{base}/submissions/{sub.pk}/", {"action": "approve"}),
+        (f"{base}/approve-clean/", {}),
+        (f"{base}/bonuses/", {}),
+        (f"{base}/sync/", {}),
+        (f"{base}/next-group/", {}),
+        (f"/studies/{study.slug}/prolific/waves/", {"number": 2, "prolific_study_id": "W2"}),
+    ]:
+        assert viewer.post(url, data).status_code == 403, url
+    sub.refresh_from_db()
+    assert not sub.decision and not Wave.objects.filter(study=study, number=2).exists()
