@@ -4,6 +4,7 @@ breaches, and read the admission figures and the human-automatic table (also as 
 from __future__ import annotations
 
 from typing import cast
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import messages
@@ -40,6 +41,12 @@ class JudgeForm(forms.ModelForm[Judge]):
                 "value to the base URL."
             )
         return name
+
+    def clean_base_url(self) -> str:
+        url = str(self.cleaned_data.get("base_url") or "").strip()
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise forms.ValidationError("An endpoint's address starts with http:// or https://.")
+        return url
 
     def save(self, commit: bool = True) -> Judge:
         judge = super().save(commit=False)

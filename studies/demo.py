@@ -317,8 +317,9 @@ def seed_quality_study(created_by: Any = None) -> tuple[Study, bool]:
             created_by=created_by,
             description=(
                 "SIMULATED DATA for the worker quality demo: a degraded QC arm, an attention check in every "
-                "worker's first session, authenticity signals per message, and three careless workers "
-                f"({', '.join(f'{w}: {what}' for w, what in CARELESS.items())}). Closed."
+                "worker's first session, authenticity signals per message, and three careless workers (one who "
+                "pastes, one who fails the attention check, one who rates too fast: the quality page flags them). "
+                "Closed."
             ),
         )
         study.add_default_metrics()

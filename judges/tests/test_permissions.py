@@ -53,3 +53,12 @@ def test_an_api_key_variable_is_accepted(study: Study, researcher: User) -> None
     data["epsilon"] = "0.15"
     login(researcher).post(reverse("judges:add", args=[study.slug]), data)
     assert Judge.objects.get(study=study).api_key_env == "OPENROUTER_API_KEY"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.org/v1", "gopher://x"])
+def test_the_judges_endpoint_must_be_http(study: Study, researcher: User, url: str) -> None:
+    data = {"name": "j", "model": "m", "base_url": url, "api_key_env": "OPENAI_API_KEY", "epsilon": "0.15"}
+    page = login(researcher).post(reverse("judges:add", args=[study.slug]), data, follow=True)
+    assert not Judge.objects.filter(study=study).exists()
+    assert "starts with http:// or https://" in page.content.decode()
