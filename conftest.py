@@ -25,6 +25,16 @@ def _fast_offline_settings(settings: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _empty_cache() -> Any:
+    """The limits count in Django's cache (infra/ratelimit.py): no count may carry over to the next test."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _empty_state_cache() -> Any:
     """chat.state caches parsed states by (episode id, version): a test database's ids and versions
     start again in the next test, so no cached state may outlive its test."""
