@@ -8,12 +8,13 @@ from typing import Any
 
 from django.conf import settings
 
+from chat import budget
 from chat.jobs import reply_deadline_seconds
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
-from memory.llm import LLM, RecordingLLM, make_llm
+from memory.llm import LLM, CheckedLLM, RecordingLLM, make_llm
 from memory.registry import build_system
-from studies.models import Arm
+from studies.models import Arm, Study
 
 
 def build_llm(arm: Arm) -> LLM:
@@ -52,8 +53,17 @@ def get_embedder() -> Embedder:
         return _EMBEDDERS[key]
 
 
-def build_arm(arm: Arm) -> tuple[MemorySystem, RecordingLLM]:
-    """The arm's memory system, built on a recording wrapper of its LLM."""
-    llm = RecordingLLM(build_llm(arm))
+def build_arm(arm: Arm, *, study: Study | None = None, memory: bool = False) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM. Every call first takes a slot of the
+    LLM call ceilings (chat/budget.py), waiting for one up to ``budget.REPLY_WAIT_SECONDS`` (a memory update:
+    ``MEMORY_WAIT_SECONDS``). ``study``: the arm's study, when the caller has it loaded already."""
+    study = study if study is not None else arm.study
+    study_id, per_study = study.pk, budget.study_limit(study)
+
+    def take_slot() -> None:
+        budget.acquire(study_id, per_study, wait=budget.MEMORY_WAIT_SECONDS if memory else budget.REPLY_WAIT_SECONDS)
+
+    guarded = CheckedLLM(build_llm(arm), check=take_slot)
+    llm = RecordingLLM(guarded)
     system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
     return system, llm

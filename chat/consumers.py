@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,12 +34,21 @@ from chat.models import ChatSession
 from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from chat.turns import post_user_message
+from infra.ratelimit import Window
 from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
 
 MAX_FRAME_CHARS = 64_000
 NOT_UNDERSTOOD = "The chat could not understand your browser; please reload."
+# Resume and retry requests (each replays messages or enqueues a reply) per chat session and per client
+# address in any minute. The page sends a resume on every (re)connect and every 10 s while a reply shows no
+# progress, a retry when the worker presses Retry: a handful a minute.
+REQUESTS = Window("chat-socket-requests")
+REQUESTS_PER_SESSION_PER_MINUTE = 12
+REQUESTS_PER_ADDRESS_PER_MINUTE = 60
+PING_SECONDS = 10.0
+TOO_OFTEN = "The chat is asking the server too often; please wait a minute (or reload the page)."
 
 
 def _refuse_constant(name: str) -> Any:
@@ -94,7 +104,9 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 class ChatConsumer(AsyncWebsocketConsumer):
     session_id: int
+    client: str = "unknown"
     group: str = ""
+    last_ping: float = -PING_SECONDS
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch without its ``aclose_old_connections()`` before every handler: that is a hop
@@ -108,6 +120,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        self.client = str((self.scope.get("client") or ["unknown"])[0])  # evalsite.clientaddr settled it
         if not await _db(self._owned)():
             await self.close(code=4403)  # before accept: the handshake is refused
             return
@@ -138,18 +151,30 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
             return
         kind = str(data.get("type") or "message")
-        if kind in ("ping", "resume") and self.group:
-            await self.channel_layer.group_add(self.group, self.channel_name)
         if kind == "ping":
+            if self.group and self._ping_due():
+                await self.channel_layer.group_add(self.group, self.channel_name)
             return
         html = await _db(self._handle)(kind, data)
+        if kind == "resume" and self.group and html != fragments.error(TOO_OFTEN):
+            await self.channel_layer.group_add(self.group, self.channel_name)
         if html:
             await self.send(text_data=html)
+
+    def _ping_due(self) -> bool:
+        """Pings renew the group membership (the page sends one a minute): more than one per 10 s does nothing."""
+        now = time.monotonic()
+        if now - self.last_ping < PING_SECONDS:
+            return False
+        self.last_ping = now
+        return True
 
     def _handle(self, kind: str, data: dict[str, Any]) -> str:
         try:
             if kind == "message":
                 return self._message(data)
+            if kind in ("resume", "retry") and not self._may_ask():
+                return fragments.error(TOO_OFTEN)
             session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
             if kind == "resume":
                 return self._state(session, whole_number(data.get("last_seq")))
@@ -167,7 +192,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         happens after the commit and before the reply is enqueued, so the reply cannot overtake it.
         Only a resend is answered here, from the database."""
         client_id, text = text_field(data.get("client_id")), text_field(data.get("text"))
-        msg, created = post_user_message(self.session_id, client_id, text, raw_signals=data.get("signals"))
+        try:
+            msg, created = post_user_message(
+                self.session_id, client_id, text, raw_signals=data.get("signals"), client=self.client
+            )
+        except ChatError as exc:  # not stored: the page puts the text back in the box
+            return fragments.error(str(exc), refused=client_id[:64])
         if created:
             return ""
         session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
@@ -176,6 +206,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         turns, pending = turn_counts(session)
         html += fragments.controls(turns, study.min_user_turns, pending=pending)
         return fragments.clear_error() + html
+
+    def _may_ask(self) -> bool:
+        """Whether this session and this client address may send another resume or retry this minute."""
+        ticket = REQUESTS.take(f"s{self.session_id}", REQUESTS_PER_SESSION_PER_MINUTE)
+        if ticket is None:
+            return False
+        if REQUESTS.hit(f"a{self.client}", REQUESTS_PER_ADDRESS_PER_MINUTE):
+            return True
+        REQUESTS.give_back(ticket)
+        return False
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study

@@ -62,9 +62,11 @@ def token(seq: int, piece: str) -> str:
     return f'<div hx-swap-oob="beforeend:#msg-{int(seq)}-text"><span>{esc(piece)}</span></div>'
 
 
-def error(text: str) -> str:
-    """The error line under the transcript (an empty text clears it; the ``error`` partial, out of band)."""
-    return f'<div id="chat-error" class="chat-error" role="alert" hx-swap-oob="true">{esc(text)}</div>'
+def error(text: str, *, refused: str = "") -> str:
+    """The error line under the transcript (an empty text clears it; the ``error`` partial, out of band).
+    ``refused``: the client id of a message the server did not take; the page puts its text back in the box."""
+    mark = f' data-refused="{esc(refused)}"' if refused else ""
+    return f'<div id="chat-error" class="chat-error" role="alert" hx-swap-oob="true"{mark}>{esc(text)}</div>'
 
 
 def clear_error() -> str:

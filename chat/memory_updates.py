@@ -90,7 +90,7 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
         for _round in range(state.MAX_ROUNDS):
             try:
                 if llm is None:
-                    system, llm = arms.build_arm(episode.arm)
+                    system, llm = arms.build_arm(episode.arm, study=episode.participant.study, memory=True)
                 update = system.end_session(current, turns, now)
                 new_state, trace = update.state, dict(update.trace or {})
                 error = ""

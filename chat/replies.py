@@ -24,7 +24,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import arms, fragments, handover, jobs, leases, memory_updates, records, replytext, sqlcache, state
+from chat import arms, budget, fragments, handover, jobs, leases, memory_updates, records, replytext, sqlcache, state
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
@@ -36,6 +36,7 @@ from memory.llm import LLMError, LLMTransientError, RecordingLLM
 log = logging.getLogger(__name__)
 
 REPLY_TASK = "chat.tasks.generate_reply_task"
+CEILING_RETRY_SECONDS = 5.0  # a reply that found the LLM call ceiling reached goes back to the queue this long
 
 
 def enqueue_reply(message_id: int, *, countdown: float = 0) -> None:
@@ -185,7 +186,7 @@ def _reply_attempt(
         return
     episode = session.episode
     try:
-        system, llm = arms.build_arm(episode.arm)
+        system, llm = arms.build_arm(episode.arm, study=episode.participant.study)
     except DatabaseError:
         raise
     except Exception as exc:  # a misconfigured arm (unknown backend, missing model): retrying cannot help
@@ -222,6 +223,17 @@ def _reply_attempt(
                     jobs.broadcast(session.pk, fragments.message(msg))
     except _Superseded:
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
+        return
+    except budget.CallLimitReached as exc:
+        # The LLM call ceiling (chat/budget.py): no call was made. The attempt is given back and the reply
+        # waits in the queue for a slot, until its deadline.
+        records.store_llm_calls(session.pk, msg.pk, llm.drain())
+        retry_at = timezone.now() + timedelta(seconds=CEILING_RETRY_SECONDS)
+        if retry_at >= deadline:
+            _fail_reply(msg, held, REPLY_TOO_SLOW)
+        elif held.update(lease_until=None, due_at=retry_at, attempts=attempt - 1):
+            log.info("reply %s waits for the LLM call limit: %s", msg.pk, exc)
+            enqueue_reply(msg.pk, countdown=CEILING_RETRY_SECONDS)
         return
     except LLMError as exc:
         if llm.calls and not llm.calls[-1].error:

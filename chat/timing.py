@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from chat import sessions
 from chat.models import ChatSession, Episode
-from studies.models import Participant
+from studies.models import Participant, Study
 
 
 def end_if_time_up(session: ChatSession) -> bool:
@@ -38,12 +38,13 @@ class SweepResult:
     episodes: int
 
 
-def sweep_abandoned(now: datetime | None = None) -> SweepResult:
+def sweep_abandoned(now: datetime | None = None, *, study: Study | None = None) -> SweepResult:
     """Mark as abandoned every unfinished participant (consented or still on the welcome page, but not one who
-    declined) not seen for their study's limit."""
+    declined) not seen for their study's limit (of every study, or of ``study`` only)."""
     now = now or timezone.now()
+    everyone = Participant.objects.all() if study is None else Participant.objects.filter(study=study)
     candidates = (
-        Participant.objects.holding_a_place()
+        everyone.holding_a_place()
         .filter(completed_at__isnull=True)
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")

@@ -78,7 +78,9 @@ def known_device(request: HttpRequest, credentials: dict[str, Any] | None = None
 
 
 @receiver(user_login_failed)
-def _count_device_failure(sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any) -> None:
+def _count_device_failure(
+    sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **_: Any
+) -> None:
     device = device_of(request, _username(request, credentials))
     if device is None:
         return

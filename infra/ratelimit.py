@@ -14,6 +14,7 @@ The window covers ``buckets + 1`` buckets of ``seconds / buckets`` each, so an e
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -49,8 +50,19 @@ class Window:
     def hit(self, key: str, limit: int, now: float | None = None) -> bool:
         """Admit one event for ``key`` if the window holds fewer than ``limit``; False (and nothing
         counted) when it is full."""
+        return self.take(key, limit, now) is not None
+
+    def give_back(self, ticket: str) -> None:
+        """Un-count an event :meth:`take` admitted (its ticket), e.g. when a second limit refused it."""
+        if ticket:
+            with contextlib.suppress(ValueError):  # expired meanwhile: nothing left to take back
+                cache.decr(ticket)
+
+    def take(self, key: str, limit: int, now: float | None = None) -> str | None:
+        """:meth:`hit`, returning a ticket for :meth:`give_back` when admitted (``""`` without a limit) and
+        None when the window is full."""
         if limit <= 0:
-            return True
+            return ""
         current, keys = self._keys(key, time.time() if now is None else now)
         timeout = int(self.seconds + 2 * self.step) + 1
         cache.add(current, 0, timeout)
@@ -60,12 +72,9 @@ class Window:
             cache.set(current, 1, timeout)
         total = sum(int(v or 0) for v in cache.get_many(keys).values())
         if total > limit:
-            try:
-                cache.decr(current)
-            except ValueError:
-                pass
-            return False
-        return True
+            self.give_back(current)
+            return None
+        return current
 
     def retry_after(self, key: str, now: float | None = None) -> int:
         """Seconds until the oldest bucket with events leaves the window (a hint for "try again in ...")."""

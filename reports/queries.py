@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Sum
 
 from analysis.spec import AnalysisSpec
 from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
-from chat.quality import SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
+from chat.quality import SIGNAL_COLUMNS, WorkerQuality, pseudonym, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
@@ -27,11 +27,12 @@ from studies.models import Study
 
 
 def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
-    """Every rating of ``study`` as a long frame: worker (the participant's external id), unit (``e<episode id>``),
+    """Every rating of ``study`` as a long frame: worker (``P<participant id>``: a pseudonym, as in the data
+    downloads; never the Prolific ID), unit (``e<episode id>``),
     arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
     boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
     rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
-        "session__episode__participant__external_id",
+        "session__episode__participant_id",
         "session__episode_id",
         "session__episode__arm__name",
         "session__index",
@@ -40,6 +41,7 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         "session_id",
     )
     df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    df["worker"] = [pseudonym(int(pk)) for pk in df["worker"]]
     by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
     df["unfinished"] = df["unit"].isin(unfinished)
     for col in SIGNAL_COLUMNS:

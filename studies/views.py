@@ -328,10 +328,9 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
-        # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
-        places=Count("id", filter=Q(consented_at__isnull=False, declined_at__isnull=True, abandoned_at__isnull=True)),
         completed=Count("id", filter=Q(completed_at__isnull=False)),
     )
+    participants["places"] = study.places_taken()  # what the quota counts (Study.is_full)
     episodes = (
         Episode.objects.filter(participant__study=study)
         .select_related("arm", "participant")

@@ -145,7 +145,10 @@ def shipped_web_command(port: int) -> list[str]:
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     env = site_env(tmp_path_factory.mktemp("db") / "db.sqlite3", LOG_LEVEL="WARNING")
-    prepare_site(env, "from django.contrib.auth.models import User; User.objects.create_user('rita', password='pw', is_staff=True)")
+    prepare_site(
+        env,
+        "from django.contrib.auth.models import User; User.objects.create_user('rita', password='pw', is_staff=True)",
+    )
     port = free_port()
     with serving(shipped_web_command(port), env, port, quiet=True):
         yield port

@@ -149,7 +149,7 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug=demo.QUALITY_SLUG)
     assert study.qc_arm() is not None and study.attention_checks.count() == 1
-    records = {r.worker: r for r in study_quality(study)}
+    records = {r.participant.external_id: r for r in study_quality(study)}
     flagged = {w for w, r in records.items() if r.reasons()}
     assert flagged == set(demo.CARELESS)
     assert records["quality-03"].authenticity.flags and records["quality-06"].attention_failed == 1

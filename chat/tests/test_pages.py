@@ -100,7 +100,8 @@ def test_the_same_prolific_id_from_a_second_browser_gets_a_page_explaining_how_t
 ) -> None:
     session = ended(client, study)
     again = Client()
-    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    # the worker's own Prolific link (the same submission) in another browser
+    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1", "STUDY_ID": "st", "SESSION_ID": "se"})
     assert response.status_code == 409
     assert "already started this study in another browser" in response.content.decode()
     assert again.get(f"/s/{study.slug}/next/").status_code == 404  # not bound: no takeover
@@ -114,7 +115,7 @@ def test_a_second_browser_continues_with_the_resume_code_and_a_wrong_code_is_ref
     session = ended(client, study)
     participant = session.episode.participant
     again = Client()
-    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1", "STUDY_ID": "st", "SESSION_ID": "se"})
     wrong = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": "2222-2222"})
     assert wrong.status_code == 403 and "not right" in wrong.content.decode()
     code = participant.resume_code_display.lower()  # typed by a person: case and dash do not matter
@@ -141,7 +142,7 @@ def test_a_closed_study_shows_a_clear_page_to_new_workers(client: Client, study:
 def test_a_full_quota_shows_a_clear_page(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     response = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"})
     assert "This study is full" in response.content.decode()
     assert Participant.objects.count() == 1
@@ -296,8 +297,8 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
 ) -> None:
     real_build = arms.build_arm
 
-    def broken(arm: Any) -> Any:
-        system, llm = real_build(arm)
+    def broken(arm: Any, **kwargs: Any) -> Any:
+        system, llm = real_build(arm, **kwargs)
 
         def fail(*args: Any) -> Any:
             raise ValueError("the model returned nonsense")

@@ -189,7 +189,7 @@ def _start_with_an_empty_list(client: Client, study: Study) -> ChatSession:
 @pytest.fixture
 def list_memory(monkeypatch: pytest.MonkeyPatch) -> ListMemory:
     system = ListMemory()
-    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm, **_: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
     return system
 
 

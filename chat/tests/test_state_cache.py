@@ -195,7 +195,7 @@ class SeeingMemory:
 @pytest.fixture
 def seeing(monkeypatch: pytest.MonkeyPatch) -> SeeingMemory:
     system = SeeingMemory()
-    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm, **_: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
     return system
 
 

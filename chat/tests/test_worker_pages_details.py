@@ -125,7 +125,7 @@ def test_the_closed_and_full_pages_are_clear_and_never_name_the_study(client: Cl
     study.name = "Full history vs no memory"
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     full = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"})
     assert full.status_code == 200 and "This study is full" in full.content.decode()
     study.status = Study.Status.CLOSED
@@ -139,7 +139,7 @@ def test_the_closed_and_full_pages_are_clear_and_never_name_the_study(client: Cl
 def test_the_full_page_asks_only_prolific_workers_to_return_the_study_on_prolific(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     prolific = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     assert "This study is full" in prolific and "return the study on Prolific" in prolific
     invited = Client().get(invite_url(study, "lab-9").replace("http://localhost:8000", "")).content.decode()

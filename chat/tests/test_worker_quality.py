@@ -18,7 +18,8 @@ from django.utils import timezone
 from chat import assignment, errors, timing, turns
 from chat.authenticity import Composition, Signals, clean_signals, summarize
 from chat.models import AttentionResponse, ChatSession, Episode, Message, MessageSignals
-from chat.tests.conftest import enter, start
+from chat.quality import study_quality
+from chat.tests.conftest import start
 from studies.models import Arm, AttentionCheck, Participant, Study
 
 pytestmark = pytest.mark.django_db
@@ -254,7 +255,7 @@ def test_the_sweep_marks_a_worker_gone_too_long_as_abandoned_and_tells_them_if_t
 def test_an_abandoned_worker_frees_their_place_in_the_quota(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    first = enter(Client(), study, "first")
+    first = start(Client(), study, "first").episode.participant  # the first session opened: a place is taken
     assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     Participant.objects.filter(pk=first.pk).update(abandoned_at=timezone.now())
     assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
@@ -311,3 +312,29 @@ def test_the_researchers_episode_page_shows_each_messages_signals_and_the_attent
     page = client.get(f"/studies/{study.slug}/episodes/{session.episode_id}/").content.decode()
     assert "pasted 12 chars" in page and "typed 0 chars in 3 s" in page
     assert "<strong>20</strong> (target 80 ± 5)" in page and "failed" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_messages_without_or_with_unreadable_signals_are_a_flag_of_their_own(study: Study) -> None:
+    """Issue 21: messages sent without authenticity signals, or with unparsable ones, were stored as unmeasured
+    and never flagged, so a scripted worker avoided every flag."""
+    study.max_messages_per_minute = 100
+    study.save()
+    measured = {"pasted": False, "paste_chars": 0, "typed_chars": 20, "typing_ms": 8000, "hidden_ms": 0}
+    plans = {
+        "typed": [measured] * 4,
+        "script": [None] * 4,  # no signals at all
+        "garbage": [{"typed_chars": "lots"}, {"pasted": "no"}, [1, 2], measured],  # 3 of 4 unreadable
+        "one-glitch": [measured, measured, measured, measured, None],  # 1 of 5: below the threshold
+    }
+    for name, signals in plans.items():
+        session = start(Client(), study, name)
+        for i, raw in enumerate(signals):
+            turns.post_user_message(session.pk, f"{name}-{i}", "x" * 20, raw_signals=raw)
+    records = {r.participant.prolific_pid: r for r in study_quality(study)}
+    assert [n for n, r in records.items() if "unmeasured" in r.authenticity.flags] == ["script", "garbage"]
+    assert records["garbage"].authenticity.malformed == 3
+    assert MessageSignals.objects.filter(malformed=True).count() == 3
+    columns = records["script"].columns()
+    assert columns["flag_unmeasured"] and columns["authenticity_flagged"]
+    assert "without authenticity signals" in " ".join(records["script"].reasons())

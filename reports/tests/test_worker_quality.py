@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.models import Value
+from django.db.models.functions import Concat
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -75,14 +77,19 @@ def _url(study: Study, name: str, *args: Any) -> str:
     return reverse(f"reports:{name}", args=[study.slug, *args])
 
 
+def pseudonym(external_id: str) -> str:
+    """The worker as the analysis and its exports name them: ``P<participant id>``."""
+    return f"P{Participant.objects.get(external_id=external_id).pk}"
+
+
 def test_the_ratings_frame_carries_one_boolean_column_per_signal(quality_study: Study) -> None:
     frame = queries.study_ratings_frame(quality_study)
     assert list(SIGNAL_COLUMNS) == [c for c in frame.columns if c in SIGNAL_COLUMNS]
     flagged = {c: sorted(set(frame.loc[frame[c], "worker"])) for c in SIGNAL_COLUMNS}
-    assert flagged["flag_paste"] == ["W000"] and flagged["authenticity_flagged"] == ["W000"]
-    assert flagged["attention_failed"] == ["W001"]
-    assert flagged["too_fast"] == ["W002"]
-    assert flagged["unfinished"] == ["W003"]
+    assert flagged["flag_paste"] == [pseudonym("W000")] and flagged["authenticity_flagged"] == [pseudonym("W000")]
+    assert flagged["attention_failed"] == [pseudonym("W001")]
+    assert flagged["too_fast"] == [pseudonym("W002")]
+    assert flagged["unfinished"] == [pseudonym("W003")]
     too_fast_rows = frame[frame["too_fast"]]
     assert set(too_fast_rows["session"]) == {1} and too_fast_rows["unit"].nunique() == 1  # only that session
 
@@ -134,8 +141,11 @@ def test_the_quality_page_flags_the_careless_workers_and_links_their_episodes(
     researcher_client: Client, quality_study: Study
 ) -> None:
     page = researcher_client.get(_url(quality_study, "study_quality")).content.decode()
-    rows = {r.split('data-worker="')[1].split('"')[0]: r for r in page.split("<tr id=")[1:] if 'data-worker="' in r}
-    assert len(rows) == 8
+    by_pseudonym = {
+        r.split('data-worker="')[1].split('"')[0]: r for r in page.split("<tr id=")[1:] if 'data-worker="' in r
+    }
+    rows = {p.external_id: by_pseudonym[f"P{p.pk}"] for p in Participant.objects.filter(study=quality_study)}
+    assert len(rows) == 8 and all(ext in row for ext, row in rows.items())  # the researcher sees the real id too
     assert 'class="flagged"' in rows["W000"] and "of the text was pasted" in rows["W000"]
     assert "failed 1 of 1 attention check(s)" in rows["W001"]
     assert "1 session(s) too fast" in rows["W002"]
@@ -144,7 +154,7 @@ def test_the_quality_page_flags_the_careless_workers_and_links_their_episodes(
     episode = Episode.objects.filter(participant__external_id="W001").first()
     assert episode is not None and reverse("studies:episode", args=[quality_study.slug, episode.pk]) in rows["W001"]
     only = researcher_client.get(_url(quality_study, "study_quality") + "?flagged=1").content.decode()
-    assert 'data-worker="W004"' not in only and 'data-worker="W000"' in only
+    assert f'data-worker="{pseudonym("W004")}"' not in only and f'data-worker="{pseudonym("W000")}"' in only
 
 
 def test_the_quality_page_is_for_researchers_only(client: Client, quality_study: Study, outsider: Any) -> None:
@@ -178,3 +188,18 @@ def test_the_data_export_neutralises_a_formula_like_arm_name_and_the_cli_command
     assert cli["qc"]["arm"] == "'=QC bot" and dashboard["qc"]["arm"] == "=QC bot"
     for key in ("workers_total", "workers_passed"):  # the same numbers; only the label has the spreadsheet quote
         assert cli["qc"][key] == dashboard["qc"][key]
+
+
+def test_the_analysis_exports_name_workers_by_pseudonym_never_by_prolific_id(
+    researcher_client: Client, quality_study: Study
+) -> None:
+    """Issue 21: the analysis exports carried raw ``prolific:<PID>`` values; the data downloads use pseudonyms."""
+    Participant.objects.filter(study=quality_study).update(
+        source=Participant.Source.PROLIFIC, external_id=Concat(Value("prolific:5f1e2d3c4b5a6978879"), "id")
+    )
+    for what in ("data", "json", "md", "tex", "html", "csv"):
+        body = researcher_client.get(_url(quality_study, "study_export", what)).content.decode()
+        assert "5f1e2d3c4b5a6978879" not in body and "prolific:" not in body, what
+    data = researcher_client.get(_url(quality_study, "study_export", "data")).content.decode()
+    workers = {row["worker"] for row in csv.DictReader(io.StringIO(data))}
+    assert workers == {f"P{pk}" for pk in Participant.objects.filter(study=quality_study).values_list("pk", flat=True)}
