@@ -58,6 +58,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "studies.limits.UploadGrantMiddleware",  # a researcher's browser may send files (the body limit's grant)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -249,6 +250,10 @@ if not DEBUG:
 # --- limits on what one request may send (evalsite/bodylimit.py refuses more with 413 before reading it)
 MAX_REQUEST_BYTES = int(env.number("MAX_REQUEST_MB", 2.5, minimum=0.001) * 2**20)  # any request body
 MAX_UPLOAD_BYTES = int(env.number("MAX_UPLOAD_MB", 50.0, minimum=0.001) * 2**20)  # a file to a page that takes one
+# Slow clients (evalsite/serverlimit.py): a request's line and headers must arrive within this many seconds, its
+# body within as long again plus a second per HTTP_BODY_MIN_BYTES_PER_SECOND bytes; later it gets 408.
+HTTP_READ_TIMEOUT_SECONDS = env.number("HTTP_READ_TIMEOUT_SECONDS", 20.0, minimum=1.0)
+HTTP_BODY_MIN_BYTES_PER_SECOND = env.number("HTTP_BODY_MIN_BYTES_PER_SECOND", 1024.0, minimum=1.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES  # the form fields of a request, files not counted
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440  # Django's default: larger bodies and files are spooled to disk
 

@@ -126,7 +126,7 @@ def test_a_pilot_studys_exports_carry_the_pilot_mark_in_header_and_file_name(
     client.force_login(researcher)
     response = client.get(reverse("reports:study_data_export", args=[study.slug, "transcripts", "csv"]))
     assert response["Content-Disposition"] == 'attachment; filename="test-study-PILOT-transcripts.csv"'
-    assert "PILOT: NOT FOR PUBLICATION" in b"".join(response.streaming_content).decode()
+    assert "PILOT: NOT FOR PUBLICATION" in b"".join(response).decode()
 
 
 def test_the_command_writes_the_file_given_with_out(study: Study, episode: Episode, tmp_path: Path) -> None:
