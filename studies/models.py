@@ -509,8 +509,8 @@ class AttentionCheck(models.Model):
 
     @property
     def key(self) -> str:
-        """The rating form's field name: looks like a metric's to the worker, never collides with one (slugs
-        have no dot)."""
+        """A label for the researcher's side (never on the worker's page: the rating form names every slider
+        alike, ``chat.forms.field_name``)."""
         return f"check.{self.pk}"
 
 

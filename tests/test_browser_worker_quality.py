@@ -85,7 +85,9 @@ def _episode(page: Any, careless: bool, rng: random.Random) -> None:
         legend = page.locator("fieldset").nth(i).locator("legend").inner_text()
         if careless:
             value = rng.randint(0, 100) if "set this slider" not in legend else 30
-        elif "set this slider to 80" in legend:
+        elif (
+            "set this slider to" in legend
+        ):  # the target, 80, is drawn (a person reads it; the page's text has no digit)
             value = 80
         else:
             value = 15 + i if qc_bot else 75 + i
@@ -134,8 +136,9 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         page.wait_for_selector("#quality-table")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "researcher-worker-quality.png"), full_page=True)
-        careless = page.locator('tr[data-worker="prolific:careless-1"]')
-        attentive = page.locator('tr[data-worker="prolific:attentive-1"]')
+        # rows are named by pseudonym (P<id>, as in every export); the Prolific ID is shown beside it
+        careless = page.locator("#quality-table tbody tr", has_text="careless-1")
+        attentive = page.locator("#quality-table tbody tr", has_text="attentive-1")
         assert "flagged" in (careless.get_attribute("class") or "")
         reasons = careless.locator("td.reasons").inner_text()
         assert "of the text was pasted" in reasons and "failed 1 of 1 attention check" in reasons

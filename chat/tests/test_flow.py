@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from chat import assignment, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from chat.tests.conftest import enter, start
 from studies.models import Arm, Participant, Study
@@ -24,8 +25,8 @@ def say(session: ChatSession, text: str, client_id: str | None = None) -> Messag
 def rate_all(client: Client, session: ChatSession, value: int = 70) -> Any:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key] = str(value)
-        data[f"touched_{m.key}"] = "1"
+        data[field_name(session.pk, m)] = str(value)
+        data[f"touched_{field_name(session.pk, m)}"] = "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 

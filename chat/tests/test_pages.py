@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 
 from chat import arms, assignment, fragments, memory_updates, tasks, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -27,12 +28,13 @@ def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
     return session
 
 
-def ratings(study: Study, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+def ratings(session: ChatSession, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+    """The rating form's data for every metric (``overrides`` by metric key; None leaves a metric out)."""
     data = {}
-    for m in study.metrics.all():
-        data[m.key] = value
-        data[f"touched_{m.key}"] = touched
-    data.update(overrides)
+    for m in session.episode.participant.study.metrics.all():
+        name = field_name(session.pk, m)
+        data[name] = overrides.get(m.key, value)
+        data[f"touched_{name}"] = touched
     return {k: v for k, v in data.items() if v is not None}
 
 
@@ -180,7 +182,8 @@ def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(clien
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():
         assert m.statement in page
-        assert f'name="{m.key}" id="r-{m.key}" value="50"' in page
+        name = field_name(session.pk, m)
+        assert f'name="{name}" id="r-{name}" value="50"' in page
     assert page.count('type="range" min="0" max="100"') == 5
     assert "Strongly disagree" in page and "Strongly agree" in page
 
@@ -190,9 +193,10 @@ def test_a_screen_reader_hears_the_slider_end_labels(client: Client, study: Stud
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     assert 'aria-hidden="true">Strongly' not in page
     for m in study.metrics.all():
-        assert f'aria-describedby="low-{m.key} high-{m.key}"' in page
-        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
-        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+        name = field_name(session.pk, m)
+        assert f'aria-describedby="low-{name} high-{name}"' in page
+        assert f'<span class="end low" id="low-{name}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{name}">{m.high_label}</span>' in page
 
 
 def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(client: Client, study: Study) -> None:
@@ -203,8 +207,8 @@ def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(c
     # what a browser without JavaScript posts: the untouched hidden field, then the ticked box
     data: dict[str, Any] = {}
     for m in study.metrics.all():
-        data[m.key] = "35"
-        data[f"touched_{m.key}"] = ["", "1"]
+        data[field_name(session.pk, m)] = "35"
+        data[f"touched_{field_name(session.pk, m)}"] = ["", "1"]
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
     assert sorted(Rating.objects.filter(session=session).values_list("value", flat=True)) == [35] * 5
 
@@ -226,35 +230,35 @@ def test_invalid_slider_values_are_rejected_with_a_clear_message(
     client: Client, study: Study, value: str, message: str
 ) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, value))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, value))
     assert response.status_code == 400 and message in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_a_missing_slider_is_rejected(client: Client, study: Study) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, memorability=None))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, memorability=None))
     assert response.status_code == 400 and "Please rate this statement" in response.content.decode()
 
 
 def test_a_slider_that_was_never_moved_is_rejected(client: Client, study: Study) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, "50", touched=""))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, "50", touched=""))
     assert response.status_code == 400 and "Please move this slider" in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_ratings_for_a_session_not_yet_ended_are_rejected(client: Client, study: Study) -> None:
     session = start(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session))
     assert response.status_code == 400 and "has not ended yet" in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study) -> None:
     session = ended(client, study)
-    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "60")).status_code == 302
-    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "90")).status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(session, "60")).status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(session, "90")).status_code == 302
     assert sorted(Rating.objects.values_list("value", flat=True)) == [60] * 5
 
 
@@ -268,7 +272,7 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     study.gap_max_days = None  # a fixed week
     study.save()
     session = ended(client, study)
-    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    client.post(f"/chat/{session.pk}/rate/", ratings(session))
     response = client.get(f"/s/{study.slug}/next/", follow=True)
     page = response.content.decode()
     second = ChatSession.objects.get(episode=session.episode, index=2)
@@ -337,7 +341,7 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
             pages.append(client.get(f"/chat/{session.pk}/", follow=True).content.decode())
             turns.post_user_message(session, f"c{session.pk}", "hi")
             pages.append(client.post(f"/chat/{session.pk}/end/", follow=True).content.decode())
-            pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(study), follow=True).content.decode())
+            pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(session), follow=True).content.decode())
     pages.append(client.get(f"/s/{study.slug}/done/").content.decode())
     assert study.completion_code in pages[-1]
     for page in pages:
@@ -351,7 +355,7 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
     lost: list[int] = []
     monkeypatch.setattr(memory_updates, "enqueue_memory_update", lost.append)
     session = ended(client, study)
-    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    client.post(f"/chat/{session.pk}/rate/", ratings(session))
     second = ChatSession.objects.get(episode=session.episode, index=2)
     client.get(f"/chat/{second.pk}/wait/")
     assert lost == [session.pk]  # only the original enqueue: not stale yet

@@ -11,6 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from chat import memory_updates, turns
+from chat.forms import field_name
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def rate(client: Client, session: ChatSession) -> None:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key] = "70"
-        data[f"touched_{m.key}"] = "1"
+        data[field_name(session.pk, m)] = "70"
+        data[f"touched_{field_name(session.pk, m)}"] = "1"
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
 
 
@@ -98,9 +99,10 @@ def test_each_slider_shows_its_current_value_and_both_labelled_ends(client: Clie
     client.post(f"/chat/{session.pk}/end/")
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():
-        assert f'<output id="v-{m.key}" for="r-{m.key}">50</output>' in page
-        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
-        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+        name = field_name(session.pk, m)
+        assert f'<output id="v-{name}" for="r-{name}">50</output>' in page
+        assert f'<span class="end low" id="low-{name}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{name}">{m.high_label}</span>' in page
 
 
 def test_a_prolific_worker_is_sent_back_to_the_studys_own_completion_url(client: Client, study: Study) -> None:

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from chat import assignment, errors, timing, turns
 from chat.authenticity import Composition, Signals, clean_signals, summarize
+from chat.forms import field_name
 from chat.models import AttentionResponse, ChatSession, Episode, Message, MessageSignals
 from chat.quality import study_quality
 from chat.tests.conftest import start
@@ -25,13 +26,14 @@ from studies.models import Arm, AttentionCheck, Participant, Study
 pytestmark = pytest.mark.django_db
 
 
-def _rate_all(client: Client, session: ChatSession, value: int = 60, **extra: Any) -> Any:
+def _rate_all(client: Client, session: ChatSession, value: int = 60, checks: dict[Any, int] | None = None) -> Any:
+    """Post every metric at ``value`` and each attention check in ``checks`` (check: value)."""
     study = session.episode.participant.study
     data: dict[str, Any] = {}
     for m in study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = value, "1"
-    for key, v in extra.items():
-        data[key], data[f"touched_{key}"] = v, "1"
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = value, "1"
+    for check, v in (checks or {}).items():
+        data[field_name(session.pk, check)], data[f"touched_{field_name(session.pk, check)}"] = v, "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 
@@ -100,10 +102,10 @@ def test_an_attention_check_appears_among_the_sliders_of_its_session_and_is_stor
     session = start(client, study)
     _chat_and_end(client, session)
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
-    assert "please set this slider to 80" in page
-    keys = [m.key for m in study.metrics.all()]
-    assert page.index(f'name="{keys[0]}"') < page.index(f'name="{check.key}"')  # never the first slider
-    response = _rate_all(client, session, **{check.key: 31})
+    assert "please set this slider to" in page and "80" not in page.split("please set this slider to")[1][:40]
+    first = field_name(session.pk, study.metrics.first())
+    assert page.index(f'name="{first}"') < page.index(f'name="{field_name(session.pk, check)}"')  # never the first
+    response = _rate_all(client, session, checks={check: 31})
     assert response.status_code == 302
     answer = AttentionResponse.objects.get(session=session)
     assert (answer.value, answer.passed) == (31, False)
@@ -117,7 +119,7 @@ def test_an_attention_check_passes_within_its_tolerance_and_is_required_like_a_s
     session = start(client, study)
     _chat_and_end(client, session)
     assert _rate_all(client, session).status_code == 400  # the check's slider was not moved
-    assert _rate_all(client, session, **{check.key: 84}).status_code == 302
+    assert _rate_all(client, session, checks={check: 84}).status_code == 302
     assert AttentionResponse.objects.get(session=session).passed
 
 
