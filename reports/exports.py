@@ -249,6 +249,17 @@ def _csv_line(values: list[Any]) -> str:
     return buf.getvalue()
 
 
+def _header_line(text: str) -> str:
+    """One README line of a CSV export: one physical line (every kind of line break in researcher-typed text,
+    ``\\r`` and Unicode's included, becomes a space, so ``skiprows=N`` counts right) and one quoted CSV cell
+    starting with ``#``, so no part of a name a researcher typed (``=HYPERLINK(...)`` after a comma, a semicolon
+    or a tab) becomes a cell of its own that a spreadsheet would run, whatever separator it assumes."""
+    flat = " ".join(f"# {text}".replace("\t", " ").splitlines())
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow([flat])
+    return buf.getvalue()
+
+
 def _csv_value(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
@@ -276,9 +287,9 @@ def export_lines(study: Study, what: str, fmt: str) -> Iterator[str]:
         return
     readme = _readme_lines(h)
     n = len(readme) + 1
-    yield f"# {n} header lines (this README); read the table with pandas.read_csv(path, skiprows={n})\n"
+    yield _header_line(f"{n} header lines (this README); read the table with pandas.read_csv(path, skiprows={n})")
     for line in readme:
-        yield "# " + line.replace("\n", " ") + "\n"
+        yield _header_line(line)
     yield _csv_line(columns)
     for record in _records(study, what):
         yield _csv_line([_csv_value(record[c]) for c in columns])
