@@ -288,6 +288,10 @@ LLM_CALLS_PER_MINUTE = env.integer("LLM_CALLS_PER_MINUTE", 600, minimum=0)
 # participant is made (studies/prolific.py); PROLIFIC_API_URL is for a test double.
 PROLIFIC_API_TOKEN = env.text("PROLIFIC_API_TOKEN")
 PROLIFIC_API_URL = env.text("PROLIFIC_API_URL", "https://api.prolific.com")
+# Power simulations (reports/planning.py): each in a process of its own, ended at this CPU budget; at most
+# PLAN_QUEUE waiting per web process, more are refused.
+PLAN_CPU_SECONDS = env.integer("PLAN_CPU_SECONDS", 300, minimum=5)
+PLAN_QUEUE = env.integer("PLAN_QUEUE", 3, minimum=1)
 
 # --- static files
 STATIC_URL = "static/"

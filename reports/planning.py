@@ -2,10 +2,14 @@
 components from a pilot, power simulations in the background, and pre-registration documents.
 
 The statistics live in :mod:`analysis.planning` and :mod:`analysis.prereg`; this module only gathers the
-study's settings and data. A power analysis simulates thousands of studies (tens of seconds of CPU), so it runs
-in one background thread of the web process (one at a time), never in the request: under ASGI every
-synchronous view shares one thread, and a long request would hold up every other page. Its status and result
-live in the cache under a key derived from the study and the settings, and the page polls for it.
+study's settings and data. A power analysis simulates thousands of studies (tens of seconds to minutes of CPU),
+so it never runs in the request: plans wait in a bounded queue (``PLAN_QUEUE`` of them; more are refused with
+a clear message) for one daemon thread of the web process, which runs each in a child process of its own
+(reports/plan_runner.py): the operating system ends it at its CPU budget (``PLAN_CPU_SECONDS``), the
+researcher can cancel it (:func:`cancel_plan`), and a web process that is told to stop (SIGTERM) stops at
+once, taking the child with it (the old pool thread was joined at exit: the process ran on for the 10+ CPU
+minutes of the largest plan). Status and result live in the cache (shared by every web process when
+``REDIS_URL`` is set) under a key derived from the study and the settings, and the page polls for it.
 """
 
 from __future__ import annotations
@@ -13,17 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import queue
+import threading
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from django.conf import settings as site
 from django.core.cache import cache
 
-from analysis.planning import estimate_components, workers_needed
 from analysis.prereg import analysis_settings, build_preregistration
 from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
-from reports import queries
+from reports import plan_runner, queries
 from reports.models import ImportedDataset, Preregistration
 from reports.reporting import Source, analysis_frame
 from studies.models import Study
@@ -32,7 +38,36 @@ log = logging.getLogger(__name__)
 
 PLAN_SECONDS = 24 * 3600  # how long a finished plan stays available
 RUNNING_SECONDS = 3600  # a plan still "running" after this long is given up (e.g. the process restarted)
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memeval-plan")
+POLL_SECONDS = 0.5  # how often the plan's thread looks for a result or a cancel
+WAITING = ("queued", "running")
+
+
+class PlanBusy(Exception):
+    """The queue of plans is full: the page asks to try again later (or to cancel one)."""
+
+
+_queue: queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]] | None = None
+_queue_lock = threading.Lock()
+
+
+def _plans() -> queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]]:
+    """This process's queue of plans and its one daemon thread (started on first use)."""
+    global _queue
+    with _queue_lock:
+        if _queue is None:
+            _queue = queue.Queue(maxsize=int(site.PLAN_QUEUE))
+            threading.Thread(target=_serve, args=(_queue,), name="memeval-plan", daemon=True).start()
+        return _queue
+
+
+def _serve(plans: queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]]) -> None:
+    while True:
+        key, design, settings, pilot = plans.get()
+        try:
+            if not _cancelled(key):
+                _run_plan(key, design, settings, pilot)
+        finally:
+            plans.task_done()
 
 
 @dataclass(frozen=True)
@@ -80,17 +115,44 @@ def pilot_source(study: Study, pilot: str) -> Source:
 
 
 def start_plan(study: Study, settings: PlanSettings) -> str:
-    """Queue the power simulation unless it is running or done; returns the key to poll with :func:`plan_status`.
+    """Queue the power simulation unless it is queued, running or done; returns the key to poll with
+    :func:`plan_status`. :class:`PlanBusy` when ``PLAN_QUEUE`` plans are waiting already.
 
     The pilot's ratings are read here, in the request (database access stays in request threads)."""
     key = settings.key(study)
     state = cache.get(_cache_key(key))
-    if state is not None and state["status"] in ("running", "done"):
+    if state is not None and state["status"] in (*WAITING, "done"):
         return key
     pilot = pilot_source(study, settings.pilot) if settings.pilot != "assumed" else None
-    cache.set(_cache_key(key), {"status": "running"}, RUNNING_SECONDS)
-    _executor.submit(_run_plan, key, study_design(study), settings, pilot)
+    cache.delete(_cancel_key(key))
+    cache.set(_cache_key(key), {"status": "queued"}, RUNNING_SECONDS)
+    try:
+        _plans().put_nowait((key, study_design(study), settings, pilot))
+    except queue.Full:
+        cache.delete(_cache_key(key))
+        raise PlanBusy(
+            f"{site.PLAN_QUEUE} power simulations are waiting already. Please try again in a few minutes, or "
+            "cancel one of yours."
+        ) from None
     return key
+
+
+def cancel_plan(key: str) -> bool:
+    """Stop a queued or running plan (whichever web process runs it: the mark is in the shared cache)."""
+    state = cache.get(_cache_key(key))
+    if state is None or state["status"] not in WAITING:
+        return False
+    cache.set(_cancel_key(key), True, RUNNING_SECONDS)
+    cache.set(_cache_key(key), {"status": "cancelled", "message": "cancelled"}, PLAN_SECONDS)
+    return True
+
+
+def _cancelled(key: str) -> bool:
+    return bool(cache.get(_cancel_key(key)))
+
+
+def _cancel_key(key: str) -> str:
+    return f"reports:plan-cancel:{key}"
 
 
 def plan_status(key: str) -> dict[str, Any] | None:
@@ -110,32 +172,58 @@ def _cache_key(key: str) -> str:
 
 
 def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Source | None) -> None:
+    """Run one plan in a child process (reports/plan_runner.py) and leave its status in the cache; the thread
+    must always leave a status behind, or the page would poll for ever."""
     try:
-        components, notes, pilot_info = settings.components, [], None
+        job: dict[str, Any] = {
+            "design": design, "components": settings.components, "effect": settings.effect,
+            "effect_unit": settings.effect_unit,
+            "search": {"target": settings.target, "studies": settings.studies, "test": settings.test,
+                       "family": settings.family, "max_workers": settings.max_workers},
+        }  # fmt: skip
         if pilot is not None:
             if pilot.spec is None or pilot.frame.empty:
                 raise RatingsError("the pilot has no ratings to estimate the variance components from")
-            frame, spec = analysis_frame(pilot, pilot.spec)
-            estimate = estimate_components(frame, spec)
-            components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
-        effect = settings.effect / components.latent_sd if settings.effect_unit == "points" else settings.effect
-        plan = workers_needed(
-            design,
-            components,
-            effect,
-            target=settings.target,
-            studies=settings.studies,
-            test=settings.test,
-            family=settings.family,
-            max_workers=settings.max_workers,
-        )
-        plan.notes[:0] = notes
-        cache.set(_cache_key(key), {"status": "done", "plan": plan.as_dict(), "pilot": pilot_info}, PLAN_SECONDS)
+            job["pilot_frame"], job["pilot_spec"] = analysis_frame(pilot, pilot.spec)
+        state = _in_child(key, job)
     except (RatingsError, ValueError) as exc:
-        cache.set(_cache_key(key), {"status": "failed", "message": str(exc)}, PLAN_SECONDS)
-    except Exception:  # the thread must always leave a status behind, or the page would poll forever
+        state = {"status": "failed", "message": str(exc)}
+    except Exception:
         log.exception("power simulation %s failed", key)
-        cache.set(_cache_key(key), {"status": "failed", "message": "the simulation failed (see the log)"}, PLAN_SECONDS)
+        state = {"status": "failed", "message": "the simulation failed (see the log)"}
+    if state is not None:
+        cache.set(_cache_key(key), state, PLAN_SECONDS)
+
+
+def _in_child(key: str, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's result from its own process; None when it was cancelled (the cache says so already)."""
+    context = multiprocessing.get_context("spawn")  # never fork a web process with threads
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(
+        target=plan_runner.run, args=(sender, job, int(site.PLAN_CPU_SECONDS)), name=f"memeval-plan-{key}", daemon=True
+    )
+    cache.set(_cache_key(key), {"status": "running"}, RUNNING_SECONDS)
+    child.start()
+    sender.close()
+    try:
+        while not receiver.poll(POLL_SECONDS):
+            if _cancelled(key):
+                return None
+            if not child.is_alive() and not receiver.poll(0):
+                return {"status": "failed", "message": f"the simulation stopped (exit code {child.exitcode})"}
+        try:
+            result: dict[str, Any] = receiver.recv()
+        except EOFError:
+            return {"status": "failed", "message": f"the simulation stopped (exit code {child.exitcode})"}
+        if result.get("status") == "crashed":
+            log.error("power simulation %s failed:\n%s", key, result.get("message"))
+            return {"status": "failed", "message": "the simulation failed (see the log)"}
+        return result
+    finally:
+        if child.is_alive():
+            child.terminate()
+        child.join(5)
+        receiver.close()
 
 
 def preregistration_document(

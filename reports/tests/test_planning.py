@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import queue
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -35,16 +37,29 @@ SMALL = {  # a quick simulation: few studies, small sizes, a large effect
 }
 
 
-class InlineExecutor:
-    """Runs the background job at once, so a test sees its result on the next request."""
+class InlineQueue:
+    """Runs a queued plan at once (in its child process, as always), so a test sees its result on the next request."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        fn(*args)
+    def put_nowait(self, item: tuple[Any, ...]) -> None:
+        planning._run_plan(*item)
+
+
+class IdleQueue:
+    """Takes plans and never runs them."""
+
+    def __init__(self, size: int = 100) -> None:
+        self.items: list[tuple[Any, ...]] = []
+        self.size = size
+
+    def put_nowait(self, item: tuple[Any, ...]) -> None:
+        if len(self.items) >= self.size:
+            raise queue.Full
+        self.items.append(item)
 
 
 @pytest.fixture(autouse=True)
 def _inline_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planning, "_executor", InlineExecutor())
+    monkeypatch.setattr(planning, "_plans", InlineQueue)
 
 
 def plan_url(study: Study) -> str:
@@ -97,10 +112,12 @@ def test_a_simulations_result_is_not_shown_through_another_study(researcher_clie
 def test_a_running_simulation_is_polled(
     researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(planning, "_executor", type("Idle", (), {"submit": lambda self, *a: None})())
+    idle = IdleQueue()
+    monkeypatch.setattr(planning, "_plans", lambda: idle)
     response = researcher_client.post(plan_url(study), SMALL)
     page = researcher_client.get(response["Location"]).content.decode()
-    assert "Simulating studies of this design" in page and 'hx-trigger="every 2s"' in page
+    assert "Waiting for the simulations ahead of it" in page and 'hx-trigger="every 2s"' in page
+    assert 'id="cancel-plan"' in page
 
 
 def test_the_pilot_can_be_the_studys_own_ratings(researcher_client: Client, rated_study: Study) -> None:
@@ -146,3 +163,87 @@ def test_a_registration_is_frozen_hashed_and_checked_by_the_analysis(
     assert export["preregistration"]["matches"] and export["preregistration"]["sha256"] == entry.sha256
     other = " ".join(researcher_client.get(analysis_url + "?test=welch").content.decode().split())
     assert "the analysis departs from it (test: registered &#x27;cluster-t&#x27;, used &#x27;welch&#x27;)" in other
+
+
+BIG = {**SMALL, "effect": 0.05, "studies": 1000, "max_workers": 2000}  # the largest the form allows
+
+
+def test_the_queue_of_plans_is_bounded_and_says_so(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: further plans queued without bound behind a plan of 10+ CPU minutes."""
+    idle = IdleQueue(size=2)
+    monkeypatch.setattr(planning, "_plans", lambda: idle)
+    for studies in (20, 21):
+        assert researcher_client.post(plan_url(study), {**SMALL, "studies": studies}).status_code == 302
+    page = researcher_client.post(plan_url(study), {**SMALL, "studies": 22}).content.decode()
+    assert "The simulation could not start" in page and "are waiting already" in page
+    assert len(idle.items) == 2
+
+
+def test_a_queued_plan_can_be_cancelled_and_is_then_never_run(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idle = IdleQueue()
+    monkeypatch.setattr(planning, "_plans", lambda: idle)
+    key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    response = researcher_client.post(reverse("reports:study_plan_cancel", args=[study.slug, key]))
+    assert response.status_code == 302
+    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+    ran: list[str] = []
+    monkeypatch.setattr(planning, "_in_child", lambda key, job: ran.append(key))
+    plans: queue.Queue[Any] = queue.Queue()
+    plans.put(idle.items[0])
+    threading.Thread(target=planning._serve, args=(plans,), daemon=True).start()
+    plans.join()
+    assert ran == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_plan_is_cancelled_at_once_and_its_process_is_gone(study: Study) -> None:
+    from reports.forms import PlanForm
+
+    form = PlanForm(BIG)
+    assert form.is_valid(), form.errors
+    key = form.settings().key(study)
+    item = (key, planning.study_design(study), form.settings(), None)
+    runner = threading.Thread(target=planning._run_plan, args=item, daemon=True)
+    runner.start()
+    _wait(lambda: (planning.plan_status(key) or {}).get("status") == "running", 60)
+    children = _plan_processes()
+    assert children
+    started = time.monotonic()
+    assert planning.cancel_plan(key)
+    runner.join(30)
+    assert not runner.is_alive() and time.monotonic() - started < 15
+    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+    _wait(lambda: not (_plan_processes() & children), 10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Study, settings: Any) -> None:
+    """Issue 21: the largest allowed power simulation ran over 10 CPU-minutes without finishing."""
+    from reports.forms import PlanForm
+
+    settings.PLAN_CPU_SECONDS = 5
+    form = PlanForm(BIG)
+    assert form.is_valid(), form.errors
+    key = form.settings().key(study)
+    started = time.monotonic()
+    planning._run_plan(key, planning.study_design(study), form.settings(), None)
+    state = planning.plan_status(key)
+    assert state is not None and state["status"] == "failed" and "CPU budget of 5 s" in state["message"]
+    assert time.monotonic() - started < 120  # wall time: five CPU seconds on a busy machine
+
+
+def _plan_processes() -> set[int]:
+    import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children() if p.name.startswith("memeval-plan") and p.pid}
+
+
+def _wait(condition: Any, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.1)
