@@ -1,7 +1,7 @@
 """How the prompt-leak detector (memory.hygiene.find_prompt_leak) separates ordinary replies from
 replies that recite the prompt, for every registered arm's reply prompt and its opener prompt.
 
-    .venv/bin/python bench/bench_prompt_leaks.py [--gvd ../shared/data/memorybank-gvd/memory_bank_en.json]
+    .venv/bin/python bench/bench_prompt_leaks.py [--gvd memory/data/gvd/memory_bank_en.json]
 
 Ordinary replies: the 566 recorded bot replies of the MemoryBank evaluation set (ChatGPT as an AI
 companion; they share many words with a companion's prompt but were not written from ours). Each is
@@ -36,7 +36,8 @@ from memory.systems.common import split_sentences  # noqa: E402
 from memory.tests.dialogue import START, run_dialogue  # noqa: E402
 from memory.tests.fake_llm import fake_llm  # noqa: E402
 
-DEFAULT_GVD = Path(__file__).resolve().parents[2] / "shared" / "data" / "memorybank-gvd" / "memory_bank_en.json"
+# the repository's copy (MIT)
+DEFAULT_GVD = Path(__file__).resolve().parents[1] / "memory" / "data" / "gvd" / "memory_bank_en.json"
 
 
 def replies(path: Path) -> list[str]:
@@ -48,7 +49,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--gvd",
-        default=str(DEFAULT_GVD if DEFAULT_GVD.exists() else "/work/shared/data/memorybank-gvd/memory_bank_en.json"),
+        default=str(DEFAULT_GVD),
     )
     args = parser.parse_args()
     ordinary = replies(Path(args.gvd))

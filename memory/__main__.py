@@ -271,7 +271,8 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
-    from memory.evaluation import DatasetError, render_markdown, run
+    from memory.evaluation import DatasetError, EvaluationStopped, Journal, render_markdown, run
+    from memory.llm import RetryPolicy
 
     memory_log = logging.getLogger("memory")
     level = memory_log.level
@@ -287,7 +288,22 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         if not args.quiet:
             print(f"[{done}/{total}] {message}", file=sys.stderr)
 
+    def on_retry(attempt: int, wait: float, error: Exception) -> None:
+        print(f"LLM call failed ({error}); retry {attempt} in {wait:.1f} s", file=sys.stderr)
+
+    if args.resume and not args.results:
+        print("error: --resume needs --results FILE (the file of the run to resume)", file=sys.stderr)
+        return 2
+    journal = None
     try:
+        if args.results:
+            path = Path(args.results)
+            if path.exists() and path.stat().st_size and not args.resume:
+                print(
+                    f"error: {path} exists: add --resume to continue that run, or choose another file", file=sys.stderr
+                )
+                return 2
+            journal = Journal.load(path) if args.resume and path.exists() else Journal(path)
         result = run(
             args.arm,
             args.dataset,
@@ -304,12 +320,37 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             max_questions=args.max_questions,
             max_tokens=args.max_tokens,
             progress=progress,
+            f1=args.f1,
+            category_map=args.category_map,
+            exclude_gold=args.exclude_gold or (),
+            journal=journal,
+            retry=RetryPolicy(budget=args.retry_budget),
+            on_retry=on_retry,
+            timeout=args.timeout,
         )
+    except EvaluationStopped as exc:
+        kept = exc.journal.path
+        if kept is None:  # no --results: keep the finished work next to where the report would go
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+            kept = (
+                Path(args.out).with_name(f"{Path(args.out).name}.partial.jsonl")
+                if args.out
+                else Path(f"eval-{args.arm}-{args.dataset}-{stamp}.partial.jsonl")
+            )
+            exc.journal.save(kept)
+        print(
+            f"error: {exc}\nThe {exc.done} finished steps (of {exc.total}) are kept in {kept}; run the same command "
+            f"with --results {kept} --resume to continue.",
+            file=sys.stderr,
+        )
+        return 3
     except (DatasetError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:  # main() is also called in-process (tests, notebooks): leave the logger as it was
         memory_log.setLevel(level)
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     text = json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.format == "json" else render_markdown(result)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
@@ -374,7 +415,26 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     ev.add_argument("--out", default="", help="write the report here instead of printing it")
     ev.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     ev.add_argument("--verbose", action="store_true", help="log every memory fallback on stderr")
-    args = parser.parse_args(argv)
+    ev.add_argument(
+        "--f1", default="", choices=["locomo", "set"], help="headline F1 (default: locomo for LoCoMo, set for GVD)"
+    )
+    ev.add_argument(
+        "--category-map", default="locomo", choices=["locomo", "mem0"], help="LoCoMo category numbers to names"
+    )
+    ev.add_argument(
+        "--exclude-gold", action="append", metavar="FILE", help="ids of known-wrong gold answers (repeatable)"
+    )
+    ev.add_argument("--results", default="", metavar="FILE", help="write every finished session and question here")
+    ev.add_argument("--resume", action="store_true", help="continue the run kept in --results FILE")
+    ev.add_argument("--timeout", type=float, default=60.0, help="per-call timeout in seconds (openai backend)")
+    ev.add_argument("--retry-budget", type=float, default=600.0, help="seconds one LLM call may keep retrying")
+    # The documented form `eval ARM --dataset locomo PATH` puts the path after an option; argparse leaves a
+    # positional there unparsed, so the eval command takes one leftover non-option argument as its path.
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "eval" and len(extra) == 1 and not extra[0].startswith("-") and not args.path:
+        args.path = extra[0]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "arms":
         return cmd_arms(args, out)
     if args.command == "preflight":

@@ -4,75 +4,103 @@
 (compose → reply → after_turn per user message, end_session after each session), on the dataset's
 own dates, so the gaps between sessions are the dataset's. Recorded bot turns are kept, as in the
 LD-Agent, MemoryBank and LoCoMo evaluations. Then each question is put to the arm as a user message
-in a new session (the day after the last one, or at the question's own date) and its reply is scored:
+in a new session (the day after the last one, or at the question's own date) and its reply is scored
+(:mod:`memory.evalscore`, :mod:`memory.locomo`): set F1, LoCoMo's reference F1, and an LLM judge J.
 
-- **F1**: token F1 between the reply and the gold answer (the set-based F1 of mem0's and A-Mem's
-  LoCoMo scripts, ``evaluation/metrics/utils.py``: lower case, ``.,!?`` removed, whitespace split);
-- **J**: an LLM judge answering CORRECT or WRONG with the LoCoMo judge prompt of mem0's paper
-  (``ACCURACY_PROMPT``, mem0ai/mem0 ``evaluation/metrics/llm_judge.py``, Apache-2.0), J = share CORRECT.
-  With the ``scripted`` backend there is no model: the stand-in judge says CORRECT iff F1 ≥ 0.5, and
-  the report says so (``judge.stand_in``).
+Per category and overall, plus the reply prompt's size, every LLM call by purpose and phase (replies,
+memory work after each turn and at each session's end, answers, the judge) and the latency of answers
+and memory updates. The headline excludes LoCoMo's adversarial category 5 (as mem0's paper) and GVD's
+unanswerable questions. The result is a JSON-serialisable dict (shape in docs/memory-systems.md).
 
-Per category and overall, plus the reply prompt's size in tokens per turn and the latency of answers
-and memory updates (p50/p95). The headline excludes LoCoMo's adversarial category 5 (as mem0's paper)
-and GVD's unanswerable questions. The result is a JSON-serialisable dict (shape in docs/memory-systems.md).
+Long runs: every finished session (with the arm's state after it) and every scored question can be
+written to a journal file as it happens (:class:`Journal`); a run given the same journal resumes
+where it stopped. A transient LLM error is retried with backoff (:class:`memory.llm.RetryingLLM`);
+one that outlasts the retries stops the run with :class:`EvaluationStopped`, which carries the journal.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memory import locomo
 from memory.base import MemorySystem, Turn, ensure_json
-from memory.llm import LLM, LLMError, LLMTransientError, RecordingLLM
+from memory.evalreport import (
+    EXCLUDED_FROM_HEADLINE,
+    GVD_GOLD_NOTE,
+    percentile,
+    render_markdown,
+    stand_in_warning,
+    summarize,
+)
+from memory.evalscore import JUDGE_PROMPT, judge_answer, judge_verdict, parse_label, token_f1, tokens
+from memory.llm import LLM, LLMError, RecordingLLM, RetryingLLM, RetryPolicy
+
+__all__ = [
+    "EXCLUDED_FROM_HEADLINE",
+    "GVD_GOLD_NOTE",
+    "JUDGE_PROMPT",
+    "LOCOMO_CATEGORIES",
+    "DatasetError",
+    "EvalDialogue",
+    "EvaluationStopped",
+    "Journal",
+    "Question",
+    "evaluate",
+    "judge_answer",
+    "load_dataset",
+    "load_gvd",
+    "load_locomo",
+    "parse_label",
+    "percentile",
+    "render_markdown",
+    "replay_session",
+    "run",
+    "token_f1",
+    "tokens",
+]
 
 GVD_DIR = Path(__file__).resolve().parent / "data" / "gvd"
-
-# mem0ai/mem0 evaluation/metrics/llm_judge.py ACCURACY_PROMPT, verbatim.
-JUDGE_PROMPT = """
-Your task is to label an answer to a question as ’CORRECT’ or ’WRONG’. You will be given the following data:
-    (1) a question (posed by one user to another user),
-    (2) a ’gold’ (ground truth) answer,
-    (3) a generated answer
-which you will score as CORRECT/WRONG.
-
-The point of the question is to ask about something one user should know about the other user based on their prior conversations.
-The gold answer will usually be a concise and short answer that includes the referenced topic, for example:
-Question: Do you remember what I got the last time I went to Hawaii?
-Gold answer: A shell necklace
-The generated answer might be much longer, but you should be generous with your grading - as long as it touches on the same topic as the gold answer, it should be counted as CORRECT.
-
-For time related questions, the gold answer will be a specific date, month, year, etc. The generated answer might be much longer or use relative time references (like "last Tuesday" or "next month"), but you should be generous with your grading - as long as it refers to the same date or time period as the gold answer, it should be counted as CORRECT. Even if the format differs (e.g., "May 7th" vs "7 May"), consider it CORRECT if it's the same date.
-
-Now it's time for the real question:
-Question: {question}
-Gold answer: {gold_answer}
-Generated answer: {generated_answer}
-
-First, provide a short (one sentence) explanation of your reasoning, then finish with CORRECT or WRONG.
-Do NOT include both CORRECT and WRONG in your response, or it will break the evaluation script.
-
-Just return the label CORRECT or WRONG in a json format with the key as "label".
-"""
-
-LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-EXCLUDED_FROM_HEADLINE = {"adversarial", "unanswerable"}
+LOCOMO_CATEGORIES: dict[int, str] = locomo.CATEGORY_MAPS["locomo"]["names"]
 Progress = Callable[[int, int, str], None]
+
+#: The GVD files the loader reads, by SHA-256 (memory/data/gvd/README.md).
+GVD_RELEASES = {
+    "memory_bank_en.json": {
+        "27c302202f9675d87dcaa73e3a42dc0fca8999dcff3c6e7882a787c8a08d9bc7": (
+            "MemoryBank-SiliconFriend @ cf61c41, eval_data/en/memory_bank_en.json (MIT)"
+        )
+    },
+    "answers_en.jsonl": {
+        "774adeb1900356b5d0c222fc5dcd2b812ff3d7fd75f329131dd5ddc51d57e496": (
+            "memeval's gold answers as shipped in memory/data/gvd (100 questions)"
+        )
+    },
+}
 
 
 @dataclass
 class Question:
+    """One question. ``abstain``: the right answer is that the conversations do not say (LoCoMo's
+    category 5, GVD's unanswerable); ``trap`` is then the wrong answer a confused memory would give.
+    ``ask`` is the text put to the arm when it differs (LoCoMo's two-option form of category 5, whose
+    ``options`` map a letter reply to its option). ``code`` is LoCoMo's category number."""
+
     question: str
     answer: str
     category: str
     date: datetime | None = None
+    qid: str = ""
+    code: int | None = None
+    abstain: bool = False
+    trap: str = ""
+    ask: str = ""
+    options: dict[str, str] | None = None
 
 
 @dataclass
@@ -80,10 +108,21 @@ class EvalDialogue:
     name: str
     sessions: list[tuple[datetime, list[dict[str, str]]]] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
+    speakers: tuple[str, str] | None = None  # LoCoMo: (speaker A = the user, speaker B = the bot)
 
 
 class DatasetError(ValueError):
     """A dataset file that cannot be read; the message names the file and the problem."""
+
+
+class EvaluationStopped(LLMError):
+    """The run stopped before its end: an LLM error that the retries did not cure, or an interrupt.
+    ``journal`` holds every finished session and question (a run given it resumes); ``done`` and
+    ``total`` count steps (sessions + questions)."""
+
+    def __init__(self, message: str, *, journal: Journal, done: int, total: int) -> None:
+        super().__init__(message)
+        self.journal, self.done, self.total = journal, done, total
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -119,7 +158,17 @@ def load_gvd(folder: Path | None = None) -> list[EvalDialogue]:
         user = str(row["user"]).strip()
         if user not in out:
             raise DatasetError(f"{folder / 'answers_en.jsonl'}: unknown user {user!r}")
-        out[user].questions.append(Question(row["question"], row["answer"], row["category"]))
+        d = out[user]
+        category = str(row["category"])
+        d.questions.append(
+            Question(
+                row["question"],
+                row["answer"],
+                category,
+                qid=f"gvd_{user}_q{len(d.questions)}",
+                abstain=category == "unanswerable",
+            )
+        )
     return list(out.values())
 
 
@@ -127,10 +176,18 @@ def _locomo_date(text: str) -> datetime:
     return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
 
 
-def load_locomo(path: Path) -> list[EvalDialogue]:
+def load_locomo(path: Path, category_map: str = "locomo") -> list[EvalDialogue]:
     """LoCoMo (``locomo10.json``: a list of samples with ``conversation`` and ``qa``). Read from the
-    user's path: its licence (CC BY-NC 4.0) forbids shipping it. Speaker A is the user, speaker B the
-    bot. Categories 1-5 are multi-hop, temporal, open-domain, single-hop, adversarial."""
+    user's path: its licence (CC BY-NC 4.0) keeps it out of the repository.
+
+    Speaker A's turns are the user's messages, speaker B's the bot's; each keeps its speaker's name and
+    shared images as LoCoMo's replay writes them (:func:`memory.locomo.turn_text`). Category 5
+    (adversarial) has "Not mentioned in the conversation" as its answer and its
+    ``adversarial_answer`` as the trap, and is asked in the reference's two-option form. Question ids
+    are the public audit's (``locomo_<n>_qa<k>``)."""
+    if category_map not in locomo.CATEGORY_MAPS:
+        raise DatasetError(f"unknown category map {category_map!r} ({', '.join(locomo.CATEGORY_MAPS)})")
+    names: dict[int, str] = locomo.CATEGORY_MAPS[category_map]["names"]
     try:
         samples = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
@@ -141,73 +198,169 @@ def load_locomo(path: Path) -> list[EvalDialogue]:
     for n, sample in enumerate(samples):
         try:
             conv = sample["conversation"]
-            a = conv["speaker_a"]
-            d = EvalDialogue(str(sample.get("sample_id", n)))
+            a, b = str(conv["speaker_a"]), str(conv["speaker_b"])
+            d = EvalDialogue(str(sample.get("sample_id", n)), speakers=(a, b))
             k = 1
             while f"session_{k}" in conv:
                 turns = [
-                    {"speaker": "user" if t["speaker"] == a else "bot", "text": t["text"]} for t in conv[f"session_{k}"]
+                    {"speaker": "user" if t["speaker"] == a else "bot", "text": locomo.turn_text(t)}
+                    for t in conv[f"session_{k}"]
                 ]
                 d.sessions.append((_locomo_date(conv[f"session_{k}_date_time"]), turns))
                 k += 1
-            for qa in sample.get("qa", []):
-                category = LOCOMO_CATEGORIES.get(int(qa["category"]), str(qa["category"]))
-                answer = qa.get("answer", qa.get("adversarial_answer", ""))
-                d.questions.append(Question(str(qa["question"]), str(answer), category))
+            for i, qa in enumerate(sample.get("qa", [])):
+                code = int(qa["category"])
+                qid = locomo.audit_id(n, i)
+                question = str(qa["question"])
+                if code == 5:
+                    trap = str(qa.get("adversarial_answer", qa.get("answer", "")))
+                    ask, options = locomo.adversarial_question(question, trap, qid)
+                    d.questions.append(
+                        Question(question, locomo.ABSTAIN_OPTION, names.get(code, str(code)), qid=qid, code=code,
+                                 abstain=True, trap=trap, ask=ask, options=options)
+                    )  # fmt: skip
+                else:
+                    answer = str(qa["answer"])
+                    d.questions.append(Question(question, answer, names.get(code, str(code)), qid=qid, code=code))
         except (KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"{path}: sample {n} is not in LoCoMo's format ({type(exc).__name__}: {exc})") from exc
         out.append(d)
     return out
 
 
-# ------------------------------------------------------------------------------------------- scoring
+def load_dataset(dataset: str, path: str | Path | None = None, *, category_map: str = "locomo") -> list[EvalDialogue]:
+    """``gvd`` (the copy in memory/data/gvd, or a folder holding the same files) or ``locomo`` (a path)."""
+    if dataset == "gvd":
+        return load_gvd(Path(path) if path else None)
+    if dataset == "locomo":
+        if not path:
+            raise DatasetError("LoCoMo is not shipped (CC BY-NC 4.0): give the path of your locomo10.json")
+        return load_locomo(Path(path), category_map)
+    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo)")
 
 
-def tokens(text: str) -> set[str]:
-    """mem0's / A-Mem's ``simple_tokenize``, as a set."""
-    return set(str(text).lower().replace(".", " ").replace(",", " ").replace("!", " ").replace("?", " ").split())
+def dataset_check(dataset: str, path: str | Path | None = None) -> dict[str, Any]:
+    """The SHA-256 of each file the loader reads and the known release it is, if any. An unknown file
+    is a warning (the scores cannot be compared with published ones), not an error."""
+    if dataset == "gvd":
+        folder = Path(path) if path else GVD_DIR
+        files = [(folder / name, GVD_RELEASES[name]) for name in GVD_RELEASES]
+    else:
+        files = [(Path(str(path)), locomo.KNOWN_RELEASES)]
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for file, known in files:
+        try:
+            digest = locomo.sha256_of(file)
+        except OSError:
+            digest = ""
+        release = known.get(digest)
+        rows.append({"file": file.name, "sha256": digest, "release": release})
+        if release is None:
+            problems.append(
+                f"{file.name} (sha256 {digest[:12]}…) is not a known release (known: {'; '.join(known.values())})"
+            )
+    warning = None
+    if problems:
+        warning = "; ".join(problems) + ": its scores cannot be compared with scores on the release"
+    return {"files": rows, "known": not problems, "warning": warning}
 
 
-def token_f1(prediction: str, gold: str) -> float:
-    """Set-based token F1 (mem0's and A-Mem's LoCoMo metric)."""
-    p, g = tokens(prediction), tokens(gold)
-    common = p & g
-    if not p or not g or not common:
-        return 0.0
-    precision, recall = len(common) / len(p), len(common) / len(g)
-    return 2 * precision * recall / (precision + recall)
+def read_exclusions(paths: Sequence[str | Path]) -> set[str]:
+    """Question ids of known-wrong gold answers, from files of one of these forms: one id per line
+    (``#`` starts a comment); a JSON list of ids; a JSON list of objects with ``question_id`` (the
+    public LoCoMo audit's ``errors_conv_*.json``, whose ``WRONG_CITATION`` entries, right answers
+    with a wrong evidence id, are not excluded)."""
+    ids: set[str] = set()
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise DatasetError(f"cannot read the exclusion list {path}: {exc}") from exc
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            ids |= {line.split("#")[0].strip() for line in text.splitlines()} - {""}
+            continue
+        if not isinstance(value, list):
+            raise DatasetError(f"{path}: expected a list of question ids or of objects with 'question_id'")
+        for entry in value:
+            if isinstance(entry, str):
+                ids.add(entry.strip())
+            elif isinstance(entry, dict) and "question_id" in entry:
+                if str(entry.get("error_type", "")).upper() != "WRONG_CITATION":
+                    ids.add(str(entry["question_id"]).strip())
+            else:
+                raise DatasetError(f"{path}: {entry!r} is neither a question id nor an object with 'question_id'")
+    return ids
 
 
-def parse_label(reply: str) -> int | None:
-    """1 for CORRECT, 0 for WRONG, None if the judge said neither (or both)."""
-    upper = reply.upper()
-    correct, wrong = "CORRECT" in upper, "WRONG" in upper
-    if correct == wrong:
-        return None
-    return 1 if correct else 0
+# ------------------------------------------------------------------------------------------- journal
 
 
-def judge_answer(judge: LLM | None, question: str, gold: str, answer: str) -> tuple[int | None, str]:
-    """The judge's label (1/0/None) and its raw reply. ``judge=None``: the F1 ≥ 0.5 stand-in."""
-    if judge is None:
-        return int(token_f1(answer, gold) >= 0.5), "stand-in: F1 >= 0.5"
-    prompt = JUDGE_PROMPT.format(question=question, gold_answer=gold, generated_answer=answer)
-    try:
-        reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=120, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return None, f"judge error: {exc}"
-    return parse_label(reply), reply
+class Journal:
+    """What a run has finished, one JSON record per line, written as it happens when given a path.
+
+    Records: a ``header`` (the run's settings; a resumed run must match them), one ``session`` per
+    replayed session (the arm's state after it, timings, LLM calls) and one ``question`` per scored
+    question. A run given a journal with records skips what they cover: whole dialogues whose questions
+    are all scored, and the sessions before the last recorded one (restoring its state)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.records: list[dict[str, Any]] = []
+
+    @classmethod
+    def load(cls, path: str | Path) -> Journal:
+        journal = cls(path)
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise DatasetError(f"cannot read the results file {path}: {exc}") from exc
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                journal.records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if n == len(lines):  # the last line of a run killed mid-write: dropped, redone
+                    break
+                raise DatasetError(f"{path}:{n}: not a results record ({exc})") from exc
+        return journal
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                f.flush()
+
+    def save(self, path: str | Path) -> None:
+        """Write every record to ``path`` (a run that had no file keeps its work here when it stops)."""
+        Path(path).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records), "utf-8")
+        self.path = Path(path)
+
+    @property
+    def header(self) -> dict[str, Any] | None:
+        return next((r for r in self.records if r.get("kind") == "header"), None)
+
+    def start(self, settings: dict[str, Any]) -> None:
+        """Begin a run with ``settings``: a new journal gets a header; one with records must match it."""
+        header = self.header
+        if header is None:
+            self.add({"kind": "header", "version": 1, "settings": settings})
+            return
+        before = header.get("settings", {})
+        differ = sorted(k for k in {*before, *settings} if before.get(k) != settings.get(k))
+        if differ:
+            shown = ", ".join(f"{k}: {before.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
+            raise DatasetError(f"the results file {self.path} is from a run with other settings ({shown})")
+
+    def of(self, kind: str, dialogue: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == kind and r.get("dialogue") == dialogue]
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    low, high = int(pos), min(int(pos) + 1, len(ordered) - 1)
-    return round(ordered[low] + (ordered[high] - ordered[low]) * (pos - low), 1)
+# ------------------------------------------------------------------------------------------- running
 
 
 def approx_tokens(messages: Sequence[dict[str, str]]) -> int:
@@ -215,194 +368,27 @@ def approx_tokens(messages: Sequence[dict[str, str]]) -> int:
     return sum(len(m["content"]) for m in messages) // 4 + 1
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return round(statistics.fmean(values), 4) if values else None
+def _phase_of(step: str, purpose: str) -> str:
+    if step == "replay":
+        return "reply" if purpose == "reply" else "memory_turn"
+    if step == "question":
+        return "answer" if purpose == "answer" else "other"
+    return step
 
 
-# ------------------------------------------------------------------------------------------- running
-
-
-def evaluate(
-    system: MemorySystem,
-    dialogues: Sequence[EvalDialogue],
-    llm: RecordingLLM,
-    *,
-    judge: LLM | None,
-    arm: str,
-    dataset: str,
-    max_tokens: int = 64,
-    max_sessions: int | None = None,
-    max_questions: int | None = None,
-    progress: Progress | None = None,
-    info: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Replay every dialogue through ``system`` (whose LLM is ``llm``), ask its questions, score them.
-
-    ``progress(done, total, message)`` is called after each session and each question (``total`` =
-    sessions + questions of the run), so a background job can show how far it is. Returns the result
-    dict documented in docs/memory-systems.md ("Automatic evaluation")."""
-    plan = [(d, d.sessions[:max_sessions], d.questions[:max_questions]) for d in dialogues]
-    total = sum(len(s) + len(q) for _, s, q in plan)
-    done = 0
-    items: list[dict[str, Any]] = []
-    update_ms: list[float] = []
-    memory_calls: list[int] = []
-    turn_tokens: list[int] = []
-    fallbacks = 0
-    for d, sessions, questions in plan:
-        state = ensure_json(system.initial_state())
-        last = None
-        for start, turns in sessions:
-            state, session, at = replay_session(
-                system, llm, state, start, turns, max_tokens=max_tokens,
-                on_prompt=lambda prompt: turn_tokens.append(approx_tokens(prompt.as_dicts())),
-            )  # fmt: skip
-            llm.drain()
-            began = time.perf_counter()
-            update = system.end_session(state, list(session), at + timedelta(minutes=1))
-            state = ensure_json(update.state)
-            fallbacks += len(update.trace.get("fallbacks") or [])
-            update_ms.append((time.perf_counter() - began) * 1000)
-            memory_calls.append(len(llm.drain()))
-            last = at
-            done += 1
-            if progress:
-                progress(done, total, f"{d.name}: session {start:%Y-%m-%d} replayed")
-        ask_day = (last or datetime.now(UTC)) + timedelta(days=1)
-        for q in questions:
-            when = q.date or ask_day
-            began = time.perf_counter()
-            prompt = system.compose(state, [Turn("user", q.question, when)], when)
-            turn_tokens.append(approx_tokens(prompt.as_dicts()))
-            answer = (
-                prompt.reply
-                if prompt.reply is not None
-                else llm.complete(prompt.as_dicts(), max_tokens=max_tokens, purpose="answer").text
-            )
-            latency = (time.perf_counter() - began) * 1000
-            label, raw = judge_answer(judge, q.question, q.answer, answer)
-            items.append(
-                {
-                    "dialogue": d.name,
-                    "question": q.question,
-                    "gold": q.answer,
-                    "answer": answer,
-                    "category": q.category,
-                    "f1": round(token_f1(answer, q.answer), 4),
-                    "judge": label,
-                    "judge_raw": raw,
-                    "memory": prompt.memory,
-                    "latency_ms": round(latency, 1),
-                }
-            )
-            llm.drain()
-            done += 1
-            if progress:
-                progress(done, total, f"{d.name}: {len(items)} questions answered")
-    info = {**(info or {}), "memory_update_fallbacks": fallbacks}
-    return summarize(items, update_ms, memory_calls, turn_tokens, arm=arm, dataset=dataset, judge=judge, info=info)
-
-
-def summarize(
-    items: list[dict[str, Any]],
-    update_ms: list[float],
-    memory_calls: list[int],
-    turn_tokens: list[int],
-    *,
-    arm: str,
-    dataset: str,
-    judge: LLM | None,
-    info: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for item in items:
-        by_category[item["category"]].append(item)
-
-    def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        judged = [r["judge"] for r in rows if r["judge"] is not None]
-        return {
-            "n": len(rows),
-            "f1": _mean([r["f1"] for r in rows]),
-            "judge": _mean(judged),
-            "judged": len(judged),
+def _calls(llm: RecordingLLM, step: str) -> list[dict[str, Any]]:
+    """The calls recorded since the last drain, in the compact form the journal keeps."""
+    return [
+        {
+            "purpose": c["purpose"] or "-",
+            "phase": _phase_of(step, c["purpose"]),
+            "prompt_tokens": c["prompt_tokens"],
+            "completion_tokens": c["completion_tokens"],
+            "approx_prompt_tokens": approx_tokens(c["messages"]),
+            "error": bool(c["error"]),
         }
-
-    headline = [r for r in items if r["category"] not in EXCLUDED_FROM_HEADLINE]
-    return {
-        "arm": arm,
-        "dataset": dataset,
-        **(info or {}),
-        "judge": {
-            "model": getattr(judge, "model", None),
-            "stand_in": judge is None,
-            "prompt": "mem0 ACCURACY_PROMPT (evaluation/metrics/llm_judge.py)",
-        },
-        "dialogues": len({r["dialogue"] for r in items}),
-        "questions": len(items),
-        "overall": scores(headline),
-        "all_questions": scores(items),
-        "excluded_from_overall": sorted(EXCLUDED_FROM_HEADLINE & set(by_category)),
-        "categories": {c: scores(rows) for c, rows in sorted(by_category.items())},
-        "tokens_per_turn": {
-            "mean": _mean(turn_tokens),
-            "p95": percentile(turn_tokens, 0.95),
-            "turns": len(turn_tokens),
-        },
-        "latency_ms": {
-            "answer": {
-                "p50": percentile([r["latency_ms"] for r in items], 0.5),
-                "p95": percentile([r["latency_ms"] for r in items], 0.95),
-            },
-            "memory_update": {"p50": percentile(update_ms, 0.5), "p95": percentile(update_ms, 0.95)},
-        },
-        "memory_llm_calls_per_session": _mean(memory_calls),
-        "items": items,
-    }
-
-
-def render_markdown(result: dict[str, Any]) -> str:
-    """A short Markdown report of a result dict."""
-
-    def fmt(x: Any) -> str:
-        return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-    judge = result["judge"]
-    lines = [
-        f"# {result['arm']} on {result['dataset']}",
-        "",
-        f"{result['dialogues']} dialogues, {result['questions']} questions. Answer model: "
-        f"{result.get('model', '-')}; judge: {'stand-in (F1 >= 0.5, no model)' if judge['stand_in'] else judge['model']}"
-        f"; embedder: {result.get('embedder', '-')}.",
-        "",
-        "| category | n | F1 | J |",
-        "|---|---|---|---|",
+        for c in llm.drain()
     ]
-    for name, s in result["categories"].items():
-        lines.append(f"| {name} | {s['n']} | {fmt(s['f1'])} | {fmt(s['judge'])} |")
-    o = result["overall"]
-    excluded = ", ".join(result["excluded_from_overall"]) or "none"
-    lines += [
-        f"| **overall** (without {excluded}) | {o['n']} | {fmt(o['f1'])} | {fmt(o['judge'])} |",
-        "",
-        f"Reply prompt: {fmt(result['tokens_per_turn']['mean'])} tokens per turn (mean, ~4 characters per token; "
-        f"p95 {fmt(result['tokens_per_turn']['p95'])}).",
-        f"Latency: answer p50 {fmt(result['latency_ms']['answer']['p50'])} ms, p95 "
-        f"{fmt(result['latency_ms']['answer']['p95'])} ms; memory update p50 "
-        f"{fmt(result['latency_ms']['memory_update']['p50'])} ms, p95 {fmt(result['latency_ms']['memory_update']['p95'])} ms; "
-        f"{fmt(result['memory_llm_calls_per_session'])} memory LLM calls per session.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def load_dataset(dataset: str, path: str | Path | None = None) -> list[EvalDialogue]:
-    """``gvd`` (the copy in memory/data/gvd, or a folder holding the same files) or ``locomo`` (a path)."""
-    if dataset == "gvd":
-        return load_gvd(Path(path) if path else None)
-    if dataset == "locomo":
-        if not path:
-            raise DatasetError("LoCoMo is not shipped (CC BY-NC 4.0): give the path of your locomo10.json")
-        return load_locomo(Path(path))
-    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo)")
 
 
 def replay_session(
@@ -445,6 +431,165 @@ def replay_session(
     return state, session, at
 
 
+@dataclass
+class Scoring:
+    """How answers are scored: ``primary`` F1 (``"locomo"`` or ``"set"``) for the stand-in judge and the
+    headline, and the question ids whose gold answers are known to be wrong."""
+
+    primary: str = "set"
+    excluded: frozenset[str] = frozenset()
+
+
+def score_answer(q: Question, answer: str, judge: LLM | None, scoring: Scoring) -> dict[str, Any]:
+    """The scores of one answer: set F1, LoCoMo F1, the judge's verdict."""
+    shown = locomo.option_answer(answer, q.options) if q.options else answer
+    loc = locomo.score(q.code, shown, q.answer) if q.code is not None else locomo.f1_score(shown, q.answer)
+    set_f1 = loc if q.code == 5 else token_f1(shown, q.answer)
+    main = loc if scoring.primary == "locomo" else set_f1
+    if q.abstain and q.code is None:  # GVD's unanswerable: the stand-in judge uses the abstention rule
+        main = float(locomo.abstains(shown))
+    verdict = judge_verdict(judge, q.question, q.answer, shown, abstain=q.abstain, trap=q.trap, stand_in_score=main)
+    return {"f1": round(set_f1, 4), "locomo_f1": round(loc, 4), **verdict.as_item(), "scored_answer": shown}
+
+
+def evaluate(
+    system: MemorySystem,
+    dialogues: Sequence[EvalDialogue],
+    llm: RecordingLLM,
+    *,
+    judge: LLM | None,
+    arm: str,
+    dataset: str,
+    max_tokens: int = 64,
+    max_sessions: int | None = None,
+    max_questions: int | None = None,
+    progress: Progress | None = None,
+    info: dict[str, Any] | None = None,
+    scoring: Scoring | None = None,
+    journal: Journal | None = None,
+) -> dict[str, Any]:
+    """Replay every dialogue through ``system`` (whose LLM is ``llm``), ask its questions, score them.
+
+    ``progress(done, total, message)`` is called after each session and each question (``total`` =
+    sessions + questions of the run), so a background job can show how far it is. ``journal`` keeps
+    what is finished (and, if it has records, what to skip). Returns the result dict documented in
+    docs/memory-systems.md ("Automatic evaluation"); raises :class:`EvaluationStopped` if an LLM error
+    or an interrupt stops the run."""
+    scoring = scoring or Scoring()
+    journal = journal if journal is not None else Journal()
+    judge_rec = RecordingLLM(judge) if judge is not None else None
+    plan = [(d, d.sessions[:max_sessions], d.questions[:max_questions]) for d in dialogues]
+    total = sum(len(s) + len(q) for _, s, q in plan)
+    done = 0
+    try:
+        for d, sessions, questions in plan:
+            done = _run_dialogue(
+                system, d, sessions, questions, llm, judge_rec, journal, scoring,
+                max_tokens=max_tokens, progress=progress, done=done, total=total,
+            )  # fmt: skip
+    except (LLMError, KeyboardInterrupt) as exc:
+        names = {d.name for d, _, _ in plan}
+        done = sum(1 for r in journal.records if r.get("kind") in ("session", "question") and r["dialogue"] in names)
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+        raise EvaluationStopped(f"stopped after {done} of {total} steps: {why}", journal=journal, done=done,
+                                total=total) from exc  # fmt: skip
+    return summarize(journal, plan, arm=arm, dataset=dataset, judge=judge, info=info or {}, scoring=scoring)
+
+
+def _run_dialogue(
+    system: MemorySystem,
+    d: EvalDialogue,
+    sessions: Sequence[tuple[datetime, list[dict[str, str]]]],
+    questions: Sequence[Question],
+    llm: RecordingLLM,
+    judge: RecordingLLM | None,
+    journal: Journal,
+    scoring: Scoring,
+    *,
+    max_tokens: int,
+    progress: Progress | None,
+    done: int,
+    total: int,
+) -> int:
+    answered = {r["qid"] for r in journal.of("question", d.name)}
+    recorded = journal.of("session", d.name)
+    if all(q.qid in answered for q in questions):
+        if progress and (sessions or questions):
+            progress(done + len(sessions) + len(questions), total, f"{d.name}: done in an earlier run")
+        return done + len(sessions) + len(questions)
+    state = ensure_json(system.initial_state())
+    last: datetime | None = None
+    first = 0
+    if recorded:
+        latest = max(recorded, key=lambda r: r["session"])
+        state, first = latest["state"], latest["session"] + 1
+        last = datetime.fromisoformat(latest["at"])
+        done += first
+    llm.drain()
+    for k in range(first, len(sessions)):
+        start, turns = sessions[k]
+        prompts: list[Any] = []
+        state, session, at = replay_session(
+            system, llm, state, start, turns, max_tokens=max_tokens, on_prompt=prompts.append
+        )  # fmt: skip
+        turn_tokens = [approx_tokens(p.as_dicts()) for p in prompts]
+        calls = _calls(llm, "replay")
+        began = time.perf_counter()
+        update = system.end_session(state, list(session), at + timedelta(minutes=1))
+        state = ensure_json(update.state)
+        update_ms = round((time.perf_counter() - began) * 1000, 1)
+        calls += _calls(llm, "memory_session")
+        last = at
+        journal.add(
+            {"kind": "session", "dialogue": d.name, "session": k, "at": at.isoformat(), "state": state,
+             "update_ms": update_ms, "turn_tokens": turn_tokens, "calls": calls,
+             "fallbacks": len(update.trace.get("fallbacks") or [])}
+        )  # fmt: skip
+        done += 1
+        if progress:
+            progress(done, total, f"{d.name}: session {start:%Y-%m-%d} replayed")
+    ask_day = (last or datetime.now(UTC)) + timedelta(days=1)
+    for q in questions:
+        if q.qid in answered:
+            done += 1
+            continue
+        when = q.date or ask_day
+        began = time.perf_counter()
+        prompt = system.compose(state, [Turn("user", q.ask or q.question, when)], when)
+        answer = (
+            prompt.reply
+            if prompt.reply is not None
+            else llm.complete(prompt.as_dicts(), max_tokens=max_tokens, purpose="answer").text
+        )
+        latency = (time.perf_counter() - began) * 1000
+        calls = _calls(llm, "question")
+        item = {
+            "dialogue": d.name,
+            "qid": q.qid,
+            "question": q.question,
+            **({"asked": q.ask} if q.ask else {}),
+            "gold": q.answer,
+            **({"trap": q.trap} if q.abstain and q.trap else {}),
+            "answer": answer,
+            "category": q.category,
+            **({"locomo_category": q.code} if q.code is not None else {}),
+            **score_answer(q, answer, judge, scoring),
+            "excluded_gold": q.qid in scoring.excluded,
+            "memory": prompt.memory,
+            "latency_ms": round(latency, 1),
+        }
+        if judge is not None:
+            calls += _calls(judge, "judge")
+        journal.add(
+            {"kind": "question", "dialogue": d.name, "qid": q.qid, "item": item,
+             "turn_tokens": [approx_tokens(prompt.as_dicts())], "calls": calls}
+        )  # fmt: skip
+        done += 1
+        if progress:
+            progress(done, total, f"{d.name}: {len(journal.of('question', d.name))} questions answered")
+    return done
+
+
 def run(
     arm: str,
     dataset: str,
@@ -463,37 +608,80 @@ def run(
     max_tokens: int = 64,
     progress: Progress | None = None,
     wrap_llm: Callable[[LLM], LLM] | None = None,
+    f1: str = "",
+    category_map: str = "locomo",
+    exclude_gold: Sequence[str | Path] = (),
+    journal: Journal | None = None,
+    retry: RetryPolicy | None = None,
+    on_retry: Callable[[int, float, Exception], None] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     """Evaluate the registered arm ``arm`` on ``dataset``: the entry point for a CLI or a background job.
 
     The answer model and the arm's own calls use ``backend``/``model``; the judge uses the same
     backend with ``judge_model`` (default: ``model``); with ``backend="scripted"`` the judge is the
     F1 stand-in. ``wrap_llm``, if given, wraps the answer model and the judge before any call (a
-    background job stops its calls there once it lost its lease). Raises :class:`DatasetError` for a bad
-    dataset or dialogue name, ValueError for an unknown arm or parameter."""
+    background job stops its calls there once it lost its lease). Every call is retried on transient
+    errors (``retry``, default :class:`memory.llm.RetryPolicy`). ``f1``: the headline F1, ``locomo``
+    (default for LoCoMo) or ``set`` (default for GVD). ``exclude_gold``: files listing question ids
+    whose gold answer is wrong (scores are reported with and without them). Raises
+    :class:`DatasetError` for a bad dataset, dialogue name, exclusion list or journal, ValueError for
+    an unknown arm or parameter, :class:`EvaluationStopped` when the run stops early."""
     from memory.embed import make_embedder
     from memory.llm import make_llm
     from memory.registry import build_system
 
-    options = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
+    primary = f1 or ("locomo" if dataset == "locomo" else "set")
+    if primary not in ("locomo", "set"):
+        raise DatasetError(f"unknown F1 {primary!r} (locomo or set)")
+    options: dict[str, Any] = {k: v for k, v in (("base_url", base_url), ("api_key", api_key)) if v}
+    if timeout:
+        options["timeout"] = timeout
     wrap = wrap_llm or (lambda x: x)
-    llm = RecordingLLM(wrap(make_llm(backend, model, **options)))
-    judge = None if backend == "scripted" else wrap(make_llm(backend, judge_model or model, **options))
+    policy = retry or RetryPolicy()
+
+    def retrying(inner: LLM) -> RetryingLLM:
+        return RetryingLLM(inner, policy=policy, on_retry=on_retry)
+
+    base = retrying(wrap(make_llm(backend, model, **options)))
+    llm = RecordingLLM(base)
+    judge_base = None if backend == "scripted" else retrying(wrap(make_llm(backend, judge_model or model, **options)))
     emb = make_embedder(embedder)
     system = build_system(arm, llm=llm, embedder=emb, **(params or {}))
-    data = load_dataset(dataset, path)
+    data = load_dataset(dataset, path, category_map=category_map)
     if dialogues:
         wanted = {x.strip() for x in dialogues}
         unknown = wanted - {d.name for d in data}
         if unknown:
             raise DatasetError(f"no dialogue named {sorted(unknown)}; known: {[d.name for d in data]}")
         data = [d for d in data if d.name in wanted]
-    info = {"model": llm.model, "backend": backend, "embedder": emb.name, "params": params or {}}
+    excluded = read_exclusions(exclude_gold)
+    check = dataset_check(dataset, path)
+    settings = {
+        "arm": arm, "dataset": dataset, "dataset_sha256": [f["sha256"] for f in check["files"]],
+        "backend": backend, "model": llm.model, "judge_model": judge_model or model, "embedder": emb.name,
+        "params": params or {}, "dialogues": sorted(d.name for d in data), "max_sessions": max_sessions,
+        "max_questions": max_questions, "max_tokens": max_tokens, "category_map": category_map,
+    }  # fmt: skip
+    journal = journal if journal is not None else Journal()
+    journal.start(settings)
+    info = {
+        "model": llm.model,
+        "backend": backend,
+        "embedder": emb.name,
+        "params": params or {},
+        "dataset_check": check,
+        "category_map": category_map if dataset == "locomo" else "gvd",
+        "gold_exclusions": {"files": [str(p) for p in exclude_gold], "ids": len(excluded)},
+        "stand_in": stand_in_warning(backend, llm.model),
+        "retries": [base.stats] + ([judge_base.stats] if judge_base is not None else []),
+        "speakers": {d.name: list(d.speakers) for d in data if d.speakers},
+    }
     return evaluate(
         system,
         data,
         llm,
-        judge=judge,
+        judge=judge_base,
         arm=arm,
         dataset=dataset,
         max_tokens=max_tokens,
@@ -501,4 +689,6 @@ def run(
         max_questions=max_questions,
         progress=progress,
         info=info,
+        scoring=Scoring(primary, frozenset(excluded)),
+        journal=journal,
     )

@@ -26,11 +26,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -49,7 +52,13 @@ class LLMError(Exception):
 
 
 class LLMTransientError(LLMError):
-    """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply)."""
+    """An LLM call failed in a way worth retrying (timeout, rate limit, server error, empty reply).
+
+    ``retry_after``: the seconds the endpoint asked to wait (a 429's or 503's ``Retry-After``), if it did."""
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 FINISH_STOP = "stop"
@@ -382,10 +391,11 @@ class OpenAILLM:
 
     def _map(self, exc: Exception) -> LLMError:
         o = self._openai
+        wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))
         if isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError):
-            return LLMTransientError(f"{type(exc).__name__}: {exc}")
+            return LLMTransientError(f"{type(exc).__name__}: {exc}", retry_after=wait)
         if isinstance(exc, o.APIStatusError) and exc.status_code >= 500:
-            return LLMTransientError(f"HTTP {exc.status_code}: {exc}")
+            return LLMTransientError(f"HTTP {exc.status_code}: {exc}", retry_after=wait)
         return LLMError(f"{type(exc).__name__}: {exc}")
 
     def complete(
@@ -452,6 +462,33 @@ class OpenAILLM:
                 raise LLMTransientError(f"the stream broke off: {type(exc).__name__}: {exc}") from exc
 
         return TextStream(chunks())
+
+
+def retry_after(headers: Any) -> float | None:
+    """Seconds to wait from a response's ``retry-after-ms`` or ``Retry-After`` header (seconds or an HTTP
+    date); None without a usable one."""
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            return max(0.0, float(ms) / 1000)
+        value = headers.get("retry-after")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        pass
+    try:
+        when = parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def parse_tool_call(name: str, arguments: str | None) -> ToolCall:
@@ -611,6 +648,94 @@ class CheckedLLM(_Wrapping):
     ) -> Iterator[str]:
         self.check()
         return self._inner_stream(messages, max_tokens, temperature, purpose)
+
+
+@dataclass
+class RetryPolicy:
+    """How long a long offline job (``memory eval``) keeps retrying one LLM call that fails transiently.
+
+    Waits grow exponentially from ``base`` seconds up to ``cap``, each drawn at random between half and
+    all of that ("equal jitter"), so parallel jobs do not retry in step; an endpoint's ``Retry-After``
+    is honoured as the least wait. The call gives up (re-raising the last error) once the next wait
+    would pass ``budget`` seconds since its first attempt."""
+
+    budget: float = 600.0
+    base: float = 2.0
+    cap: float = 60.0
+
+    def delay(self, attempt: int, asked: float | None, rng: random.Random) -> float:
+        ceiling = min(self.cap, self.base * 2 ** max(0, attempt - 1))
+        wait = rng.uniform(ceiling / 2, ceiling)
+        return max(wait, asked) if asked is not None else wait
+
+
+@dataclass
+class RetryingLLM(_Wrapping):
+    """Retries a call that raised :class:`LLMTransientError` (timeout, 5xx, 429, connection reset, empty
+    output) with backoff and jitter until ``policy.budget`` is spent, then re-raises the last error.
+    Other errors go through at once. ``on_retry(attempt, wait, error)`` is told before each wait (a CLI
+    prints it); ``stats`` counts the retries and the time spent waiting. A stream is retried only
+    until its first piece (after that a retry would repeat text the caller has already shown)."""
+
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    on_retry: Callable[[int, float, LLMTransientError], None] | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    stats: dict[str, float] = field(default_factory=lambda: {"retries": 0, "calls_retried": 0, "waited_s": 0.0})
+
+    def _attempts(self, call: Callable[[], Any]) -> Any:
+        started = self.clock()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return call()
+            except LLMTransientError as exc:
+                wait = self.policy.delay(attempt, exc.retry_after, self.rng)
+                if self.clock() - started + wait > self.policy.budget:
+                    raise
+                if attempt == 1:
+                    self.stats["calls_retried"] += 1
+                self.stats["retries"] += 1
+                self.stats["waited_s"] = round(self.stats["waited_s"] + wait, 3)
+                if self.on_retry is not None:
+                    self.on_retry(attempt, wait, exc)
+                self.sleep(wait)
+
+    def complete(
+        self,
+        messages: Messages,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        purpose: str = "",
+        tools: Tools | None = None,
+    ) -> Completion:
+        result: Completion = self._attempts(
+            lambda: self._inner_complete(messages, max_tokens, temperature, purpose, tools)
+        )
+        return result
+
+    def stream(
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+    ) -> TextStream:
+        holder: list[TextStream] = []
+
+        def first() -> tuple[Iterator[str], str | None]:
+            inner = self._inner_stream(messages, max_tokens, temperature, purpose)
+            return inner, next(inner, None)
+
+        def chunks() -> Iterator[tuple[str, str | None]]:
+            inner, piece = self._attempts(first)
+            if piece is not None:
+                yield piece, None
+                yield from ((p, None) for p in inner)
+            holder[0].finish_reason = finish_reason_of(inner)
+
+        stream = TextStream(chunks())
+        holder.append(stream)
+        return stream
 
 
 @dataclass

@@ -240,6 +240,8 @@ def automatic_scores(study: Study) -> list[dict[str, Any]]:
                 "f1": overall.get("f1"),
                 "judge": overall.get("judge"),
                 "judge_stand_in": bool((result.get("judge") or {}).get("stand_in")),
+                "stand_in_model": bool(result.get("stand_in_model")),
+                "gold_note": result.get("gold_note", ""),
                 "finished_at": job.finished_at.isoformat() if job.finished_at else "",
             }
         )

@@ -135,6 +135,8 @@ AUTOMATIC_COLUMNS: dict[str, str] = {
     "f1": "mean token F1 of the answers against the gold answers (headline categories)",
     "judge": "J: share of answers the LLM judge labelled CORRECT (stand-in judge: F1 >= 0.5)",
     "judge_stand_in": "true when no model judged (scripted backend)",
+    "stand_in_model": "true when a stand-in answered (scripted or the embedded demo model): the scores measure nothing",
+    "gold_note": "where the gold answers come from, when they are not the benchmark's own (GVD: written for memeval)",
     "finished_at": "when the evaluation finished (UTC)",
 }
 
@@ -216,6 +218,15 @@ def _score(x: Any) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
+STAND_IN_NOTE = "Stand-in model (scripted or the embedded demo model): its scores measure nothing about the arm."
+
+
+def automatic_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """What a reader must know beside the automatic scores: stand-in models, gold answers not the benchmark's."""
+    notes = [STAND_IN_NOTE] if any(r.get("stand_in_model") for r in rows) else []
+    return notes + sorted({r["gold_note"] for r in rows if r.get("gold_note")})
+
+
 def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
@@ -231,6 +242,7 @@ def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['arm']} | {r['dataset']} | {r['backend']} · {r['model']} | {r['questions']} | {_score(r['f1'])} | {judge} |"
         )
+    lines += [""] + [f"Note: {n}" for n in automatic_notes(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -246,8 +258,9 @@ def _automatic_latex(rows: list[dict[str, Any]]) -> str:
         f"{_score(r['judge'])} \\\\\n"
         for r in rows
     )
+    notes = "".join(f"% Note: {n}\n" for n in automatic_notes(rows))
     return (
-        "\n% Automatic evaluation (python -m memory eval)\n\\begin{tabular}{llrrr}\n\\hline\n"
+        "\n% Automatic evaluation (python -m memory eval)\n" + notes + "\\begin{tabular}{llrrr}\n\\hline\n"
         "Arm & Dataset & Questions & F1 & J \\\\\n\\hline\n" + body + "\\hline\n\\end{tabular}\n"
     )
 
@@ -268,6 +281,7 @@ def _html_extras(text: str, source: Source) -> str:
         section = (
             "<h2>Automatic evaluation</h2><table><thead><tr><th>Arm</th><th>Dataset</th><th>Model</th>"
             f"<th>Questions</th><th>F1</th><th>J</th></tr></thead><tbody>{rows}</tbody></table>"
+            + "".join(f"<p>Note: {html.escape(n)}</p>" for n in automatic_notes(source.automatic))
         )
         text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
     return text

@@ -24,6 +24,7 @@ from reports.reporting import (
     FORMATS,
     PLOT_NAMES,
     Report,
+    automatic_notes,
     build_report,
     cli_command,
     export,
@@ -143,6 +144,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
     }
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
+        ctx["automatic_notes"] = automatic_notes(report.source.automatic)
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []

@@ -7,6 +7,13 @@ new_content)`` (empty new content deletes), and stores facts with ``archival_mem
 into archival memory, an embedding-searched store (Letta's function set, Apache-2.0,
 ``letta/functions/function_sets/base.py``: same names, arguments and semantics).
 
+Main context (Packer et al. §2.2, the queue manager): the messages of earlier sessions stay in the reply
+prompt in a FIFO queue under a recursive summary, bounded by ``context_tokens``. When the queue passes
+``warning_fraction`` of it, the next edit call carries MemGPT's memory-pressure alert and the messages
+that will be evicted, so the model can save what matters to core or archival memory first; when it
+passes ``flush_fraction``, the oldest messages (``evict_fraction`` of the budget) are evicted and
+summarised together with the previous summary into a new one (a ``memgpt_summary`` call).
+
 Platform choices (compose() may not call the LLM):
 - The memory edits run in a separate call after each reply (``edit_timing="turn"``, as MemGPT edits
   during the conversation) or once at the end of the session (``"session"``), not inside the reply
@@ -15,7 +22,9 @@ Platform choices (compose() may not call the LLM):
   user's message (MemGPT lets the agent decide to call ``archival_memory_search``).
 - Actions are tool calls where the LLM supports them (``action_format="auto"``/``"tools"``); otherwise,
   or when the endpoint refuses tools, the same functions are asked for as a JSON list.
-- Recall memory (``conversation_search``) and heartbeats (chained calls) are not implemented.
+- Recall memory (``conversation_search`` over evicted messages) and heartbeats (chained calls) are not
+  implemented: evicted messages live on only in the recursive summary and in what the model saved.
+- Tokens are counted as ~4 characters each (as ``full_history``), not with the model's tokenizer.
 
 Hygiene (memory.hygiene): the core blocks, the archival results and the new messages are quoted in
 tagged data blocks (``<persona>``, ``<human>``, ``<notes>``, ``<conversation>``) under the shared neutral
@@ -106,13 +115,50 @@ EDIT_SYSTEM = (
 )
 #: The example of the JSON instruction: stored only if the user said the same.
 EXAMPLES = ("Has a dog named Rex.",)
+JSON_EXAMPLE = (
+    '[{"function": "core_memory_append", "arguments": {"label": "human", "content": "Has a dog named Rex."}}]'
+)
 JSON_INSTRUCTION = (
     "Answer with a JSON list of function calls and nothing else, like:\n"
-    '[{{"function": "core_memory_append", "arguments": {{"label": "human", "content": "Has a dog named Rex."}}}}]\n'
+    f"{JSON_EXAMPLE}\n"
     "Functions: core_memory_append(label, content); core_memory_replace(label, old_content, new_content) "
     '(new_content "" deletes); archival_memory_insert(content). Labels: persona, human. '
     "Answer [] if nothing needs to change."
 )
+
+
+# MemGPT's memory-pressure alert (Letta constants.py MESSAGE_SUMMARY_WARNING_STR, Apache-2.0), with the
+# messages that will leave the context shown to the model.
+PRESSURE_ALERT = (
+    "System alert: the conversation history will soon reach its maximum length and be trimmed. If there is any "
+    "important new information or general memories about you or the user that you would like to save, save it "
+    "now with core_memory_append, core_memory_replace or archival_memory_insert. These oldest messages will be "
+    "removed from your context first:"
+)
+# In the spirit of MemGPT's summariser (memgpt/prompts/gpt_summarize.py: first person, a word limit).
+SUMMARY_SYSTEM = (
+    "You summarize the earlier part of a conversation between a chatbot (you) and a user, which is about to be "
+    "removed from the chatbot's context. Write the summary from the chatbot's perspective in the first person, "
+    "in less than {words} words: who the user is and what they said, did, plan and feel, with dates where given. "
+    "Start from the previous summary, keep what still matters and add the new messages. Output only the "
+    "summary. " + DATA_RULE
+)
+SUMMARY_NOTE = "Note: {hidden} earlier messages have been removed from the context. A summary of them:"
+
+
+def approx_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    return approx_tokens(f"{message['speaker']}: {message['text']}")
+
+
+def render_messages(messages: Sequence[dict[str, Any]]) -> str:
+    return "\n".join(
+        f"[{str(m.get('at', ''))[:10]}] {'User' if m['speaker'] == 'user' else 'Chatbot'}: {m['text']}"
+        for m in messages
+    )
 
 
 def render_core(state: dict[str, Any], limit: int) -> str:
@@ -229,6 +275,27 @@ class MemGPT(BaseSystem):
             "issue 13: tool calls where the endpoint has them, JSON otherwise",
         ),
         "edit_max_tokens": Param(300, "Token budget of a memory-edit call.", "ours"),
+        "context_tokens": Param(
+            2000,
+            "Main-context budget (~4 characters per token) of the message queue and its recursive summary.",
+            "ours: MemGPT uses the model's window; with the two 2,000-character core blocks this fits SmolLM2's 4k",
+        ),
+        "warning_fraction": Param(
+            0.7,
+            "Memory-pressure alert when the queue passes this share of context_tokens.",
+            "MemGPT paper §2.2 'warning token count (e.g. 70%)'; Letta's code uses 0.75",
+        ),
+        "flush_fraction": Param(
+            1.0,
+            "Eviction when the queue passes this share of context_tokens.",
+            "MemGPT paper §2.2 'flush token count (e.g. 100%)'",
+        ),
+        "evict_fraction": Param(
+            0.5,
+            "Share of context_tokens evicted (oldest messages first) at a flush.",
+            "MemGPT paper §2.2 'evicts ... (e.g., 50% of the context window)'",
+        ),
+        "summary_max_tokens": Param(200, "Token budget of the recursive summary call (100 words asked).", "ours"),
         "short_replies": Param(
             True, "Ask for one or two short sentences per reply.", "our choice (same for every arm)"
         ),
@@ -241,6 +308,11 @@ class MemGPT(BaseSystem):
             "archive": [],
             "next_id": 0,
             "sessions": 0,
+            "queue": [],  # main context: earlier sessions' messages, oldest first
+            "summary": "",  # recursive summary of the evicted messages
+            "evicted": 0,  # messages evicted so far
+            "live_evicted": 0,  # leading turns of the current session evicted already
+            "pressure_warned": False,  # the alert was given since the last flush
         }
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
@@ -254,13 +326,21 @@ class MemGPT(BaseSystem):
         block = f"{MEMORY_HEADER}\n" + render_core(state, int(self.p["core_limit"]))
         if found:
             block += "\n\n" + data_block("notes", "\n".join(f"- {x}" for x in found))
+        if state["summary"]:
+            block += (
+                "\n\n" + SUMMARY_NOTE.format(hidden=state["evicted"]) + "\n" + data_block("memory", state["summary"])
+            )
+        if state["queue"]:
+            block += "\n\nEarlier messages:\n" + data_block("conversation", render_messages(state["queue"]))
         if self.p["short_replies"]:
             block += f"\n\n{SHORT_REPLIES}"
         shown = [f"{label}: {line}" for label in LABELS for line in state[label].split("\n") if line.strip()]
-        return Prompt(
-            [ChatMessage("system", system_prompt(now, block)), *chat_turns(session)],
-            memory=shown + [f"archival: {x}" for x in found],
-        )
+        shown += [f"archival: {x}" for x in found]
+        if state["summary"]:
+            shown.append(f"summary: {state['summary']}")
+        shown += [f"earlier: {m['text']}" for m in state["queue"]]
+        live = session[int(state["live_evicted"]) :]
+        return Prompt([ChatMessage("system", system_prompt(now, block)), *chat_turns(live)], memory=shown)
 
     def use_tools(self) -> bool:
         fmt = self.p["action_format"]
@@ -312,18 +392,28 @@ class MemGPT(BaseSystem):
         return parsed
 
     def edit(
-        self, state: dict[str, Any], turns: Sequence[Turn], now: datetime, trace: dict[str, Any]
+        self,
+        state: dict[str, Any],
+        turns: Sequence[Turn],
+        now: datetime,
+        trace: dict[str, Any],
+        leaving: Sequence[dict[str, Any]] = (),
     ) -> dict[str, Any]:
+        """One edit step over the new ``turns``; with ``leaving`` (the messages the next flush evicts) the
+        step carries the memory-pressure alert and shows them."""
         state = {**self.initial_state(), **state}
         limit = int(self.p["core_limit"])
+        content = f"Core memory:\n{render_core(state, limit)}\n\n"
+        if turns:
+            content += f"New messages ({now:%Y-%m-%d}):\n" + data_block(
+                "conversation", transcript(turns, user="User", bot="Chatbot")
+            )
+        if leaving:
+            content += f"\n\n{PRESSURE_ALERT}\n" + data_block("message", render_messages(leaving))
+            trace["pressure_alert"] = len(leaving)
         messages = [
             {"role": "system", "content": EDIT_SYSTEM.format(limit=limit)},
-            {
-                "role": "user",
-                "content": f"Core memory:\n{render_core(state, limit)}\n\n"
-                f"New messages ({now:%Y-%m-%d}):\n"
-                + data_block("conversation", transcript(turns, user="User", bot="Chatbot")),
-            },
+            {"role": "user", "content": content},
         ]
         for call in self.actions(messages, trace):
             text = written_text(call)
@@ -338,11 +428,110 @@ class MemGPT(BaseSystem):
                 fallback(trace, "memgpt_edit", f"action not applied: {error}", json.dumps(call.as_dict()))
         return state
 
+    # ---------------------------------------------------------------------------------- queue manager
+
+    def _fractions(self) -> tuple[int, float, float, float]:
+        budget = int(self.p["context_tokens"])
+        warn, flush, evict = (float(self.p[k]) for k in ("warning_fraction", "flush_fraction", "evict_fraction"))
+        if budget <= 0 or not 0 < warn <= flush or not 0 < evict <= 1:
+            raise ValueError(
+                "memgpt: context_tokens must be positive and 0 < warning_fraction <= flush_fraction, "
+                "0 < evict_fraction <= 1"
+            )
+        return budget, warn, flush, evict
+
+    def _in_context(self, state: dict[str, Any], live: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [*state["queue"], *live]
+
+    def _used(self, state: dict[str, Any], live: Sequence[dict[str, Any]]) -> int:
+        return approx_tokens(state["summary"]) + sum(message_tokens(m) for m in self._in_context(state, live))
+
+    def _leaving(self, state: dict[str, Any], live: Sequence[dict[str, Any]], keep_last: int) -> list[dict[str, Any]]:
+        """The oldest messages a flush evicts: ``evict_fraction`` of the budget, never the last ``keep_last``."""
+        budget, _, _, evict = self._fractions()
+        pool = self._in_context(state, live)
+        pool = pool[: max(0, len(pool) - keep_last)]
+        out: list[dict[str, Any]] = []
+        freed = 0
+        for m in pool:
+            if freed >= evict * budget:
+                break
+            out.append(m)
+            freed += message_tokens(m)
+        return out
+
+    def manage(
+        self,
+        state: dict[str, Any],
+        live_turns: Sequence[Turn],
+        now: datetime,
+        trace: dict[str, Any],
+        new_turns: Sequence[Turn] = (),
+    ) -> dict[str, Any]:
+        """The queue manager after an update: the edit step over ``new_turns`` (with the memory-pressure
+        alert once the queue passes the warning share), then a flush past the flush share. ``live_turns``
+        are the current session's turns still in context (the last two, the newest exchange, are never
+        evicted)."""
+        budget, warn, flush, _ = self._fractions()
+        live = [{"speaker": t.speaker, "text": t.text, "at": iso(turn_time(t, now))} for t in live_turns]
+        keep_last = min(2, len(live))
+        used = self._used(state, live)
+        leaving: list[dict[str, Any]] = []
+        if used > warn * budget and not state["pressure_warned"]:
+            leaving = self._leaving(state, live, keep_last)
+            state = {**state, "pressure_warned": True}
+        if new_turns or leaving:
+            state = self.edit(state, new_turns, now, trace, leaving=leaving)
+        if used <= flush * budget:
+            return state
+        evicted = self._leaving(state, live, keep_last)
+        if not evicted:
+            return state
+        summary = self.summarize(state["summary"], evicted, trace)
+        from_queue = min(len(evicted), len(state["queue"]))
+        trace["evicted"] = len(evicted)
+        return {
+            **state,
+            "queue": state["queue"][from_queue:],
+            "live_evicted": int(state["live_evicted"]) + len(evicted) - from_queue,
+            "summary": summary if summary is not None else state["summary"],
+            "evicted": int(state["evicted"]) + len(evicted),
+            "pressure_warned": False,
+        }
+
+    def summarize(self, previous: str, evicted: Sequence[dict[str, Any]], trace: dict[str, Any]) -> str | None:
+        """The recursive summary: the previous one plus the evicted messages (None: keep the previous one)."""
+        words = max(20, int(self.p["summary_max_tokens"]) // 2)
+        messages = [
+            {"role": "system", "content": SUMMARY_SYSTEM.format(words=words)},
+            {
+                "role": "user",
+                "content": "Previous summary:\n" + data_block("memory", previous or "(none)") + "\n\nMessages to add:\n"
+                + data_block("conversation", render_messages(evicted)) + "\n\nSummary:",
+            },
+        ]  # fmt: skip
+        text = ask(self.llm, messages, purpose="memgpt_summary", max_tokens=int(self.p["summary_max_tokens"]),
+                   trace=trace)  # fmt: skip
+        if text is None:
+            return None
+        text = " ".join(text.split())
+        session = [Turn("user" if m["speaker"] == "user" else "bot", m["text"]) for m in evicted]
+        reason = rejection_reason(text, session=session, about_user=False, min_words=3)
+        if reason is not None:
+            fallback(trace, "memgpt_summary", f"summary not stored: {reason}", text)
+            return None
+        trace["summary"] = text
+        return text
+
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
-        if self.p["edit_timing"] != "turn" or len(session) < 2 or session[-1].speaker != "bot":
+        if len(session) < 2 or session[-1].speaker != "bot":
             return Update(state=state, trace=trace)
-        return Update(state=self.edit(state, session[-2:], turn_time(session[-1], now), trace), trace=trace)
+        state = {**self.initial_state(), **state}
+        new = session[-2:] if self.p["edit_timing"] == "turn" else ()
+        live = session[int(state["live_evicted"]) :]
+        state = self.manage(state, live, turn_time(session[-1], now), trace, new_turns=new)
+        return Update(state=state, trace=trace)
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
@@ -351,6 +540,13 @@ class MemGPT(BaseSystem):
             state = self.edit(state, session, now, trace)
         elif self.p["edit_timing"] not in ("turn", "session"):
             raise ValueError(f"memgpt: edit_timing must be turn or session, not {self.p['edit_timing']!r}")
+        live = [
+            {"speaker": t.speaker, "text": t.text, "at": iso(turn_time(t, now))}
+            for t in session[int(state["live_evicted"]) :]
+        ]
+        state = {**state, "queue": [*state["queue"], *live], "live_evicted": 0}
+        state = self.manage(state, [], now, trace)
         state["sessions"] = int(state.get("sessions", 0)) + 1
         trace["core_after"] = {label: state[label] for label in LABELS}
+        trace["queue_after"] = len(state["queue"])
         return Update(state=state, trace=trace)

@@ -216,6 +216,11 @@ def test_memgpt_starts_from_the_configured_persona_and_keeps_exactly_its_state_k
         "archive": [],
         "next_id": 0,
         "sessions": 0,
+        "queue": [],
+        "summary": "",
+        "evicted": 0,
+        "live_evicted": 0,
+        "pressure_warned": False,
     }
     assert system.end_session(state, exchange("Hi."), NOW).state.keys() == state.keys()
 

@@ -182,8 +182,10 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
     study.pilot = True
     study.save()
     arm = study.arms.get(memory_system="none")
+    from memory.evalreport import GVD_GOLD_NOTE
+
     result = {"arm": "none", "dataset": "gvd", "questions": 15, "model": "scripted", "overall": {"f1": 0.25, "judge": 0.5},
-              "judge": {"stand_in": True}}  # fmt: skip
+              "judge": {"stand_in": True}, "stand_in_model": True, "gold_note": GVD_GOLD_NOTE}  # fmt: skip
     ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
     client.force_login(researcher)
 
@@ -207,12 +209,18 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
     assert exported["automatic_evaluation"][0] | {"finished_at": ""} == {
         "arm": "No memory", "memory_system": "none", "dataset": "gvd", "backend": "scripted", "model": "scripted",
         "questions": 15, "f1": 0.25, "judge": 0.5, "judge_stand_in": True, "finished_at": "",
+        "stand_in_model": True, "gold_note": GVD_GOLD_NOTE,
     }  # fmt: skip
     md = get("md")
     assert (
         md.startswith("> **Pilot: not for publication**")
         and "| No memory | gvd | scripted · scripted | 15 | 0.250 |" in md
     )
+    # wherever GVD scores appear, so does where their gold answers come from, and a stand-in model is named
+    for fmt in ("md", "latex", "html"):
+        text = get(fmt)
+        assert "written for memeval" in text and "human annotators" in text, fmt
+        assert "measure nothing about the arm" in text, fmt
     assert "Pilot: not for publication" in get("html") and "<h2>Automatic evaluation</h2>" in get("html")
     latex = get("latex")
     assert latex.startswith("% pilot: not for publication") and "No memory & gvd & 15 & 0.250 & 0.500" in latex

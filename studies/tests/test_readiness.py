@@ -404,8 +404,11 @@ def test_the_automatic_evaluation_runs_for_each_arm_and_its_scores_appear_beside
     assert jobs[0].done == jobs[0].total > 15  # sessions replayed + questions
     body = rclient.get(study.get_absolute_url()).content.decode()
     assert f"F1 <strong>{result['overall']['f1']:.3f}</strong>" in body and "stand-in judge" in body
+    # the scripted stand-in's scores measure nothing, and GVD's gold answers are memeval's: both said beside them
+    assert "stand-in model: measures nothing" in body and "gold answers written for memeval" in body
     dashboard = rclient.get(reverse("reports:study_analysis", args=[study.slug])).content.decode()
     assert "Automatic evaluation" in dashboard and f"{result['overall']['f1']:.3f}" in dashboard
+    assert "measure nothing about the arm" in dashboard and "written for memeval" in dashboard
 
 
 def test_with_the_readiness_library_the_scripted_stand_in_comes_out_not_ready(
