@@ -204,7 +204,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index")
         )
-        for s in snapshots.iterator(chunk_size=200):
+        for s in snapshots.iterator(chunk_size=50):
             ep = s.session.episode
             state = vectors.redacted(s.state)
             yield {
@@ -222,7 +222,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm", "message")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
         )
-        for c in calls.iterator(chunk_size=500):
+        for c in calls.iterator(chunk_size=100):
             ep = c.session.episode
             yield {
                 **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
