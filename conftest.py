@@ -7,10 +7,22 @@ the hashing embedder unless they ask for the real ones (markers ``llm`` and ``po
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+
+# Test data shared by the apps' tests, kept in the repository with its licence (tests/data/*/README.md): a clone
+# anywhere passes (issue 20, item 17).
+DATA = Path(__file__).resolve().parent / "tests" / "data"
+JI_RUN1_CSV = DATA / "ji2022-dialogue-eval" / "ratings_free_run1.csv"
+
+
+@pytest.fixture(scope="session")
+def ji_run1_csv() -> Path:
+    """Ji et al. (2022), free-topic run 1: 1,824 rated conversations (MIT; tests/data/ji2022-dialogue-eval)."""
+    return JI_RUN1_CSV
 
 
 @pytest.fixture(autouse=True)

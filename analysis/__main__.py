@@ -6,6 +6,9 @@
 * ``python -m analysis calibrate ...``: simulate studies of a design and print each test's family-wise
   false-positive rate, CI coverage and power (:mod:`analysis.calibration`).
 * ``python -m analysis plan ...``: workers needed for a target power (:mod:`analysis.planning`).
+* ``python -m analysis prereg --title ... --metrics ... [--out FILE]``: write a pre-registration (the analysis
+  settings, primary comparisons and alpha with their sha256) for a later ``report --prereg FILE``;
+  ``prereg --verify FILE`` checks a registration's hash.
 
 matplotlib is imported only when a plot is drawn (``--format html``), statsmodels' formula API only for the
 mixed model, so that a cold ``report`` stays fast.
@@ -20,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.spec import FAMILIES, TESTS, RatingsError
+from analysis.spec import DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError
 from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
@@ -69,6 +72,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COLUMN[,COLUMN]",
         help="boolean columns: remove only the rows flagged true (e.g. unfinished episodes)",
     )
+    rep.add_argument(
+        "--duplicates",
+        choices=DUPLICATE_POLICIES,
+        default="refuse",
+        help="rows that are exact copies of another row: refuse the file (default), drop the copies, or keep them "
+        "as distinct conversations (rows that share their keys but differ are always kept, and counted)",
+    )
+    rep.add_argument(
+        "--primary",
+        type=_list,
+        metavar="METRIC[:ARM_A:ARM_B][@SESSION],...",
+        help="the primary (confirmatory) comparisons, Holm-corrected as one family; every other test is exploratory "
+        "(default: the pre-registration's, else every metric and 'overall', every pair of arms, over all sessions)",
+    )
+    rep.add_argument(
+        "--alpha",
+        type=float,
+        help="significance level of the arm comparisons (default: the pre-registration's, else 0.05)",
+    )
     rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
@@ -87,6 +109,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit the mixed model (default: only when every worker rated one arm)",
     )
     rep.add_argument("--reference-arm", help="reference level of the mixed model (default: first arm)")
+
+    reg = sub.add_parser(
+        "prereg",
+        help="write a pre-registration (JSON with its sha256) for a later `report --prereg`, or --verify one",
+    )
+    reg.add_argument("--verify", type=Path, metavar="PREREG.json", help="check a registration's hash and stop")
+    reg.add_argument("--title", help="the study's title")
+    reg.add_argument("--metrics", type=_list, help="comma-separated metric names")
+    reg.add_argument("--reverse", type=_list, default=[], help="metrics scored as 100 - x")
+    reg.add_argument("--arms", type=_list, default=[], help="the arms to be compared (the QC arm apart)")
+    reg.add_argument("--qc-arm", help="the degraded quality-control arm")
+    reg.add_argument("--qc-metrics", type=_list, default=[], help="metrics for the QC test (default: all)")
+    reg.add_argument("--test", choices=TESTS, default="cluster-t")
+    reg.add_argument("--family", choices=FAMILIES, default="metric", help="Holm family of the exploratory tests")
+    reg.add_argument("--primary", type=_list, metavar="METRIC[:ARM_A:ARM_B][@SESSION],...",
+                     help="the primary comparisons (default: every metric and 'overall', every pair, all sessions)")  # fmt: skip
+    reg.add_argument("--alpha", type=float, default=None, help="significance level (default 0.05)")
+    reg.add_argument("--exclude", type=_list, default=[], help="worker exclusion columns")
+    reg.add_argument("--exclude-rows", type=_list, default=[], help="row exclusion columns")
+    reg.add_argument("--reference-arm", help="reference level of the mixed model")
+    reg.add_argument("--sessions", type=int, help="sessions per episode")
+    reg.add_argument("--episodes-per-worker", type=int, help="episodes (arms) per worker")
+    reg.add_argument("--notes", default="", help="free-text exclusion rules and other commitments")
+    reg.add_argument("--out", type=Path, help="write here instead of stdout (refuses to overwrite a file)")
 
     _design_arguments(
         sub.add_parser(
@@ -161,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from analysis.planning import main as plan_main
 
             return plan_main(args)
+        if args.command == "prereg":
+            return _prereg(args)
         return _report(args)
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -208,6 +256,9 @@ def _report(args: argparse.Namespace) -> int:
         exclude=tuple(args.exclude),
         exclude_rows=tuple(args.exclude_rows),
         preregistration=prereg,
+        duplicates=args.duplicates,
+        primary=tuple(args.primary) if args.primary else None,
+        alpha=args.alpha,
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result
@@ -228,6 +279,81 @@ def _report(args: argparse.Namespace) -> int:
             raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _prereg(args: argparse.Namespace) -> int:
+    from analysis.prereg import analysis_settings, build_preregistration, digest, read_preregistration
+    from analysis.spec import AnalysisSpec
+
+    if args.verify is not None:
+        doc = read_preregistration(args.verify)
+        ok = doc["sha256"] == digest(doc)
+        print(
+            f"{args.verify}: sha256 {doc['sha256']} "
+            + ("matches its content" if ok else f"does NOT match its content ({digest(doc)}): it was edited")
+        )
+        return 0 if ok else 1
+    if not args.title or not args.metrics:
+        raise RatingsError("a registration needs --title and --metrics (or --verify FILE)")
+    if args.out is not None and args.out.exists():
+        raise RatingsError(f"--out {args.out} exists: a registration is written once, never overwritten")
+    spec = AnalysisSpec(
+        worker="worker",
+        unit="unit",
+        arm="arm",
+        metrics=tuple(args.metrics),
+        reverse=tuple(args.reverse),
+        qc_arm=args.qc_arm,
+        qc_metrics=tuple(args.qc_metrics),
+        test=args.test,
+        family=args.family,
+        exclude=tuple(args.exclude),
+        exclude_rows=tuple(args.exclude_rows),
+        reference_arm=args.reference_arm,
+        primary=tuple(args.primary) if args.primary else None,
+        alpha=args.alpha,
+    )
+    arm_names = set(args.arms)
+    for c in spec.primary or ():
+        if arm_names and c.a is not None and not {c.a, c.b} <= arm_names:
+            raise RatingsError(f"primary comparison {c.label()} names an arm not in --arms {sorted(arm_names)}")
+    design = {
+        k: v
+        for k, v in (("sessions_per_episode", args.sessions), ("episodes_per_worker", args.episodes_per_worker))
+        if v is not None
+    }
+    doc = build_preregistration(
+        title=args.title,
+        design=design,
+        arms=[{"name": a, "is_qc": False} for a in args.arms]
+        + ([{"name": args.qc_arm, "is_qc": True}] if args.qc_arm else []),
+        metrics=[{"key": m, "reversed": m in spec.reverse} for m in spec.metrics],
+        exclusion_rules={
+            "quality_control": {
+                "arm": spec.qc_arm,
+                "metrics": list(spec.effective_qc_metrics),
+                "rule": "a worker passes when a one-sided Mann-Whitney U test finds the QC arm rated lower than the "
+                "other arms at p < 0.05; workers who fail are excluded",
+            }
+            if spec.qc_arm
+            else None,
+            "filters": list(spec.exclude),
+            "row_filters": list(spec.exclude_rows),
+            "notes": args.notes,
+        },
+        analysis=analysis_settings(spec),
+    )
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with args.out.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
+    print(f"registered {args.out}: sha256 {doc['sha256']}", file=sys.stderr)
     return 0
 
 

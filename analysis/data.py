@@ -10,7 +10,9 @@ Two layouts are accepted (docs/analysis.md shows both):
 Both are normalised to the *canonical wide frame*: columns ``_worker``, ``_unit``, ``_arm`` and (if given)
 ``_session``, one float column per metric, and one boolean column per exclusion filter (:func:`flag_column`).
 Scores must lie in [0, 100]; a missing score is allowed (NaN) but a missing worker, unit or arm is an error, as
-are a non-numeric or out-of-range score and two rows for the same (worker, unit, arm, session).
+is a non-numeric or out-of-range score. Rows of a wide table that share their (worker, unit, arm, session) but
+differ are distinct conversations (kept, and counted in the report); exact copies of a row are refused unless
+the spec's ``duplicates`` policy says to drop or keep them.
 """
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ __all__ = [
     "is_long",
     "read_csv",
     "read_text_table",
+    "repeated_rows_info",
 ]
 
 WORKER, UNIT, ARM, SESSION = "_worker", "_unit", "_arm", "_session"
 KEYS = (WORKER, UNIT, ARM, SESSION)
+# A wide table without a session column can hold several rows with the same (worker, unit, arm) that differ:
+# distinct conversations. CONV numbers them (0, 1, ...) and is part of the unit; REPEATS_ATTR is the frame
+# attribute holding the report's ``repeated_rows`` section.
+CONV = "_conv"
+# Columns the report adds to the analysed ratings: the unit's number and the worker's (analysis.report.prepare).
+UID, WID = "_uid", "_wid"
+REPEATS_ATTR = "memeval_repeated_rows"
 SCORE_MIN, SCORE_MAX = 0.0, 100.0
 _TRUE = frozenset({"true", "t", "yes", "y", "1", "1.0"})
 _FALSE = frozenset({"false", "f", "no", "n", "0", "0.0", ""})
@@ -209,6 +219,11 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
         metric_col = spec.metric_col or "metric"
         value_col = spec.value_col or "score"
         _require_columns(df, [*key_cols.values(), metric_col, value_col, *filters])
+        dropped = 0
+        if spec.duplicates == "drop":  # exact copies of a rating row: dropped first, counted in the report
+            copies = df.duplicated(keep="first").to_numpy()
+            dropped = int(copies.sum())
+            df = df[~copies].reset_index(drop=True)
         wide = _long_to_wide(df, key_cols, metrics, metric_col, value_col, filters)
     else:
         _require_columns(df, [*key_cols.values(), *metrics, *filters])
@@ -237,17 +252,93 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
         raise RatingsError(f"{len(r)} score(s) outside [0, 100]: {examples}")
     if np.isnan(scores).all():
         raise RatingsError("no scores at all")
-    dup = wide.duplicated(list(key_cols), keep=False)
-    if dup.any():
-        names = ", ".join(key_cols.values())
-        raise RatingsError(
-            f"{int(dup.sum())} rows share the same ({names}) (rows {_row_numbers(np.flatnonzero(dup.to_numpy()))}): "
-            f"each rated {'session' if spec.session else 'conversation'} must be one row"
-            + ("" if spec.session else "; name the session column if a unit has several rated sessions")
-        )
+    if not is_long(df, metrics, spec.metric_col, spec.value_col):
+        wide, repeats = _repeated_rows(df, wide, spec, list(key_cols.values()), filters)
+    else:
+        repeats = no_repeats(spec)
+        repeats["dropped"] = repeats["exact_duplicates"] = dropped
     for m in spec.reverse:
         wide[m] = SCORE_MAX - wide[m]
-    return wide.reset_index(drop=True)
+    wide = wide.reset_index(drop=True)
+    wide.attrs[REPEATS_ATTR] = repeats
+    return wide
+
+
+def repeated_rows_info(frame: pd.DataFrame, spec: AnalysisSpec) -> dict[str, Any]:
+    """The report's ``repeated_rows`` section of a frame made by :func:`canonical_frame` (zeros when it has none)."""
+    return dict(frame.attrs.get(REPEATS_ATTR) or no_repeats(spec))
+
+
+def no_repeats(spec: AnalysisSpec) -> dict[str, Any]:
+    return {
+        "key": list(spec.key_columns),
+        "groups": 0,
+        "rows": 0,
+        "treated_as": None,
+        "exact_duplicates": 0,
+        "policy": spec.duplicates,
+        "dropped": 0,
+        "lines": [],
+    }
+
+
+def _repeated_rows(
+    df: pd.DataFrame, wide: pd.DataFrame, spec: AnalysisSpec, key_names: list[str], filters: list[str]
+) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Rows of a wide table that share their (worker, unit, arm[, session]).
+
+    Rows that differ are distinct rated conversations (published files, e.g. Ji et al.'s second run, hold two
+    conversations with the same system in one HIT and no conversation id): they are kept. Without a session
+    column each becomes a unit of its own (column :data:`CONV`: its number among them, in the canonical order
+    of its scores, so the row order of the file does not matter), as Ji et al. count every conversation; with a
+    session column they are ratings of the same session of one unit, averaged in it. Rows that are exact copies
+    of another row (every column of the file equal) are refused, dropped or kept as ``spec.duplicates`` says.
+    """
+    keys = list(key_cols_of(wide))
+    info = no_repeats(spec)
+    repeated = wide.duplicated(keys, keep=False).to_numpy()
+    if not repeated.any():
+        return wide, info
+    # identity of a row: its canonical keys, scores and flags, and every other column of the file as read
+    others = [c for c in df.columns if c not in {*key_names, *spec.metrics, *filters}]
+    identity = wide.copy()
+    for c in others:
+        identity[f"_other:{c}"] = df[c].to_numpy()
+    copies = identity.duplicated(keep="first").to_numpy() & repeated
+    info["exact_duplicates"] = int(copies.sum())
+    if copies.any():
+        lines = _row_numbers(np.flatnonzero(copies))
+        if spec.duplicates == "refuse":
+            raise RatingsError(
+                f"{int(copies.sum())} row(s) are exact copies of an earlier row, every column equal (rows {lines}): "
+                "a file pasted twice would count them twice. Remove them, or analyse with the duplicates policy 'drop' "
+                "(--duplicates drop: the copies are dropped and counted in the report) or 'keep' (--duplicates "
+                "keep: distinct conversations that happen to have identical scores)"
+            )
+        if spec.duplicates == "drop":
+            wide = wide[~copies]
+            repeated = wide.duplicated(keys, keep=False).to_numpy()
+            info["dropped"] = int(copies.sum())
+            info["dropped_lines"] = lines
+    if repeated.any():
+        groups = wide[repeated].groupby(keys, sort=False).ngroups
+        info.update(
+            groups=int(groups),
+            rows=int(repeated.sum()),
+            lines=[int(i) + 2 for i in wide.index[repeated][:20]],
+            treated_as="ratings of the same session of one unit (averaged in it)"
+            if spec.session is not None
+            else "distinct conversations (one unit each)",
+        )
+        if spec.session is None:
+            order = wide.sort_values([*keys, *spec.metrics], kind="stable", na_position="last")
+            wide = wide.assign(**{CONV: order.groupby(keys, sort=False).cumcount().reindex(wide.index)})
+    return wide, info
+
+
+def key_cols_of(frame: pd.DataFrame) -> tuple[str, ...]:
+    """The canonical key columns present in ``frame``."""
+    return tuple(k for k in KEYS if k in frame.columns)
 
 
 def check_arms(spec: AnalysisSpec, arms: Sequence[str]) -> None:
@@ -360,9 +451,16 @@ def _long_to_wide(
     keys = list(key_cols)
     dup = long.duplicated([*keys, "_metric"], keep=False)
     if dup.any():
+        copies = int((dup.to_numpy() & df.duplicated(keep="first").to_numpy()).sum())
         raise RatingsError(
             f"{int(dup.sum())} rows rate the same metric twice for one worker/unit/arm/session "
-            f"(rows {_row_numbers(np.flatnonzero(dup.to_numpy()))})"
+            f"(rows {_row_numbers(np.flatnonzero(dup.to_numpy()))}): in a long table the rows of two conversations "
+            "cannot be told apart; add a column that tells them apart (a session or conversation id) and name it"
+            + (
+                f". {copies} of these rows are exact copies of an earlier row: --duplicates drop removes them"
+                if copies
+                else ""
+            )
         )
     for key in keys:
         codes, uniques = pd.factorize(long[key])

@@ -285,6 +285,23 @@ def fit_power_curve(points: Sequence[PowerPoint]) -> tuple[float, float] | None:
     return (a, b) if np.isfinite(a) and np.isfinite(b) and b > 0 else None
 
 
+def _interpolate(lo: PowerPoint, hi: PowerPoint, target: float, step: int) -> int:
+    """Workers where the line through two simulated sizes crosses the target, on the probit scale of power against
+    sqrt(workers) (the form :func:`fit_power_curve` fits); a power of 0 or 1 is taken as (k + 0.5) / (n + 1)."""
+    from scipy.special import ndtri
+
+    def z(p: PowerPoint) -> float:
+        k = round(p.power * p.studies)
+        return float(ndtri((k + 0.5) / (p.studies + 1)))
+
+    x0, x1 = math.sqrt(lo.workers), math.sqrt(hi.workers)
+    z0, z1 = z(lo), z(hi)
+    if z1 <= z0:
+        return hi.workers
+    x = x0 + (float(ndtri(target)) - z0) * (x1 - x0) / (z1 - z0)
+    return int(min(hi.workers, max(lo.workers + step, math.ceil(x * x / step) * step)))
+
+
 def workers_needed(
     design: StudyDesign,
     components: VarianceComponents,
@@ -301,9 +318,12 @@ def workers_needed(
     """The number of workers whose power reaches ``target``, from simulations of the design at a few sizes.
 
     Sizes are multiples of the number of arms (arms stay balanced): ``design.workers``, then doubled until the
-    simulated power reaches the target (or ``max_workers``), then the midpoint of the last two. A probit curve
-    through all of them (:func:`fit_power_curve`) smooths the Monte-Carlo noise; the answer is where it crosses
-    the target, and the curve lists the simulated sizes with their power and 95% interval.
+    simulated power reaches the target (or ``max_workers``), or halved while it still does; then the bracket
+    around the target is halved until it is at most an eighth of its upper size (or one step of arms). A probit
+    curve through all of them (:func:`fit_power_curve`) smooths the Monte-Carlo noise (a single size's power,
+    from 100 studies, is uncertain by about +-0.08); the answer is where it crosses the target. When no curve can
+    be fitted, the answer is interpolated between the two sizes around the target. The curve lists the simulated
+    sizes with their power and 95% interval.
     """
     if effect <= 0:
         raise ValueError("the smallest effect of interest must be positive")
@@ -323,14 +343,36 @@ def workers_needed(
                 progress(f"{n} workers: power {tried[n].power:.2f}")
         return tried[n].power
 
+    # 1. bracket the target: double from the first size until it is reached, or halve while it is exceeded
     n = size(design.workers)
-    previous = None
-    while power_at(n) < target and n < max_workers:
-        previous, n = n, size(n * 2)
-    if previous is not None and power_at(n) >= target:
-        power_at(size((previous + n) / 2))
-    elif previous is None and n > 2 * step:
-        power_at(size(n / 2))
+    below: int | None = None
+    above: int | None = None
+    if power_at(n) >= target:
+        above = n
+        while above > 2 * step:
+            smaller = size(above / 2)
+            if smaller == above or power_at(smaller) < target:
+                below = smaller if smaller != above else None
+                break
+            above = smaller
+    else:
+        below = n
+        while below < max_workers:
+            bigger = size(below * 2)
+            if power_at(bigger) >= target:
+                above = bigger
+                break
+            below = bigger
+    # 2. narrow the bracket: a curve through two sizes far apart (e.g. 30 and 60 workers) says little about the
+    # sizes between them (issue 20: the planner answered 60 where about 36 suffice)
+    while below is not None and above is not None and above - below > max(step, above // 8):
+        mid = size((below + above) / 2)
+        if mid in (below, above):
+            break
+        if power_at(mid) >= target:
+            above = mid
+        else:
+            below = mid
     curve = sorted(tried.values(), key=lambda p: p.workers)
     notes = [
         f"power from {studies} simulated studies per size (95% intervals shown); sizes are multiples of the "
@@ -344,6 +386,12 @@ def workers_needed(
 
         needed = ((float(ndtri(target)) - a) / b) ** 2
         found = int(math.ceil(needed / step) * step) if needed <= max_workers else None
+    elif below is not None and above is not None:
+        found = _interpolate(tried[below], tried[above], target, step)
+        notes.append(
+            "no probit curve could be fitted: the answer is interpolated between the two simulated sizes around "
+            "the target (on the probit scale of power against the square root of the workers)"
+        )
     else:
         reached = [p.workers for p in curve if p.power >= target]
         found = min(reached) if reached else None

@@ -17,6 +17,7 @@ plots were most of a cold HTML report's time).
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import io
 import math
@@ -134,12 +135,30 @@ def _figure() -> Figure:
         return Figure()
 
 
+# The SVG keeps text as text, so the browser draws it in DejaVu Sans where it has it and in a fallback font
+# (Verdana, Arial, ...) elsewhere, some of them wider: labels get this much room beyond DejaVu's own width.
+_FALLBACK_FONT_ROOM = 1.12
+
+
 def _text_width(text: str, size: float = 9.0) -> float:
-    """Estimated width in inches of ``text`` at ``size`` points: about 0.62 em per character in DejaVu Sans, a
-    full em for wide (e.g. CJK) characters. Generous on purpose: a margin too wide wastes a little white space,
-    one too narrow cuts a label."""
+    """Width in inches of ``text`` at ``size`` points: measured in matplotlib's font (DejaVu Sans; a capital W is
+    a full em, an "i" a third), at least 0.62 em per character and a full em for wide (e.g. CJK) characters,
+    which DejaVu lacks, plus room for a wider fallback font. Generous on purpose: a margin too wide wastes a
+    little white space, one too narrow cuts a label (issue 20: names in capitals were cut)."""
     em = sum(1.0 if unicodedata.east_asian_width(ch) in "WF" else 0.62 for ch in text)
-    return em * size / 72
+    return max(em, _measured_em(text)) * size / 72 * _FALLBACK_FONT_ROOM
+
+
+@functools.lru_cache(maxsize=4096)
+def _measured_em(text: str) -> float:
+    """The width of ``text`` in DejaVu Sans, in ems (font metrics only: nothing is drawn)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+        width, _, _ = TextToPath().get_text_width_height_descent(text, FontProperties(size=10), ismath=False)
+    return float(width) / 10
 
 
 def _widest(texts: Iterable[str], size: float = 9.0) -> float:
@@ -303,23 +322,27 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         if session is None
         else [p for p in result["pairwise_by_session"] if p.get("session") == session]
     )
-    key = "p_holm" if corrected else "p"
     matrix = np.full((len(arms), len(arms)), np.nan)
+    exploratory = np.zeros((len(arms), len(arms)), dtype=bool)
     idx = {a: i for i, a in enumerate(arms)}
     one_sided = result["params"]["test"] == "mwu-greater"
     for p in source:
         if p["metric"] != metric:
             continue
         i, j = idx[p["a"]], idx[p["b"]]
-        matrix[i, j] = _num(p[key])
+        primary = p.get("primary", True)
+        # a primary comparison's p is Holm-adjusted over the primary family, an exploratory one's within its own
+        value = p.get("p_holm_primary", p["p_holm"]) if primary else p["p_holm"]
+        matrix[i, j] = _num(value if corrected else p["p"])
+        exploratory[i, j] = not primary
         if not one_sided:
-            matrix[j, i] = matrix[i, j]
+            matrix[j, i], exploratory[j, i] = matrix[i, j], exploratory[i, j]
     with matplotlib.rc_context(_RC):
         fig = _figure()
         ax = fig.add_subplot()
         img = ax.imshow(np.where(np.isnan(matrix), 1.0, matrix), cmap=_P_CMAP, vmin=0, vmax=0.1)
         cells = [
-            (i, j, f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001")
+            (i, j, _exploratory_label(f"{matrix[i, j]:.3f}" if matrix[i, j] >= 0.001 else "<.001", exploratory[i, j]))
             for i in range(len(arms))
             for j in range(len(arms))
             if not np.isnan(matrix[i, j])
@@ -330,9 +353,15 @@ def pvalue_heatmap(result: dict[str, Any], metric: str = "overall", corrected: b
         title = f"{metric}: {'Holm-adjusted ' if corrected else ''}p ({what})" + (
             f", session {session}" if session is not None else ""
         )
+        if exploratory[~np.isnan(matrix)].any():
+            title += "\n(in parentheses: exploratory, not confirmatory)"
         ax.set_title(title, fontsize=9, y=1.0)
         _square(fig, ax, img, arms, title, "p")
         return _svg(fig, (ax, cells))
+
+
+def _exploratory_label(text: str, exploratory: bool) -> str:
+    return f"({text})" if exploratory else text
 
 
 def correlation_matrix(result: dict[str, Any], level: str = "rating") -> str:

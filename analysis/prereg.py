@@ -9,7 +9,9 @@ whitespace, UTF-8), so anyone can recompute it::
 
 A report given a pre-registration (``analyze(..., preregistration=doc)``, ``--prereg FILE``) says in its
 ``preregistration`` section whether the hash matches the content (the file was not edited after registration)
-and lists every analysis setting, arm or design figure that departs from it.
+and lists every analysis setting, arm or design figure that departs from it; a setting the registration does
+not fix counts as a departure. The registration's ``alpha`` and ``primary`` comparisons are applied unless the
+analysis sets its own (then the check lists the difference). ``python -m analysis prereg`` writes one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.spec import ALPHA, CONFIDENCE, AnalysisSpec, RatingsError
+from analysis.spec import CONFIDENCE, OVERALL, AnalysisSpec, Comparison, RatingsError
 
 if TYPE_CHECKING:
     from analysis.report import Prepared
@@ -31,7 +33,7 @@ FORMAT = "memeval-preregistration/1"
 _UNORDERED = frozenset({"metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"})
 
 __all__ = ["FORMAT", "analysis_settings", "build_preregistration", "check_preregistration", "digest",
-           "read_preregistration"]  # fmt: skip
+           "primary_list", "read_preregistration"]  # fmt: skip
 
 
 def digest(doc: Mapping[str, Any]) -> str:
@@ -39,6 +41,15 @@ def digest(doc: Mapping[str, Any]) -> str:
     body = {k: v for k, v in doc.items() if k != "sha256"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def primary_list(spec: AnalysisSpec) -> list[dict[str, Any]]:
+    """The primary comparisons ``spec`` uses, written out: the default (every metric and the overall score,
+    every pair of arms, over all sessions) as one entry per score, so that a registration states it."""
+    primary, _ = spec.effective_primary
+    if primary is None:
+        primary = tuple(Comparison(m) for m in (OVERALL, *spec.metrics))
+    return [c.as_dict() for c in primary]
 
 
 def analysis_settings(spec: AnalysisSpec) -> dict[str, Any]:
@@ -50,12 +61,27 @@ def analysis_settings(spec: AnalysisSpec) -> dict[str, Any]:
         "qc_metrics": list(spec.effective_qc_metrics),
         "test": spec.test,
         "family": spec.family,
+        "primary": primary_list(spec),
         "confidence": CONFIDENCE,
-        "alpha": ALPHA,
+        "alpha": spec.effective_alpha,
         "exclude": list(spec.exclude),
         "exclude_rows": list(spec.exclude_rows),
         "reference_arm": spec.reference_arm,
     }
+
+
+def _same_primary(registered: Any, used: Any) -> bool:
+    def key(items: Any) -> set[tuple[Any, ...]]:
+        out = set()
+        for c in items or []:
+            comparison = Comparison.of(c)
+            out.add((comparison.metric, comparison.a, comparison.b, str(comparison.session)))
+        return out
+
+    try:
+        return key(registered) == key(used)
+    except (RatingsError, TypeError):
+        return False
 
 
 def build_preregistration(
@@ -108,11 +134,23 @@ def check_preregistration(doc: Mapping[str, Any], spec: AnalysisSpec, prep: Prep
     """The report's ``preregistration`` section: hash, whether everything matches, and each departure."""
     hash_ok = doc.get("sha256") == digest(doc)
     actual = analysis_settings(spec)
+    registered_settings = doc.get("analysis") or {}
     differences: list[str] = []
-    for key, registered in (doc.get("analysis") or {}).items():
+    for key in [*actual, *(k for k in registered_settings if k not in actual)]:
         used = actual.get(key)
-        if key in _UNORDERED:
+        if key not in registered_settings:
+            # a setting the registration does not fix is not pre-registered, whatever its value
+            differences.append(f"{key}: not in the registration (used {used!r})")
+            continue
+        registered = registered_settings[key]
+        if key not in actual:
+            same = registered is None
+        elif key in _UNORDERED:
             same = sorted(map(str, registered or [])) == sorted(map(str, used or []))
+        elif key == "primary":
+            same = _same_primary(registered, used)
+        elif isinstance(registered, (int, float)) and isinstance(used, (int, float)):
+            same = abs(float(registered) - float(used)) < 1e-12
         else:
             same = registered == used
         if not same:

@@ -28,34 +28,69 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import combinations, permutations
+from itertools import combinations
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
+from analysis.comparisons import (
+    SMALL_DF,
+    family_description,
+    natural_key,
+    pairwise_section,
+    primary_description,
+    primary_section,
+    test_warnings,
+)
 from analysis.data import (
     ARM,
+    CONV,
+    REPEATS_ATTR,
     SESSION,
+    UID,
     UNIT,
+    WID,
     WORKER,
     RatingsError,
     canonical_frame,
     check_arms,
     data_warnings,
     flag_column,
+    repeated_rows_info,
 )
+from analysis.methods import exclusions_text, methods_text, mixed_status, prereg_text, repeated_rows_text
 from analysis.qc import quality_control
-from analysis.spec import ALPHA, OVERALL, AnalysisSpec, Family, Test
+from analysis.spec import ALPHA, OVERALL, AnalysisSpec
 from analysis.standardize import standardize_values, worker_moments, zscore_per_worker
-from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm, mixedlm_arm_effects
+from analysis.stats import correlate, grouped_mean_ci, mixedlm_arm_effects
 
-__all__ = ["OVERALL", "Analysis", "AnalysisSpec", "Prepared", "analyze", "prepare", "run", "to_jsonable"]
+__all__ = [
+    "OVERALL",
+    "SMALL_DF",
+    "Analysis",
+    "AnalysisSpec",
+    "Prepared",
+    "analyze",
+    "exclusions_text",
+    "family_description",
+    "methods_text",
+    "mixed_status",
+    "pairwise_section",
+    "prepare",
+    "prereg_text",
+    "primary_description",
+    "primary_section",
+    "repeated_rows_text",
+    "run",
+    "test_warnings",
+    "to_jsonable",
+]  # fmt: skip  (the tests and messages moved to analysis.comparisons and analysis.methods)
 
 # z-scores (and per-unit mean z) are rounded to this many decimals, far below any reported precision, so
 # that scores that are equal in exact arithmetic are equal as floats (ties stay ties in rank tests).
 Z_DECIMALS = 12
-_UID, _WID = "_uid", "_wid"
+_UID, _WID = UID, WID
 
 
 @dataclass
@@ -80,6 +115,7 @@ class Prepared:
     qc: dict[str, Any]
     exclusions: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    repeated_rows: dict[str, Any] = field(default_factory=dict)
     moments: pd.DataFrame | None = None
     _session_units: pd.DataFrame | None = None
 
@@ -127,6 +163,13 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         if spec.session is not None:
             by_session = _session_table(prep.session_units, prep.arms, list(spec.metrics), prep.z_valid)
     pairwise, pairwise_by_session, families = pairwise_section(prep)
+    primary = primary_section(spec, pairwise, pairwise_by_session)
+    prep.warnings += test_warnings(prep, [*pairwise, *pairwise_by_session])
+    if primary["unmatched"]:
+        prep.warnings.append(
+            "primary comparison(s) with no test in these data (an arm or session that does not occur, or a "
+            "direction the test does not run): " + "; ".join(primary["unmatched"])
+        )
     correlations = _correlations(prep) if prep.arms else []
     mixed = mixed_section(prep)
     if mixed is not None:
@@ -142,9 +185,11 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         "pairwise": pairwise,
         "pairwise_by_session": pairwise_by_session,
         "families": families,
+        "primary": primary,
         "correlations": correlations,
         "mixedlm": mixed,
         "warnings": prep.warnings,
+        "repeated_rows": prep.repeated_rows,
     }
     if spec.preregistration is not None:
         from analysis.prereg import check_preregistration
@@ -159,8 +204,9 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
 def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
     """Steps 1-6: validation, exclusions, z-scores, QC, units and design diagnostics."""
     frame = load(df, spec)
+    repeats = repeated_rows_info(frame, spec)
     frame, excluded, exclusions = apply_exclusions(frame, spec)
-    warnings_ = data_warnings(frame, spec) if len(frame) else []
+    warnings_ = [*repeated_rows_warnings(repeats), *(data_warnings(frame, spec) if len(frame) else [])]
     scored, moments = standardize(frame, spec, warnings_)
     qc = check_quality(scored, spec)
     keep = scored["qc_passed"] & ((scored[ARM] != spec.qc_arm) if spec.qc_arm is not None else True)
@@ -178,10 +224,10 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
             f"{qc['workers_total']} workers passed QC): no arm tables, tests or correlations; "
             "the QC section lists the failed workers and their reasons"
         )
-    arms = sorted(data[ARM].unique(), key=_natural)
+    arms = sorted(data[ARM].unique(), key=natural_key)
     if spec.reference_arm is not None and arms and spec.reference_arm not in arms:
         raise RatingsError(f"reference arm {spec.reference_arm!r} is not among the analysed arms {arms}")
-    data[_UID] = data.groupby([WORKER, UNIT, ARM], sort=False).ngroup()
+    data[_UID] = data.groupby([WORKER, UNIT, ARM, *([CONV] if CONV in data else [])], sort=False).ngroup()
     data[_WID] = pd.factorize(data[WORKER])[0]
     units = unit_table(data, spec, moments, by=[_UID])
     design = diagnose(data, units, arms, list(spec.metrics), warnings_)
@@ -197,6 +243,7 @@ def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
         exclusions=exclusions,
         warnings=warnings_,
         moments=moments,
+        repeated_rows=repeats,
     )
 
 
@@ -204,10 +251,42 @@ def load(df: pd.DataFrame, spec: AnalysisSpec) -> pd.DataFrame:
     """Step 1: the canonical frame in canonical row order (see :func:`canonical_order`)."""
     frame = canonical_frame(df, spec)
     check_arms(spec, frame[ARM].unique().tolist())
+    repeats = repeated_rows_info(frame, spec)
     # Canonical row order: every sum below (worker moments, unit means) then runs in the same order whatever
     # the order of the input rows, so the results do not change in their last bits (which would move
     # Mann-Whitney's tie detection). The index keeps each row's input position for the ratings export.
-    return canonical_order(frame, spec.metrics)
+    frame = canonical_order(frame, spec.metrics)
+    frame.attrs[REPEATS_ATTR] = repeats
+    return frame
+
+
+def repeated_rows_warnings(repeats: Mapping[str, Any]) -> list[str]:
+    """Sentences for ``warnings`` on rows that share their keys (kept) and exact copies (dropped or kept)."""
+    out = []
+    key = ", ".join(repeats["key"])
+    if repeats["rows"]:
+        if repeats["treated_as"].startswith("distinct"):
+            what = (
+                f"they are analysed as {repeats['rows']} distinct conversations, each its own unit (as Ji et al. "
+                "count every conversation); if they are sessions of one unit instead, name the session column"
+            )
+        else:
+            what = "they are analysed as several ratings of the same session, averaged in their unit"
+        out.append(
+            f"{repeats['rows']} rows share their ({key}) with another row in {repeats['groups']} group(s) and differ "
+            f"(CSV lines {', '.join(map(str, repeats['lines'][:5]))}{', ...' if repeats['rows'] > 5 else ''}): {what}"
+        )
+    if repeats["exact_duplicates"]:
+        if repeats["dropped"]:
+            out.append(
+                f"{repeats['dropped']} row(s) were exact copies of an earlier row and were dropped (duplicates: drop)"
+            )
+        else:
+            out.append(
+                f"{repeats['exact_duplicates']} row(s) are exact copies of an earlier row and are kept as distinct "
+                "conversations (duplicates: keep)"
+            )
+    return out
 
 
 def canonical_order(frame: pd.DataFrame, metrics: tuple[str, ...] | list[str]) -> pd.DataFrame:
@@ -259,7 +338,7 @@ def apply_exclusions(frame: pd.DataFrame, spec: AnalysisSpec) -> tuple[pd.DataFr
         )
     kept = frame[~drop]
     removed = frame[drop].assign(_excluded_by=[",".join(r) for r, d in zip(reasons, drop, strict=True) if d])
-    gone = sorted(set(frame[WORKER]) - set(kept[WORKER]), key=_natural)
+    gone = sorted(set(frame[WORKER]) - set(kept[WORKER]), key=natural_key)
     section.update(
         workers_after=int(kept[WORKER].nunique()),
         workers_removed=len(gone),
@@ -383,116 +462,6 @@ def diagnose(
     return design
 
 
-# ---------------------------------------------------------------------------------------------- tests
-def pairwise_section(
-    prep: Prepared,
-    test: Test | None = None,
-    family: Family | None = None,
-    sessions: bool = True,
-    units: pd.DataFrame | None = None,
-    session_units: pd.DataFrame | None = None,
-    overall_only: bool = False,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Pairwise tests for the whole units and (with ``sessions``) per session, Holm-adjusted per family.
-
-    Returns ``(pairwise, pairwise_by_session, families)``; each entry names its ``family``. ``units`` and
-    ``session_units`` default to the prepared study's; the calibration passes one simulated study's rows at a
-    time out of many prepared together; ``overall_only`` (the planner, with one family per metric) skips the
-    per-metric tests.
-    """
-    test = test or prep.spec.test
-    family = family or prep.spec.family
-    if len(prep.arms) < 1:
-        return [], [], []
-    units = prep.units if units is None else units
-    metrics = [OVERALL] if overall_only else [OVERALL, *prep.spec.metrics]
-    whole = _pairwise(units, prep, test, metrics)
-    per_session: list[dict[str, Any]] = []
-    if sessions and prep.spec.session is not None:
-        su = prep.session_units if session_units is None else session_units
-        for s, rows in sorted(su.groupby(SESSION, sort=False), key=lambda kv: _natural(kv[0])):
-            per_session += _pairwise(rows, prep, test, metrics, session=s)
-    families = _holm_families([*whole, *per_session], family)
-    return whole, per_session, families
-
-
-def _pairwise(
-    units: pd.DataFrame, prep: Prepared, test: Test, metrics: list[str], session: Any = None
-) -> list[dict[str, Any]]:
-    """Every ordered pair of arms for one-sided tests, else every pair, on every metric (no correction yet)."""
-    pairs = list(permutations(prep.arms, 2)) if test == "mwu-greater" else list(combinations(prep.arms, 2))
-    cols = [f"{prep.prefix}{m}" for m in metrics]
-    sample = "units"
-    if test != "cluster-t" and not prep.z_valid:
-        # Nested design: a worker's episodes share that worker's leniency, so they are not independent draws
-        # of the arm. Rank and Welch tests compare per-worker means (the worker is nested in the arm); the
-        # cluster test handles the dependence itself.
-        units = units.groupby([_WID, ARM], sort=False)[cols].mean().reset_index()
-        sample = "worker means"
-    arm = units[ARM].to_numpy()
-    values = units[cols].to_numpy(dtype=float)
-    wid = units[_WID].to_numpy()
-    rows = {a: np.flatnonzero(arm == a) for a in prep.arms}
-    out: list[dict[str, Any]] = []
-    scale = prep.prefix.rstrip("_")
-    for a, b in pairs:
-        ra, rb = rows[a], rows[b]
-        results = compare_columns(values[ra], values[rb], test, wid[ra], wid[rb])
-        for m, res in zip(metrics, results, strict=True):
-            entry = {"metric": m, "a": a, "b": b, "test": test, "scale": scale, "sample": sample, **res}
-            if session is not None:
-                entry["session"] = session
-            out.append(entry)
-    return out
-
-
-def _family_id(entry: dict[str, Any], family: Family) -> str:
-    scope = f"session {entry['session']}: " if "session" in entry else ""
-    if family == "metric":
-        return scope + str(entry["metric"])
-    if family == "all-metrics":
-        return scope + "all metrics"
-    return "all tests"
-
-
-def _holm_families(entries: list[dict[str, Any]], family: Family) -> list[dict[str, Any]]:
-    """Holm-adjust ``entries`` in place within each family; returns one summary per family."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        e["family"] = _family_id(e, family)
-        groups.setdefault(e["family"], []).append(e)
-    out = []
-    for fid, members in groups.items():
-        for e, p_holm in zip(members, holm([e["p"] for e in members]), strict=True):
-            e["p_holm"] = p_holm
-        out.append(
-            {
-                "id": fid,
-                "kind": family,
-                "tests": sum(1 for e in members if not _isnan(e["p"])),
-                "metrics": list(dict.fromkeys(e["metric"] for e in members)),
-                "sessions": list(dict.fromkeys(e["session"] for e in members if "session" in e)),
-                "significant": sum(1 for e in members if not _isnan(e["p_holm"]) and e["p_holm"] < ALPHA),
-            }
-        )
-    return out
-
-
-def family_description(result: Mapping[str, Any]) -> str:
-    """One sentence saying what a Holm family is in this report (for captions and the methods text)."""
-    kind = result["params"]["family"]
-    unit = "unit" if result["params"]["session"] is None else "episode"
-    scopes = f"for the whole {unit}" + (" and separately for each session" if result["params"]["session"] else "")
-    if kind == "metric":
-        return (
-            "Holm correction within each family of one metric (or the overall score): the comparisons between arms "
-            f"on that metric, {scopes}; marks in different rows or tables are not corrected for each other"
-        )
-    if kind == "all-metrics":
-        return f"Holm correction within each family of all metrics and the overall score together, {scopes}"
-    return "Holm correction over one family holding every test of the report (all metrics, the overall score, all sessions)"
-
-
 # ---------------------------------------------------------------------------------------------- mixed model
 def mixed_section(prep: Prepared) -> dict[str, Any] | None:
     """The mixed model on per-unit mean raw scores: on request, or for the overall score in a nested design."""
@@ -551,7 +520,7 @@ def _session_table(su: pd.DataFrame, arms: list[str], metrics: list[str], z_vali
     table = _grouped(su, [ARM, SESSION], metrics)
     out = []
     for a in arms:
-        for s in sorted(table.loc[a].index, key=_natural):
+        for s in sorted(table.loc[a].index, key=natural_key):
             n, fields = _row_summary(cast(pd.Series, table.loc[(a, s)]), metrics, z_valid)
             out.append({"arm": a, "session": s, "n_units": n, **fields})
     return out
@@ -596,99 +565,6 @@ def _ratings_export(prep: Prepared) -> pd.DataFrame:
     return out.sort_index().reset_index(drop=True)  # back to the input's row order
 
 
-# ---------------------------------------------------------------------------------------------- methods
-def methods_text(result: Mapping[str, Any]) -> str:
-    """A methods paragraph for the report: exclusions, standardization, QC, which test, which families."""
-    p, qc, design = result["params"], result["qc"], result["design"]
-    parts = []
-    excl = result.get("exclusions") or {}
-    if excl.get("filters"):
-        parts.append(exclusions_text(excl))
-    if p["reverse"]:
-        parts.append(f"Reversed metrics ({', '.join(p['reverse'])}) were scored as 100 - x.")
-    parts.append(
-        "Scores were standardized per worker over all of that worker's ratings (all metrics, arms and sessions, "
-        "the QC arm included), z = (x - mean) / (SD + 1e-6) with the sample SD (ddof = 1), as Ji et al. (2022)."
-    )
-    if p["qc_arm"]:
-        parts.append(
-            f"Quality control: for each worker a one-sided Mann-Whitney U test of the scores given to the degraded "
-            f"arm '{p['qc_arm']}' against those given to the other arms on {', '.join(qc['metrics'])}; workers "
-            f"passed at p < {qc['alpha']}, workers with zero variance failed. {qc['workers_passed']} of "
-            f"{qc['workers_total']} workers passed; the {len(qc['failed_workers'])} who failed and the QC arm are "
-            "excluded from everything below."
-        )
-    if not result["arm_order"]:
-        parts.append("No ratings were left to compare the arms, so there are no arm tables, tests or correlations.")
-        return " ".join(parts)
-    parts.append(
-        f"The unit of analysis is one ({p['unit']}, {p['arm']}) combination of a worker ({design['units']} units from "
-        f"{design['workers']} workers); a unit's score on a metric is its mean over sessions and its overall score "
-        "the mean of all its scores. Means come with 95% Student-t confidence intervals over units."
-    )
-    test = {
-        "cluster-t": "two-sided t-tests of the difference in mean scores with standard errors clustered by worker "
-        "(CR2 sandwich with Bell-McCaffrey degrees of freedom; Pustejovsky & Tipton 2018), for every pair of arms, "
-        "so that a worker's units are not treated as independent",
-        "mwu-greater": "one-sided Mann-Whitney U tests (alternative: the first arm scores higher) for every ordered "
-        "pair of arms, treating units as independent (Ji et al.'s replication mode)",
-        "mwu-two-sided": "two-sided Mann-Whitney U tests for every pair of arms, treating units as independent",
-        "welch": "two-sided Welch t-tests for every pair of arms, treating units as independent",
-    }[p["test"]]
-    sample = "per-worker mean" if p["test"] != "cluster-t" and not design["z_valid"] else "per-unit"
-    parts.append(
-        f"Arms were compared on {sample} {'z' if design['z_valid'] else 'raw'} scores with {test}, per metric and "
-        f"overall (and per session); p-values are reported raw and Holm-adjusted. {family_description(result)}. "
-        f"Effect sizes: {'rank-biserial correlation' if p['test'].startswith('mwu') else 'Hedges g'}."
-    )
-    parts.append(
-        "Correlations between metrics are Pearson (95% CI by Fisher z) and Spearman, at the rating level (one point "
-        "per rated session), the unit level and the arm level (one point per arm), as labelled."
-    )
-    if not design["z_valid"]:
-        parts.append(
-            "Every worker rated one arm only, so per-worker z-scores carry no arm effect; arm-level results use "
-            "raw scores and a linear mixed model with a random intercept per worker."
-        )
-    elif result.get("mixedlm"):
-        parts.append(
-            "As a robustness check, a linear mixed model (raw score ~ arm + random intercept per worker) "
-            "was fitted on per-unit mean raw scores."
-        )
-    prereg = result.get("preregistration")
-    if prereg:
-        parts.append(prereg_text(prereg))
-    return " ".join(parts)
-
-
-def exclusions_text(exclusions: Mapping[str, Any]) -> str:
-    """'Exclusions (before standardization): ...' with the number of workers each filter removed."""
-    items = []
-    for f in exclusions["filters"]:
-        if f["level"] == "worker":
-            items.append(f"workers flagged in '{f['column']}' ({f['workers_removed']} removed)")
-        else:
-            items.append(
-                f"rows flagged in '{f['column']}' ({f['rows_removed']} rows; {f['workers_removed']} workers left "
-                "with nothing)"
-            )
-    return (
-        "Exclusions, applied before standardization and quality control: "
-        + "; ".join(items)
-        + f". {exclusions['workers_removed']} of {exclusions['workers_before']} workers were removed in all."
-    )
-
-
-def prereg_text(prereg: Mapping[str, Any]) -> str:
-    """One sentence on the pre-registration check."""
-    head = f"Pre-registration {str(prereg.get('sha256') or '')[:12]}"
-    if not prereg.get("hash_ok"):
-        return head + ": its hash does not match its content (the file was altered after registration)."
-    if prereg.get("matches"):
-        return head + ": the analysis settings match the registered ones."
-    return head + ": the analysis departs from it (" + "; ".join(prereg.get("differences") or []) + ")."
-
-
 # ---------------------------------------------------------------------------------------------- helpers
 def to_jsonable(obj: Any) -> Any:
     """Plain Python types only; NaN and infinities become None (JSON null)."""
@@ -706,14 +582,3 @@ def to_jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, str):
         return obj
     return str(obj)
-
-
-def _isnan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def _natural(value: Any) -> tuple[int, Any]:
-    """Sort numbers numerically before text, text alphabetically."""
-    if isinstance(value, (int, np.integer)):
-        return (0, int(value))
-    return (1, str(value))

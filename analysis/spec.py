@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 OVERALL = "overall"  # the pseudo-metric "mean of all of a unit's scores", next to the real metrics
-ALPHA = 0.05  # QC pass level, Holm-adjusted significance level of the marks and families
+ALPHA = 0.05  # QC pass level; the default significance level of the arm comparisons (AnalysisSpec.alpha)
 CONFIDENCE = 0.95
 
 Test = Literal["cluster-t", "mwu-greater", "mwu-two-sided", "welch"]
@@ -33,9 +33,86 @@ Family = Literal["metric", "all-metrics", "all"]
 FAMILIES: tuple[str, ...] = ("metric", "all-metrics", "all")
 DEFAULT_FAMILY: Family = "metric"
 
+# What to do with rows that are exact copies of another row (every column equal): refuse the table (default: a
+# doubled file once turned p = 0.013 into 0.00045), drop the copies (counted in the report), or keep them as
+# distinct conversations that happen to have the same scores. Rows that share their keys but differ are always
+# kept, as distinct conversations (see analysis.data).
+Duplicates = Literal["refuse", "drop", "keep"]
+DUPLICATE_POLICIES: tuple[str, ...] = ("refuse", "drop", "keep")
+
 
 class RatingsError(ValueError):
     """The ratings table (or the way it is to be analysed) cannot be used as given; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One primary (confirmatory) comparison, as pre-registered: the arms' tests on ``metric`` (a metric or
+    ``"overall"``), for the whole unit (``session`` None: over all sessions) or one session; every pair of arms,
+    or only ``a`` against ``b`` (for the one-sided ``mwu-greater`` test, only the direction "a scores higher
+    than b").
+
+    Written ``METRIC``, ``METRIC:ARM_A:ARM_B``, ``METRIC@SESSION`` or ``METRIC:ARM_A:ARM_B@SESSION`` on the
+    command line (names holding ``:``, ``@`` or ``,`` go in a pre-registration file), ``{"metric": ..., "a": ...,
+    "b": ..., "session": ...}`` in JSON.
+    """
+
+    metric: str
+    a: str | None = None
+    b: str | None = None
+    session: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.metric:
+            raise RatingsError("a primary comparison needs a metric (or 'overall')")
+        if (self.a is None) != (self.b is None):
+            raise RatingsError(f"primary comparison on {self.metric!r}: name both arms or neither")
+        if self.a is not None and self.a == self.b:
+            raise RatingsError(f"primary comparison on {self.metric!r} compares arm {self.a!r} with itself")
+
+    @classmethod
+    def of(cls, value: Comparison | str | Mapping[str, Any]) -> Comparison:
+        if isinstance(value, Comparison):
+            return value
+        if isinstance(value, Mapping):
+            unknown = sorted(set(value) - {"metric", "a", "b", "session"})
+            if unknown:
+                raise RatingsError(f"a primary comparison has unknown key(s) {unknown} (metric, a, b, session)")
+            a, b = value.get("a"), value.get("b")
+            return cls(
+                str(value.get("metric") or ""),
+                None if a is None else str(a),
+                None if b is None else str(b),
+                value.get("session"),
+            )
+        text, _, session = str(value).strip().partition("@")
+        parts = [t.strip() for t in text.split(":")]
+        if len(parts) not in (1, 3):
+            raise RatingsError(f"primary comparison {value!r}: write METRIC or METRIC:ARM_A:ARM_B (and @SESSION)")
+        sess: Any = session.strip() or None
+        if sess is not None and sess.isdigit():
+            sess = int(sess)
+        if len(parts) == 3:
+            return cls(parts[0], parts[1], parts[2], sess)
+        return cls(parts[0], None, None, sess)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "a": self.a, "b": self.b, "session": self.session}
+
+    def label(self) -> str:
+        pair = f" {self.a} vs {self.b}" if self.a is not None else " (every pair of arms)"
+        scope = f", session {self.session}" if self.session is not None else ""
+        return f"{self.metric}{pair}{scope}"
+
+    def covers(self, entry: Mapping[str, Any], one_sided: bool) -> bool:
+        """Whether the pairwise test ``entry`` (a report's ``pairwise``/``pairwise_by_session`` item) is this one."""
+        if entry["metric"] != self.metric or entry.get("session") != self.session:
+            return False
+        if self.a is None:
+            return True
+        if one_sided:
+            return (entry["a"], entry["b"]) == (self.a, self.b)
+        return {entry["a"], entry["b"]} == {self.a, self.b}
 
 
 def _names(value: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -58,7 +135,8 @@ class AnalysisSpec:
     overall score only when the design needs it (None). ``exclude`` names boolean columns: a worker flagged
     true in any row is removed entirely; ``exclude_rows`` names boolean columns whose flagged rows alone are
     removed. ``preregistration`` is a pre-registration (the dict of :mod:`analysis.prereg`) that the report
-    checks its own settings against.
+    checks its own settings against. ``duplicates`` says what to do with rows that are exact copies of another
+    row (:data:`DUPLICATE_POLICIES`); rows that share their keys but differ are distinct conversations.
     """
 
     worker: str
@@ -78,16 +156,38 @@ class AnalysisSpec:
     exclude: tuple[str, ...] = ()
     exclude_rows: tuple[str, ...] = ()
     preregistration: Mapping[str, Any] | None = None
+    duplicates: Duplicates = "refuse"
+    primary: tuple[Comparison, ...] | None = None
+    alpha: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"):
             object.__setattr__(self, name, _names(getattr(self, name)))
+        if self.primary is not None:
+            given: Any = self.primary  # a tuple of Comparisons, strings or dicts, or a single one
+            items = [given] if isinstance(given, (str, Mapping, Comparison)) else list(given)
+            primary = tuple(dict.fromkeys(Comparison.of(c) for c in items))
+            object.__setattr__(self, "primary", primary)
+            unknown_metrics = sorted({c.metric for c in primary} - {OVERALL, *self.metrics})
+            if unknown_metrics:
+                raise RatingsError(
+                    f"primary comparison(s) on {unknown_metrics}, which are not among the metrics "
+                    f"{[*self.metrics]} or {OVERALL!r}"
+                )
+            if not primary:
+                raise RatingsError("an empty list of primary comparisons: leave it unset for the default")
+        if self.alpha is not None and not 0 < self.alpha < 1:
+            raise RatingsError(f"the significance level alpha must lie between 0 and 1, not {self.alpha!r}")
         if self.value_col and not self.metric_col:
             object.__setattr__(self, "metric_col", "metric")
         if self.metric_col and not self.value_col:
             object.__setattr__(self, "value_col", "score")
         if self.test not in TESTS:
             raise RatingsError(f"unknown test {self.test!r}; choose one of {', '.join(TESTS)}")
+        if self.duplicates not in DUPLICATE_POLICIES:
+            raise RatingsError(
+                f"unknown duplicates policy {self.duplicates!r}; choose one of {', '.join(DUPLICATE_POLICIES)}"
+            )
         if self.family not in FAMILIES:
             raise RatingsError(f"unknown Holm family {self.family!r}; choose one of {', '.join(FAMILIES)}")
         if not self.metrics:
@@ -129,11 +229,42 @@ class AnalysisSpec:
         """The metrics of the QC test: the chosen ones, or every metric."""
         return (self.qc_metrics or self.metrics) if self.qc_arm is not None else ()
 
+    @property
+    def effective_alpha(self) -> float:
+        """The significance level of the arm comparisons: the set one, else the registered one, else 0.05."""
+        if self.alpha is not None:
+            return float(self.alpha)
+        registered = ((self.preregistration or {}).get("analysis") or {}).get("alpha")
+        if isinstance(registered, (int, float)) and not isinstance(registered, bool) and 0 < registered < 1:
+            return float(registered)
+        return ALPHA
+
+    @property
+    def effective_primary(self) -> tuple[tuple[Comparison, ...] | None, str]:
+        """The primary comparisons and where they come from: the setting, the pre-registration, or the default
+        (None: every metric and the overall score, every pair of arms, over all sessions)."""
+        if self.primary is not None:
+            return self.primary, "setting"
+        registered = ((self.preregistration or {}).get("analysis") or {}).get("primary")
+        if registered:
+            try:
+                items = [registered] if isinstance(registered, (str, Mapping)) else list(registered)
+                return tuple(dict.fromkeys(Comparison.of(c) for c in items)), "preregistration"
+            except (RatingsError, TypeError) as exc:
+                raise RatingsError(f"the pre-registration's primary comparisons cannot be read: {exc}") from exc
+        return None, "default"
+
     def params(self) -> dict[str, Any]:
         """The settings as the report's ``params`` section (JSON-ready; the pre-registration is summarised elsewhere)."""
-        out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if k != "preregistration"}
+        out = {
+            k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in asdict(self).items()
+            if k not in ("preregistration", "primary", "alpha")
+        }
         out["qc_metrics"] = list(self.effective_qc_metrics)
         out["confidence"] = CONFIDENCE
-        out["alpha"] = ALPHA
+        out["alpha"] = self.effective_alpha
         out["correction"] = "holm"
+        primary, _ = self.effective_primary
+        out["primary"] = [c.as_dict() for c in primary] if primary is not None else None
         return out

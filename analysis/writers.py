@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.comparisons import family_description
+from analysis.methods import exclusions_text, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 
@@ -45,8 +46,23 @@ def _scale(result: dict[str, Any]) -> str:
     return "z" if result["design"]["z_valid"] else "raw"
 
 
-def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tuple[str, str], list[int]]:
-    """(arm, metric) -> numbers (1-based, in ``arm_order``) of the arms it significantly outscores."""
+def _alpha(result: dict[str, Any]) -> float:
+    return float(result["params"].get("alpha") or ALPHA)
+
+
+def _is_primary(entry: dict[str, Any]) -> bool:
+    return bool(entry.get("primary", True))  # results made before issue 20 have no roles: all were marks
+
+
+def significance_marks(
+    result: dict[str, Any], session: Any = None, role: str = "primary"
+) -> dict[tuple[str, str], list[int]]:
+    """(arm, metric) -> numbers (1-based, in ``arm_order``) of the arms it significantly outscores.
+
+    ``role="primary"``: the primary comparisons, Holm-corrected over the primary family (``p_holm_primary``);
+    ``role="exploratory"``: the other tests, Holm-corrected within their own family only (``p_holm``)."""
+    if role not in ("primary", "exploratory"):
+        raise ValueError(f"role must be 'primary' or 'exploratory', not {role!r}")
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
     source = (
         result["pairwise"]
@@ -54,9 +70,13 @@ def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tupl
         else [p for p in result["pairwise_by_session"] if p.get("session") == session]
     )
     one_sided = result["params"]["test"] == "mwu-greater"
+    alpha = _alpha(result)
     marks: dict[tuple[str, str], list[int]] = {}
     for p in source:
-        if p["p_holm"] is None or p["p_holm"] >= ALPHA:
+        if _is_primary(p) != (role == "primary"):
+            continue
+        adjusted = p.get("p_holm_primary", p["p_holm"]) if role == "primary" else p["p_holm"]
+        if adjusted is None or adjusted >= alpha:
             continue
         if one_sided or (p["mean_a"] or 0) >= (p["mean_b"] or 0):
             winner, loser = p["a"], p["b"]
@@ -66,40 +86,86 @@ def significance_marks(result: dict[str, Any], session: Any = None) -> dict[tupl
     return {k: sorted(v) for k, v in marks.items()}
 
 
-def _arm_rows(
-    result: dict[str, Any], scale: str, digits: int, mark: Callable[[str], str]
-) -> tuple[list[str], list[list[str]]]:
+Mark = Callable[[str, str], str]  # (primary marks, exploratory marks) -> the cell's superscripts
+
+
+def _arm_rows(result: dict[str, Any], scale: str, digits: int, mark: Mark) -> tuple[list[str], list[list[str]]]:
     metrics = result["params"]["metrics"]
-    marks = significance_marks(result) if scale == _scale(result) else {}
+    on_scale = scale == _scale(result)
+    primary = significance_marks(result) if on_scale else {}
+    exploratory = significance_marks(result, role="exploratory") if on_scale else {}
     header = ["#", "Arm", "n", *metrics, "Overall"]
     rows = []
     for i, a in enumerate(result["arm_order"], 1):
         arm = result["arms"][a]
         cells = [str(i), a, str(arm["n_units"])]
         for m in metrics:
-            cells.append(fmt(arm["metrics"][m][f"mean_{scale}"], digits) + mark(_marks(marks, a, m)))
-        cells.append(fmt(arm[f"overall_{scale}"], digits) + mark(_marks(marks, a, OVERALL)))
+            value = fmt(arm["metrics"][m][f"mean_{scale}"], digits)
+            cells.append(value + mark(_marks(primary, a, m), _marks(exploratory, a, m)))
+        value = fmt(arm[f"overall_{scale}"], digits)
+        cells.append(value + mark(_marks(primary, a, OVERALL), _marks(exploratory, a, OVERALL)))
         rows.append(cells)
     return header, rows
 
 
-def _marks_note(result: dict[str, Any]) -> str:
-    return (
-        "Superscripts: the arm scores significantly higher than the numbered arms on that metric "
-        f"(Holm-adjusted p < {ALPHA}; {result['params']['test']} on per-unit {_scale(result)} scores; "
-        f"{family_description(result)})."
+def primary_note(result: dict[str, Any]) -> str:
+    """Which comparisons are primary and how they are corrected; what 'exploratory' means here."""
+    prim = result.get("primary")
+    alpha = _alpha(result)
+    if not prim:
+        return f"Holm-adjusted p < {alpha}; {family_description(result)}."
+    text = (
+        f"Primary comparisons: {prim['description']}; Holm correction over these {prim['tests']} tests as one "
+        f"family (the chance of any false positive among them is at most {alpha}); {prim['significant']} "
+        f"significant at p < {alpha}."
     )
+    if prim.get("exploratory_tests"):
+        text += (
+            f" The other {prim['exploratory_tests']} tests are exploratory, not confirmatory: "
+            f"{family_description(result)}."
+        )
+    return text
+
+
+def _marks_note(result: dict[str, Any]) -> str:
+    alpha = _alpha(result)
+    text = (
+        "Superscripts: the arm scores significantly higher than the numbered arms on that metric in a primary "
+        f"comparison (Holm over the primary family, p < {alpha}; {result['params']['test']} on per-unit "
+        f"{_scale(result)} scores)."
+    )
+    if significance_marks(result, role="exploratory"):
+        text += (
+            " Superscripts in parentheses marked 'e:' are exploratory comparisons (Holm within their own family "
+            f"only, p < {alpha}), not confirmatory."
+        )
+    return text + " " + primary_note(result)
 
 
 def _pairwise_note(result: dict[str, Any]) -> str:
     test = result["params"]["test"]
-    return f"{TEST_LABELS.get(test, test)}. {family_description(result)}."
+    return f"{TEST_LABELS.get(test, test)}. {primary_note(result)}"
 
 
 def _exclusions_summary(result: dict[str, Any]) -> str:
     """The active filters and what each removed, or '' when there are none."""
     excl = result.get("exclusions") or {}
     return exclusions_text(excl) if excl.get("filters") else ""
+
+
+def _repeated_summary(result: dict[str, Any]) -> str:
+    """What happened to rows that share their keys (kept as distinct conversations, copies dropped), or ''."""
+    rep = result.get("repeated_rows") or {}
+    return repeated_rows_text(rep) if rep.get("rows") or rep.get("exact_duplicates") else ""
+
+
+def _notes(result: dict[str, Any]) -> list[str]:
+    """The sentences every format prints about the data and the registration: exclusions, repeated rows and the
+    pre-registration check (each only when it applies)."""
+    notes = [_exclusions_summary(result), _repeated_summary(result)]
+    if result.get("preregistration"):
+        notes.append(prereg_text(result["preregistration"]))
+    return [n for n in notes if n]
 
 
 def _marks(marks: dict[tuple[str, str], list[int]], arm: str, metric: str) -> str:
@@ -118,14 +184,26 @@ def _session_rows(result: dict[str, Any], scale: str, digits: int) -> tuple[list
     return header, rows
 
 
-def _pairwise_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    header = ["Metric", "A", "B", "Test", "n_A", "n_B", "Statistic", "p", "p (Holm)", "Effect size"]
+def _pairwise_rows(
+    result: dict[str, Any], role: str | None = None, entries: list[dict[str, Any]] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """The pairwise tests of ``role`` (primary, exploratory or both) as table rows; the adjusted p of a primary
+    test is over the primary family, that of an exploratory test within its own family."""
+    header = ["Metric", "A", "B", "Test", "n_A", "n_B", "Statistic", "p", "p (Holm)", "Role", "Effect size"]
+    if role == "primary":
+        header[8] = "p (Holm, primary family)"
+    elif role == "exploratory":
+        header[8] = "p (Holm, own family)"
     rows = []
-    for p in result["pairwise"]:
+    for p in result["pairwise"] if entries is None else entries:
+        if role is not None and _is_primary(p) != (role == "primary"):
+            continue
         kind = {"rank_biserial": "r_rb", "hedges_g": "g"}.get(p.get("effect_size_kind") or "", "")
+        adjusted = p.get("p_holm_primary", p["p_holm"]) if _is_primary(p) else p["p_holm"]
+        metric = str(p["metric"]) + (f" (session {p['session']})" if "session" in p else "")
         rows.append(
             [
-                p["metric"],
+                metric,
                 p["a"],
                 p["b"],
                 p["test"],
@@ -133,11 +211,28 @@ def _pairwise_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 str(p["n_b"]),
                 fmt(p.get("statistic"), 2),
                 fmt_p(p["p"]),
-                fmt_p(p["p_holm"]),
+                fmt_p(adjusted),
+                "primary" if _is_primary(p) else "exploratory",
                 f"{kind} {fmt(p['effect_size'])}".strip(),
             ]
         )
     return header, rows
+
+
+def _session_tests_note(result: dict[str, Any]) -> str:
+    n = _exploratory_session_count(result)
+    return (
+        f"The {n} per-session tests are exploratory too (Holm within their own family only; not confirmatory): "
+        "they are in the JSON (pairwise_by_session) and the pairwise CSV, each with its role."
+    )
+
+
+def _primary_entries(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in [*result["pairwise"], *result["pairwise_by_session"]] if _is_primary(p)]
+
+
+def _exploratory_session_count(result: dict[str, Any]) -> int:
+    return sum(1 for p in result["pairwise_by_session"] if not _is_primary(p))
 
 
 def _correlation_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -161,9 +256,15 @@ def _correlation_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]
 
 
 def _mixed_rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The fixed effects of every fitted model; a model that could not be fitted gets one row saying why."""
     header = ["Metric", "Term", "Coef.", "SE", "p", "95% CI"]
     rows = []
     for m, fit in (result.get("mixedlm") or {}).get("models", {}).items():
+        if not fit["effects"]:
+            reasons = fit.get("warnings") or []
+            fatal = [w for w in reasons if "not fitted" in w or "could not be fitted" in w]
+            why = "; ".join(fatal or reasons) or "no estimates"
+            rows.append([m, f"not fitted: {why}", "–", "–", "–", "–"])
         for e in fit["effects"]:
             rows.append([m, e["term"], fmt(e["coef"], 2), fmt(e["se"], 2), fmt_p(e["p"]), fmt_ci(e["ci95"], 2)])
     return header, rows
@@ -200,7 +301,10 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
 def to_markdown(result: dict[str, Any]) -> str:
     """The report as Markdown: methods, QC, warnings, Tables 5/9/8 shapes, tests, correlations, mixed model."""
     sc = _scale(result)
-    sup = lambda s: f"<sup>{s}</sup>" if s else ""  # noqa: E731
+
+    def sup(primary: str, exploratory: str) -> str:
+        return (f"<sup>{primary}</sup>" if primary else "") + (f"<sup>(e: {exploratory})</sup>" if exploratory else "")
+
     out = ["# Analysis report", "", result["methods"], ""]
     if _exclusions_summary(result):
         out += ["## Exclusions", "", _exclusions_summary(result), ""]
@@ -228,7 +332,20 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _md_table(*_session_rows(result, sc, 3 if sc == "z" else 2)),
         ]
-    out += ["", "## Pairwise tests", "", _pairwise_note(result), "", _md_table(*_pairwise_rows(result))]
+    out += ["", "## Pairwise tests", "", _pairwise_note(result)]
+    out += [
+        "",
+        "### Primary comparisons (confirmatory)",
+        "",
+        _md_table(*_pairwise_rows(result, "primary", _primary_entries(result))),
+    ]
+    explo = _pairwise_rows(result, "exploratory")
+    if explo[1] or _exploratory_session_count(result):
+        out += ["", "### Exploratory comparisons (not confirmatory)", ""]
+        if explo[1]:
+            out += [_md_table(*explo), ""]
+        if _exploratory_session_count(result):
+            out.append(_session_tests_note(result))
     out += ["", "## Correlations between metrics", "", _md_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += [
@@ -311,18 +428,22 @@ def _latex_table(
 def to_latex(result: dict[str, Any]) -> str:
     """booktabs tables (needs ``\\usepackage{booktabs}``): Tables 5, 9 and 8 shapes plus pairwise tests."""
     sc = _scale(result)
-    sup = lambda s: f"$^{{{s}}}$" if s else ""  # noqa: E731
+
+    def sup(primary: str, exploratory: str) -> str:
+        return (f"$^{{{primary}}}$" if primary else "") + (
+            f"$^{{(\\mathrm{{e}}: {exploratory})}}$" if exploratory else ""
+        )
+
     head = "% generated by memeval analysis; needs \\usepackage{booktabs}\n"
     if not all(ord(ch) < 128 for ch in "".join(result["arm_order"]) + "".join(result["params"]["metrics"])):
         head += (
             "% names outside ASCII: compile with xelatex or lualatex (or pdflatex with a suitable inputenc/fontenc)\n"
         )
-    excl = _exclusions_summary(result)
-    if excl:
-        head += "% " + excl + "\n"
+    notes = _notes(result)
+    head += "".join("% " + n + "\n" for n in notes)
     if not result["arm_order"]:
         return head + "% no arm tables (" + "; ".join(result["warnings"]) + ")\n"
-    note = " " + _marks_note(result) + (" " + excl if excl else "")
+    note = " " + " ".join([_marks_note(result), *notes])
     parts = []
     if sc == "z":
         h, rows = _arm_rows(result, "z", 3, sup)
@@ -335,9 +456,12 @@ def to_latex(result: dict[str, Any]) -> str:
         caption = f"Per-session average {'standardized' if sc == 'z' else 'absolute'} scores."
         parts.append(_latex_table(h, rows, caption, "tab:sessions", 2))
     header, rows = _pairwise_rows(result)
+    header[8] = "p (Holm)"
     overall = [r for r in rows if r[0] == OVERALL]
     caption = (
-        f"Pairwise tests on the overall score ({result['params']['test']}, Holm-adjusted). {_pairwise_note(result)}"
+        f"Pairwise tests on the overall score ({result['params']['test']}). The Holm-adjusted p of a primary "
+        "comparison is over the primary family, that of an exploratory one within its own family only. "
+        f"{_pairwise_note(result)}"
     )
     parts.append(_latex_table(header, overall, caption, "tab:pairwise", 4))
     return head + "\n\n".join(parts) + "\n"
@@ -348,15 +472,16 @@ _CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em a
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f4f4f4}td:nth-child(-n+2),th:nth-child(-n+2){text-align:left}.warn{background:#fff4e0;border-left:4px solid #e69500;padding:.5em 1em}
 figure{display:inline-block;margin:0 1em 1em 0;vertical-align:top}figcaption{font-size:12px;color:#555}
-details{margin-bottom:1em}"""
+details{margin-bottom:1em}.expl{color:#555;font-style:italic}table.expl td{color:#555}"""
 
 
-def _html_table(header: list[str], rows: list[list[str]], raw_cells: bool = False) -> str:
+def _html_table(header: list[str], rows: list[list[str]], raw_cells: bool = False, css_class: str = "") -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join(
         "<tr>" + "".join(f"<td>{c if raw_cells else html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    cls = f" class='{css_class}'" if css_class else ""
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: str = "Analysis report") -> str:
@@ -370,7 +495,11 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
         plots = all_plots(result)
     sc = _scale(result)
     e = html.escape
-    sup = lambda s: f"<sup>{e(s)}</sup>" if s else ""  # noqa: E731
+
+    def sup(primary: str, exploratory: str) -> str:
+        return (f"<sup>{e(primary)}</sup>" if primary else "") + (
+            f"<sup class='expl' title='exploratory'>(e: {e(exploratory)})</sup>" if exploratory else ""
+        )
 
     def arm_table(scale: str, digits: int) -> str:
         header, rows = _arm_rows(result, scale, digits, sup)
@@ -415,7 +544,18 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
         out.append("<h2>Plots</h2>")
         for name, svg in plots.items():
             out.append(f"<figure>{_strip_xml_header(svg)}<figcaption>{e(name)}</figcaption></figure>")
-    out += ["<h2>Pairwise tests</h2>", f"<p>{e(_pairwise_note(result))}</p>", _html_table(*_pairwise_rows(result))]
+    out += ["<h2>Pairwise tests</h2>", f"<p>{e(_pairwise_note(result))}</p>"]
+    out += [
+        "<h3>Primary comparisons (confirmatory)</h3>",
+        _html_table(*_pairwise_rows(result, "primary", _primary_entries(result))),
+    ]
+    explo = _pairwise_rows(result, "exploratory")
+    if explo[1] or _exploratory_session_count(result):
+        out.append("<h3 class='expl'>Exploratory comparisons (not confirmatory)</h3>")
+        if explo[1]:
+            out.append(_html_table(*explo, css_class="expl"))
+        if _exploratory_session_count(result):
+            out.append(f"<p class='expl'>{e(_session_tests_note(result))}</p>")
     out += ["<h2>Correlations between metrics</h2>", _html_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += ["<h2>Mixed model</h2>", _html_table(*_mixed_rows(result))]

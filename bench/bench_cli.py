@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-JI = ROOT / "analysis" / "tests" / "data" / "ji2022_ratings_free_run1.csv"
+JI = ROOT / "tests" / "data" / "ji2022-dialogue-eval" / "ratings_free_run1.csv"
 ARGS = ["--worker", "worker_id", "--unit", "hit_id", "--arm", "model",
         "--metrics", "interesting,fun,consistent,fluent,topic,robotic,repetitive",
         "--qc-arm", "QualityControl", "--qc-metrics", "interesting,fun,consistent,fluent,topic"]  # fmt: skip

@@ -4,7 +4,10 @@ evaluation whose scores are shown beside the human ones.
 A job is an :class:`~chat.models.ArmJob` row; :func:`start` creates it and dispatches
 ``chat.tasks.run_arm_job`` like every chat job (a Celery task on the ``memory`` queue in production,
 a pool thread in the embedded default); :func:`run` does the work and writes its progress to the row,
-which the study page polls. A running job holds a lease that a heartbeat extends (chat/leases.py), as
+which the study page polls. A readiness check answers at once what needs no model (the QC arm's
+whole check, the memory mechanism of a rule-based arm: :func:`start`) and queues only the rest; its
+progress step ends with an estimate of the time left, and its result holds two verdicts (memory
+mechanism, reply model). A running job holds a lease that a heartbeat extends (chat/leases.py), as
 replies do: a job whose worker died (a killed Celery child, a restarted web process) is seen as lost
 within a lease, shown as failed, and the next request starts a new one; Celery's redelivery of the
 dead worker's task takes the job over instead of finding it "running" for ever. A run that lost its
@@ -28,7 +31,7 @@ from chat import leases
 from chat.arms import build_llm, endpoint_options, get_embedder
 from chat.jobs import dispatch
 from chat.models import ArmJob
-from memory.llm import LLM, CheckedLLM, LLMError
+from memory.llm import LLM, CheckedLLM, LLMError, ScriptedLLM
 from studies import memorycompat
 from studies.models import Arm, Study
 
@@ -56,8 +59,43 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
         if running is not None:
             fail_lost(running)
         job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
+        if kind == ArmJob.Kind.READINESS and _answer_at_once(job):
+            return job  # the whole check needed no model: done, nothing queued
         transaction.on_commit(lambda: _dispatch(job.pk))
     return job
+
+
+def _answer_at_once(job: ArmJob) -> bool:
+    """Give at once the verdicts of the readiness check that need no model: the quality-control arm's
+    whole check, the memory mechanism of an arm whose memory is rule-based (``none``, ``full_history``,
+    ``bm25``). True when that is the whole check (the job is done); else the partial result is on the
+    queued job, and the run finishes it. If it cannot be given at once, the run says why."""
+    arm = job.arm
+    try:
+        verdicts = memorycompat.llm_free_verdicts(arm.memory_system, dict(arm.params or {}))
+        if not verdicts:
+            return False
+        result = memorycompat.run_preflight(
+            arm.memory_system,
+            ScriptedLLM([LLMError("this readiness check makes no model call")], model=arm.resolved_model),
+            embedder=get_embedder(),
+            params=dict(arm.params or {}),
+            backend=arm.resolved_backend,
+            progress=lambda done, total, step: None,
+            reply_max_tokens=int(settings.LLM_MAX_TOKENS),
+            verdicts=verdicts,
+        )
+    except Exception:  # the researcher's request must not fail: the queued run reports what went wrong
+        log.warning("arm job %s: the verdicts that need no model could not be given at once", job.pk, exc_info=True)
+        return False
+    whole = set(verdicts) >= set(memorycompat.VERDICTS)
+    now = timezone.now()
+    fields: dict[str, Any] = {"result": result}
+    if whole:
+        fields |= {"status": ArmJob.Status.DONE, "started_at": now, "finished_at": now, "step": "answered at once"}
+    ArmJob.objects.filter(pk=job.pk).update(**fields)
+    job.refresh_from_db()
+    return whole
 
 
 def _dispatch(job_id: int) -> None:
@@ -212,6 +250,10 @@ def _evaluation(job: ArmJob, hold: _Hold) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ readiness view
 
 
+#: The two verdicts of a readiness check, as the study page names them.
+VERDICT_LABELS = {"mechanism": "memory mechanism", "reply_model": "reply model"}
+
+
 @dataclass
 class ArmReadiness:
     """What the study page says about one arm's readiness."""
@@ -247,6 +289,31 @@ class ArmReadiness:
             return self.job.shown_error
         return "" if self.state in ("ready", "exempt") else self.label
 
+    @property
+    def verdicts(self) -> list[dict[str, Any]]:
+        """The check's two verdicts (memory mechanism, reply model) as far as they are known: a running
+        check of a rule-based arm already has its mechanism's. Empty for a result without them."""
+        if self.job is None or self.state not in ("ready", "not_ready", "checking"):
+            return []
+        found = (self.job.result or {}).get("verdicts") or {}
+        out = []
+        for key, label in VERDICT_LABELS.items():
+            verdict = found.get(key)
+            if verdict is None:
+                if self.state == "checking":
+                    out.append({"key": key, "label": label, "state": "checking", "shown": "checking…", "failed": [],
+                                "note": ""})  # fmt: skip
+                continue
+            ready = verdict.get("ready")
+            state = "ready" if ready is True else "not_ready" if ready is False else "checking"
+            if state == "checking" and self.state != "checking":
+                state = "open"
+            shown = {"ready": "ready", "not_ready": "not ready", "checking": "checking…", "open": "not settled"}[state]
+            note = "" if state == "checking" else str(verdict.get("note") or "")
+            out.append({"key": key, "label": label, "state": state, "shown": shown,
+                        "failed": list(verdict.get("failed") or []), "note": note})  # fmt: skip
+        return out
+
 
 def readiness(study: Study) -> list[ArmReadiness]:
     """Each arm of the study with its newest readiness check, in arm order."""
@@ -266,7 +333,8 @@ def readiness(study: Study) -> list[ArmReadiness]:
             state = "error"
         else:
             result = job.result or {}
-            failed = [c for c in result.get("checks", []) if not c.get("passed")]
+            # a check left open (the run stopped once the verdict was settled) did not fail
+            failed = [c for c in result.get("checks", []) if c.get("passed") is False]
             state = "ready" if result.get("ready") else "not_ready"
         out.append(ArmReadiness(arm, job, state, failed))
     return out

@@ -7,7 +7,8 @@
 
 ``preflight ARM`` runs the arm's readiness checks (``memory.preflight``) with a backend and model and
 prints them (``--format text``) or their JSON (``--format json``); it exits 0 when the arm is ready,
-3 when it is not, 2 on bad input.
+3 when it is not, 2 on bad input. It stops once the verdict is settled (``--full`` runs every item);
+the JSON records every setting that changes what the verdict means (``settings``, ``coverage``).
 
 ``replay`` runs an arm over a multi-session dialogue file the way the platform would (compose → reply →
 after_turn per user message, end_session after each session, simulated time from the file), then
@@ -41,7 +42,7 @@ from typing import Any, TextIO
 from memory.base import Turn, ensure_json
 from memory.embed import make_embedder
 from memory.evaluation import replay_session
-from memory.llm import LLM, RecordingLLM, make_llm
+from memory.llm import LLM, REPLY_TEMPERATURE, RecordingLLM, make_llm
 from memory.registry import MEMORY_SYSTEMS, build_system
 
 
@@ -256,6 +257,8 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
             progress=progress,
             reply_max_tokens=args.reply_max_tokens,
             max_probes=args.max_probes,
+            reply_temperature=args.temperature,
+            sequential=not args.full,
         )
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
@@ -393,7 +396,13 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     pf.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
     pf.add_argument("--format", default="text", choices=["text", "json"])
     pf.add_argument("--reply-max-tokens", type=int, default=120, help="token cap of a bot reply (LLM_MAX_TOKENS)")
-    pf.add_argument("--max-probes", type=int, default=None, help="ask only the first N probing questions")
+    pf.add_argument(
+        "--max-probes", type=int, default=None, help="ask only the first N probing questions (a partial check)"
+    )
+    pf.add_argument(
+        "--temperature", type=float, default=REPLY_TEMPERATURE, help="temperature of the replies (the study's)"
+    )
+    pf.add_argument("--full", action="store_true", help="run every item (no stopping once the verdict is settled)")
     pf.add_argument("--progress", action="store_true", help="print progress to stderr")
     pf.add_argument("--verbose", action="store_true", help="log every fallback of the arm to stderr")
     ev = sub.add_parser("eval", help="score an arm on GVD or LoCoMo (token F1, LLM judge, tokens, latency)")

@@ -13,10 +13,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from memory.embed import Embedder
 from memory.llm import LLM
+
+if TYPE_CHECKING:  # memory.readiness builds on this module
+    from memory.readiness.core import Task
 
 Speaker = Literal["user", "bot"]
 
@@ -190,6 +193,12 @@ class MemorySystem(Protocol):
         with the bot, from its memory, as in Keep Me Updated's live evaluation). No LLM call."""
         ...
 
+    def readiness_tasks(self) -> list[Task]:
+        """The arm's own LLM memory tasks, each with the calibration items it is run on and how its
+        output is checked (``memory.readiness.core.Task``); empty for an arm whose memory makes no LLM
+        call. ``python -m memory preflight`` runs them, then the probes and reply checks every arm gets."""
+        ...
+
 
 def ensure_json(state: dict[str, Any]) -> dict[str, Any]:
     """Round-trip a state through JSON; raises TypeError if it is not plain JSON."""
@@ -243,6 +252,9 @@ class BaseSystem(ABC):
     - ``summary_sentences``: the trace key holding the session summary as a list of sentences, for
       the summary-editing queue; None = no such summary;
     - ``source``: the paper (and code) the arm follows, shown by ``python -m memory arms``.
+
+    An arm whose memory calls the LLM (``after_turn``, ``end_session``) overrides
+    :meth:`readiness_tasks` to declare those tasks (the contract test holds every registered arm to it).
     """
 
     name: ClassVar[str] = ""
@@ -272,6 +284,10 @@ class BaseSystem(ABC):
 
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         return Update(state=state)
+
+    def readiness_tasks(self) -> list[Task]:
+        """None: the memory makes no LLM call (a subclass that calls one adds its tasks to its parent's)."""
+        return []
 
     def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
         """Default opener: the arm's own reply prompt for an empty session (so it shows what the arm

@@ -61,6 +61,10 @@ class LLMTransientError(LLMError):
         self.retry_after = retry_after
 
 
+#: The temperature of a bot reply: every backend's ``stream`` (how the platform makes replies) defaults
+#: to it, and the readiness checks ask their replies at it.
+REPLY_TEMPERATURE = 0.7
+
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"  # the output was cut at max_tokens
 
@@ -81,7 +85,13 @@ class ToolCall:
 class Completion:
     """One completed LLM answer. ``finish_reason`` is ``"stop"`` (the model ended its answer),
     ``"length"`` (cut at ``max_tokens``) or whatever else the endpoint reports (e.g.
-    ``"content_filter"``); ``None`` when the backend did not say."""
+    ``"content_filter"``); ``None`` when the backend did not say.
+
+    ``compute_ms`` is the model's own time, where the backend can measure it apart from the machine's
+    load: the in-process model's CPU time of the calling thread for the call. With one llama.cpp
+    thread that is the whole computation, whatever else the machine runs; with more, the threads
+    spin-wait on each other and a busy machine inflates it, though far less than the wall clock
+    (docs/memory-systems.md, "Latency and machine load"). ``None`` for a remote endpoint."""
 
     text: str
     model: str
@@ -90,6 +100,7 @@ class Completion:
     latency_ms: float = 0.0
     finish_reason: str | None = FINISH_STOP
     tool_calls: list[ToolCall] = field(default_factory=list)
+    compute_ms: float | None = None
 
     @property
     def cut(self) -> bool:
@@ -174,7 +185,7 @@ class LLM(Protocol):
     ) -> Completion: ...
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> Iterator[str]:
         """The reply piece by piece. Our backends return a :class:`TextStream`, whose
         ``finish_reason`` is set when the stream is exhausted."""
@@ -329,7 +340,9 @@ class LocalLLM:
     ) -> Completion:
         start = time.perf_counter()
         with _LLAMA_LOCK:
+            cpu = time.thread_time()  # from the lock on: waiting for another call is not the model's time
             out = self._create(messages, max_tokens, temperature, stream=False)
+            cpu = time.thread_time() - cpu
         choice = out["choices"][0]
         text = (choice["message"].get("content") or "").strip()
         usage = out.get("usage") or {}
@@ -340,10 +353,11 @@ class LocalLLM:
             completion_tokens=usage.get("completion_tokens"),
             latency_ms=(time.perf_counter() - start) * 1000,
             finish_reason=choice.get("finish_reason"),
+            compute_ms=cpu * 1000,
         )
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         def chunks() -> Iterator[tuple[str, str | None]]:
             with _LLAMA_LOCK:
@@ -436,7 +450,7 @@ class OpenAILLM:
         )
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         def chunks() -> Iterator[tuple[str, str | None]]:
             try:
@@ -581,7 +595,7 @@ class ScriptedLLM:
         )
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         out = self._reply(messages, max_tokens)
         if out.tool_calls:
@@ -644,7 +658,7 @@ class CheckedLLM(_Wrapping):
         return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> Iterator[str]:
         self.check()
         return self._inner_stream(messages, max_tokens, temperature, purpose)
@@ -775,7 +789,7 @@ class RecordingLLM(_Wrapping):
         return out
 
     def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
+        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         start = time.perf_counter()
         pieces: list[str] = []

@@ -115,11 +115,16 @@ def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, An
 
 
 def filename(report: Report, fmt: str) -> str:
+    """The download's file name; a pilot study's carry ``-PILOT`` after the slug, as the raw-data exports'."""
+    return _filename(report.source, fmt)
+
+
+def _filename(source: Source, fmt: str) -> str:
     ext = FORMATS[fmt][0]
+    slug = f"{source.slug}-PILOT" if source.pilot else source.slug
     if fmt == "data":
-        return f"{report.source.slug}-ratings.{ext}"
-    stem = f"{report.source.slug}-ratings-z" if fmt == "csv" else f"{report.source.slug}-analysis"
-    return f"{stem}.{ext}"
+        return f"{slug}-ratings.{ext}"
+    return f"{slug}-ratings-z.{ext}" if fmt == "csv" else f"{slug}-analysis.{ext}"
 
 
 PILOT_MARK = "pilot: not for publication"
@@ -150,7 +155,11 @@ def export(report: Report, fmt: str) -> str:
         return data_csv(report.source)
     if fmt == "csv":
         text = writers.to_csv(report.ratings)
-        return f"# {PILOT_MARK}\n{text}" if source.pilot else text
+        if not source.pilot:
+            return text
+        # header lines counted on the first, as the raw-data exports do (reports.exports): comment="#" would also
+        # cut a cell holding a "#"
+        return f"# 2 header lines; read the table with pandas.read_csv(path, skiprows=2)\n# {PILOT_MARK}\n{text}"
     if fmt == "json":
         extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
@@ -182,7 +191,7 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
     """The ``python -m analysis report`` command that reproduces this report from the "data" export."""
     parts = [
         "python -m analysis report",
-        f"{source.slug}-ratings.csv",
+        _filename(source, "data"),
         f"--worker {spec.worker} --unit {spec.unit} --arm {spec.arm}",
     ]
     if spec.session:
@@ -319,7 +328,11 @@ def _correlations(result: dict[str, Any]) -> str | None:
 PLOTS: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
     "sessions": ("Overall score per session and arm (95% CI)", _sessions),
     "arms": ("Scores per arm and metric (95% CI)", _arms),
-    "pvalues": ("Pairwise p-values, overall score (Holm-adjusted within its family)", _pvalues),
+    "pvalues": (
+        "Pairwise p-values, overall score (Holm-adjusted: primary comparisons over the primary family, exploratory "
+        "ones, in parentheses, within their own)",
+        _pvalues,
+    ),
     "correlations": ("Metric correlations", _correlations),
 }
 PLOT_NAMES = tuple(PLOTS)

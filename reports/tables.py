@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.report import exclusions_text, family_description, prereg_text
+from analysis.comparisons import family_description
+from analysis.methods import exclusions_text, prereg_text
 from analysis.spec import ALPHA, OVERALL
-from analysis.writers import fmt_p
+from analysis.writers import fmt_p, primary_note
 
 
 def num(x: Any, digits: int = 3, signed: bool = False) -> str:
@@ -71,12 +72,19 @@ def session_rows(result: dict[str, Any], scale: str) -> list[dict[str, Any]]:
     return rows
 
 
-def pairwise_rows(entries: list[dict[str, Any]], metric: str | None = None) -> list[dict[str, Any]]:
+def pairwise_rows(
+    entries: list[dict[str, Any]], metric: str | None = None, alpha: float = ALPHA
+) -> list[dict[str, Any]]:
+    """Table rows of pairwise tests. A primary comparison is significant when its p, Holm-corrected over the
+    primary family, is below alpha (``significant``); an exploratory one when its p, corrected within its own
+    family only, is (``exploratory_significant``: shown differently, never as a finding)."""
     rows = []
     for e in entries:
         if metric is not None and e["metric"] != metric:
             continue
+        primary = bool(e.get("primary", True))
         p, p_holm = e.get("p"), e.get("p_holm")
+        p_primary = e.get("p_holm_primary", p_holm) if primary else None
         rows.append(
             {
                 "metric": e["metric"],
@@ -88,29 +96,41 @@ def pairwise_rows(entries: list[dict[str, Any]], metric: str | None = None) -> l
                 "statistic": num(e.get("statistic"), 2),
                 "p": pval(p),
                 "p_holm": pval(p_holm),
+                "p_primary": pval(p_primary) if primary else "–",
+                "role": "primary" if primary else "exploratory",
                 "effect": num(e.get("effect_size"), 3, True),
                 "effect_kind": (e.get("effect_size_kind") or "").replace("_", "-"),
-                "significant": p_holm is not None and p_holm < ALPHA,
-                "raw_significant": p is not None and p < ALPHA,
+                "significant": primary and p_primary is not None and p_primary < alpha,
+                "exploratory_significant": not primary and p_holm is not None and p_holm < alpha,
+                "raw_significant": p is not None and p < alpha,
                 "note": e.get("note", ""),
             }
         )
     return rows
 
 
+def _alpha(result: dict[str, Any]) -> float:
+    return float(result["params"].get("alpha") or ALPHA)
+
+
 def pairwise_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Overall first, then one group per metric (each is one Holm family)."""
+    """Overall first, then one group per metric."""
     metrics = [OVERALL, *result["params"]["metrics"]]
-    return [{"metric": m, "rows": pairwise_rows(result["pairwise"], m)} for m in metrics]
+    alpha = _alpha(result)
+    return [{"metric": m, "rows": pairwise_rows(result["pairwise"], m, alpha)} for m in metrics]
 
 
 def session_pairwise_groups(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Overall comparisons per session (the per-metric ones are in the exports)."""
+    """Overall comparisons per session (the per-metric ones are in the exports); exploratory unless registered."""
     entries = [e for e in result.get("pairwise_by_session") or [] if e["metric"] == OVERALL]
     sessions: dict[Any, list[dict[str, Any]]] = {}
     for e in entries:
         sessions.setdefault(e["session"], []).append(e)
-    return [{"session": s, "rows": pairwise_rows(es)} for s, es in sessions.items()]
+    alpha = _alpha(result)
+    return [
+        {"session": s, "rows": pairwise_rows(es, alpha=alpha), "exploratory": not any(e.get("primary") for e in es)}
+        for s, es in sessions.items()
+    ]
 
 
 def correlation_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -140,6 +160,11 @@ def mixed_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     rows = []
     for metric, fit in mixed["models"].items():
+        if not fit.get("effects"):
+            reasons = fit.get("warnings") or []
+            fatal = [w for w in reasons if "not fitted" in w or "could not be fitted" in w]
+            why = "; ".join(fatal or reasons) or "no estimates"
+            rows.append({"metric": metric, "term": f"not fitted: {why}", "coef": "–", "se": "–", "ci": "", "p": "–"})
         for e in fit.get("effects", []):
             if e["term"] == "intercept":
                 continue
@@ -191,6 +216,9 @@ def dashboard(result: dict[str, Any]) -> dict[str, Any]:
         "methods": result.get("methods", ""),
         "test": result["params"]["test"],
         "family_note": family_description(result),
+        "primary": result.get("primary"),
+        "primary_note": primary_note(result),
+        "alpha": _alpha(result),
         "exclusions": exclusions_text(result["exclusions"]) if (result.get("exclusions") or {}).get("filters") else "",
         "preregistration": result.get("preregistration"),
         "preregistration_text": prereg_text(result["preregistration"]) if result.get("preregistration") else "",

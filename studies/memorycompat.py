@@ -9,7 +9,7 @@ and a build without them says so instead of failing deep inside a job.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memory.embed import Embedder
@@ -39,11 +39,14 @@ def run_preflight(
     backend: str,
     progress: Progress | None = None,
     reply_max_tokens: int = 120,
+    verdicts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run the arm's readiness checks; the JSON of ``python -m memory preflight --format json``:
     ``{"arm", "backend", "model", "ready", "checks": [{"name", "score", "threshold", "passed", "why",
-    "examples"}], ...}``. Raises :class:`PreflightUnavailable` when this build has no checks,
-    ValueError for an unknown arm or parameter."""
+    "examples", "verdict"}], "verdicts": {"mechanism": {"ready", "failed", "note"}, "reply_model": ...},
+    "settings", "coverage", "conditions", ...}``. ``verdicts`` checks only some of them (the ones
+    :func:`llm_free_verdicts` names, at once). Raises :class:`PreflightUnavailable` when this build has
+    no checks, ValueError for an unknown arm or parameter."""
     try:
         module = importlib.import_module("memory.preflight")
     except ImportError as exc:
@@ -58,9 +61,26 @@ def run_preflight(
         backend=backend,
         progress=progress,
         reply_max_tokens=reply_max_tokens,
+        **({"verdicts": list(verdicts)} if verdicts is not None else {}),
     )
     data: dict[str, Any] = result.as_dict()
     return data
+
+
+#: An arm's two verdicts, as ``run_preflight``'s JSON names them.
+VERDICTS = ("mechanism", "reply_model")
+
+
+def llm_free_verdicts(memory_system: str, params: dict[str, Any]) -> tuple[str, ...]:
+    """The verdicts of the arm that its check gives without any model call (so at once): both for the
+    quality-control arm, the memory mechanism of a rule-based arm, none for an arm whose memory calls
+    the LLM (or a build without readiness checks). Raises ValueError for an unknown arm or parameter."""
+    try:
+        module = importlib.import_module("memory.preflight")
+    except ImportError:
+        return ()
+    found = getattr(module, "llm_free_verdicts", None)
+    return tuple(found(memory_system, params)) if found is not None else ()
 
 
 def memorybank_retention(params: dict[str, Any], gap_days: float, *, strength: float = 1.0) -> float:

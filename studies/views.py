@@ -335,6 +335,8 @@ def _readiness_context(study: Study) -> dict[str, Any]:
         or any(not j.finished and not j.lost for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
         "preflight_available": memorycompat.preflight_available(),
+        # the active arms whose replies come from the embedded demo model (the QC arm calls no model)
+        "demo_arms": [r.arm for r in rows if r.arm.active and not r.arm.is_qc and r.arm.resolved_backend == "local"],
     }
 
 

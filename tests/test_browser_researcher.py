@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 
-from chat import leases
+from chat import armjobs, leases
 from chat.models import ArmJob
+from memory.embed import HashingEmbedder
+from memory.llm import ScriptedLLM
 from studies import memorycompat
-from studies.models import Study
+from studies.models import Arm, Study
 from studies.tests.conftest import make_finished_episode, make_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -161,6 +163,51 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     page.screenshot(path=str(ARTIFACTS / "researcher-browser-pilot.png"), full_page=True)
     page.click("a:has-text('Analysis')")
     page.locator("h1 .pilot-mark").wait_for()
+
+
+def test_a_researcher_sees_the_demo_model_up_front_and_a_rule_based_arms_two_verdicts_in_the_browser(
+    live_server: Any, researcher: Any, study: Study, browser: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The check of a rule-based arm answers its memory mechanism at once (the real readiness checks,
+    no model call) and queues the reply model; the queue is held here and the reply model's verdict is
+    written by the test (the real checks on the scripted backend, which echoes), as a worker would."""
+    settings.CHAT_JOB_MODE = "inline"
+    monkeypatch.setattr(armjobs, "_dispatch", lambda job_id: None)  # the reply model's run waits in the queue
+    study.status = Study.Status.DRAFT
+    study.save()
+    Arm.objects.create(study=study, name="Demo summary", memory_system="memory_update", llm_backend="local")
+    arm = study.arms.get(memory_system="full_history")
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    _login(page, live_server.url)
+    page.goto(f"{live_server.url}{study.get_absolute_url()}")
+
+    banner = page.locator("#demo-model")
+    assert banner.is_visible() and "Demo summary runs on the embedded demo model" in banner.inner_text()
+    assert banner.bounding_box()["y"] < page.locator("#readiness").bounding_box()["y"]  # up front
+    assert "Full history" not in banner.inner_text()  # it runs on the scripted backend
+
+    row = page.locator(f"#readiness-arm-{arm.pk}")
+    row.locator("button:has-text('Check')").click()
+    page.get_by_text("Readiness checks started for Full history.").wait_for()
+    row = page.locator(f"#readiness-arm-{arm.pk}")
+    assert row.locator(".verdict-mechanism").inner_text() == "memory mechanism: ready"
+    assert row.locator(".verdict-reply_model").inner_text() == "reply model: checking…"
+    assert row.locator(".queued").inner_text() == "queued: waiting for the model"
+
+    job = ArmJob.objects.get(arm=arm)
+    result = memorycompat.run_preflight(
+        "full_history", ScriptedLLM(model="scripted"), embedder=HashingEmbedder(), params={}, backend="scripted"
+    )
+    ArmJob.objects.filter(pk=job.pk).update(
+        status="done", done=30, total=30, result=result, finished_at=leases.later(0)
+    )
+    row.locator(".verdict-reply_model.verdict-not_ready").wait_for()  # htmx polled the card
+    assert row.locator(".verdict-mechanism").inner_text() == "memory mechanism: ready"
+    assert row.locator(".verdict-reply_model").inner_text().startswith("reply model: not ready failed ")
+    assert row.locator(".readiness-not_ready").is_visible()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "researcher-browser-two-verdicts.png"), full_page=True)
 
 
 FAILED = {

@@ -25,13 +25,17 @@ def small() -> pd.DataFrame:
 
 def test_a_doubled_wide_file_is_refused_instead_of_shrinking_every_p_value() -> None:
     df = small()
-    with pytest.raises(RatingsError, match=r"rows share the same \(worker, episode, arm, session\)"):
+    with pytest.raises(RatingsError, match=r"are exact copies of an earlier row, every column equal"):
         analyze(pd.concat([df, df]), **SYN)
 
 
 def test_a_wide_file_without_a_session_column_but_several_rows_per_unit_says_how_to_fix_it() -> None:
-    with pytest.raises(RatingsError, match="name the session column"):
-        analyze(small(), worker="worker", unit="episode", arm="arm", metrics=METRICS)
+    # the rows differ, so they are distinct conversations (issue 20); the warning says what to do if they are
+    # the sessions of one episode instead
+    res = analyze(small(), worker="worker", unit="episode", arm="arm", metrics=METRICS)
+    (warning,) = [w for w in res["warnings"] if "share their (worker, episode, arm)" in w]
+    assert "if they are sessions of one unit instead, name the session column" in warning
+    assert res["design"]["units"] == len(small())
 
 
 def test_a_constant_worker_without_a_qc_arm_is_kept_with_a_warning() -> None:

@@ -1,7 +1,8 @@
 """Validation against a published study: Ji et al. (2022), free-topic run 1 (shared/data/ji2022-dialogue-eval).
 
 The pipeline must reproduce the authors' analysis to three decimals, from the library and from the CLI
-(the file is copied, with its MIT licence, into analysis/tests/data/):
+(the file is copied, with its MIT licence, into tests/data/ji2022-dialogue-eval/, read through the root
+conftest's ``ji_run1_csv`` fixture):
 173 of 248 workers pass QC (the same workers as ``authors_qc_status``) and the system z-scores listed in
 shared/data/README.md. ``robotic`` and ``repetitive`` are already reversed in that file. Their tests are the
 replication mode ``test="mwu-greater"`` (``--test mwu-greater``); memeval's default test is another one.
@@ -21,7 +22,6 @@ from analysis.__main__ import main
 from analysis.report import analyze, run
 from analysis.tests.helpers import assert_close
 
-JI_CSV = Path(__file__).resolve().parent / "data" / "ji2022_ratings_free_run1.csv"  # see data/README.md
 METRICS = ["interesting", "fun", "consistent", "fluent", "topic", "robotic", "repetitive"]
 POSITIVE = METRICS[:5]
 EXPECTED_Z = {"A": 0.534, "B": 0.419, "A_p": 0.318, "C": 0.262, "C_p": 0.189, "B_p": 0.173,
@@ -31,8 +31,8 @@ KWARGS: dict[str, Any] = {"worker": "worker_id", "unit": "hit_id", "arm": "model
 
 
 @pytest.fixture(scope="module")
-def ji() -> pd.DataFrame:
-    return pd.read_csv(JI_CSV)
+def ji(ji_run1_csv: Path) -> pd.DataFrame:  # the root conftest's: tests/data/ji2022-dialogue-eval
+    return pd.read_csv(ji_run1_csv)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,7 @@ def result(ji: pd.DataFrame) -> dict[str, Any]:
 
 
 def test_173_of_248_workers_pass_quality_control(result: dict[str, Any]) -> None:
+    assert result["repeated_rows"]["rows"] == 0  # one row per conversation: nothing merged or dropped
     assert result["qc"]["workers_total"] == 248
     assert result["qc"]["workers_passed"] == 173
     assert len(result["qc"]["failed_workers"]) == 75
@@ -77,10 +78,10 @@ def test_one_sided_rank_sum_p_values_match_the_authors_heat_map(result: dict[str
 
 
 def test_the_published_system_order_reproduces_from_the_cli_and_equals_the_library_result(
-    result: dict[str, Any], tmp_path: Path
+    result: dict[str, Any], tmp_path: Path, ji_run1_csv: Path
 ) -> None:
     out = tmp_path / "report.json"
-    argv = ["report", str(JI_CSV), "--worker", "worker_id", "--unit", "hit_id",
+    argv = ["report", str(ji_run1_csv), "--worker", "worker_id", "--unit", "hit_id",
             "--arm", "model", "--metrics", ",".join(METRICS), "--qc-arm", "QualityControl",
             "--qc-metrics", ",".join(POSITIVE), "--test", "mwu-greater", "--format", "json", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0  # the CLI's own entry point, in this process (python -m analysis calls it)
@@ -114,10 +115,10 @@ def test_the_ratings_export_keeps_the_input_row_order(ji: pd.DataFrame) -> None:
 
 
 def test_the_cli_html_report_of_the_ji_file_holds_each_figure_with_its_content(
-    result: dict[str, Any], tmp_path: Path
+    result: dict[str, Any], tmp_path: Path, ji_run1_csv: Path
 ) -> None:
     out = tmp_path / "report.html"
-    argv = ["report", str(JI_CSV), "--worker", "worker_id", "--unit", "hit_id",
+    argv = ["report", str(ji_run1_csv), "--worker", "worker_id", "--unit", "hit_id",
             "--arm", "model", "--metrics", ",".join(METRICS), "--qc-arm", "QualityControl",
             "--qc-metrics", ",".join(POSITIVE), "--test", "mwu-greater", "--format", "html", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0

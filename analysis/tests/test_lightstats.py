@@ -18,7 +18,6 @@ from analysis import lightstats
 from analysis.stats import correlate, holm, mannwhitneyu, mean_ci
 
 ROOT = Path(__file__).resolve().parents[2]
-JI = Path(__file__).parent / "data" / "ji2022_ratings_free_run1.csv"
 
 
 def samples() -> list[tuple[np.ndarray, np.ndarray]]:
@@ -103,7 +102,9 @@ def test_holm_is_bit_identical_to_statsmodels_with_ties_and_nans() -> None:
     assert all(np.isnan(holm([np.nan, np.nan])))
 
 
-def test_a_cold_json_report_imports_neither_scipy_stats_nor_statsmodels_nor_matplotlib(tmp_path: Path) -> None:
+def test_a_cold_json_report_imports_neither_scipy_stats_nor_statsmodels_nor_matplotlib(
+    tmp_path: Path, ji_run1_csv: Path
+) -> None:
     probe = (
         "import runpy, sys, json\n"
         "sys.argv = ['analysis', *json.loads(sys.argv[1])]\n"
@@ -114,7 +115,7 @@ def test_a_cold_json_report_imports_neither_scipy_stats_nor_statsmodels_nor_matp
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('statsmodels', 'matplotlib')"
         " or m.startswith('scipy.stats'))))\n"
     )
-    args = ["report", str(JI), "--worker", "worker_id", "--unit", "hit_id", "--arm", "model",
+    args = ["report", str(ji_run1_csv), "--worker", "worker_id", "--unit", "hit_id", "--arm", "model",
             "--metrics", "interesting,fun,consistent,fluent,topic,robotic,repetitive", "--qc-arm", "QualityControl",
             "--qc-metrics", "interesting,fun,consistent,fluent,topic", "--format", "json",
             "--out", str(tmp_path / "r.json")]  # fmt: skip

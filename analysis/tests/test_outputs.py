@@ -75,14 +75,16 @@ def test_markdown_has_the_paper_tables_with_significance_marks(result: dict[str,
     assert result["methods"] in md
 
 
-def test_significance_marks_follow_the_holm_adjusted_tests(result: dict[str, Any]) -> None:
+def test_significance_marks_follow_the_holm_adjusted_tests_of_the_primary_family(result: dict[str, Any]) -> None:
     marks = writers.significance_marks(result)
     number = {a: i + 1 for i, a in enumerate(result["arm_order"])}
     assert result["params"]["test"] == "cluster-t"  # two-sided: the mark goes to the arm with the higher mean
+    assert all(e["primary"] for e in result["pairwise"])  # the default primary family: every whole-unit test
     for e in result["pairwise"]:
         winner, loser = (e["a"], e["b"]) if e["mean_diff"] > 0 else (e["b"], e["a"])
-        assert (number[loser] in marks.get((winner, e["metric"]), [])) == (e["p_holm"] < 0.05)
+        assert (number[loser] in marks.get((winner, e["metric"]), [])) == (e["p_holm_primary"] < 0.05)
         assert number[winner] not in marks.get((loser, e["metric"]), [])
+    assert writers.significance_marks(result, role="exploratory") == {}
 
 
 def test_latex_escapes_names_and_uses_booktabs() -> None:
@@ -273,8 +275,8 @@ def test_heat_map_cells_carry_their_p_values_and_correlations_as_svg_text(result
     p_cells = [t.text for t in ElementTree.fromstring(figures["pvalues_overall"].encode()).iter(f"{ns}text")]
     overall = [p for p in result["pairwise"] if p["metric"] == "overall"]
     assert overall
-    for p in overall:
-        label = f"{p['p_holm']:.3f}" if p["p_holm"] >= 0.001 else "<.001"
+    for p in overall:  # primary comparisons: Holm over the primary family
+        label = f"{p['p_holm_primary']:.3f}" if p["p_holm_primary"] >= 0.001 else "<.001"
         assert p_cells.count(label) >= (1 if result["params"]["test"] == "mwu-greater" else 2)
     r_cells = [t.text for t in ElementTree.fromstring(figures["correlations_unit"].encode()).iter(f"{ns}text")]
     for c in (c for c in result["correlations"] if c["level"] == "unit"):

@@ -31,6 +31,7 @@ from typing import Any
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
 from memory.hygiene import DATA_RULE, data_block, inline_data, rejection_reason
+from memory.readiness.core import Check, Task, calibration, copies, exchanges, failed, rate, safe
 from memory.systems.common import SHORT_REPLIES, ask, aware, embed_texts, fallback, top_k, turn_time
 from memory.systems.prompts import memory_block, system_prompt
 
@@ -265,6 +266,10 @@ class AMem(BaseSystem):
         )
         return parse_object(reply), reply or ""
 
+    def readiness_tasks(self) -> list[Task]:
+        """Note construction on each exchange of the calibration dialogues."""
+        return [a_mem_notes_task(self)]
+
     def analyze(self, content: str, trace: dict[str, Any]) -> dict[str, Any]:
         """Keywords, context and tags of a new note; the code's fallback ([], "General", []) if unparseable."""
         prompt = ANALYZE_PROMPT + data_block("conversation", content)
@@ -341,3 +346,45 @@ class AMem(BaseSystem):
             state = self.add_note(state, f"User: {session[-1].text}", turn_time(session[-1], now), trace)
         state["sessions"] = int(state.get("sessions", 0)) + 1
         return Update(state=state, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+NOTE_THRESHOLDS = {"note_context_usable": 0.80, "note_context_not_a_copy": 0.80}
+
+
+def a_mem_notes_task(system: AMem) -> Task:
+    """Note construction on each exchange: keywords and a context sentence the arm keeps (not the
+    code's "General" fallback), not a copy of the exchange."""
+    items = [(d, pair) for d in calibration()["dialogues"] for pair in exchanges(d)]
+
+    def content_of(item: tuple[dict[str, Any], tuple[str, str]]) -> str:
+        _, (user, bot) = item
+        return f"User: {user}\nAssistant: {bot}" if bot else f"User: {user}"
+
+    def run(item: tuple[dict[str, Any], tuple[str, str]]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        return {"note": system.analyze(content_of(item), trace), "trace": trace}
+
+    def score(records: list[dict[str, Any]], items: list[Any]) -> list[Check]:
+        pairs = list(zip(records, items, strict=False))
+        usable = [not failed(r) and r["note"]["context"] != "General" and bool(r["note"]["keywords"]) for r, _ in pairs]
+        clean = [
+            ok and not copies(r["note"]["context"], content_of(i)) for (r, i), ok in zip(pairs, usable, strict=True)
+        ]
+
+        def example(r: dict[str, Any], i: Any) -> dict[str, Any]:
+            if failed(r):
+                return {"content": content_of(i)[:160], "error": r["error"]}
+            return {"content": content_of(i)[:160], "note": r["note"], "rejected": r["trace"].get("rejected", [])[:2]}
+
+        return [
+            rate("note_context_usable", NOTE_THRESHOLDS["note_context_usable"], [float(x) for x in usable], len(items),
+                 f"{sum(usable)} of {len(pairs)} notes have keywords and a context sentence the arm kept",
+                 [example(r, i) for (r, i), ok in zip(pairs, usable, strict=True) if not ok]),
+            rate("note_context_not_a_copy", NOTE_THRESHOLDS["note_context_not_a_copy"], [float(x) for x in clean],
+                 len(items), f"{sum(clean)} of {len(pairs)} notes have a context that does not copy the exchange",
+                 [example(r, i) for (r, i), ok, c in zip(pairs, usable, clean, strict=True) if ok and not c]),
+        ]  # fmt: skip
+
+    return Task("note construction", items, safe(run), score)

@@ -35,6 +35,21 @@ import numpy as np
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
+from memory.readiness.core import (
+    START,
+    Check,
+    Task,
+    calibration,
+    copies,
+    dialogue_text,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    informative_dialogues,
+    rate,
+    safe,
+    turns_of,
+)
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -504,6 +519,10 @@ class LDAgent(BaseSystem):
             fallback(trace, "ld_agent_summary", "empty event summary: used the user's first 20 words", reply or "")
         return {"time": cache[-1]["time"], "summary": summary, "topics": self.nouns(context), "size": len(cache)}
 
+    def readiness_tasks(self) -> list[Task]:
+        """Prompt 1 (event summaries) and Prompt 2 (persona traits) on the calibration data."""
+        return [ld_summary_task(self), ld_persona_task(self)]
+
     def extract_persona(self, text: str, trace: dict[str, Any]) -> str | None:
         """Prompt 2; kept iff the reply has no NO_TRAIT and is longer than 3 characters (the code's rule)."""
         reply = ask(
@@ -571,3 +590,88 @@ class LDAgent(BaseSystem):
         state["cached_turns"] = 0
         trace["pending_summary"] = state["pending"]["summary"] if state["pending"] else ""
         return Update(state=self.with_vectors(before, state), trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+LD_THRESHOLDS = {
+    "event_summary_not_empty": 0.80,
+    "event_summary_facts_kept": 0.50,
+    "event_summary_not_a_copy": 0.80,
+    "persona_trait_decision": 0.80,
+    "persona_traits_kept": 0.60,
+}
+
+
+def ld_summary_task(system: LDAgent) -> Task:
+    """Prompt 1 on each informative calibration dialogue: a usable event summary (not the fallback to
+    the user's first words) that keeps the labelled facts and does not copy the dialogue."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        cache_ = [
+            {"time": t.at.isoformat() if t.at else "", "speaker": t.speaker, "text": t.text}
+            for t in turns_of(d["turns"], START)
+        ]
+        record = system.summarize(cache_, trace)
+        fell_back = any(f["where"] == "ld_agent_summary" for f in trace.get("fallbacks", []))
+        return {"summary": record["summary"], "fallback": fell_back, "trace": trace}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        n = len(items)
+        pairs = list(zip(records, items, strict=False))
+
+        def usable(r: dict[str, Any]) -> bool:
+            return not failed(r) and not r["fallback"]
+
+        def example(r: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+            if failed(r):
+                return {"dialogue": d["id"], "error": r["error"]}
+            return {"dialogue": d["id"], "summary": r["summary"][:200], "fallbacks": fallback_reasons(r["trace"])}
+
+        made = [usable(r) for r, _ in pairs]
+        kept = [facts_kept(r["summary"], d["facts"]) if usable(r) else 0.0 for r, d in pairs]
+        clean = [usable(r) and not copies(r["summary"], dialogue_text(d)) for r, d in pairs]
+        return [
+            rate("event_summary_not_empty", LD_THRESHOLDS["event_summary_not_empty"], [float(x) for x in made], n,
+                 f"{sum(made)} of {len(pairs)} event summaries were usable (else the user's first words are stored)",
+                 [example(r, d) for (r, d), ok in zip(pairs, made, strict=True) if not ok]),
+            rate("event_summary_facts_kept", LD_THRESHOLDS["event_summary_facts_kept"], kept, n,
+                 f"mean share of the labelled facts in the event summary: {sum(kept) / max(1, len(pairs)):.2f}",
+                 [example(r, d) for (r, d), k, ok in zip(pairs, kept, made, strict=True) if ok and k < 1],
+                 binary=False),
+            rate("event_summary_not_a_copy", LD_THRESHOLDS["event_summary_not_a_copy"], [float(x) for x in clean], n,
+                 f"{sum(clean)} of {len(pairs)} event summaries are usable and do not copy the dialogue",
+                 [example(r, d) for (r, d), ok in zip(pairs, clean, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("event summaries", informative_dialogues(), safe(run), score)
+
+
+def ld_persona_task(system: LDAgent) -> Task:
+    """Prompt 2 on labelled utterances: a trait where the speaker said something about themself (and
+    the trait names it), NO_TRAIT where not."""
+
+    def run(item: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        return {"trait": system.extract_persona(item["text"], trace)}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        pairs = list(zip(records, items, strict=False))
+        decision = [not failed(r) and (r["trait"] is not None) == (i["trait"] is not None) for r, i in pairs]
+        with_trait = [(r, i) for r, i in pairs if i["trait"]]
+        kept = [not failed(r) and bool(r["trait"]) and facts_kept(r["trait"], i["trait"]) == 1 for r, i in with_trait]
+        n_trait = sum(1 for i in items if i["trait"])
+        return [
+            rate("persona_trait_decision", LD_THRESHOLDS["persona_trait_decision"], [float(x) for x in decision],
+                 len(items), f"{sum(decision)} of {len(pairs)} utterances rightly given a trait or NO_TRAIT",
+                 [{"utterance": i["text"], "expected": "a trait" if i["trait"] else "NO_TRAIT",
+                   "got": r.get("trait"), **({"error": r["error"]} if failed(r) else {})}
+                  for (r, i), ok in zip(pairs, decision, strict=True) if not ok]),
+            rate("persona_traits_kept", LD_THRESHOLDS["persona_traits_kept"], [float(x) for x in kept], n_trait,
+                 f"{sum(kept)} of {len(with_trait)} traits name what the speaker said",
+                 [{"utterance": i["text"], "got": r.get("trait")}
+                  for (r, i), ok in zip(with_trait, kept, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("persona extraction", list(calibration()["persona"]), safe(run), score)

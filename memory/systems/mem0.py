@@ -48,6 +48,8 @@ from memory.base import (
     transcript,
 )
 from memory.hygiene import DATA_RULE, clean_memory_lines, data_block, rejection_reason
+from memory.readiness.core import START, Task, calibration, exchanges, safe
+from memory.readiness.shared import operation_checks, written_checks
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -530,6 +532,10 @@ class Mem0(BaseSystem):
     def initial_state(self) -> dict[str, Any]:
         return {"memories": [], "next_id": 0, "summary": "", "recent": [], "sessions": 0}
 
+    def readiness_tasks(self) -> list[Task]:
+        """Fact extraction on the calibration dialogues, and the update call on the labelled pairs."""
+        return [mem0_facts_task(self), mem0_operation_task(self)]
+
     # ------------------------------------------------------------------ reply
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
@@ -698,3 +704,45 @@ class Mem0(BaseSystem):
         state["sessions"] = int(state.get("sessions", 0)) + 1
         trace["memory_after"] = [x["text"] for x in state["memories"]]
         return Update(state=state, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+FACT_CHECKS = {"not_empty": ("facts_not_empty", 0.80), "kept": ("facts_kept", 0.60),
+               "copy": ("facts_not_a_copy", 0.80), "no_bot": ("facts_no_bot_facts", 0.80)}  # fmt: skip
+
+
+def mem0_facts_task(system: Mem0) -> Task:
+    """Fact extraction on each exchange of the calibration dialogues (no summary, no history)."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        written: list[str] = []
+        for pair in exchanges(d):
+            written += system.extract(pair, [], "", START, trace)
+        return {"written": written, "trace": trace}
+
+    return Task(
+        "fact extraction",
+        list(calibration()["dialogues"]),
+        safe(run),
+        lambda records, items: written_checks(records, items, "stored facts", FACT_CHECKS),
+    )
+
+
+def mem0_operation_task(system: Mem0) -> Task:
+    """The update call on each labelled pair: the old memory m (shown as id "0") and the fact s. Its
+    events map to Keep Me Updated's labels as the annotation queue maps them (``pairs_from_events``:
+    NONE→PASS, ADD→APPEND, UPDATE→REPLACE, DELETE→DELETE, DELETE with the fact added→REPLACE)."""
+
+    def run(pair: dict[str, str]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        state = {**system.initial_state(), "memories": [{"id": 0, "text": pair["m"]}], "next_id": 1}
+        _, unit = system.update(state, [pair["s"]], START, trace)
+        found = [p for p in unit["pairs"] if p["i"] == 0 and p["j"] == 0]
+        failed = any(f["where"] == "mem0_update" and "skipped" not in f["reason"] for f in trace.get("fallbacks", []))
+        op = found[0]["op"] if found and not failed else "APPEND"
+        raw = json.dumps(unit["events"])
+        return {"m": pair["m"], "s": pair["s"], "gold": pair["label"], "op": op, "raw": raw, "fallback": failed}
+
+    return Task("memory operations (mem0 events)", list(calibration()["operations"]), safe(run), operation_checks)

@@ -41,9 +41,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, ensure_json, transcript
 from memory.hygiene import DATA_RULE, data_block, echoes_prompt, quote, rejection_reason
 from memory.llm import FINISH_LENGTH, LLMError, LLMTransientError, ToolCall
+from memory.readiness.core import START, Check, Task, calibration, failed, fallback_reasons, rate, safe, turns_of
+from memory.readiness.shared import written_checks
 from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, iso, top_k, turn_time
 from memory.systems.prompts import MEMORY_HEADER, system_prompt
 
@@ -391,6 +393,10 @@ class MemGPT(BaseSystem):
             return []
         return parsed
 
+    def readiness_tasks(self) -> list[Task]:
+        """The memory edit over each calibration dialogue."""
+        return [memgpt_edit_task(self)]
+
     def edit(
         self,
         state: dict[str, Any],
@@ -550,3 +556,38 @@ class MemGPT(BaseSystem):
         trace["core_after"] = {label: state[label] for label in LABELS}
         trace["queue_after"] = len(state["queue"])
         return Update(state=state, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+CORE_CHECKS = {"kept": ("core_facts_kept", 0.60), "no_bot": ("core_no_bot_facts", 0.80)}
+EDITS_APPLIED = 0.80
+
+
+def memgpt_edit_task(system: MemGPT) -> Task:
+    """One edit call over each calibration dialogue: an edit applied, the labelled facts in the human
+    block or the archive, the bot's own facts not."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        before = ensure_json(system.initial_state())
+        state = system.edit(before, turns_of(d["turns"], START), START, trace)
+        written = [x for x in str(state["human"]).split("\n") if x.strip()] + [e["text"] for e in state["archive"]]
+        applied = [a for a in trace.get("actions", []) if not a["error"]]
+        return {"written": written, "trace": trace, "applied": len(applied)}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        informative = [(r, d) for r, d in zip(records, items, strict=False) if d["facts"]]
+        n_inf = sum(1 for d in items if d["facts"])
+        edited = [not failed(r) and r["applied"] > 0 for r, _ in informative]
+        return [
+            rate("edits_applied", EDITS_APPLIED, [float(x) for x in edited], n_inf,
+                 f"{sum(edited)} of {len(informative)} informative dialogues led to at least one memory edit that "
+                 "applied",
+                 [{"dialogue": d["id"], **({"error": r["error"]} if failed(r) else
+                   {"actions": r["trace"].get("actions", [])[:3], "fallbacks": fallback_reasons(r["trace"])})}
+                  for (r, d), ok in zip(informative, edited, strict=True) if not ok]),
+            *written_checks(records, items, "the human block and the archive", CORE_CHECKS),
+        ]  # fmt: skip
+
+    return Task("memory edits", list(calibration()["dialogues"]), safe(run), score)

@@ -15,6 +15,23 @@ from typing import Any
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
 from memory.hygiene import DATA_RULE, clean_memory_lines, data_block
+from memory.readiness.core import (
+    START,
+    Check,
+    Task,
+    calibration,
+    copies,
+    dialogue_text,
+    discarded,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    informative_dialogues,
+    mentions,
+    rate,
+    safe,
+    turns_of,
+)
 from memory.systems.common import SHORT_REPLIES, ask, embed_texts, fallback, parse_lines, top_k
 from memory.systems.prompts import memory_block, system_prompt
 
@@ -146,6 +163,10 @@ class MemoryAccumulate(BaseSystem):
             max_sentences=int(self.p["max_summary_sentences"]),
         )
 
+    def readiness_tasks(self) -> list[Task]:
+        """The session summarizer, on the calibration dialogues."""
+        return [summary_task(self)]
+
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         before = list(state.get("memory", []))
@@ -155,3 +176,108 @@ class MemoryAccumulate(BaseSystem):
         trace.update({"summary": summary, "memory_before": before, "memory_after": after})
         new_state = {"memory": after, "sessions": int(state.get("sessions", 0)) + 1}
         return Update(state=self.with_vectors(state, new_state), trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+SUMMARY_THRESHOLDS = {
+    "summary_not_empty": 0.80,
+    "summary_facts_kept": 0.60,
+    "summary_not_a_copy": 0.80,
+    "summary_no_prompt_examples": 1.00,
+    "summary_no_bot_facts": 0.80,
+}
+
+
+def summary_task(system: MemoryAccumulate) -> Task:
+    """The summarizer on each calibration dialogue: the stored summary must keep the labelled facts,
+    not copy the dialogue, not write the prompt's examples and not give the bot's facts as the user's."""
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        sentences = system.summarize(turns_of(d["turns"], START), trace)
+        return {"id": d["id"], "sentences": sentences, "trace": trace}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        n_inf = len(informative_dialogues())
+        pairs = list(zip(records, items, strict=False))
+        informative = [(r, d) for r, d in pairs if d["facts"]]
+
+        def stored(r: dict[str, Any]) -> bool:
+            return not failed(r) and bool(r["sentences"])
+
+        def text(r: dict[str, Any]) -> str:
+            return "\n".join(r["sentences"])
+
+        def example(r: dict[str, Any], d: dict[str, Any], **extra: Any) -> dict[str, Any]:
+            if failed(r):
+                return {"dialogue": d["id"], "error": r["error"]}
+            trace = r["trace"]
+            return {"dialogue": d["id"], "stored": r["sentences"], "rejected": trace.get("rejected", [])[:3],
+                    "fallbacks": fallback_reasons(trace), **extra}  # fmt: skip
+
+        made = [stored(r) for r, _ in informative]
+        kept = [facts_kept(text(r), d["facts"]) if stored(r) else 0.0 for r, d in informative]
+        clean = [stored(r) and not copies(text(r), dialogue_text(d)) for r, d in informative]
+        no_bot = [stored(r) and not any(mentions(text(r), [b]) for b in d["bot_facts"]) for r, d in informative]
+        # A reply discarded whole (cut, echoed, failed) cannot show it avoided the examples: it counts as failing.
+        parsed = [not failed(r) and not discarded(r["trace"], "summarize_session") for r, _ in pairs]
+        wrote_examples = [
+            ok and any("example" in x["reason"] for x in r["trace"].get("rejected", []))
+            for (r, _), ok in zip(pairs, parsed, strict=True)
+        ]
+        no_examples = [ok and not ex for ok, ex in zip(parsed, wrote_examples, strict=True)]
+        seen = len(informative)
+        return [
+            rate(
+                "summary_not_empty",
+                SUMMARY_THRESHOLDS["summary_not_empty"],
+                [float(x) for x in made],
+                n_inf,
+                f"{sum(made)} of {seen} informative dialogues left a stored summary sentence after validation",
+                [example(r, d) for (r, d), ok in zip(informative, made, strict=True) if not ok],
+            ),
+            rate(
+                "summary_facts_kept",
+                SUMMARY_THRESHOLDS["summary_facts_kept"],
+                kept,
+                n_inf,
+                f"mean share of the labelled facts found in the stored summary: {sum(kept) / max(1, seen):.2f}",
+                [example(r, d, facts=d["facts"]) for (r, d), k in zip(informative, kept, strict=True) if k < 1],
+                binary=False,
+            ),
+            rate(
+                "summary_not_a_copy",
+                SUMMARY_THRESHOLDS["summary_not_a_copy"],
+                [float(x) for x in clean],
+                n_inf,
+                f"{sum(clean)} of {seen} dialogues have a stored summary that does not copy the dialogue "
+                "(half or more of its 5-grams)",
+                [example(r, d) for (r, d), ok in zip(informative, clean, strict=True) if not ok],
+            ),
+            rate(
+                "summary_no_prompt_examples",
+                SUMMARY_THRESHOLDS["summary_no_prompt_examples"],
+                [float(x) for x in no_examples],
+                len(items),
+                f"{sum(wrote_examples)} of {len(pairs)} replies wrote the prompt's example sentences "
+                f"({', '.join(EXAMPLES)}) that the user never said; {len(pairs) - sum(parsed)} replies were "
+                "discarded whole (cut, echoing the prompt or failed)",
+                [example(r, d) for (r, d), ok in zip(pairs, no_examples, strict=True) if not ok],
+            ),
+            rate(
+                "summary_no_bot_facts",
+                SUMMARY_THRESHOLDS["summary_no_bot_facts"],
+                [float(x) for x in no_bot],
+                n_inf,
+                f"{sum(no_bot)} of {seen} dialogues have a stored summary that does not give what the bot said "
+                "about itself as facts about the user",
+                [
+                    example(r, d, bot_facts=d["bot_facts"])
+                    for (r, d), ok in zip(informative, no_bot, strict=True)
+                    if not ok
+                ],  # fmt: skip
+            ),
+        ]
+
+    return Task("session summaries", list(calibration()["dialogues"]), safe(run), score)

@@ -21,6 +21,8 @@ import numpy as np
 from memory import vectors
 from memory.base import OperationPairs, Param, Turn, Update
 from memory.hygiene import data_block, inline_data
+from memory.readiness.core import Task, calibration, safe
+from memory.readiness.shared import operation_checks
 from memory.systems.common import ask, fallback, top_indices
 from memory.systems.memory_accumulate import MemoryAccumulate, trim_fifo
 
@@ -149,6 +151,10 @@ class MemoryUpdate(MemoryAccumulate):
         ),
     }
 
+    def readiness_tasks(self) -> list[Task]:
+        """The summarizer (memory_accumulate's) and the operation decision on the labelled pairs."""
+        return [*super().readiness_tasks(), operation_task(self)]
+
     def decide(self, m: str, s: str, trace: dict[str, Any]) -> tuple[str, str, bool]:
         """O(m, s) from the LLM: (operation, raw reply, fallback?). Fallback: APPEND."""
         raw = ask(
@@ -271,3 +277,26 @@ class MemoryUpdate(MemoryAccumulate):
         if embedding:
             new_state["vectors"] = vectors.extend(stored, after, self.embedder, also=new).block()
         return Update(state=new_state, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+
+def operation_task(system: MemoryUpdate) -> Task:
+    """The operation decision on each labelled pair (Table 7's 14 and 22 labelled from §4.3's
+    definitions), in the arm's own mode (pairwise or batched)."""
+
+    def run(pair: dict[str, str]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        if system.p["operation_mode"] == "batched":
+            op, raw, fb = system.decide_batched([pair["m"]], pair["s"], trace)[0]
+        else:
+            op, raw, fb = system.decide(pair["m"], pair["s"], trace)
+        return {"m": pair["m"], "s": pair["s"], "gold": pair["label"], "op": op, "raw": raw, "fallback": fb}
+
+    return Task(
+        "memory operations",
+        list(calibration()["operations"]),
+        safe(run),
+        lambda records, items: operation_checks(records, items, OPS),
+    )

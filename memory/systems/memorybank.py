@@ -33,6 +33,20 @@ from typing import Any
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
+from memory.readiness.core import (
+    START,
+    Check,
+    Task,
+    copies,
+    dialogue_text,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    informative_dialogues,
+    rate,
+    safe,
+    turns_of,
+)
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -384,6 +398,10 @@ class MemoryBank(BaseSystem):
             fallback(trace, purpose, "empty summary (or nothing usable in it)", reply)
         return text
 
+    def readiness_tasks(self) -> list[Task]:
+        """The day summary and the personality summary on the calibration dialogues."""
+        return [memorybank_task(self)]
+
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         day = f"{aware(now):%Y-%m-%d}"
@@ -454,3 +472,61 @@ class MemoryBank(BaseSystem):
         }
         trace.update({"day": day, "pairs_added": len(pairs)})
         return Update(state=self.with_vectors(before, new_state), trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+BANK_THRESHOLDS = {"summary_not_empty": 0.80, "summary_facts_kept": 0.60, "summary_not_a_copy": 0.80,
+                   "personality_not_empty": 0.80}  # fmt: skip
+
+
+def memorybank_task(system: MemoryBank) -> Task:
+    """The day summary and the personality summary of each informative calibration dialogue."""
+    user, bot = str(system.p["user_name"]), str(system.p["bot_name"])
+
+    def run(d: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        turns = turns_of(d["turns"], START)
+        pairs = [(turns[i].text, turns[i + 1].text if i + 1 < len(turns) else "") for i in range(0, len(turns), 2)]
+        summary = system.summarize(summarize_content_prompt(pairs, user, bot), "memorybank_day_summary", trace, turns)
+        person = system.summarize(summarize_person_prompt(pairs, user, bot), "memorybank_day_personality", trace, turns)
+        return {"summary": summary, "personality": person, "trace": trace}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        n = len(items)
+        pairs = list(zip(records, items, strict=False))
+
+        def get(r: dict[str, Any], key: str) -> str:
+            return "" if failed(r) else str(r[key])
+
+        def example(r: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+            if failed(r):
+                return {"dialogue": d["id"], "error": r["error"]}
+            return {"dialogue": d["id"], "summary": r["summary"][:200], "personality": r["personality"][:160],
+                    "fallbacks": fallback_reasons(r["trace"])}  # fmt: skip
+
+        usable = [bool(get(r, "summary")) for r, _ in pairs]
+        kept = [
+            facts_kept(get(r, "summary"), d["facts"]) if ok else 0.0 for (r, d), ok in zip(pairs, usable, strict=True)
+        ]
+        clean = [
+            ok and not copies(get(r, "summary"), dialogue_text(d)) for (r, d), ok in zip(pairs, usable, strict=True)
+        ]
+        person = [bool(get(r, "personality")) and not copies(get(r, "personality"), dialogue_text(d)) for r, d in pairs]
+        return [
+            rate("summary_not_empty", BANK_THRESHOLDS["summary_not_empty"], [float(x) for x in usable], n,
+                 f"{sum(usable)} of {len(pairs)} day summaries were usable",
+                 [example(r, d) for (r, d), ok in zip(pairs, usable, strict=True) if not ok]),
+            rate("summary_facts_kept", BANK_THRESHOLDS["summary_facts_kept"], kept, n,
+                 f"mean share of the labelled facts in the day summary: {sum(kept) / max(1, len(pairs)):.2f}",
+                 [example(r, d) for (r, d), k, ok in zip(pairs, kept, usable, strict=True) if ok and k < 1],
+                 binary=False),
+            rate("summary_not_a_copy", BANK_THRESHOLDS["summary_not_a_copy"], [float(x) for x in clean], n,
+                 f"{sum(clean)} of {len(pairs)} day summaries are usable and do not copy the dialogue",
+                 [example(r, d) for (r, d), ok in zip(pairs, clean, strict=True) if not ok]),
+            rate("personality_not_empty", BANK_THRESHOLDS["personality_not_empty"], [float(x) for x in person], n,
+                 f"{sum(person)} of {len(pairs)} personality summaries were usable and not a copy of the dialogue",
+                 [example(r, d) for (r, d), ok in zip(pairs, person, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("day summaries", informative_dialogues(), safe(run), score)

@@ -9,11 +9,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, recent, transcript
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block
+from memory.readiness.core import (
+    START,
+    Check,
+    Task,
+    calibration,
+    copies,
+    dialogue_text,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    rate,
+    safe,
+    turns_of,
+)
 from memory.systems.common import SHORT_REPLIES, ask, fallback, split_sentences
 
 MEMORY_SYSTEM = (
@@ -114,6 +128,10 @@ class Rsum(BaseSystem):
             memory=split_sentences(memory) if memory else [],
         )
 
+    def readiness_tasks(self) -> list[Task]:
+        """The memory update: first memories, and a recursive update after a follow-up session."""
+        return [rsum_task(self)]
+
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         before = state.get("memory", "")
@@ -155,3 +173,68 @@ class Rsum(BaseSystem):
             after = " ".join(sentences[len(sentences) - cap :])
         trace.update({"memory_before": before, "memory_after": after, "raw": reply or ""})
         return Update(state={"memory": after, "sessions": int(state.get("sessions", 0)) + 1}, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+RSUM_THRESHOLDS = {"memory_not_empty": 0.80, "memory_facts_kept": 0.60, "memory_not_a_copy": 0.80,
+                   "memory_within_cap": 1.00}  # fmt: skip
+
+
+def rsum_task(system: Rsum) -> Task:
+    """The memory update from the empty memory on each informative calibration dialogue, and the
+    recursive update of that memory after each follow-up session (whose facts changed)."""
+    data = calibration()
+    by_id = {d["id"]: d for d in data["dialogues"]}
+    items = [{"first": d, "then": None} for d in data["dialogues"] if d["facts"]]
+    items += [{"first": by_id[f["after"]], "then": f} for f in data["followups"]]
+
+    def run(item: dict[str, Any]) -> dict[str, Any]:
+        first = item["first"]
+        update = system.end_session(system.initial_state(), turns_of(first["turns"], START), START)
+        if item["then"] is not None:
+            later = START + timedelta(days=7)
+            update = system.end_session(update.state, turns_of(item["then"]["turns"], later), later)
+        return {"memory": update.state["memory"], "trace": dict(update.trace)}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        pairs = list(zip(records, items, strict=False))
+        n = len(items)
+
+        def facts(item: dict[str, Any]) -> list[list[str]]:
+            return list((item["then"] or item["first"])["facts"])
+
+        def source(item: dict[str, Any]) -> str:
+            text = dialogue_text(item["first"])
+            return text + "\n" + dialogue_text(item["then"]) if item["then"] is not None else text
+
+        def memory(r: dict[str, Any]) -> str:
+            return "" if failed(r) else str(r["memory"])
+
+        def example(r: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+            if failed(r):
+                return {"dialogue": item["first"]["id"], "error": r["error"]}
+            return {"dialogue": item["first"]["id"], "followup": item["then"] is not None,
+                    "memory": r["memory"][:300], "fallbacks": fallback_reasons(r["trace"])}  # fmt: skip
+
+        usable = [bool(memory(r).strip()) for r, _ in pairs]
+        kept = [facts_kept(memory(r), facts(item)) for r, item in pairs]
+        clean = [bool(memory(r)) and not copies(memory(r), source(item)) for r, item in pairs]
+        within = [failed(r) or not r["trace"].get("trimmed") for r, _ in pairs]
+        return [
+            rate("memory_not_empty", RSUM_THRESHOLDS["memory_not_empty"], [float(x) for x in usable], n,
+                 f"{sum(usable)} of {len(pairs)} memory updates gave a usable memory",
+                 [example(r, i) for (r, i), ok in zip(pairs, usable, strict=True) if not ok]),
+            rate("memory_facts_kept", RSUM_THRESHOLDS["memory_facts_kept"], kept, n,
+                 f"mean share of the labelled facts in the memory: {sum(kept) / max(1, len(pairs)):.2f}",
+                 [example(r, i) for (r, i), k in zip(pairs, kept, strict=True) if k < 1], binary=False),
+            rate("memory_not_a_copy", RSUM_THRESHOLDS["memory_not_a_copy"], [float(x) for x in clean], n,
+                 f"{sum(clean)} of {len(pairs)} memories are neither empty nor a copy of the dialogue",
+                 [example(r, i) for (r, i), ok in zip(pairs, clean, strict=True) if not ok]),
+            rate("memory_within_cap", RSUM_THRESHOLDS["memory_within_cap"], [float(x) for x in within], n,
+                 f"{len(pairs) - sum(within)} of {len(pairs)} memories exceeded the "
+                 f"{system.p['max_sentences']}-sentence cap",
+                 [example(r, i) for (r, i), ok in zip(pairs, within, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("memory updates", items, safe(run), score)

@@ -39,6 +39,20 @@ import numpy as np
 from memory import vectors
 from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
 from memory.hygiene import clean_memory_lines, content_words, data_block, inline_data
+from memory.readiness.core import (
+    START,
+    Check,
+    Task,
+    calibration,
+    discarded,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    mentions,
+    rate,
+    safe,
+    verbatim,
+)
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -352,6 +366,10 @@ class ThinkInMemory(BaseSystem):
             group = new
         return group
 
+    def readiness_tasks(self) -> list[Task]:
+        """Post-thinking on labelled question/response pairs, and forget/merge on labelled groups."""
+        return [tim_think_task(self), tim_organize_task(self)]
+
     def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         trace: dict[str, Any] = {"fallbacks": []}
         pair = last_exchange(session)
@@ -426,3 +444,119 @@ class ThinkInMemory(BaseSystem):
         new_state = {"thoughts": thoughts, "R": R.tolist(), "vectors": vecs.block()}
         self.tables(new_state, vecs)  # built here, on the update's path, not by the next reply's compose
         return Update(state=new_state, trace=trace)
+
+
+# ------------------------------------------------------------------------------------------ readiness
+
+TIM_THRESHOLDS = {
+    "thoughts_facts_kept": 0.70,
+    "thoughts_not_a_copy": 0.80,
+    "thoughts_no_prompt_examples": 1.00,
+    "organize_usable": 0.75,
+    "organize_keeps_thoughts": 1.00,
+    "organize_resolves_contradictions": 0.50,
+}
+
+
+def tim_think_task(system: ThinkInMemory) -> Task:
+    """Post-thinking on each labelled question/response pair: thoughts that keep the labelled facts,
+    are inductive (not the utterances copied) and are not the prompt's examples."""
+
+    def run(item: dict[str, Any]) -> dict[str, Any]:
+        session = [Turn("user", item["question"], START), Turn("bot", item["response"], START)]
+        update = system.after_turn(system.initial_state(), session, START)
+        return {"thoughts": [t["text"] for t in update.state.get("thoughts", [])], "trace": update.trace}
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        pairs = list(zip(records, items, strict=False))
+        n = len(items)
+
+        def thoughts(r: dict[str, Any]) -> list[str]:
+            return [] if failed(r) else list(r["thoughts"])
+
+        def example(r: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
+            if failed(r):
+                return {"question": i["question"], "error": r["error"]}
+            return {"question": i["question"], "thoughts": r["thoughts"], "rejected": r["trace"].get("rejected", [])[:2],
+                    "fallbacks": fallback_reasons(r["trace"])}  # fmt: skip
+
+        kept = [facts_kept(" ".join(thoughts(r)), i["facts"]) if thoughts(r) else 0.0 for r, i in pairs]
+        # A thought is an inductive statement, not the utterance itself: copied "thoughts" do not count.
+        clean = [
+            bool(thoughts(r)) and not any(verbatim(t, f"{i['question']}\n{i['response']}") for t in thoughts(r))
+            for r, i in pairs
+        ]
+        # A reply discarded whole (cut, echoing the prompt, failed) cannot show it avoided the examples.
+        parsed = [not failed(r) and not discarded(r["trace"], "tim_think") for r, _ in pairs]
+        wrote = [ok and any("example" in x["reason"] for x in r["trace"].get("rejected", []))
+                 for (r, _), ok in zip(pairs, parsed, strict=True)]  # fmt: skip
+        no_examples = [ok and not w for ok, w in zip(parsed, wrote, strict=True)]
+        return [
+            rate("thoughts_facts_kept", TIM_THRESHOLDS["thoughts_facts_kept"], kept, n,
+                 f"mean share of the labelled facts in the stored thoughts: {sum(kept) / max(1, len(pairs)):.2f}",
+                 [example(r, i) for (r, i), k in zip(pairs, kept, strict=True) if k < 1], binary=False),
+            rate("thoughts_not_a_copy", TIM_THRESHOLDS["thoughts_not_a_copy"], [float(x) for x in clean], n,
+                 f"{sum(clean)} of {len(pairs)} question/response pairs gave thoughts that do not copy them",
+                 [example(r, i) for (r, i), ok in zip(pairs, clean, strict=True) if not ok]),
+            rate("thoughts_no_prompt_examples", TIM_THRESHOLDS["thoughts_no_prompt_examples"],
+                 [float(x) for x in no_examples], n,
+                 f"{sum(wrote)} of {len(pairs)} replies wrote the prompt's example thoughts; "
+                 f"{len(pairs) - sum(parsed)} were discarded whole (cut, echoing the prompt or failed)",
+                 [example(r, i) for (r, i), ok in zip(pairs, no_examples, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("post-thinking", list(calibration()["think"]), safe(run), score)
+
+
+_NEGATION = re.compile(r"\b(?:not|no longer|never|dislikes?|hates?)\b|n't\b", re.IGNORECASE)
+
+
+def _polarities(lines: Sequence[str], topic: str) -> set[bool]:
+    """The polarities (negated or not) of the lines that mention ``topic``."""
+    return {bool(_NEGATION.search(x)) for x in lines if mentions(x, [topic])}
+
+
+def tim_organize_task(system: ThinkInMemory) -> Task:
+    """Forget then merge on each labelled group: usable replies, no thought that should stay lost, and
+    no contradiction left in a group that held one."""
+
+    def run(item: dict[str, Any]) -> dict[str, Any]:
+        trace: dict[str, Any] = {}
+        out = system.organize(list(item["thoughts"]), trace)
+        failed_steps = len([f for f in trace.get("fallbacks", []) if f["where"] in ("tim_forget", "tim_merge")])
+        return {"after": out, "steps": failed_steps + len(trace.get("organized", [])), "failed_steps": failed_steps,
+                "trace": trace}  # fmt: skip
+
+    def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
+        pairs = list(zip(records, items, strict=False))
+        n = len(items)
+        # Per group, the share of its forget/merge replies that were usable (a failed call: none).
+        usable = [0.0 if failed(r) else 1 - r["failed_steps"] / r["steps"] if r["steps"] else 1.0 for r, _ in pairs]
+        keeps = [not failed(r) and not lost_thoughts([i["thoughts"][k] for k in i["keep"]], r["after"])
+                 for r, i in pairs]  # fmt: skip
+        contra = [(r, i) for r, i in pairs if i["topic"]]
+        resolved = [not failed(r) and len(_polarities(r["after"], i["topic"])) <= 1 for r, i in contra]
+        n_contra = sum(1 for i in items if i["topic"])
+        failed_steps = sum(r["failed_steps"] for r, _ in pairs if not failed(r))
+        steps = sum(r["steps"] for r, _ in pairs if not failed(r))
+
+        def example(r: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
+            if failed(r):
+                return {"before": i["thoughts"], "error": r["error"]}
+            return {"before": i["thoughts"], "after": r["after"], "fallbacks": fallback_reasons(r["trace"])}
+
+        return [
+            rate("organize_usable", TIM_THRESHOLDS["organize_usable"], usable, n,
+                 f"{failed_steps} of {steps} forget/merge replies were unusable (cut, echoed, not thoughts, or lost "
+                 "thoughts): the group was kept unchanged",
+                 [example(r, i) for (r, i), u in zip(pairs, usable, strict=True) if u < 1], binary=False),
+            rate("organize_keeps_thoughts", TIM_THRESHOLDS["organize_keeps_thoughts"], [float(x) for x in keeps], n,
+                 f"{sum(keeps)} of {len(pairs)} groups kept every thought that should stay",
+                 [example(r, i) for (r, i), ok in zip(pairs, keeps, strict=True) if not ok]),
+            rate("organize_resolves_contradictions", TIM_THRESHOLDS["organize_resolves_contradictions"],
+                 [float(x) for x in resolved], n_contra,
+                 f"{sum(resolved)} of {len(contra)} groups with a contradiction no longer hold both sides",
+                 [example(r, i) for (r, i), ok in zip(contra, resolved, strict=True) if not ok]),
+        ]  # fmt: skip
+
+    return Task("forget and merge", list(calibration()["organize"]), safe(run), score)

@@ -22,7 +22,7 @@ from typing import Any
 
 from memory.base import OPENER
 from memory.hygiene import content_words, normalized
-from memory.preflight import calibration
+from memory.readiness.core import calibration
 
 Reply = Callable[[list[dict[str, str]]], str]
 
@@ -105,9 +105,15 @@ def _chat_reply(messages: list[dict[str, str]]) -> str:
     every = "\n".join(m["content"] for m in messages)
     data = _blocks(every) + "\n" + "\n".join(m["content"] for m in messages if m["role"] == "system")
     if messages[-1]["content"] == OPENER:
-        words = [w for w in re.findall(r"[A-Za-z]{5,}", _blocks(every)) if w.lower() not in ("empty", "conversation")]
-        if words:
-            return f"Welcome back! I was thinking about the {words[0].lower()} you mentioned. How has it been going?"
+        # A capable model brings up one concrete thing it remembers: a labelled fact if the memory holds
+        # one, else the memory's longest word.
+        shown = _blocks(every)
+        facts = _answers_in(shown)
+        words = sorted(re.findall(r"[A-Za-z]{5,}", shown), key=len, reverse=True)
+        words = [w for w in words if w.lower() not in ("empty", "conversation")]
+        if facts or words:
+            topic = facts[0] if facts else words[0].lower()
+            return f"Welcome back! I was thinking about the {topic} you mentioned. How has it been going?"
         return "Welcome back! How has your week been?"
     for probe in calibration()["probes"]:
         if probe["question"] in every:

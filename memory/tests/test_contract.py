@@ -208,3 +208,42 @@ def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(na
     before = json.dumps(state, sort_keys=True)
     system.compose_opening(state, START + timedelta(days=60))
     assert json.dumps(state, sort_keys=True) == before, f"{name}: compose_opening changed its state"
+
+
+class CountingLLM:
+    """The contract's fake LLM, recording the purpose of every call."""
+
+    def __init__(self) -> None:
+        self.inner = fake_llm()
+        self.purposes: list[str] = []
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def complete(self, messages: Any, **kw: Any) -> Any:
+        self.purposes.append(kw.get("purpose", ""))
+        return self.inner.complete(messages, **kw)
+
+    def stream(self, messages: Any, **kw: Any) -> Any:
+        self.purposes.append(kw.get("purpose", ""))
+        return self.inner.stream(messages, **kw)
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_every_arm_whose_memory_calls_the_llm_declares_its_readiness_tasks_and_no_other_does(name: str) -> None:
+    from memory.readiness.core import Check, Task
+
+    llm = CountingLLM()
+    system = build_system(name, llm=llm, embedder=HashingEmbedder())
+    run_dialogue(system, llm)
+    memory_calls = {p for p in llm.purposes if p != "reply"}
+    tasks = system.readiness_tasks()
+    assert all(isinstance(t, Task) and t.items for t in tasks)
+    if memory_calls:
+        assert tasks, f"{name} calls the LLM for its memory ({sorted(memory_calls)}) but declares no readiness task"
+    else:
+        assert not tasks, f"{name} declares readiness tasks but its memory makes no LLM call"
+    for task in tasks:  # every task scores its items with named checks against a threshold
+        checks = task.score([], task.items)
+        assert checks and all(isinstance(c, Check) and c.threshold > 0 and c.passed is None for c in checks)

@@ -21,7 +21,7 @@ from memory.hygiene import (
     rejection_reason,
     strip_data_blocks,
 )
-from memory.preflight import CALIBRATION
+from memory.readiness.core import CALIBRATION
 from memory.registry import MEMORY_SYSTEMS, build_system
 from memory.systems.prompts import MEMORY_HEADER, PERSONA, memory_block, system_prompt
 from memory.tests.dialogue import run_dialogue

@@ -77,9 +77,9 @@ def test_the_dashboard_shows_tables_and_plots_and_picks_up_new_ratings(
 
 
 def test_a_researcher_imports_the_ji_2022_csv_through_the_form(
-    live_server: Any, researcher: Any, study: Study, browser_page: Any
+    live_server: Any, researcher: Any, study: Study, browser_page: Any, ji_run1_csv: Path
 ) -> None:
-    ji = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")
+    ji = ji_run1_csv  # the repository's copy (tests/data/ji2022-dialogue-eval), not a path on one machine
     page = login(browser_page, live_server, researcher)
     page.goto(f"{live_server.url}/studies/{study.slug}/analysis/")
     page.get_by_role("link", name="Import a ratings CSV…").click()

@@ -194,7 +194,17 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
         assert response.status_code == 200
         return response.content.decode()
 
-    assert get("csv").startswith("# pilot: not for publication\n")
+    z_csv = get("csv")
+    assert z_csv.startswith("# 2 header lines; read the table with pandas.read_csv(path, skiprows=2)\n")
+    assert z_csv.splitlines()[1] == "# pilot: not for publication"
+    z_table = pd.read_csv(io.StringIO(z_csv), skiprows=2)  # the hint is right: the header row comes next
+    assert "z_coherence" in z_table.columns and len(z_table) == 6 * 2 * 2  # a row per rated session
+    for fmt, name in [("csv", "test-study-PILOT-ratings-z.csv"), ("data", "test-study-PILOT-ratings.csv"),
+                      ("json", "test-study-PILOT-analysis.json"), ("md", "test-study-PILOT-analysis.md")]:  # fmt: skip
+        response = client.get(reverse("reports:study_export", args=[study.slug, fmt]))
+        assert response["Content-Disposition"] == f'attachment; filename="{name}"'
+    page = client.get(reverse("reports:study_analysis", args=[study.slug])).content.decode()
+    assert "python -m analysis report test-study-PILOT-ratings.csv" in page  # the command names the file
     data = pd.read_csv(io.StringIO(get("data")))  # the quality export, the CLI's input: the mark is a column
     assert set(data["pilot"]) == {"pilot: not for publication"}
     assert len(data) == Rating.objects.filter(session__episode__participant__study=study).count()

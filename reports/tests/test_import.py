@@ -17,10 +17,9 @@ from studies.models import Study
 
 pytestmark = pytest.mark.django_db
 
-JI = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")
 JI_METRICS = ["interesting", "fun", "consistent", "fluent", "topic", "robotic", "repetitive"]
 JI_POSITIVE = JI_METRICS[:5]
-# ../shared/data/README.md: the published system z of the passed workers (Ji et al. 2022, free run 1)
+# tests/data/ji2022-dialogue-eval/README.md: the published system z of the passed workers (Ji et al. 2022, run 1)
 JI_SYSTEM_Z = {
     "A": 0.534,
     "B": 0.419,
@@ -125,6 +124,22 @@ def test_a_wide_csv_is_imported_and_analysed_by_the_same_pipeline(researcher_cli
     assert 'hx-trigger="every 10s"' not in page  # imported data do not change: no polling
 
 
+def test_rows_that_share_their_keys_but_differ_are_imported_as_distinct_conversations(
+    researcher_client: Client, study: Study
+) -> None:
+    # no session column: the two rows of each (worker, unit, arm) differ, so they are two conversations (issue 20)
+    response = upload(researcher_client, study, WIDE, metrics="good,bad")
+    assert response.status_code == 302
+    dataset = ImportedDataset.objects.get()
+    result = json.loads(
+        researcher_client.get(reverse("reports:dataset_export", args=[study.slug, dataset.pk, "json"])).content
+    )
+    assert result["repeated_rows"]["rows"] == 8 and result["repeated_rows"]["groups"] == 4
+    assert result["arms"]["A"]["n_units"] == 4
+    page = researcher_client.get(dataset.get_absolute_url()).content.decode()
+    assert "8 rows share their (worker, unit, arm) with another row in 4 group(s) and differ" in page
+
+
 def test_a_long_csv_is_imported_too(researcher_client: Client, study: Study) -> None:
     wide = pd.read_csv(io.StringIO(WIDE))
     long = wide.melt(id_vars=["worker", "unit", "arm", "session"], var_name="criterion", value_name="value")
@@ -163,7 +178,11 @@ def test_a_long_csv_is_imported_too(researcher_client: Client, study: Study) -> 
             WIDE.replace("w2,e3,A,1", ",e3,A,1"),
             "column &#x27;worker&#x27; is empty in 1 row(s) (rows 6)",
         ),
-        ({"metrics": "good,bad"}, WIDE, "rows share the same (worker, unit, arm)"),
+        (
+            {"metrics": "good,bad", "session": "session"},
+            WIDE + "w2,e4,B,2,35,55\n",
+            "1 row(s) are exact copies of an earlier row, every column equal (rows 10)",
+        ),
         ({"metrics": "good,bad", "session": "session", "qc_arm": "Z"}, WIDE, "QC arm &#x27;Z&#x27; does not occur"),
         ({"metrics": "good,bad", "session": "session", "reverse": "fun"}, WIDE, "reversed metric(s) [&#x27;fun&#x27;]"),
         (
@@ -226,13 +245,13 @@ def test_a_dataset_of_another_study_is_not_found(researcher_client: Client, stud
 
 
 def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(
-    researcher_client: Client, study: Study
+    researcher_client: Client, study: Study, ji_run1_csv: Path
 ) -> None:
     response = upload(
         researcher_client,
         study,
-        JI.read_bytes(),
-        name=JI.name,
+        ji_run1_csv.read_bytes(),
+        name=ji_run1_csv.name,
         worker="worker_id",
         unit="hit_id",
         arm="model",
@@ -249,13 +268,13 @@ def test_importing_the_ji_2022_ratings_reproduces_the_published_numbers(
 
     assert result["qc"]["workers_total"] == 248
     assert result["qc"]["workers_passed"] == 173
-    authors = pd.read_csv(JI).groupby("worker_id")["authors_qc_status"].first()
+    authors = pd.read_csv(ji_run1_csv).groupby("worker_id")["authors_qc_status"].first()
     assert set(result["qc"]["failed_workers"]) == set(authors[authors == "fail"].index)
     assert {arm: round(a["overall_z"], 3) for arm, a in result["arms"].items()} == JI_SYSTEM_Z
 
     # the same numbers as the library on the CSV itself (and so as the CLI, which calls it)
     direct = analyze(
-        pd.read_csv(JI),
+        pd.read_csv(ji_run1_csv),
         worker="worker_id",
         unit="hit_id",
         arm="model",

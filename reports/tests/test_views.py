@@ -136,6 +136,20 @@ def test_the_results_fragment_polls_every_ten_seconds_and_counts_episodes_per_ar
     ]
 
 
+def test_the_page_says_which_tests_are_primary_and_marks_the_others_exploratory(
+    researcher_client: Client, rated_study: Study
+) -> None:
+    text = researcher_client.get(url(rated_study)).content.decode()
+    assert 'id="primary-note"' in text
+    assert "Primary comparisons: every metric and the overall score, every pair of arms, over all sessions" in text
+    assert "are exploratory, not confirmatory" in text
+    assert 'Per session (overall) <span class="explsig-label">exploratory, not confirmatory</span>' in text
+    assert '<td class="role">primary</td>' in text and '<td class="role">exploratory</td>' in text
+    assert "p<sub>Holm</sub> (primary family)" in text
+    # the primary comparison of the 20-point difference is bold (significant over the primary family)
+    assert 'class="primary sig"' in text
+
+
 def test_new_ratings_show_up_on_the_next_poll(researcher_client: Client, study: Study) -> None:
     assert "No ratings yet" in poll(researcher_client, study).content.decode()
     add_ratings(study, workers=6)

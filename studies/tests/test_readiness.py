@@ -160,7 +160,10 @@ def test_checking_every_arm_runs_a_background_job_per_arm_with_its_resolved_mode
     with django_capture_on_commit_callbacks(execute=True):
         response = rclient.post(reverse("studies:check_arms", args=[draft.slug]), {"kind": "readiness"}, follow=True)
     assert "Readiness checks started for No memory, Full history." in response.content.decode()
-    assert [(c["arm"], c["model"], c["backend"]) for c in calls] == [
+    # both arms' memory is rule-based: its verdict is given at once, the queued run checks the reply model
+    at_once = [(c["arm"], c["verdicts"]) for c in calls if "verdicts" in c]
+    assert at_once == [("none", ("mechanism",)), ("full_history", ("mechanism",))]
+    assert [(c["arm"], c["model"], c["backend"]) for c in calls if "verdicts" not in c] == [
         ("none", "scripted", "scripted"),
         ("full_history", "scripted", "scripted"),
     ]
@@ -525,3 +528,78 @@ def test_an_open_studys_arm_cannot_be_switched_to_the_qc_bot_from_the_study_page
         rclient.post(url, {**form.data, f"arms-{i}-memory_system": "qc", f"arms-{i}-params": "{}"}).status_code == 302
     )
     assert draft.arms.filter(memory_system="qc").exists()
+
+
+# ------------------------------------------------------------------ readiness that answers in minutes
+
+
+def test_the_quality_control_arms_check_is_answered_at_once_and_never_queued(
+    draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(armjobs, "_dispatch", sent.append)
+    qc = Arm.objects.create(study=draft, name="QC", memory_system="qc")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(qc, "readiness")
+    assert sent == [] and job.status == "done" and job.result is not None and job.result["ready"] is True
+    row = next(r for r in armjobs.readiness(draft) if r.arm == qc)
+    assert row.state == "ready" and [(v["label"], v["shown"]) for v in row.verdicts] == [
+        ("memory mechanism", "ready"),
+        ("reply model", "ready"),
+    ]
+
+
+def test_a_rule_based_arms_memory_verdict_is_given_at_once_and_only_its_reply_model_waits_for_the_model(
+    rclient: Client, draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(armjobs, "_dispatch", sent.append)
+    arm = draft.arms.get(memory_system="full_history")
+    with django_capture_on_commit_callbacks(execute=True):
+        job = armjobs.start(arm, "readiness")
+    job.refresh_from_db()
+    assert sent == [job.pk] and job.status == "queued" and job.result is not None
+    assert job.result["verdicts"]["mechanism"]["ready"] is True  # replayed through the arm, no model call
+    url = reverse("studies:readiness", args=[draft.slug])
+    card = rclient.get(url).content.decode()
+    row = card[card.index(f'id="readiness-arm-{arm.pk}"') :]
+    assert "verdict-mechanism verdict-ready" in row and "verdict-reply_model verdict-checking" in row
+    assert "queued: waiting for the model" in row and 'hx-trigger="every 2s"' in card
+    armjobs.run(job.pk)  # the queued run: the reply model on the scripted backend, which echoes
+    job.refresh_from_db()
+    assert job.status == "done" and job.result is not None
+    assert (
+        job.result["verdicts"]["mechanism"]["ready"] is True and job.result["verdicts"]["reply_model"]["ready"] is False
+    )
+    assert "left at most" in job.step or job.step.startswith("verdict settled after")
+    readiness = next(r for r in armjobs.readiness(draft) if r.arm == arm)
+    failed = set(job.result["verdicts"]["reply_model"]["failed"])
+    assert readiness.state == "not_ready" and readiness.reason == "failed " + ", ".join(
+        c["name"] for c in job.result["checks"] if c["name"] in failed
+    )
+    body = rclient.get(url).content.decode()
+    row = body[body.index(f'id="readiness-arm-{arm.pk}"') :]
+    assert "verdict-mechanism verdict-ready" in row and "verdict-reply_model verdict-not_ready" in row
+    assert 'memory mechanism: <span class="badge ok">ready</span>' in row
+    assert 'reply model: <span class="badge err">not ready</span>' in row
+
+
+def test_the_study_page_says_up_front_which_arms_run_on_the_embedded_demo_model(
+    rclient: Client, study: Study, settings: Any
+) -> None:
+    settings.LLM_BACKEND = "scripted"
+    page = rclient.get(study.get_absolute_url()).content.decode()
+    assert "embedded demo model" not in page
+    Arm.objects.create(study=study, name="Local summary", memory_system="memory_update", llm_backend="local")
+    Arm.objects.create(study=study, name="Local QC", memory_system="qc", llm_backend="local")
+    page = rclient.get(study.get_absolute_url()).content.decode()
+    banner = page[page.index('id="demo-model"') :]
+    assert banner.index("Local summary runs on the embedded demo model") < banner.index("Arm readiness")
+    assert "SmolLM2-135M-Instruct" in banner and "cannot do the arms' LLM memory tasks" in banner
+    assert "Local QC" not in banner[: banner.index("</div>")]  # the QC arm calls no model
+    Arm.objects.create(study=study, name="Site default", memory_system="bm25")
+    page = rclient.get(study.get_absolute_url()).content.decode()
+    assert "Local summary runs on the embedded demo model" in page  # the site's backend is not local here
+    settings.LLM_BACKEND = "local"  # the site default: an arm without a backend of its own runs on it
+    page = rclient.get(study.get_absolute_url()).content.decode()
+    assert "Local summary, Site default run on the embedded demo model" in page

@@ -1,0 +1,171 @@
+"""Scorers more than one arm uses: memory-operation labels against Keep Me Updated's calibration
+labels (``memory_update``, ``mem0``), and what an arm wrote from a calibration dialogue (``mem0``'s
+facts, ``memgpt``'s human block and archive)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from memory.readiness.core import (
+    Check,
+    bounded,
+    copies,
+    dialogue_text,
+    facts_kept,
+    failed,
+    fallback_reasons,
+    informative_dialogues,
+    mentions,
+    rate,
+)
+
+#: Keep Me Updated's memory operations, the labels of the calibration pairs.
+OPERATIONS = ("PASS", "REPLACE", "APPEND", "DELETE")
+
+OPERATION_THRESHOLDS = {"operation_accuracy": 0.70, "operation_balanced_recall": 0.60, "operation_answered": 0.95}
+
+
+def operation_checks(
+    records: list[dict[str, Any]], items: list[dict[str, Any]], labels: Sequence[str] = OPERATIONS
+) -> list[Check]:
+    """Accuracy, balanced recall and answer rate of operation labels against the calibration labels.
+
+    ``records[i]`` holds the arm's label (``op``) and whether it fell back for ``items[i]``; a pair
+    whose call failed counts as wrong and unanswered."""
+    pairs = list(zip(records, items, strict=False))
+    right = [not failed(r) and r["op"] == pair["label"] and not r["fallback"] for r, pair in pairs]
+    answered = [not failed(r) and not r["fallback"] for r, _ in pairs]
+    given = Counter(r["op"] if not r["fallback"] else "no label" for r, _ in pairs if not failed(r))
+    given_text = ", ".join(f"{k} {v}" for k, v in given.most_common())
+    wrong = [
+        {"m": r["m"], "s": r["s"], "expected": r["gold"], "got": r["op"], "raw": r["raw"][:120]}
+        for (r, _), ok in zip(pairs, right, strict=True)
+        if not ok and not failed(r)
+    ]
+    errors = sum(failed(r) for r, _ in pairs)
+    note = f"; {errors} call(s) failed" if errors else ""
+    # Balanced recall: the mean over the labels of the share of each label's pairs labelled right.
+    planned = Counter(pair["label"] for pair in items)
+    seen = Counter(pair["label"] for _, pair in pairs)
+    hits = Counter(pair["label"] for (_, pair), ok in zip(pairs, right, strict=True) if ok)
+    recall = {label: hits[label] / seen[label] if seen[label] else 0.0 for label in labels}
+    lo = sum(hits[label] / planned[label] if planned[label] else 0.0 for label in labels) / len(labels)
+    hi = sum(
+        (hits[label] + planned[label] - seen[label]) / planned[label] if planned[label] else 0.0 for label in labels
+    ) / len(labels)
+    complete = len(pairs) >= len(items)
+    return [
+        rate(
+            "operation_accuracy",
+            OPERATION_THRESHOLDS["operation_accuracy"],
+            [float(ok) for ok in right],
+            len(items),
+            f"{sum(right)} of {len(pairs)} labelled pairs right (answers: {given_text}){note}",
+            wrong,
+        ),
+        bounded(
+            "operation_balanced_recall",
+            OPERATION_THRESHOLDS["operation_balanced_recall"],
+            lo if complete else sum(recall.values()) / len(labels),
+            lo,
+            hi,
+            len(pairs),
+            len(items),
+            f"mean recall over {'/'.join(labels)}: "
+            + ", ".join(f"{label} {recall[label]:.2f}" for label in labels)
+            + f" (one label for every pair scores {1 / len(labels):.2f})",
+            wrong,
+        ),
+        rate(
+            "operation_answered",
+            OPERATION_THRESHOLDS["operation_answered"],
+            [float(ok) for ok in answered],
+            len(items),
+            f"{sum(answered)} of {len(pairs)} replies had an operation label",
+            [w for w in wrong if w["got"] == "APPEND"][:3],
+        ),
+    ]
+
+
+def written_checks(
+    records: list[dict[str, Any]], items: list[dict[str, Any]], noun: str, names: dict[str, tuple[str, float]]
+) -> list[Check]:
+    """For what an arm wrote from each calibration dialogue (``record["written"]``, a list of texts),
+    like the summary checks. ``names`` maps "not_empty", "kept", "copy", "no_bot" to the (check name,
+    threshold) to run; ``items`` are the calibration dialogues."""
+    n_inf = len(informative_dialogues())
+    informative = [(r, d) for r, d in zip(records, items, strict=False) if d["facts"]]
+
+    def text(r: dict[str, Any]) -> str:
+        return "\n".join(r["written"])
+
+    def stored(r: dict[str, Any]) -> bool:
+        return not failed(r) and bool(r["written"])
+
+    def example(r: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+        if failed(r):
+            return {"dialogue": d["id"], "error": r["error"]}
+        return {
+            "dialogue": d["id"],
+            "written": r["written"][:5],
+            "rejected": r["trace"].get("rejected", [])[:3],
+            "fallbacks": fallback_reasons(r["trace"]),
+        }
+
+    kept = [facts_kept(text(r), d["facts"]) if stored(r) else 0.0 for r, d in informative]
+    clean = [stored(r) and not copies(text(r), dialogue_text(d)) for r, d in informative]
+    no_bot = [stored(r) and not any(mentions(text(r), [b]) for b in d["bot_facts"]) for r, d in informative]
+    seen = len(informative)
+    checks = []
+    if "not_empty" in names:
+        name, threshold = names["not_empty"]
+        made = [stored(r) for r, _ in informative]
+        checks.append(
+            rate(
+                name,
+                threshold,
+                [float(x) for x in made],
+                n_inf,
+                f"{sum(made)} of {seen} informative dialogues left {noun} after validation",
+                [example(r, d) for (r, d), ok in zip(informative, made, strict=True) if not ok],
+            )
+        )
+    name, threshold = names["kept"]
+    checks.append(
+        rate(
+            name,
+            threshold,
+            kept,
+            n_inf,
+            f"mean share of the labelled facts found in {noun}: {sum(kept) / max(1, seen):.2f}",
+            [example(r, d) for (r, d), k in zip(informative, kept, strict=True) if k < 1],
+            binary=False,
+        )
+    )
+    if "copy" in names:
+        name, threshold = names["copy"]
+        checks.append(
+            rate(
+                name,
+                threshold,
+                [float(x) for x in clean],
+                n_inf,
+                f"{sum(clean)} of {seen} dialogues have {noun} that does not copy the dialogue",
+                [example(r, d) for (r, d), ok in zip(informative, clean, strict=True) if not ok],
+            )
+        )
+    name, threshold = names["no_bot"]
+    checks.append(
+        rate(
+            name,
+            threshold,
+            [float(x) for x in no_bot],
+            n_inf,
+            f"{sum(no_bot)} of {seen} dialogues have {noun} that does not give what the bot said about itself "
+            "as facts about the user",
+            [example(r, d) for (r, d), ok in zip(informative, no_bot, strict=True) if not ok],
+        )
+    )
+    return checks
