@@ -7,9 +7,10 @@ plays the reverse proxy, so each simulated client has its own address, which it 
 itself). The limits are set low for the run (``LIMITS``); every case then does what an attacker did, with raw
 HTTP and websockets, and checks what the server let happen. bench/abuse_cases.py has the cases.
 
-    .venv/bin/python bench/abuse.py                   # every case; the floods run 45 s each
-    .venv/bin/python bench/abuse.py --quick           # 20 s floods, fewer slow connections (the test's run)
+    .venv/bin/python bench/abuse.py                   # every case; the floods run 120 s each
+    .venv/bin/python bench/abuse.py --quick           # 30 s floods, smaller uploads, downloads and slow-client crowds
     .venv/bin/python bench/abuse.py --cases flood-one-client slow-clients --keep
+    .venv/bin/python bench/abuse.py --quick --flood-seconds 20 --limit LLM_CALLS_PER_MINUTE=30   # tests/test_abuse_suite.py
 
 Prints one row per case (severity, held or FAILED, what was measured) and the count held and failed per
 severity; ``--json`` writes the same. Exit status 1 when a case failed.
@@ -50,7 +51,7 @@ LIMITS = {
     "LOGIN_FAILURE_LIMIT": "10",
     "LOG_LEVEL": "ERROR",
 }
-STUDY_NEW_PER_MINUTE = 20  # the flood studies' own limit on new participants
+STUDY_NEW_PER_MINUTE = 20  # the flood studies' own limit on new participants (--limit STUDY_NEW_PER_MINUTE=N)
 
 
 @dataclass
@@ -73,9 +74,14 @@ class Case:
 class Site:
     """The running stack and what the cases share: its URLs, the researcher's account, a fresh address each time."""
 
-    def __init__(self, stack: Stack, quick: bool) -> None:
+    def __init__(
+        self, stack: Stack, quick: bool, limits: dict[str, str], study_new_per_minute: int, flood_seconds: float
+    ) -> None:
         self.stack = stack
         self.quick = quick
+        self.limits = limits  # the server's limits of this run (its environment)
+        self.study_new_per_minute = study_new_per_minute
+        self.flood_seconds = flood_seconds
         self.base = f"http://127.0.0.1:{stack.web_port}"
         self.ws = f"ws://127.0.0.1:{stack.web_port}"
         self._next = 1
@@ -111,25 +117,36 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def run(names: list[str] | None, quick: bool, keep: bool, ports: list[int] | None) -> list[Outcome]:
+def run(
+    names: list[str] | None,
+    quick: bool,
+    keep: bool,
+    ports: list[int] | None,
+    overrides: dict[str, str] | None = None,
+    flood_seconds: float | None = None,
+) -> list[Outcome]:
     from abuse_cases import CASES
 
     chosen = [c for c in CASES if not names or c.name in names]
+    overrides = dict(overrides or {})
+    study_new = int(overrides.pop("STUDY_NEW_PER_MINUTE", STUDY_NEW_PER_MINUTE))
+    limits = {**LIMITS, **overrides}
     stack = Stack(*(ports or []))
-    stack.env.update(LIMITS)
+    stack.env.update(limits)
     stack.llm.word_delay = 0.01  # replies come fast: the limits, not the model, must stop a flood
     outcomes = []
     try:
         stack.start()
         os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
-        os.environ.update(LIMITS)
+        os.environ.update(limits)
         import django
 
         django.setup()
         from django.db import connections
 
         connections.close_all()
-        site = Site(stack, quick)
+        seconds = flood_seconds or (30.0 if quick else 120.0)
+        site = Site(stack, quick, limits, study_new, seconds)
         from abuse_cases import warm_up
 
         warm_up(site)  # the reply workers' first tasks import everything: not part of any case
@@ -179,18 +196,29 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the services' logs")
     parser.add_argument("--ports", type=int, nargs=3, metavar=("PG", "REDIS", "WEB"), help="default: free ports")
     parser.add_argument("--json", type=Path, help="also write the outcomes here")
+    parser.add_argument("--flood-seconds", type=float, help="how long each flood runs (default 120, --quick 30)")
+    parser.add_argument(
+        "--limit", action="append", default=[], metavar="NAME=VALUE",
+        help="a limit of the run other than LIMITS' (an environment variable, or STUDY_NEW_PER_MINUTE)",
+    )  # fmt: skip
     args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.limit)
+    unknown = set(overrides) - set(LIMITS) - {"STUDY_NEW_PER_MINUTE"}
+    if unknown:
+        parser.error(
+            f"--limit: unknown {', '.join(sorted(unknown))} (one of {', '.join([*LIMITS, 'STUDY_NEW_PER_MINUTE'])})"
+        )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the services
     t0 = time.monotonic()
     load = os.getloadavg()
-    outcomes = run(args.cases, args.quick, args.keep, args.ports)
+    outcomes = run(args.cases, args.quick, args.keep, args.ports, overrides, args.flood_seconds)
     if args.json:
         args.json.write_text(json.dumps([_plain(asdict(o)) for o in outcomes], indent=1, default=str))
     print(table(outcomes))
     end = os.getloadavg()
     print(f"\nwall {time.monotonic() - t0:.0f} s; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the start, "
           f"{end[0]:.2f} {end[1]:.2f} {end[2]:.2f} at the end; limits of the run: "
-          + ", ".join(f"{k}={v}" for k, v in LIMITS.items() if k != "LOG_LEVEL"))  # fmt: skip
+          + ", ".join(f"{k}={v}" for k, v in {**LIMITS, **overrides}.items() if k != "LOG_LEVEL"))  # fmt: skip
     sys.exit(0 if all(o.held for o in outcomes) else 1)
 
 
