@@ -27,8 +27,9 @@ class Flood:
     errors: Counter[str] = field(default_factory=Counter)  # sockets that failed
 
 
-async def _flooder(site: Site, slug: str, address: Any, deadline: float, stats: Flood) -> None:
-    """One attacker's socket: invent a participant, chat until refused, invent the next."""
+async def _flooder(site: Site, slug: str, address: Any, deadline: float, stats: Flood, chars: int) -> None:
+    """One attacker's socket: invent a participant, chat until refused, invent the next. Every message is as
+    long as the study allows (``chars``): the most a turn can store."""
     while time.monotonic() < deadline:
         b = Browser(site, address=address())
         sid = await asyncio.to_thread(start_session, b, slug, new_id())
@@ -45,7 +46,8 @@ async def _flooder(site: Site, slug: str, address: Any, deadline: float, stats: 
         try:
             while time.monotonic() < deadline:
                 wait = max(5.0, deadline - time.monotonic() + 5)  # a reply still owed at the deadline: 5 s more
-                refused = await say(ws, f"flood {uuid.uuid4().hex[:8]} " + "x" * 200, timeout=wait)
+                text = f"flood {uuid.uuid4().hex[:8]} "
+                refused = await say(ws, text + "x" * (chars - len(text)), timeout=wait)
                 if refused:
                     stats.refusals[refused[:60]] += 1
                     break
@@ -91,7 +93,9 @@ def _flood(site: Site, one_address: bool) -> tuple[bool, str, dict[str, Any]]:
 
     async def go() -> None:
         end = time.monotonic() + seconds
-        await asyncio.gather(*(_flooder(site, study.slug, address, end, stats) for _ in range(8)))
+        await asyncio.gather(
+            *(_flooder(site, study.slug, address, end, stats, int(study.max_message_chars)) for _ in range(8))
+        )
 
     asyncio.run(go())
     time.sleep(3)  # replies still streaming at the deadline finish

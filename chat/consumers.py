@@ -48,6 +48,10 @@ REQUESTS = Window("chat-socket-requests")
 REQUESTS_PER_SESSION_PER_MINUTE = 12
 REQUESTS_PER_ADDRESS_PER_MINUTE = 60
 PING_SECONDS = 10.0
+# A socket told it asks too often gets no answer to further resume or retry frames for this long: neither the
+# limit's counters nor a thread are touched, and nothing is sent (the refusals' own answers were most of the
+# bytes a flood of resumes got back).
+QUIET_SECONDS = 5.0
 TOO_OFTEN = "The chat is asking the server too often; please wait a minute (or reload the page)."
 
 
@@ -107,6 +111,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     client: str = "unknown"
     group: str = ""
     last_ping: float = -PING_SECONDS
+    quiet_until: float = 0.0
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch without its ``aclose_old_connections()`` before every handler: that is a hop
@@ -155,8 +160,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
             if self.group and self._ping_due():
                 await self.channel_layer.group_add(self.group, self.channel_name)
             return
+        if kind in ("resume", "retry") and time.monotonic() < self.quiet_until:
+            return  # refused a moment ago: not counted, not answered
         html = await _db(self._handle)(kind, data)
-        if kind == "resume" and self.group and html != fragments.error(TOO_OFTEN):
+        if html == fragments.error(TOO_OFTEN):
+            self.quiet_until = time.monotonic() + QUIET_SECONDS
+        elif kind == "resume" and self.group:
             await self.channel_layer.group_add(self.group, self.channel_name)
         if html:
             await self.send(text_data=html)

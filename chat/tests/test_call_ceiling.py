@@ -4,13 +4,14 @@ the socket. Jobs run inline, on the scripted LLM."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import Client
 
-from chat import budget, replies
+from chat import budget, consumers, replies
 from chat.consumers import TOO_OFTEN, ChatConsumer
 from chat.errors import ChatError
 from chat.models import LLMCallRecord, Message
@@ -131,6 +132,39 @@ def test_resume_and_retry_requests_of_a_socket_are_rate_limited(study: Study, sc
     answers = [async_to_sync(_handle)(consumer, {"type": "resume", "last_seq": 0}) for _ in range(40)]
     replayed = [a for a in answers if "msg-" in a]
     assert len(replayed) == 12 and all(TOO_OFTEN in a for a in answers[12:])
+
+
+def test_a_socket_told_it_asks_too_often_gets_no_answer_to_more_for_a_while(
+    study: Study, script: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusals' own answers were most of what a flood of resumes got back (2.5 MB in 30 s from 4 sockets in
+    bench/abuse.py): after one refusal the socket's resume and retry frames are dropped unanswered and uncounted."""
+    import json
+
+    script(["Hello!"] * 5)
+    (sid,) = sessions(study, 1)
+    post_user_message(sid, "c1", "hi there")
+    consumer = ChatConsumer()
+    consumer.session_id, consumer.client = sid, "203.0.113.9"
+    sent: list[str] = []
+
+    async def send(text_data: str | None = None, **_: Any) -> None:
+        sent.append(str(text_data))
+
+    handled: list[str] = []
+    real = ChatConsumer._handle
+    monkeypatch.setattr(
+        ChatConsumer, "_handle", lambda self, kind, data: handled.append(kind) or real(self, kind, data)
+    )
+    monkeypatch.setattr(consumer, "send", send)
+    frames = [json.dumps({"type": kind, "last_seq": 0}) for kind in ("resume", "retry") * 20]
+    for frame in frames:
+        async_to_sync(consumer.receive)(text_data=frame)
+    assert len(handled) == 13 and sum(TOO_OFTEN in s for s in sent) == 1  # 12 admitted, one refusal, then quiet
+    assert consumer.quiet_until - consumers.QUIET_SECONDS <= time.monotonic() < consumer.quiet_until
+    consumer.quiet_until = time.monotonic() - 1  # the quiet period is over
+    async_to_sync(consumer.receive)(text_data=frames[0])
+    assert len(handled) == 14 and sum(TOO_OFTEN in s for s in sent) == 2  # asked again, told again
 
 
 async def _handle(consumer: ChatConsumer, data: dict[str, Any]) -> str:
