@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import string
 import threading
 import time
 import uuid
@@ -16,6 +18,8 @@ from abuse import Site, new_id
 from abuse_common import Browser, connect, database_mb, make_study, say, start_session, study_row_bytes
 
 # --------------------------------------------------------------------------------------------- floods
+
+LETTERS = string.ascii_letters + string.digits + " .,"
 
 
 @dataclass
@@ -29,7 +33,7 @@ class Flood:
 
 async def _flooder(site: Site, slug: str, address: Any, deadline: float, stats: Flood, chars: int) -> None:
     """One attacker's socket: invent a participant, chat until refused, invent the next. Every message is as
-    long as the study allows (``chars``): the most a turn can store."""
+    long as the study allows (``chars``) and random: the most a turn can store."""
     while time.monotonic() < deadline:
         b = Browser(site, address=address())
         sid = await asyncio.to_thread(start_session, b, slug, new_id())
@@ -46,8 +50,8 @@ async def _flooder(site: Site, slug: str, address: Any, deadline: float, stats: 
         try:
             while time.monotonic() < deadline:
                 wait = max(5.0, deadline - time.monotonic() + 5)  # a reply still owed at the deadline: 5 s more
-                text = f"flood {uuid.uuid4().hex[:8]} "
-                refused = await say(ws, text + "x" * (chars - len(text)), timeout=wait)
+                text = "".join(random.choices(LETTERS, k=chars))  # random: PostgreSQL cannot compress it
+                refused = await say(ws, text, timeout=wait)
                 if refused:
                     stats.refusals[refused[:60]] += 1
                     break
