@@ -206,14 +206,15 @@ def power_simulations(site: Site) -> tuple[bool, str, dict[str, Any]]:
         time.sleep(0.2)
     left = _plan_children(site)
     states = [re.search(r"cancelled|failed|Simulating|Waiting", rita.get(f"{url}{job}/").text) for job in jobs]
-    held = refused >= 1 and not left and all(s and s.group() == "cancelled" for s in states)
+    shown = [s.group() if s else "?" for s in states]
+    held = refused >= 1 and not left and all(s == "cancelled" for s in shown)
     return (
         held,
         (
             f"5 of the largest plans: {len(jobs)} queued or running, {refused} refused; {len(spawned)} simulation process(es) "
-            f"before Cancel, {len(left)} 20 s after"
+            f"before Cancel, {len(left)} 20 s after; the pages then say {', '.join(shown)}"
         ),
-        {},
+        {"states": shown},
     )
 
 

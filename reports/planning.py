@@ -191,12 +191,13 @@ def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Sour
     except Exception:
         log.exception("power simulation %s failed", key)
         state = {"status": "failed", "message": "the simulation failed (see the log)"}
-    if state is not None:
-        cache.set(_cache_key(key), state, PLAN_SECONDS)
+    if state is None or _cancelled(key):  # cancelled, perhaps after the serving thread's check and before
+        state = {"status": "cancelled", "message": "cancelled"}  # "running" was written over the mark
+    cache.set(_cache_key(key), state, PLAN_SECONDS)
 
 
 def _in_child(key: str, job: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan's result from its own process; None when it was cancelled (the cache says so already)."""
+    """The plan's result from its own process; None when it was cancelled."""
     context = multiprocessing.get_context("spawn")  # never fork a web process with threads
     receiver, sender = context.Pipe(duplex=False)
     child = context.Process(

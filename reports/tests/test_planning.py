@@ -220,6 +220,27 @@ def test_a_running_plan_is_cancelled_at_once_and_its_process_is_gone(study: Stud
     _wait(lambda: not (_plan_processes() & children), 10)
 
 
+def test_a_plan_cancelled_just_as_its_run_begins_stays_cancelled(study: Study, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/abuse.py (power-simulations): a Cancel that arrived after the serving thread had checked the mark
+    was overwritten by "running", and the page said "Simulating" after the process was gone."""
+    from reports.forms import PlanForm
+
+    form = PlanForm(SMALL)
+    assert form.is_valid(), form.errors
+    key = form.settings().key(study)
+    planning.cache.set(planning._cache_key(key), {"status": "queued"}, 60)
+
+    def cancelled_while_starting(key: str, job: dict[str, Any]) -> None:
+        planning.cache.set(planning._cache_key(key), {"status": "running"}, 60)  # what _in_child writes first
+        assert planning.cancel_plan(key)
+        planning.cache.set(planning._cache_key(key), {"status": "running"}, 60)  # the overwrite of the race
+        return None
+
+    monkeypatch.setattr(planning, "_in_child", cancelled_while_starting)
+    planning._run_plan(key, planning.study_design(study), form.settings(), None)
+    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Study, settings: Any) -> None:
     """Issue 21: the largest allowed power simulation ran over 10 CPU-minutes without finishing."""
