@@ -205,7 +205,13 @@ def slow_clients(site: Site) -> tuple[bool, str, dict[str, Any]]:
             f"{n} slow-header and {n} slow-body connections (a byte a second): closed after {min(closed):.1f}-{max(closed):.1f} s "
             f"(timeout {timeout:.0f} s); {late} still open {timeout + 10:.0f} s in"
         ),
-        {"connections": 2 * n, "closed_max_s": round(max(closed), 1), "late": late},
+        {
+            "connections": 2 * n,
+            "closed_max_s": round(max(closed), 1),
+            "late": late,
+            "never_closed": sum(1 for c in closed if c >= limit),
+            "watched_s": limit,
+        },
     )
 
 

@@ -102,7 +102,9 @@ def test_a_flood_of_invented_participants_stays_under_the_configured_ceilings(
     assert results[case]["held"], results[case]["measured"]
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("flood-") and c != "anonymous-uploads"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.startswith("flood-") and c not in ("anonymous-uploads", "slow-clients")]
+)
 def test_the_other_attacks_are_held(results: dict[str, dict[str, Any]], case: str) -> None:
     assert results[case]["held"], results[case]["measured"]
 
@@ -113,3 +115,10 @@ def test_anonymous_uploads_are_refused_before_they_cost_memory(results: dict[str
     n = results["anonymous-uploads"]["numbers"]
     assert set(n["answers"]) == {"413"} and sum(n["answers"].values()) >= 2, n
     assert n["rss_growth_mb"] < 50, n
+
+
+def test_slow_clients_are_all_closed_by_the_server(results: dict[str, dict[str, Any]]) -> None:
+    """Issue 21: 1,000 slow-body or slow-header connections were held for 60 s, none closed. (How soon after the
+    timeout they close depends on the machine's load: the benchmark's figure, not asserted here.)"""
+    n = results["slow-clients"]["numbers"]
+    assert n["connections"] == 200 and n["never_closed"] == 0, n
