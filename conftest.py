@@ -34,7 +34,9 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.CHAT_DB_KEEP_CONNECTIONS = False
     # every test that goes through chat.state checks that no cached state is edited in place
     settings.CHAT_STATE_CACHE_VERIFY = True
-    # every test client is 127.0.0.1: the limits by address are tested where they are set (tests/test_abuse_limits.py)
+    # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
+    settings.CHAT_REPLY_PACING = False
+    # every test client is 127.0.0.1: the limits by address are tested where they are set (studies/tests/test_entry_limits.py, chat/tests/test_call_ceiling.py)
     settings.NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE = 0
     settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE = 0
 

@@ -6,6 +6,9 @@
 * ``python -m analysis calibrate ...``: simulate studies of a design and print each test's family-wise
   false-positive rate, CI coverage and power (:mod:`analysis.calibration`).
 * ``python -m analysis plan ...``: workers needed for a target power (:mod:`analysis.planning`).
+* ``python -m analysis pairwise VOTES.csv ...``: pairwise judgements (ACUTE-Eval, live side by side): win rates,
+  a Bradley-Terry leaderboard, position bias, style control (:mod:`analysis.pairwise_cli`).
+* ``python -m analysis plan-pairwise ...``: judges needed for a pairwise design (:mod:`analysis.pairwise_power`).
 * ``python -m analysis prereg --title ... --metrics ... [--out FILE]``: write a pre-registration (the analysis
   settings, primary comparisons and alpha with their sha256) for a later ``report --prereg FILE``;
   ``prereg --verify FILE`` checks a registration's hash.
@@ -91,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="significance level of the arm comparisons (default: the pre-registration's, else 0.05)",
     )
+    rep.add_argument(
+        "--covariates",
+        type=_list,
+        default=[],
+        metavar="COLUMN[,COLUMN]",
+        help="numeric columns (e.g. latency_shown_s): reported per arm and put into a mixed model beside the arm",
+    )
     rep.add_argument("--prereg", type=Path, help="a pre-registration JSON file to check the analysis against")
     rep.add_argument("--format", choices=FORMATS, default="json")
     rep.add_argument("--out", type=Path, help="write here instead of stdout")
@@ -144,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     _design_arguments(
         sub.add_parser("plan", help="workers needed for a target power at a smallest effect size, by simulation"),
         calibrate=False,
+    )
+    from analysis import pairwise_cli
+
+    pairwise_cli.add_arguments(
+        sub.add_parser("pairwise", help="analyse a votes CSV: win rates, Bradley-Terry leaderboard, style control")
+    )
+    pairwise_cli.add_plan_arguments(
+        sub.add_parser("plan-pairwise", help="judges needed for a pairwise design's target power, by simulation")
     )
     return parser
 
@@ -207,6 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from analysis.planning import main as plan_main
 
             return plan_main(args)
+        if args.command == "pairwise":
+            from analysis.pairwise_cli import main as pairwise_main
+
+            return pairwise_main(args)
+        if args.command == "plan-pairwise":
+            from analysis.pairwise_power import main as plan_pairwise_main
+
+            return plan_pairwise_main(args)
         if args.command == "prereg":
             return _prereg(args)
         return _report(args)
@@ -259,6 +285,7 @@ def _report(args: argparse.Namespace) -> int:
         duplicates=args.duplicates,
         primary=tuple(args.primary) if args.primary else None,
         alpha=args.alpha,
+        covariates=tuple(args.covariates),
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result

@@ -26,6 +26,7 @@ from typing import IO, Any, cast
 import numpy as np
 import pandas as pd
 
+from analysis.covariates import cov_column, covariate_values
 from analysis.spec import AnalysisSpec, RatingsError
 
 __all__ = [
@@ -218,20 +219,22 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
     if is_long(df, metrics, spec.metric_col, spec.value_col):
         metric_col = spec.metric_col or "metric"
         value_col = spec.value_col or "score"
-        _require_columns(df, [*key_cols.values(), metric_col, value_col, *filters])
+        _require_columns(df, [*key_cols.values(), metric_col, value_col, *filters, *spec.covariates])
         dropped = 0
         if spec.duplicates == "drop":  # exact copies of a rating row: dropped first, counted in the report
             copies = df.duplicated(keep="first").to_numpy()
             dropped = int(copies.sum())
             df = df[~copies].reset_index(drop=True)
-        wide = _long_to_wide(df, key_cols, metrics, metric_col, value_col, filters)
+        wide = _long_to_wide(df, key_cols, metrics, metric_col, value_col, filters, spec.covariates)
     else:
-        _require_columns(df, [*key_cols.values(), *metrics, *filters])
+        _require_columns(df, [*key_cols.values(), *metrics, *filters, *spec.covariates])
         wide = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
         for m in metrics:
             wide[m] = _numeric(df[m], m).to_numpy()
         for f in filters:
             wide[flag_column(f)] = _flags(df[f], f)
+        for cov in spec.covariates:
+            wide[cov_column(cov)] = covariate_values(df[cov], cov)
 
     for key, col in key_cols.items():
         # strip the distinct values only: there are far fewer workers/units/arms than rows
@@ -432,6 +435,7 @@ def _long_to_wide(
     metric_col: str,
     value_col: str,
     filters: list[str],
+    covariates: tuple[str, ...] = (),
 ) -> pd.DataFrame:
     long = pd.DataFrame({k: df[c].to_numpy() for k, c in key_cols.items()})
     long["_metric"] = df[metric_col].astype(str).str.strip().to_numpy()
@@ -471,6 +475,9 @@ def _long_to_wide(
         flags = pd.DataFrame({flag_column(f): _flags(df[f], f) for f in filters}, index=long.index)
         # a rated session (or conversation) is flagged when any of its rating rows is
         wide = wide.join(flags.groupby([long[k] for k in keys]).any().rename_axis(keys))
+    if covariates:  # measured per rated session: its rating rows repeat the value (their mean, if they differ)
+        values = pd.DataFrame({cov_column(c): covariate_values(df[c], c) for c in covariates}, index=long.index)
+        wide = wide.join(values.groupby([long[k] for k in keys]).mean().rename_axis(keys))
     wide = wide.reset_index()
     wide.columns.name = None
     return wide

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from analysis.comparisons import family_description
+from analysis.covariates import covariates_text
 
 __all__ = ["exclusions_text", "methods_text", "mixed_status", "prereg_text", "repeated_rows_text"]
 
@@ -97,6 +98,8 @@ def methods_text(result: Mapping[str, Any]) -> str:
             + ": no mixed-model estimates are reported there"
             + (", and the arm comparisons rest on the tests above." if not design["z_valid"] else ".")
         )
+    if result.get("covariates"):
+        parts.append(covariates_text(result["covariates"]))
     prereg = result.get("preregistration")
     if prereg:
         parts.append(prereg_text(prereg))

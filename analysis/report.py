@@ -43,6 +43,7 @@ from analysis.comparisons import (
     primary_section,
     test_warnings,
 )
+from analysis.covariates import covariate_section
 from analysis.data import (
     ARM,
     CONV,
@@ -174,6 +175,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
     mixed = mixed_section(prep)
     if mixed is not None:
         prep.warnings += [f"mixed model ({m}): {w}" for m, fit in mixed["models"].items() for w in fit["warnings"]]
+    covariates = _covariates(prep)
     result: dict[str, Any] = {
         "params": spec.params(),
         "exclusions": prep.exclusions,
@@ -188,6 +190,7 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
         "primary": primary,
         "correlations": correlations,
         "mixedlm": mixed,
+        "covariates": covariates,
         "warnings": prep.warnings,
         "repeated_rows": prep.repeated_rows,
     }
@@ -476,6 +479,17 @@ def mixed_section(prep: Prepared) -> dict[str, Any] | None:
     for m in [OVERALL, *prep.spec.metrics] if mixedlm else [OVERALL]:
         mixed["models"][m] = mixedlm_arm_effects(named, score=f"raw_{m}", arm="arm", group="worker", reference=ref)
     return mixed
+
+
+def _covariates(prep: Prepared) -> dict[str, Any] | None:
+    """The ``covariates`` section (:mod:`analysis.covariates`); its model's warnings join the report's."""
+    section = covariate_section(
+        prep.data, prep.units, covariates=prep.spec.covariates, arms=prep.arms, uid=_UID, worker=WORKER, arm=ARM,
+        reference=prep.spec.reference_arm or (prep.arms[0] if prep.arms else None),
+    )  # fmt: skip
+    if section is not None and section["mixedlm"] is not None:
+        prep.warnings += [f"mixed model with covariates: {w}" for w in section["mixedlm"]["warnings"]]
+    return section
 
 
 # ---------------------------------------------------------------------------------------------- tables

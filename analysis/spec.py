@@ -137,6 +137,8 @@ class AnalysisSpec:
     removed. ``preregistration`` is a pre-registration (the dict of :mod:`analysis.prereg`) that the report
     checks its own settings against. ``duplicates`` says what to do with rows that are exact copies of another
     row (:data:`DUPLICATE_POLICIES`); rows that share their keys but differ are distinct conversations.
+    checks its own settings against. ``covariates`` names numeric columns reported per arm and put into a mixed
+    model beside the arm (:mod:`analysis.covariates`).
     """
 
     worker: str
@@ -159,9 +161,10 @@ class AnalysisSpec:
     duplicates: Duplicates = "refuse"
     primary: tuple[Comparison, ...] | None = None
     alpha: float | None = None
+    covariates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"):
+        for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows", "covariates"):
             object.__setattr__(self, name, _names(getattr(self, name)))
         if self.primary is not None:
             given: Any = self.primary  # a tuple of Comparisons, strings or dicts, or a single one
@@ -206,6 +209,10 @@ class AnalysisSpec:
         clash = sorted({c for c in flags if c in self.metrics or c in self.key_columns or flags.count(c) > 1})
         if clash:
             raise RatingsError(f"exclusion column(s) {clash} are also used as a key, a metric or twice as a filter")
+        used = {*self.metrics, *self.key_columns, *flags}
+        clash = sorted({c for c in self.covariates if c in used or self.covariates.count(c) > 1})
+        if clash:
+            raise RatingsError(f"covariate column(s) {clash} are also used as a key, a metric, a filter or twice")
 
     @classmethod
     def of(cls, spec: AnalysisSpec | None = None, options: Mapping[str, Any] | None = None) -> AnalysisSpec:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -378,8 +378,18 @@ def correlate(x: Any, y: Any) -> dict[str, Any]:
     return out
 
 
-def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str, reference: str) -> dict[str, Any]:
-    """Fit ``score ~ C(arm, Treatment(reference))`` with a random intercept per ``group`` (REML).
+def mixedlm_arm_effects(
+    data: pd.DataFrame,
+    *,
+    score: str,
+    arm: str,
+    group: str,
+    reference: str,
+    covariates: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Fit ``score ~ C(arm, Treatment(reference))`` with a random intercept per ``group`` (REML); with
+    ``covariates`` (numeric columns of ``data``, each mapped to the name its term is reported under), also
+    ``+ covariate`` for each (:mod:`analysis.covariates`).
 
     Returns the fixed effects of every arm against ``reference`` (coefficient, SE, and p and 95% CI from a t
     distribution with workers - fixed effects degrees of freedom, ``df``), the
@@ -393,10 +403,12 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
     import statsmodels.formula.api as smf
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
-    d = data[[score, arm, group]].dropna().rename(columns={score: "score", arm: "arm", group: "group"})
+    covariates = dict(covariates or {})
+    d = data[[score, arm, group, *covariates]].dropna().rename(columns={score: "score", arm: "arm", group: "group"})
     d["arm"] = d["arm"].astype(str)
+    extra = "".join(f" + {name}" for name in covariates.values())
     result: dict[str, Any] = {
-        "formula": f"score ~ C(arm, Treatment({reference!r})) + (1 | {group})",
+        "formula": f"score ~ C(arm, Treatment({reference!r})){extra} + (1 | {group})",
         "reference": reference,
         "n_obs": int(len(d)),
         "n_groups": int(d["group"].nunique()),
@@ -427,7 +439,9 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
             f"every {group} contributes a single observation, so the {group} variance cannot be told apart from the "
             "residual; the arm effects equal ordinary least squares"
         )
-    model = smf.mixedlm(f"score ~ C(arm, Treatment({reference!r}))", d, groups=d["group"])
+    model = smf.mixedlm(
+        f"score ~ C(arm, Treatment({reference!r}))" + "".join(f" + {c}" for c in covariates), d, groups=d["group"]
+    )
     errors: list[str] = []
     fallback: tuple[Any, str, list[warnings.WarningMessage]] | None = None
     chosen: tuple[Any, str, list[warnings.WarningMessage]] | None = None
@@ -495,7 +509,9 @@ def mixedlm_arm_effects(data: pd.DataFrame, *, score: str, arm: str, group: str,
     result["df"] = df
     prefix = f"C(arm, Treatment({reference!r}))[T."
     for name in fit.fe_params.index:
-        term = "intercept" if name == "Intercept" else name.removeprefix(prefix).removesuffix("]")
+        term = (
+            "intercept" if name == "Intercept" else covariates.get(name) or name.removeprefix(prefix).removesuffix("]")
+        )
         coef, se = float(fit.fe_params[name]), float(fit.bse_fe[name])
         result["effects"].append(
             {

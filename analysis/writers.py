@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.comparisons import family_description
+from analysis.covariates import covariate_model_rows, covariate_rows
 from analysis.methods import exclusions_text, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
@@ -354,6 +355,11 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _md_table(*_mixed_rows(result)),
         ]
+    if result.get("covariates"):
+        out += ["", "## Covariates per arm", "", _md_table(*covariate_rows(result))]
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            out += ["", "Overall raw score ~ arm + covariates (centred) + random intercept per worker:", ""]
+            out += [_md_table(*covariate_model_rows(result))]
     return "\n".join(out) + "\n"
 
 
@@ -464,6 +470,13 @@ def to_latex(result: dict[str, Any]) -> str:
         f"{_pairwise_note(result)}"
     )
     parts.append(_latex_table(header, overall, caption, "tab:pairwise", 4))
+    if result.get("covariates"):
+        parts.append(
+            _latex_table(*covariate_rows(result), "Covariates per arm (means over units).", "tab:covariates", 2)
+        )
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            caption = "Overall raw score on the arm and the covariates (centred), random intercept per worker."
+            parts.append(_latex_table(*covariate_model_rows(result), caption, "tab:covariate-model", 1))
     return head + "\n\n".join(parts) + "\n"
 
 
@@ -559,6 +572,11 @@ def to_html(result: dict[str, Any], plots: dict[str, str] | None = None, title: 
     out += ["<h2>Correlations between metrics</h2>", _html_table(*_correlation_rows(result))]
     if result.get("mixedlm"):
         out += ["<h2>Mixed model</h2>", _html_table(*_mixed_rows(result))]
+    if result.get("covariates"):
+        out += ['<h2 id="covariates">Covariates per arm</h2>', _html_table(*covariate_rows(result))]
+        if (result["covariates"].get("mixedlm") or {}).get("effects"):
+            out += ["<p>Overall raw score ~ arm + covariates (centred) + random intercept per worker:</p>"]
+            out += [_html_table(*covariate_model_rows(result))]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

@@ -20,6 +20,7 @@ from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
 from infra.streaming import streaming_response
+from pairwise.models import Comparison
 from studies.limits import accepts_upload
 from studies.models import Study
 from studies.roles import AuthenticatedHttpRequest, annotator_required, researcher_required
@@ -86,7 +87,8 @@ def home(request: AuthenticatedHttpRequest) -> HttpResponse:
         {"queue": q, "progress": services.annotator_progress(q, request.user)}
         for q in Queue.objects.workable_by(request.user).filter(active=True).annotate(n=Count("items")).filter(n__gt=0)
     ]
-    return render(request, "annotation/home.html", {"queues": queues})
+    comparisons = Comparison.objects.workable_by(request.user).filter(status=Comparison.Status.OPEN)
+    return render(request, "annotation/home.html", {"queues": queues, "comparisons": comparisons})
 
 
 @annotator_required

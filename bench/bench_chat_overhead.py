@@ -38,9 +38,11 @@ def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
     from studies.models import Arm, Participant, Study
     from studies.participants import SESSION_KEY
 
+    # pace_replies off: this measures the platform's own overhead, not the study's reply schedule (chat/pacing.py)
     study = Study.objects.create(
-        name=f"bench {tag}", status=Study.Status.OPEN, sessions_per_episode=1, episodes_per_worker=1, min_user_turns=1
-    )
+        name=f"bench {tag}", status=Study.Status.OPEN, sessions_per_episode=1, episodes_per_worker=1, min_user_turns=1,
+        pace_replies=False,
+    )  # fmt: skip
     study.add_default_metrics()
     Arm.objects.create(study=study, name="bench", memory_system="none", llm_backend="scripted")
     out = []

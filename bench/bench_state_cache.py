@@ -85,7 +85,9 @@ def episode_with(memory_system: str, memory: dict[str, Any]) -> int:
     from chat.models import Episode
     from studies.models import Arm, Participant, Study
 
-    study = Study.objects.create(name=f"bench {memory_system} {time.time()}", status=Study.Status.OPEN)
+    study = Study.objects.create(
+        name=f"bench {memory_system} {time.time()}", status=Study.Status.OPEN, pace_replies=False
+    )
     arm = Arm.objects.create(study=study, name="arm", memory_system=memory_system, llm_backend="scripted")
     participant = Participant.objects.create(study=study, external_id="w", source="invite", consented_at=timezone.now())
     return int(Episode.objects.create(participant=participant, arm=arm, index=1, memory_state=memory).pk)

@@ -55,9 +55,16 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     frames: list[str] = []
     jobs.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
-    study = Study.objects.create(name="bench", status=Study.Status.OPEN, sessions_per_episode=1,
-                                 episodes_per_worker=1, min_user_turns=1, max_turns_per_session=100_000,
-                                 max_messages_per_minute=100_000)  # fmt: skip
+    study = Study.objects.create(
+        name="bench",
+        status=Study.Status.OPEN,
+        sessions_per_episode=1,
+        episodes_per_worker=1,
+        min_user_turns=1,
+        max_turns_per_session=100_000,
+        max_messages_per_minute=100_000,
+        pace_replies=False,
+    )  # fmt: skip (the platform's cost, no reply schedule)
     study.add_default_metrics()
     Arm.objects.create(study=study, name="bench", memory_system=args.arm, llm_backend="scripted")
     session_ids = []

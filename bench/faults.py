@@ -339,6 +339,7 @@ def create_workers(n: int, tag: str) -> list[tuple[str, int]]:
     study = Study.objects.create(
         name=f"faults {tag}", status=Study.Status.OPEN, sessions_per_episode=1, episodes_per_worker=1,
         min_user_turns=1, max_messages_per_minute=1000, max_turns_per_session=1000,
+        pace_replies=False,  # the faults' timings are the platform's, not a reply schedule's (chat/pacing.py)
     )  # fmt: skip
     study.add_default_metrics()
     Arm.objects.create(study=study, name="fake", memory_system="none", llm_backend="openai", llm_model="fake-model")

@@ -102,9 +102,14 @@ class EpisodeAdmin(StudyScoped, admin.ModelAdmin[Episode]):
 @admin.register(ChatSession)
 class ChatSessionAdmin(StudyScoped, admin.ModelAdmin[ChatSession]):
     study_path = "episode__arm__study"
-    list_display = ["id", "episode", "index", "status", "simulated_start", "ended_at", "rated_at"]
-    list_filter = ["status", ("episode__arm__study", admin.RelatedOnlyFieldListFilter)]
-    readonly_fields = ["episode", "index", "simulated_start", "started_at", "ended_at", "rated_at"]
+    list_display = ["id", "episode", "index", "status", "silent", "simulated_start", "ended_at", "rated_at"]
+    list_filter = ["status", "silent", ("episode__arm__study", admin.RelatedOnlyFieldListFilter)]
+    # A session moves only through the chat workflows (chat.sessions, chat.ratings): a status set here would
+    # make a session rateable that never met its minimum of answered turns, or skip its memory update.
+    readonly_fields = [
+        "episode", "index", "status", "simulated_start", "gap_days", "started_at", "ended_at", "ended_by", "silent",
+        "rated_at",
+    ]  # fmt: skip
     inlines = [MessageInline, RatingInline, MemorySnapshotInline, LLMCallInline]
 
 

@@ -212,8 +212,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
         study = session.episode.participant.study
         html = fragments.messages(messages_after(session, msg.seq - 1))
-        turns, pending = turn_counts(session)
-        html += fragments.controls(turns, study.min_user_turns, pending=pending)
+        counts = turn_counts(session)
+        html += fragments.controls(counts.answered, study.min_user_turns, pending=counts.pending, failed=counts.failed)
         return fragments.clear_error() + html
 
     def _may_ask(self) -> bool:
@@ -228,12 +228,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study
-        turns, pending = turn_counts(session)
-        if pending:  # a reply being written may be one whose job died: fail it or enqueue it again
+        counts = turn_counts(session)
+        if counts.pending:  # a reply being written may be one whose job died: fail it or enqueue it again
             recover_replies(session)
-            turns, pending = turn_counts(session)
+            counts = turn_counts(session)
         html = fragments.messages(messages_after(session, last_seq))
-        return html + fragments.controls(turns, study.min_user_turns, pending=pending)
+        return html + fragments.controls(
+            counts.answered, study.min_user_turns, pending=counts.pending, failed=counts.failed
+        )
 
     async def chat_event(self, event: dict[str, Any]) -> None:
         await self.send(text_data=event["html"])

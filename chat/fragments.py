@@ -73,13 +73,22 @@ def clear_error() -> str:
     return error("")
 
 
-def controls(turns: int, min_turns: int, *, pending: bool = False) -> str:
+def controls(turns: int, min_turns: int, *, pending: bool = False, failed: int = 0) -> str:
     """The turn counter and the "End session" button (enabled once the minimum is met and no reply
     is being written; chat.js keeps it disabled while a reply is pending on the page): the
-    ``controls-oob`` partial."""
+    ``controls-oob`` partial. ``turns`` counts the worker's turns the bot *answered* (the minimum counts
+    only those); ``failed`` is the number of the bot's failed messages, which the worker is told do not count."""
     if turns < min_turns:
         plural = "" if min_turns == 1 else "s"
-        info = f"Send at least {int(min_turns)} message{plural} ({int(turns)} so far), then end the session."
+        if failed:
+            info = (
+                f"Send at least {int(min_turns)} message{plural} that the chatbot answers ({int(turns)} answered so "
+                "far; a reply that failed does not count: press Retry under it, or write again), then end the session."
+            )
+        else:
+            info = (
+                f"Send at least {int(min_turns)} message{plural} ({int(turns)} answered so far), then end the session."
+            )
     else:
         info = "You can end the session whenever you like."
     met = "1" if turns >= min_turns else "0"

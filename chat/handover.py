@@ -24,7 +24,8 @@ class Prepared:
 
     msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state deferred (chat.state)
     turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
-    user_turns: int  # the worker's messages in the session, this one included
+    answered: int  # the worker's turns the bot answered before this one (what the session's minimum counts)
+    failed: int  # the bot's failed messages in the session
 
 
 _PREPARED: dict[int, Prepared] = {}

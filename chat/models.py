@@ -64,6 +64,11 @@ class ChatSession(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     rated_at = models.DateTimeField(null=True, blank=True)
     ended_by = models.CharField(max_length=12, choices=EndedBy.choices, blank=True)
+    # Ended with fewer answered turns than the study's minimum while replies had failed (the time limit, or
+    # any other path that lets a session end): the worker rated a chatbot that hardly spoke. Set when the
+    # session ends and again when it is rated (chat.sessions.is_silent); its ratings are excluded from every
+    # report by default (the ratings frame's ``silent_session`` column) and listed on the quality page.
+    silent = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]
@@ -134,6 +139,13 @@ class Message(models.Model):
     deadline_at = models.DateTimeField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # A bot message's timing (chat/pacing.py): when the worker asked for it (their message, the session's
+    # start for an opener, the Retry button), and in milliseconds from then the model's first piece, the
+    # whole reply generated (the true latency) and the reply shown whole (after the study's pacing).
+    requested_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    first_token_ms = models.FloatField(null=True, blank=True)
+    generated_ms = models.FloatField(null=True, blank=True)
+    shown_ms = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import Count, Q
 from django.db.models.functions import Length
 
 from chat.authenticity import AuthenticitySummary, Composition, Signals, summarize
@@ -39,8 +40,13 @@ SIGNAL_COLUMNS: dict[str, str] = {
     "flag_unmeasured": "many of the worker's messages came without authenticity signals or with unreadable ones",
     "authenticity_flagged": "any of the five authenticity flags",
     "too_fast": "the rated session was more than 3 SD faster than the study's other sessions",
+    "silent_session": "the rated session ended with fewer answered turns than the minimum, replies having failed "
+    "(row filter, applied by default)",
 }
-ROW_FILTERS = ("unfinished",)
+ROW_FILTERS = ("unfinished", "silent_session")
+# Applied by every report unless the researcher turns them off: a silent session's ratings judge a chatbot that
+# hardly spoke (chat.sessions.is_silent), not its memory.
+DEFAULT_ROW_FILTERS = ("silent_session",)
 
 
 @dataclass
@@ -52,6 +58,23 @@ class SessionTiming:
     seconds: float | None
     ended_by: str
     too_fast: bool = False
+
+
+@dataclass
+class SilentSession:
+    """A session that ended with fewer answered turns than the minimum while replies failed (``ChatSession.silent``):
+    listed on the quality page; its ratings are excluded from every report by default."""
+
+    worker: str
+    participant_id: int
+    episode_id: int
+    episode_index: int
+    arm: str
+    index: int
+    answered: int
+    failed: int
+    ended_by: str
+    rated: bool
 
 
 @dataclass
@@ -233,6 +256,37 @@ def signal_columns(records: list[WorkerQuality]) -> tuple[dict[str, dict[str, bo
     fast = {s.session_id for r in records for s in r.sessions if s.too_fast}
     unfinished = {e.pk for r in records for e in r.episodes if e.status != Episode.Status.COMPLETED}
     return by_worker, fast, unfinished
+
+
+def silent_sessions(study: Study) -> list[SilentSession]:
+    """The study's silent sessions with their answered and failed counts, in the order workers joined."""
+    bot = Q(messages__speaker=Message.Speaker.BOT)
+    rows = (
+        ChatSession.objects.filter(episode__participant__study=study, silent=True)
+        .select_related("episode__participant", "episode__arm")
+        .annotate(
+            n_answered=Count(
+                "messages", filter=bot & Q(messages__status=Message.Status.COMPLETE, messages__reply_to__isnull=False)
+            ),
+            n_failed=Count("messages", filter=bot & Q(messages__status=Message.Status.FAILED)),
+        )
+        .order_by("episode__participant__created_at", "episode__participant_id", "episode__index", "index")
+    )
+    return [
+        SilentSession(
+            s.episode.participant.external_id,
+            s.episode.participant_id,
+            s.episode_id,
+            s.episode.index,
+            s.episode.arm.name,
+            s.index,
+            s.__dict__["n_answered"],
+            s.__dict__["n_failed"],
+            s.get_ended_by_display(),
+            s.status == ChatSession.Status.DONE,
+        )  # fmt: skip
+        for s in rows
+    ]
 
 
 def median_minutes(records: list[WorkerQuality]) -> float | None:

@@ -9,6 +9,8 @@ from django.utils import timezone
 from chat.assignment import episodes_left
 from chat.errors import ChatError
 from chat.models import AttentionResponse, ChatSession, Episode, Rating
+from chat.sessions import is_silent
+from chat.transcript import turn_counts
 
 
 def submit_ratings(session: ChatSession, values: dict[int, int], attention: dict[int, int] | None = None) -> bool:
@@ -33,10 +35,12 @@ def submit_ratings(session: ChatSession, values: dict[int, int], attention: dict
                 session=locked, item_id=check_id, defaults={"value": value, "passed": checks[check_id].passes(value)}
             )
         now = timezone.now()
+        study = locked.episode.participant.study
+        # whatever path ended the session, its flag is what its transcript says (chat.sessions.is_silent)
+        locked.silent = is_silent(turn_counts(locked), study.min_user_turns)
         locked.status, locked.rated_at = ChatSession.Status.DONE, now
-        locked.save(update_fields=["status", "rated_at"])
+        locked.save(update_fields=["status", "rated_at", "silent"])
         episode = locked.episode
-        study = episode.participant.study
         if locked.index >= study.sessions_per_episode:
             episode.status, episode.completed_at = Episode.Status.COMPLETED, now
             episode.save(update_fields=["status", "completed_at"])

@@ -24,7 +24,20 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chat import arms, budget, fragments, handover, jobs, leases, memory_updates, records, replytext, sqlcache, state
+from chat import (
+    arms,
+    budget,
+    fragments,
+    handover,
+    jobs,
+    leases,
+    memory_updates,
+    pacing,
+    records,
+    replytext,
+    sqlcache,
+    state,
+)
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
@@ -106,7 +119,8 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
         now = timezone.now()
         msg.status, msg.attempts, msg.error = Message.Status.PENDING, 0, ""
         msg.deadline_at, msg.due_at, msg.lease_until = now + timedelta(seconds=jobs.reply_deadline_seconds()), now, None
-        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until"])
+        msg.requested_at = now  # the reply's pacing and latency count from the Retry button
+        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until", "requested_at"])
         transaction.on_commit(lambda: enqueue_reply(msg.pk))
     return msg
 
@@ -143,7 +157,7 @@ def generate_reply(message_id: int) -> None:
         msg = prepared.msg
         held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
         try:
-            _reply_attempt(msg, held, turns=prepared.turns, user_turns=prepared.user_turns)
+            _reply_attempt(msg, held, turns=prepared.turns, counted=(prepared.answered, prepared.failed))
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
                 held.update(lease_until=None)
@@ -173,11 +187,11 @@ def generate_reply(message_id: int) -> None:
 
 
 def _reply_attempt(
-    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, user_turns: int | None = None
+    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
 ) -> None:
     """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
-    (the session up to the message it answers) and ``user_turns`` (the worker's messages), when the
-    caller has them already."""
+    (the session up to the message it answers) and ``counted`` (the worker's turns the bot answered
+    before this one, and the bot's failed messages), when the caller has them already."""
     session = msg.session
     attempt = msg.attempts
     deadline = msg.deadline_at or msg.created_at + timedelta(seconds=jobs.reply_deadline_seconds())
@@ -201,6 +215,8 @@ def _reply_attempt(
     now = session_clock(session)
     opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
+    # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
+    pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
         with leases.heartbeat(held) as beat:
             if turns is None:
@@ -209,7 +225,7 @@ def _reply_attempt(
             chat = [t.text for t in turns]
             for leaks in (1, 2):
                 try:
-                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat)
+                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat, pacer=pacer)
                     break
                 except PromptLeakError as exc:
                     if llm.calls:
@@ -256,7 +272,7 @@ def _reply_attempt(
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
         _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
         return
-    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None}
+    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None, **pacer.latencies()}
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
@@ -268,7 +284,9 @@ def _reply_attempt(
     for field, value in done.items():
         setattr(msg, field, value)
     msg.memory_used = memory_used
-    jobs.broadcast(session.pk, fragments.message(msg) + _controls(session, user_turns))
+    if counted is not None and not opener:
+        counted = (counted[0] + 1, counted[1])  # this reply answers the worker's turn
+    jobs.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
     if not opener:  # an opener follows no exchange to learn from
         after = [*(turns or []), Turn("bot", text, session.simulated_start)]
         memory_updates.after_turn(session, episode, system, llm, msg, now, start_state, after)
@@ -282,6 +300,7 @@ def _stream_reply(
     chat: list[str],
     deadline: datetime,
     beat: leases.Heartbeat,
+    pacer: pacing.Pacer,
 ) -> str:
     """Stream one reply to the session's sockets and return its cleaned text.
 
@@ -289,7 +308,9 @@ def _stream_reply(
     first one at once), minus a held-back tail that is checked for prompt text first
     (:class:`PromptLeakError`, the stream closed); what is still held back at the end arrives with
     the final message. An arm may give its reply itself (``prompt.reply``, the quality-control arm):
-    it is sent as is, with no LLM call and no leak check.
+    it is sent as is, with no LLM call and no leak check. ``pacer`` holds the text back to the study's
+    schedule (chat/pacing.py): once the model is done, the rest is released at the schedule's speed before
+    this returns, so the final message never arrives earlier than the schedule allows.
     """
     max_tokens = settings.LLM_MAX_TOKENS
     flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
@@ -313,30 +334,45 @@ def _stream_reply(
     pieces: list[str] = []
     shown = 0
     last_flush = 0.0
+    pacer.begin()
     for piece in stream:
         if beat.lost:
             raise _Superseded()
         if timezone.now() >= deadline:  # a trickling stream: every read in time, the whole reply not
             stop()
             raise LLMError(REPLY_TOO_SLOW)
+        pacer.piece()
         pieces.append(piece)
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
             if fixed is None and (leak := leak_check().find(so_far)) is not None:
                 stop()
                 raise PromptLeakError(leak)
-            safe = replytext.shown_prefix(so_far) if fixed is None else len(so_far)
+            safe = pacer.release(replytext.shown_prefix(so_far) if fixed is None else len(so_far))
             if safe > shown:
                 jobs.broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
                 shown = safe
             last_flush = time.monotonic()
+    pacer.done()
+    streamed = "".join(pieces)[:shown]
     text = replytext.check_reply("".join(pieces))
-    if fixed is not None:
-        return text
-    leak = leak_check().find(text)
-    if leak is not None:
-        raise PromptLeakError(leak)
-    return end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+    if fixed is None:
+        leak = leak_check().find(text)
+        if leak is not None:
+            raise PromptLeakError(leak)
+        text = end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+    # The rest at the schedule's speed; a final text that is not the shown text continued (cleaned, cut at a
+    # sentence) replaces the bubble when the schedule has reached its end.
+    on_page = shown if text.startswith(streamed) else len(text)
+    if not pacer.drain(
+        text,
+        on_page,
+        lambda part: jobs.broadcast(msg.session_id, fragments.token(msg.seq, part)),
+        lost=lambda: beat.lost,
+        step=flush_every,
+    ):
+        raise _Superseded()
+    return text
 
 
 def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
@@ -346,10 +382,13 @@ def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
         jobs.broadcast(msg.session_id, fragments.message(msg) + _controls(msg.session, None))
 
 
-def _controls(session: ChatSession, user_turns: int | None) -> str:
-    """The turn counter and End button once a reply is written (``user_turns`` counted when not given:
-    a retried or recovered reply, or one written by a Celery worker)."""
+def _controls(session: ChatSession, counted: tuple[int, int] | None) -> str:
+    """The turn counter and End button once a reply is written or failed; ``counted`` (answered turns, failed
+    messages) is counted here when not given: a failed, retried or recovered reply, or one written by a
+    Celery worker."""
     pending = False
-    if user_turns is None:
-        user_turns, pending = turn_counts(session)
-    return fragments.controls(user_turns, session.episode.participant.study.min_user_turns, pending=pending)
+    if counted is None:
+        counts = turn_counts(session)
+        counted, pending = (counts.answered, counts.failed), counts.pending
+    min_turns = session.episode.participant.study.min_user_turns
+    return fragments.controls(counted[0], min_turns, pending=pending, failed=counted[1])

@@ -14,7 +14,7 @@ from django.utils import timezone
 from chat import memory_updates, replies
 from chat.errors import ChatError
 from chat.models import ChatSession, MemorySnapshot, Message
-from chat.transcript import reply_pending, user_turns
+from chat.transcript import TurnCounts, reply_pending, turn_counts
 from studies.models import Study
 
 
@@ -84,12 +84,31 @@ def draw_gap(study: Study, session: ChatSession) -> float:
     return study.draw_gap(random.Random(f"gap:{study.pk}:{session.episode_id}:{session.index}"))
 
 
+def is_silent(counts: TurnCounts, min_turns: int) -> bool:
+    """Whether an ended session is *silent*: fewer of the worker's turns answered than the study's minimum,
+    with replies that failed. Its ratings judge a chatbot that hardly spoke, not its memory: they are kept,
+    flagged (``ChatSession.silent``), and excluded from every report by default."""
+    return counts.answered < min_turns and counts.failed > 0
+
+
+def not_enough_text(counts: TurnCounts, min_turns: int) -> str:
+    """Why the worker cannot end the session yet (the minimum counts the turns the bot answered)."""
+    failed = "; a reply that failed does not count: press Retry under it, or write again" if counts.failed else ""
+    plural = "" if min_turns == 1 else "s"
+    return (
+        f"Please send at least {min_turns} message{plural} that the chatbot answers before ending the session "
+        f"({counts.answered} answered so far{failed})."
+    )
+
+
 def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WORKER) -> ChatSession:
-    """End a chatting session once the minimum number of user turns is met (idempotent).
+    """End a chatting session once the minimum number of answered user turns is met (idempotent): a turn
+    counts when the bot's reply to it completed; a failed reply (the reply deadline, an LLM error) does not.
 
     Raises :class:`ReplyPending` while the bot's reply is still being written, unless the session's
     time limit has passed: ``ended_by=TIME_LIMIT`` (``chat.timing.end_if_time_up``) waives the minimum
-    and fails a reply still pending, which is then not part of the session the memory sees.
+    and fails a reply still pending, which is then not part of the session the memory sees. A session
+    that ends that way with too few answered turns and failed replies is flagged ``silent`` (:func:`is_silent`).
     Creates the next session (``preparing``) and enqueues the memory update after commit.
     """
     with transaction.atomic():
@@ -100,14 +119,14 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
             return locked
         study = locked.episode.participant.study
         timed_out = ended_by == ChatSession.EndedBy.TIME_LIMIT and locked.time_is_up()
-        if locked.status != ChatSession.Status.CHATTING or (
-            user_turns(locked) < study.min_user_turns and not timed_out
-        ):
-            raise ChatError(f"Please send at least {study.min_user_turns} messages before ending the session.")
+        if locked.status != ChatSession.Status.CHATTING:
+            raise ChatError("This session is not open for chatting.")
         # The reply being written is part of the session the worker rates and the memory sees.
         replies.fail_stale_replies(locked)
         if reply_pending(locked) and not timed_out:
             raise ReplyPending("Please wait for the chatbot's reply before ending the session.")
+        if not timed_out and (counts := turn_counts(locked)).answered < study.min_user_turns:
+            raise ChatError(not_enough_text(counts, study.min_user_turns))
         locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
         locked.ended_by = ChatSession.EndedBy.TIME_LIMIT if timed_out else ChatSession.EndedBy.WORKER
         locked.save(update_fields=["status", "ended_at", "ended_by"])
@@ -115,6 +134,9 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
             locked.messages.filter(status=Message.Status.PENDING).update(
                 status=Message.Status.FAILED, error="The session ended before the reply was written."
             )
+            if is_silent(turn_counts(locked), study.min_user_turns):
+                locked.silent = True
+                locked.save(update_fields=["silent"])
         MemorySnapshot.objects.get_or_create(session=locked)
         if locked.index < study.sessions_per_episode:
             gap = draw_gap(study, locked)

@@ -4,6 +4,7 @@ turns as an arm sees them), its counts (the worker's turns, a pending reply) and
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -23,13 +24,37 @@ def user_turns(session: ChatSession) -> int:
     return session.messages.filter(speaker=Message.Speaker.USER).count()
 
 
-def turn_counts(session: ChatSession) -> tuple[int, bool]:
-    """The worker's messages in the session, and whether a reply is pending (one query)."""
+class TurnCounts(NamedTuple):
+    """A session's turns as its minimum counts them: the worker's messages (``sent``), those the bot answered
+    (a reply that completed), the bot's failed messages (replies and opener: each one a Retry button), and
+    whether a reply is being written."""
+
+    sent: int
+    answered: int
+    failed: int
+    pending: bool
+
+
+# A reply is a bot message answering a worker's message; the bot's opener of a session answers nothing.
+_BOT = Q(speaker=Message.Speaker.BOT)
+_ANSWERED = _BOT & Q(status=Message.Status.COMPLETE, reply_to__isnull=False)
+
+
+def turn_counts(session: ChatSession) -> TurnCounts:
+    """The session's :class:`TurnCounts` (one query)."""
     counts = session.messages.aggregate(
         users=Count("pk", filter=Q(speaker=Message.Speaker.USER)),
-        pending=Count("pk", filter=Q(speaker=Message.Speaker.BOT, status=Message.Status.PENDING)),
+        answered=Count("pk", filter=_ANSWERED),
+        failed=Count("pk", filter=_BOT & Q(status=Message.Status.FAILED)),
+        pending=Count("pk", filter=_BOT & Q(status=Message.Status.PENDING)),
     )
-    return int(counts["users"]), counts["pending"] > 0
+    return TurnCounts(int(counts["users"]), int(counts["answered"]), int(counts["failed"]), counts["pending"] > 0)
+
+
+def answered_turns(session: ChatSession) -> int:
+    """The worker's turns the bot answered: what the study's minimum of turns counts (a failed reply, from
+    the reply deadline or an LLM error, does not)."""
+    return session.messages.filter(_ANSWERED).count()
 
 
 def reply_pending(session: ChatSession) -> bool:

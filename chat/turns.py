@@ -235,10 +235,14 @@ def post_user_message(
             if r[2] == Message.Speaker.USER or r[3] == Message.Status.COMPLETE
         ]
         turns.append(Turn("user", text, at))
+        # the turns the bot answered (its replies: every bot message after seq 1, where only an opener can be)
+        bots = [r[3] for r in rows if r[2] == Message.Speaker.BOT and r[1] > 1]
+        answered = bots.count(Message.Status.COMPLETE)
+        failed = sum(1 for r in rows if r[2] == Message.Speaker.BOT and r[3] == Message.Status.FAILED)
         ack = fragments.clear_error() + fragments.messages([user, bot])
-        ack += fragments.controls(len(mine) + 1, study.min_user_turns, pending=True)
+        ack += fragments.controls(answered, study.min_user_turns, pending=True, failed=failed)
         transaction.on_commit(lambda: jobs.broadcast(session_id, ack))
         if local:
-            transaction.on_commit(lambda: handover.hand_over(handover.Prepared(bot, turns, len(mine) + 1)))
+            transaction.on_commit(lambda: handover.hand_over(handover.Prepared(bot, turns, answered, failed)))
         transaction.on_commit(lambda: replies.enqueue_reply(bot.pk))
     return user, True

@@ -112,15 +112,17 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         return redirect("chat:rate", session.pk)
     study = session.episode.participant.study
     deadline = session.deadline()
+    counts = transcript.turn_counts(session)
     return render(
         request,
         "chat/session.html",
         _ctx(
             session,
             messages_list=session.messages.order_by("seq"),
-            turns=transcript.user_turns(session),
+            turns=counts.answered,  # the minimum counts the worker's turns the bot answered
+            failed=counts.failed,
             min_turns=study.min_user_turns,
-            pending=transcript.reply_pending(session),
+            pending=counts.pending,
             deadline_iso=deadline.isoformat() if deadline else "",
             seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
         ),

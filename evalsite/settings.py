@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "infra",
     "studies",
     "chat",
+    "pairwise",
     "annotation",
     "reports",
 ]
@@ -192,6 +193,9 @@ CHAT_REPLY_THREADS = env.integer("CHAT_REPLY_THREADS", 4, minimum=1)
 CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
 CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
+# Reply pacing (chat/pacing.py) is a study setting; false turns it off for every study on this site (benchmarks
+# of the platform's own latency, the test suite).
+CHAT_REPLY_PACING = env.boolean("CHAT_REPLY_PACING", True)
 CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
 # Parsed memory states kept per process by (episode, state_version) (chat/state.py): a reply reads only the
 # version and parses the state on a miss. Bounded by episodes and by an estimate of their size; 0 turns it off.

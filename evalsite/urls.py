@@ -13,5 +13,6 @@ urlpatterns = [
     path("", include("studies.urls")),
     path("", include("chat.urls")),
     path("annotate/", include("annotation.urls")),
+    path("", include("pairwise.urls")),
     path("", include("reports.urls")),
 ]

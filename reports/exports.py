@@ -52,6 +52,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "value": "the rating, 0-100 as given (not reversed)",
         "reversed": "true when higher is worse for this metric (analysis uses 100 - value)",
         "rated_at": "when the rating was saved (UTC)",
+        "silent_session": "true when the rated session ended with fewer answered turns than the minimum, replies "
+        "having failed (the bot hardly spoke): every report leaves these ratings out by default",
     },
     "transcripts": {
         **_COMMON,
@@ -61,6 +63,9 @@ COLUMNS: dict[str, dict[str, str]] = {
         "text": "the message as shown to the worker",
         "status": "complete, pending (reply not finished) or failed (reply not generated)",
         "created_at": "when the message was stored (UTC)",
+        "first_token_ms": "a bot message: milliseconds from the worker's message (or Retry) to the model's first piece",
+        "generated_ms": "a bot message: to the whole reply from the model (the true latency)",
+        "shown_ms": "a bot message: to the reply shown whole (after the study's reply pacing)",
     },
     "memory": {
         **_COMMON,
@@ -97,12 +102,14 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
     arms = []
     for arm in study.arms.order_by("id"):
         r = readiness.get(arm.pk)
+        llm = not arm.is_qc  # the QC arm's replies are drawn from a dialogue set: it makes no LLM call
         arms.append(
             {
                 "name": arm.name,
                 "memory_system": arm.memory_system,
-                "backend": arm.resolved_backend,
-                "model": arm.resolved_model,
+                "llm": llm,
+                "backend": arm.resolved_backend if llm else "",
+                "model": arm.resolved_model if llm else "",
                 "params": arm.effective_params(),
                 "quality_control": arm.is_qc,
                 "active": arm.active,
@@ -121,8 +128,15 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
             "status": study.status,
             "sessions_per_episode": study.sessions_per_episode,
             "gap_days": study.gap_days,
+            "gap_max_days": study.gap_max_days if study.has_gap_range else None,
+            "gap": gap_text(study),
             "min_user_turns": study.min_user_turns,
             "episodes_per_worker": study.episodes_per_worker,
+            "reply_pacing": {
+                "on": study.pace_replies,
+                "min_seconds": study.pace_min_seconds,
+                "chars_per_second": study.pace_chars_per_second,
+            },
             "simulated_start": study.simulated_start.isoformat(),
             "quota": study.quota,
         },
@@ -136,6 +150,15 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
     }
 
 
+def gap_text(study: Study) -> str:
+    """The simulated time between sessions as the design has it: a fixed gap, or the range each gap is drawn from."""
+    if study.has_gap_range:
+        return f"{study.gap_days:g} to {study.gap_max_days:g} days between sessions, drawn per gap"
+    if not study.gap_days:
+        return "all sessions on the same day (for the chatbot)"
+    return f"{study.gap_days:g} day{'' if study.gap_days == 1 else 's'} between sessions"
+
+
 def _readme_lines(h: dict[str, Any]) -> list[str]:
     d = h["design"]
     lines = [
@@ -144,17 +167,24 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
     if h["pilot"]:
         lines.append(f"{PILOT_MARK.upper()}: opened with arms that had not passed their readiness checks")
     lines += [
-        f"design: {d['sessions_per_episode']} sessions per episode, {d['gap_days']:g} days between sessions, "
-        f"at least {d['min_user_turns']} user turns per session, {d['episodes_per_worker']} episodes per worker "
+        f"design: {d['sessions_per_episode']} sessions per episode, {d['gap']}, "
+        f"at least {d['min_user_turns']} answered user turns per session, {d['episodes_per_worker']} episodes per worker "
         f"(each with a different arm, drawn at random), bot's clock from {d['simulated_start']}, status {d['status']}",
+        (
+            f"reply pacing: every arm's reply shown no sooner than {d['reply_pacing']['min_seconds']:g} s after the "
+            f"worker's message, then at most {d['reply_pacing']['chars_per_second']:g} characters/s"
+            if d["reply_pacing"]["on"]
+            else "reply pacing: off (each reply shown as fast as its arm wrote it)"
+        ),
         "metrics (0-100 sliders): "
         + "; ".join(f"{m['key']}{' (reversed)' if m['reversed'] else ''}: {m['statement']}" for m in h["metrics"]),
         "arms:",
     ]
     for a in h["arms"]:
         flags = ", ".join(x for x in ("QC" if a["quality_control"] else "", "" if a["active"] else "inactive") if x)
+        runs_on = f"on {a['backend']} / {a['model'] or '(no model)'}" if a["llm"] else "(no LLM call)"
         lines.append(
-            f"  {a['name']}: {a['memory_system']} on {a['backend']} / {a['model'] or '(no model)'}"
+            f"  {a['name']}: {a['memory_system']} {runs_on}"
             f"{' [' + flags + ']' if flags else ''}; readiness: {a['readiness']}; "
             f"params {json.dumps(a['params'], sort_keys=True)}"
         )
@@ -180,6 +210,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "value": r.value,
                 "reversed": r.metric.reversed,
                 "rated_at": r.created_at.isoformat(),
+                "silent_session": r.session.silent,
             }
     elif what == "transcripts":
         messages: QuerySet[Message] = (
@@ -197,6 +228,9 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "text": m.text,
                 "status": m.status,
                 "created_at": m.created_at.isoformat(),
+                "first_token_ms": m.first_token_ms,
+                "generated_ms": m.generated_ms,
+                "shown_ms": m.shown_ms,
             }
     elif what == "memory":
         snapshots: QuerySet[MemorySnapshot] = (

@@ -7,6 +7,7 @@ from django import forms
 from django.conf import settings
 
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, FAMILIES, TESTS, Family, Test
+from chat.quality import DEFAULT_ROW_FILTERS
 from reports.imports import Mapping, split_names
 
 if TYPE_CHECKING:
@@ -35,14 +36,23 @@ EXCLUSION_CHOICES = [
     ("flag_paste", "Workers flagged for pasting"),
     ("authenticity_flagged", "Workers with any authenticity flag"),
     ("too_fast", "Workers with a session more than 3 SD too fast"),
+    ("silent_session", "Sessions the chatbot did not answer (their ratings; on by default)"),
 ]
-ROW_EXCLUSIONS = ("unfinished",)
+ROW_EXCLUSIONS = ("unfinished", "silent_session")
+DEFAULT_EXCLUSIONS = DEFAULT_ROW_FILTERS  # unless the page's filters say otherwise (chat.quality)
+# The filter form posts this marker with its boxes, so that unticking a default filter is told from a link
+# that names no filter at all (which gets the defaults).
+FILTERS_CHOSEN = "filters"
 
 
-def chosen_exclusions(values: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def chosen_exclusions(
+    values: Sequence[str], *, chosen_on_page: bool = False
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The ticked filters, split into worker-level (``exclude``) and row-level (``exclude_rows``) columns, in the
-    page's order; unknown names are ignored (a stale bookmark still opens the page)."""
-    chosen = [c for c, _ in EXCLUSION_CHOICES if c in set(values)]
+    page's order; unknown names are ignored (a stale bookmark still opens the page). Unless the filters were
+    chosen on the page (``chosen_on_page``), the :data:`DEFAULT_EXCLUSIONS` apply as well."""
+    wanted = set(values) if chosen_on_page else {*values, *DEFAULT_EXCLUSIONS}
+    chosen = [c for c, _ in EXCLUSION_CHOICES if c in wanted]
     return (
         tuple(c for c in chosen if c not in ROW_EXCLUSIONS),
         tuple(c for c in chosen if c in ROW_EXCLUSIONS),

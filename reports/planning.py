@@ -31,7 +31,7 @@ from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
 from reports import plan_runner, queries
 from reports.models import ImportedDataset, Preregistration
-from reports.reporting import Source, analysis_frame
+from reports.reporting import Source, analysis_frame, qc_waiting, without_qc
 from studies.models import Study
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,10 @@ def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Sour
         if pilot is not None:
             if pilot.spec is None or pilot.frame.empty:
                 raise RatingsError("the pilot has no ratings to estimate the variance components from")
-            job["pilot_frame"], job["pilot_spec"] = analysis_frame(pilot, pilot.spec)
+            frame, spec = analysis_frame(pilot, pilot.spec)
+            if qc_waiting(frame, spec) is not None:  # a live pilot whose QC arm has no rated session yet
+                spec = without_qc(spec)
+            job["pilot_frame"], job["pilot_spec"] = frame, spec
         state = _in_child(key, job)
     except (RatingsError, ValueError) as exc:
         state = {"status": "failed", "message": str(exc)}

@@ -9,7 +9,9 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from chat.authenticity import FLAG_LABELS, PASTE_SHARE_FLAG, TYPING_CPS_FLAG, UNTYPED_SHARE_FLAG
-from chat.quality import TOO_FAST_SD, median_minutes, study_quality
+from chat.quality import TOO_FAST_SD, median_minutes, silent_sessions, study_quality
+from reports.queries import study_qc_arm
+from reports.reporting import qc_waiting_text
 from reports.views import _report
 from studies.models import Study
 from studies.roles import researcher_required
@@ -34,9 +36,11 @@ def quality(request: HttpRequest, slug: str) -> HttpResponse:
         "study": study,
         "records": records,
         "only_flagged": bool(request.GET.get("flagged")),
-        "qc_arm": qc.get("arm"),
+        "qc_arm": qc.get("arm") or study_qc_arm(study),
+        "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
         "n_flagged": sum(1 for r in records if r.reasons()),
         "median_minutes": median_minutes(records),
+        "silent": silent_sessions(study),
         "thresholds": {
             "paste": PASTE_SHARE_FLAG,
             "cps": TYPING_CPS_FLAG,

@@ -10,16 +10,19 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from django.db import connection, transaction
-from django.db.models import Count, Max, Sum
+from django.db.models import Avg, Count, Max, QuerySet, Sum
+from django.db.models.functions import Length
 
 from analysis.spec import AnalysisSpec
 from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
-from chat.quality import SIGNAL_COLUMNS, WorkerQuality, pseudonym, signal_columns, study_quality
+from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, pseudonym, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
@@ -39,20 +42,95 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         "metric__key",
         "value",
         "session_id",
+        "session__silent",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id"])
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id", "_silent"])
     df["worker"] = [pseudonym(int(pk)) for pk in df["worker"]]
     by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
     df["unfinished"] = df["unit"].isin(unfinished)
     for col in SIGNAL_COLUMNS:
         if col == "too_fast":
             df[col] = df["_session_id"].isin(fast)
+        elif col == "silent_session":  # chat.sessions.is_silent, stored when the session ended and was rated
+            df[col] = df["_silent"].astype(bool)
         elif col != "unfinished":
             df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
-    df = df.drop(columns="_session_id")
+    latency = session_latencies(study)
+    for col in LATENCY_COLUMNS:
+        df[col] = df["_session_id"].map(latency[col]).astype(float) if len(latency) else float("nan")
+    df = df.drop(columns=["_session_id", "_silent"])
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
+
+
+# Per rated session, the mean over its replies to the worker (chat/pacing.py measures them) in seconds from the
+# worker's message: the model's first piece, the whole reply written (the true latency), the reply shown whole
+# (after the study's pacing: what the worker waited). Empty for sessions without measured replies.
+LATENCY_COLUMNS: dict[str, str] = {
+    "latency_first_token_s": "first_token_ms",
+    "latency_reply_s": "generated_ms",
+    "latency_shown_s": "shown_ms",
+}
+# The covariate of a live study's analysis: the wait the worker saw, which is what could sway a rating (the true
+# latency reaches the worker only through it; with pacing off the two are the same).
+LATENCY_COVARIATE = "latency_shown_s"
+
+
+def _replies(study: Study) -> QuerySet[Message]:
+    """The bot's replies to the worker's messages that were written (the session's opener answers nothing)."""
+    return Message.objects.filter(
+        session__episode__participant__study=study,
+        speaker=Message.Speaker.BOT,
+        status=Message.Status.COMPLETE,
+        reply_to__isnull=False,
+    )
+
+
+def session_latencies(study: Study) -> pd.DataFrame:
+    """:data:`LATENCY_COLUMNS` per session id (seconds)."""
+    rows = _replies(study).values("session_id").annotate(**{c: Avg(f) for c, f in LATENCY_COLUMNS.items()})
+    frame = pd.DataFrame.from_records(list(rows), columns=["session_id", *LATENCY_COLUMNS]).set_index("session_id")
+    return frame.astype(float) / 1000
+
+
+def reply_latency(study: Study) -> dict[str, Any]:
+    """The per-arm reply latency table (the report's ``reply_latency``): for each arm, over its replies to the
+    worker, the median and 90th percentile of the first piece and of the whole reply from the model (the true
+    latency) and of the reply shown (after pacing), in seconds, and how many replies were shown later than the
+    study's pacing schedule allowed (an arm slower than the schedule: timing can tell it apart)."""
+    min_s, cps, paced = float(study.pace_min_seconds), float(study.pace_chars_per_second), bool(study.pace_replies)
+    rows = pd.DataFrame.from_records(
+        list(
+            _replies(study).values_list(
+                "session__episode__arm__name", "first_token_ms", "generated_ms", "shown_ms", Length("text")
+            )
+        ),
+        columns=["arm", "first", "reply", "shown", "chars"],
+    )
+    arms = []
+    for arm in study.arms.order_by("id").values_list("name", flat=True):
+        r = rows[(rows["arm"] == arm) & rows["shown"].notna()]
+        entry: dict[str, Any] = {"arm": arm, "replies": int(len(r))}
+        for key in ("first", "reply", "shown"):
+            values = r[key].dropna().to_numpy(dtype=float) / 1000
+            entry[f"{key}_median_s"] = float(np.median(values)) if len(values) else None
+            entry[f"{key}_p90_s"] = float(np.percentile(values, 90)) if len(values) else None
+        due = min_s + r["chars"].to_numpy(dtype=float) / cps
+        late = r["shown"].to_numpy(dtype=float) / 1000 > due + PACING_TOLERANCE_S
+        entry["later_than_schedule"] = int(late.sum()) if paced else None
+        arms.append(entry)
+    return {
+        "pacing": {"on": paced, "min_seconds": min_s, "chars_per_second": cps},
+        "arms": arms,
+        "note": "replies to the worker's messages (not the session openers); seconds from the worker's message "
+        "(or Retry): first piece and whole reply from the model (the true latency), and the reply shown whole "
+        "(after pacing: what the worker waited)",
+    }
+
+
+# A reply shown within this of its schedule kept to it (the schedule's last frame is released in steps).
+PACING_TOLERANCE_S = 0.5
 
 
 def study_metrics(study: Study) -> tuple[list[str], list[str]]:
@@ -208,12 +286,16 @@ def preregistrations_for_study(study: Study) -> list[Preregistration]:
 
 
 def study_spec(study: Study) -> AnalysisSpec | None:
-    """How a live study is analysed: its metrics, reversed metrics and QC arm (None without metrics)."""
+    """How a live study is analysed: its metrics, reversed metrics and QC arm, and the default row filters
+    (:data:`chat.quality.DEFAULT_ROW_FILTERS`: silent sessions' ratings) (None without metrics)."""
     metrics, reverse = study_metrics(study)
     qc_arm = study_qc_arm(study)
     # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
     qc_metrics = [m for m in metrics if m not in reverse] if qc_arm else []
-    return source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+    spec = source_spec(metrics, reverse=reverse, has_session=True, qc_arm=qc_arm, qc_metrics=qc_metrics)
+    if spec is None:
+        return None
+    return replace(spec, exclude_rows=DEFAULT_ROW_FILTERS, covariates=(LATENCY_COVARIATE,))
 
 
 def automatic_scores(study: Study) -> list[dict[str, Any]]:
@@ -249,7 +331,7 @@ def automatic_scores(study: Study) -> list[dict[str, Any]]:
 
 
 def study_source(study: Study) -> Source:
-    """A live study's ratings and how to analyse them, with its pilot mark and automatic scores."""
+    """A live study's ratings and how to analyse them, with its pilot mark, automatic scores and reply latency."""
     return Source(
         title=study.name,
         slug=study.slug,
@@ -257,6 +339,7 @@ def study_source(study: Study) -> Source:
         spec=study_spec(study),
         pilot=study.pilot,
         automatic=automatic_scores(study),
+        latency=reply_latency(study),
     )
 
 

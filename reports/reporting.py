@@ -42,6 +42,7 @@ class Source:
     spec: AnalysisSpec | None
     pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
     automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
+    latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
 
 
 def source_spec(
@@ -77,6 +78,8 @@ class Report:
     ratings: pd.DataFrame | None = None
     message: str = ""
     cache_key: str = ""  # set by whoever caches it; plots drawn from it are cached under the same key
+    # the study has a QC arm but no rating of it to test workers against yet: {"arm", "reason"} (see qc_waiting)
+    qc_waiting: dict[str, str] | None = None
 
     @property
     def ok(self) -> bool:
@@ -92,10 +95,48 @@ def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -
         return Report(source, test, message="The study has no metrics to analyse.")
     try:
         frame, spec = analysis_frame(source, source.spec)
-        analysis = run_analysis(frame, replace(spec, test=test, **options))
+        spec = replace(spec, test=test, **options)
+        waiting = qc_waiting(frame, spec)
+        if waiting is not None:
+            spec = without_qc(spec)
+        analysis = run_analysis(frame, spec)
     except RatingsError as exc:
         return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
-    return Report(source, test, result=analysis.result, ratings=analysis.ratings)
+    return Report(source, test, result=analysis.result, ratings=analysis.ratings, qc_waiting=waiting)
+
+
+def qc_waiting(frame: pd.DataFrame, spec: AnalysisSpec) -> dict[str, str] | None:
+    """Why the per-worker QC test cannot run yet, or None when it can (or there is no QC arm): in a live study
+    no worker may have rated a QC session yet (every worker meets the QC arm in one of their episodes, at a
+    random place), or the exclusion filters removed every such rating. The analysis then runs without the QC
+    test instead of refusing the study, and every report says that the test is waiting for data."""
+    arm = spec.qc_arm
+    if arm is None:
+        return None
+    rows = frame[spec.arm] == arm
+    if not rows.any():
+        return {"arm": arm, "reason": f"no session of the QC arm '{arm}' has been rated yet"}
+    flagged = pd.Series(False, index=frame.index)
+    for col in spec.exclude:  # a flagged worker's every row goes
+        if col in frame:
+            flagged |= frame[spec.worker].isin(frame.loc[frame[col].astype(bool), spec.worker])
+    for col in spec.exclude_rows:
+        if col in frame:
+            flagged |= frame[col].astype(bool)
+    if not (rows & ~flagged).any():
+        return {"arm": arm, "reason": f"the exclusion filters removed every rating of the QC arm '{arm}'"}
+    return None
+
+
+def qc_waiting_text(waiting: dict[str, str]) -> str:
+    return (
+        f"QC test waiting for data: {waiting['reason']}. The analysis runs without the per-worker QC test until a "
+        "rated QC session is there to test workers against."
+    )
+
+
+def without_qc(spec: AnalysisSpec) -> AnalysisSpec:
+    return replace(spec, qc_arm=None, qc_metrics=())
 
 
 def analysis_frame(source: Source, spec: AnalysisSpec) -> tuple[pd.DataFrame, AnalysisSpec]:
@@ -161,17 +202,29 @@ def export(report: Report, fmt: str) -> str:
         # cut a cell holding a "#"
         return f"# 2 header lines; read the table with pandas.read_csv(path, skiprows=2)\n# {PILOT_MARK}\n{text}"
     if fmt == "json":
-        extra = {"pilot": source.pilot, "automatic_evaluation": source.automatic}
+        extra = {
+            "pilot": source.pilot,
+            "automatic_evaluation": source.automatic,
+            "qc_waiting": report.qc_waiting,
+            "reply_latency": source.latency,
+        }
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
+    waiting = qc_waiting_text(report.qc_waiting) if report.qc_waiting else ""
     if fmt == "md":
-        text = writers.to_markdown(report.result) + _automatic_markdown(source.automatic)
+        text = (
+            writers.to_markdown(report.result)
+            + _latency_markdown(source.latency)
+            + _automatic_markdown(source.automatic)
+        )
+        text = f"> **{waiting}**\n\n{text}" if waiting else text
         return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":
-        text = writers.to_latex(report.result) + _automatic_latex(source.automatic)
+        text = writers.to_latex(report.result) + _latency_latex(source.latency) + _automatic_latex(source.automatic)
+        text = f"\\textbf{{{_latex_escape(waiting)}}}\n\n{text}" if waiting else text
         return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
         text = writers.to_html(report.result, title=f"{source.title}: analysis report")
-        return _html_extras(text, source)
+        return _html_extras(text, source, waiting)
     raise KeyError(fmt)
 
 
@@ -220,6 +273,8 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
         parts.append("--exclude " + ",".join(spec.exclude))
     if spec.exclude_rows:
         parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    if spec.covariates:
+        parts.append("--covariates " + ",".join(spec.covariates))
     return " ".join(parts) + " --format md"
 
 
@@ -234,6 +289,68 @@ def automatic_notes(rows: list[dict[str, Any]]) -> list[str]:
     """What a reader must know beside the automatic scores: stand-in models, gold answers not the benchmark's."""
     notes = [STAND_IN_NOTE] if any(r.get("stand_in_model") for r in rows) else []
     return notes + sorted({r["gold_note"] for r in rows if r.get("gold_note")})
+
+
+def _seconds(x: Any) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def latency_rows(latency: dict[str, Any] | None) -> tuple[list[str], list[list[str]]]:
+    """The per-arm reply latency table (``reports.queries.reply_latency``) as text cells."""
+    header = [
+        "Arm",
+        "Replies",
+        "First piece (model)",
+        "Whole reply (model)",
+        "Shown (after pacing)",
+        "Later than pacing",
+    ]
+    rows = []
+    for a in (latency or {}).get("arms") or []:
+        rows.append(
+            [
+                str(a["arm"]),
+                str(a["replies"]),
+                *(f"{_seconds(a[f'{k}_median_s'])} ({_seconds(a[f'{k}_p90_s'])})" for k in ("first", "reply", "shown")),
+                "-" if a["later_than_schedule"] is None else str(a["later_than_schedule"]),
+            ]
+        )
+    return header, rows
+
+
+def latency_caption(latency: dict[str, Any]) -> str:
+    p = latency["pacing"]
+    paced = (
+        f"pacing on: a reply is shown no sooner than {p['min_seconds']:g} s after the worker's message, then at most "
+        f"{p['chars_per_second']:g} characters/s"
+        if p["on"]
+        else "pacing off: each reply is shown as fast as its arm writes it, so timing may tell the arms apart"
+    )
+    return f"Reply latency per arm, median (90th percentile) in seconds; {latency['note']}; {paced}."
+
+
+def _latency_markdown(latency: dict[str, Any] | None) -> str:
+    if not latency or not latency.get("arms"):
+        return ""
+    header, rows = latency_rows(latency)
+    lines = ["", "## Reply latency per arm", "", latency_caption(latency), "", "| " + " | ".join(header) + " |"]
+    lines.append("|" + "---|" * len(header))
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_latex(latency: dict[str, Any] | None) -> str:
+    if not latency or not latency.get("arms"):
+        return ""
+    header, rows = latency_rows(latency)
+    body = "".join(" & ".join(_latex_escape(c) for c in r) + " \\\\\n" for r in rows)
+    return (
+        f"\n% {_latex_escape(latency_caption(latency))}\n\\begin{{tabular}}{{lrrrrr}}\n\\hline\n"
+        + " & ".join(_latex_escape(h) for h in header)
+        + " \\\\\n\\hline\n"
+        + body
+        + "\\hline\n\\end{tabular}\n"
+    )
 
 
 def _automatic_markdown(rows: list[dict[str, Any]]) -> str:
@@ -274,12 +391,24 @@ def _automatic_latex(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def _html_extras(text: str, source: Source) -> str:
+def _html_extras(text: str, source: Source, waiting: str = "") -> str:
     import html
 
+    if waiting:
+        note = f'<p class="qc-waiting" style="font-weight:bold">{html.escape(waiting)}</p>'
+        text = text.replace("<body>", "<body>\n" + note, 1)
     if source.pilot:
         banner = f'<p class="pilot" style="color:#a00;font-weight:bold">{PILOT_MARK.capitalize()}</p>'
         text = text.replace("<body>", "<body>\n" + banner, 1)
+    if source.latency and source.latency.get("arms"):
+        header, lrows = latency_rows(source.latency)
+        table = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in lrows)
+        section = (
+            f'<h2 id="reply-latency">Reply latency per arm</h2><p>{html.escape(latency_caption(source.latency))}</p>'
+            f"<table><thead><tr>{table}</tr></thead><tbody>{body}</tbody></table>"
+        )
+        text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
     if source.automatic:
         rows = "".join(
             f"<tr><td>{html.escape(r['arm'])}</td><td>{html.escape(r['dataset'])}</td>"

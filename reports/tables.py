@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from analysis.comparisons import family_description
+from analysis.covariates import covariate_model_rows, covariate_rows
 from analysis.methods import exclusions_text, prereg_text
 from analysis.spec import ALPHA, OVERALL
 from analysis.writers import fmt_p, primary_note
@@ -223,4 +224,20 @@ def dashboard(result: dict[str, Any]) -> dict[str, Any]:
         "preregistration": result.get("preregistration"),
         "preregistration_text": prereg_text(result["preregistration"]) if result.get("preregistration") else "",
         "n_arms": len(result["arm_order"]),
+        "covariates": covariate_tables(result),
+    }
+
+
+def covariate_tables(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``covariates`` section (analysis.covariates) as the dashboard's two tables, or None."""
+    section = result.get("covariates")
+    if not section:
+        return None
+    fit = section.get("mixedlm") or {}
+    return {
+        "columns": section["columns"],
+        "by_arm": covariate_rows(result),
+        "model": covariate_model_rows(result) if fit.get("effects") else None,
+        "formula": fit.get("formula", ""),
+        "note": section.get("note", ""),
     }

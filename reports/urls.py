@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reports import plan_views, quality_views, views
+from reports import pairwise_views, plan_views, quality_views, views
 
 app_name = "reports"
 urlpatterns = [
@@ -12,6 +12,11 @@ urlpatterns = [
     path("studies/<slug:slug>/analysis/imports/<int:pk>/export/<str:fmt>/", views.export_file, name="dataset_export"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/plots/<str:name>.svg", views.plot, name="dataset_plot"),
     path("studies/<slug:slug>/analysis/imports/<int:pk>/delete/", views.delete_dataset, name="dataset_delete"),
+    path("studies/<slug:slug>/analysis/pairwise/", pairwise_views.leaderboard, name="study_pairwise"),
+    path("studies/<slug:slug>/analysis/pairwise/leaderboard.svg", pairwise_views.plot, name="study_pairwise_plot"),
+    path(
+        "studies/<slug:slug>/analysis/pairwise/export/<str:fmt>/", pairwise_views.export, name="study_pairwise_export"
+    ),
     path("studies/<slug:slug>/quality/", quality_views.quality, name="study_quality"),
     path("studies/<slug:slug>/data/<str:what>.<str:fmt>", views.study_data_export, name="study_data_export"),
     path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),

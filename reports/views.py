@@ -16,8 +16,15 @@ from django.views.decorators.vary import vary_on_headers
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
 from infra.streaming import streaming_response
-from reports import exports, queries, tables
-from reports.forms import EXCLUSION_CHOICES, AnalysisOptionsForm, ImportRatingsForm, chosen_exclusions
+from reports import exports, pairwise_views, queries, tables
+from reports.forms import (
+    DEFAULT_EXCLUSIONS,
+    EXCLUSION_CHOICES,
+    FILTERS_CHOSEN,
+    AnalysisOptionsForm,
+    ImportRatingsForm,
+    chosen_exclusions,
+)
 from reports.imports import parse_ratings, read_table
 from reports.models import ImportedDataset
 from reports.reporting import (
@@ -29,8 +36,12 @@ from reports.reporting import (
     cli_command,
     export,
     filename,
+    latency_caption,
+    latency_rows,
     plot_titles,
+    qc_waiting_text,
     render_plot,
+    without_qc,
 )
 from studies.limits import accepts_upload
 from studies.models import Study
@@ -46,7 +57,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     options = AnalysisOptionsForm(request.GET)
     test, family = options.chosen_test(), options.chosen_family()
     # exclusion filters: live studies only (an imported file has no signal columns)
-    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
+    exclude, exclude_rows = _exclusions(request, dataset)
     prereg = queries.latest_preregistration(study) if dataset is None else None
     version = f"d{dataset.pk}" if dataset else f"s{study.pk}-{queries.study_data_version(study)}"
     filters = ",".join([*exclude, *exclude_rows])
@@ -55,12 +66,20 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
     if report is None:
         source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
         extra: dict[str, Any] = {"preregistration": prereg.content} if prereg else {}
-        if filters:
+        if dataset is None:  # the page's filters, the defaults included (or taken off)
             extra.update(exclude=exclude, exclude_rows=exclude_rows)
         report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
         cache.set(key, report, CACHE_SECONDS)
     return report
+
+
+def _exclusions(request: HttpRequest, dataset: ImportedDataset | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The page's exclusion filters: live studies only (an imported file has no signal columns); the defaults
+    apply unless the filter form chose (its marker is in the query)."""
+    if dataset is not None:
+        return (), ()
+    return chosen_exclusions(request.GET.getlist("exclude"), chosen_on_page=FILTERS_CHOSEN in request.GET)
 
 
 def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
@@ -88,7 +107,8 @@ def _urls(
         for k, v in (("test", test), ("family", family))
         if v != {"test": DEFAULT_TEST, "family": DEFAULT_FAMILY}[k]
     }
-    if exclusions:
+    if dataset is None and set(exclusions) != set(DEFAULT_EXCLUSIONS):  # the defaults need no query
+        chosen[FILTERS_CHOSEN] = "1"
         chosen["exclude"] = list(exclusions)
     query = ("?" + urlencode(chosen, doseq=True)) if chosen else ""
     return {
@@ -121,19 +141,29 @@ def _urls(
 def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None) -> dict[str, Any]:
     report = _report(request, study, dataset)
     options = AnalysisOptionsForm(request.GET)
-    exclude, exclude_rows = chosen_exclusions(request.GET.getlist("exclude")) if dataset is None else ((), ())
+    exclude, exclude_rows = _exclusions(request, dataset)
     chosen = {*exclude, *exclude_rows}
     spec = report.source.spec
     cli = ""
     if spec is not None:
         spec = replace(spec, exclude=exclude, exclude_rows=exclude_rows)
+        if report.qc_waiting:  # the page runs without the QC test until there is QC data; so does the command
+            spec = without_qc(spec)
         cli = cli_command(report.source, spec, test=report.test, family=options.chosen_family())
     ctx: dict[str, Any] = {
         "study": study,
         "dataset": dataset,
         "report": report,
         "live": dataset is None,
-        "exclusion_filters": [{"value": v, "label": label, "checked": v in chosen} for v, label in EXCLUSION_CHOICES]
+        "exclusion_filters": [
+            {
+                "value": v,
+                "label": label,
+                "checked": v in chosen,
+                "count": _silent_count(report) if v == "silent_session" else None,
+            }
+            for v, label in EXCLUSION_CHOICES
+        ]
         if dataset is None
         else [],
         "cli_command": cli,
@@ -141,10 +171,15 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "options": AnalysisOptionsForm(initial={"test": report.test, "family": options.chosen_family()}),
         "progress": queries.study_progress(study) if dataset is None else None,
         "datasets": queries.datasets_for_study(study),
+        "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
     }
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
         ctx["automatic_notes"] = automatic_notes(report.source.automatic)
+        latency = report.source.latency
+        if latency and latency.get("arms"):
+            header, rows = latency_rows(latency)
+            ctx["latency"] = {"caption": latency_caption(latency), "header": header, "rows": rows}
     if report.ok and report.result is not None:
         ctx["t"] = tables.dashboard(report.result)
         ctx["plot_list"] = []
@@ -153,6 +188,14 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
             if svg:  # inline: drop the XML prolog and DOCTYPE, which are not valid inside HTML
                 ctx["plot_list"].append({**entry, "svg": svg[svg.find("<svg") :]})
     return ctx
+
+
+def _silent_count(report: Report) -> int:
+    """How many rated sessions of the study are silent (chat.sessions.is_silent)."""
+    frame = report.source.frame
+    if "silent_session" not in frame or frame.empty:
+        return 0
+    return int(frame.loc[frame["silent_session"].astype(bool), ["unit", "session"]].drop_duplicates().shape[0])
 
 
 def _automatic_rows(report: Report) -> list[dict[str, Any]]:
@@ -200,6 +243,9 @@ def export_file(request: HttpRequest, slug: str, fmt: str, pk: int | None = None
     if not report.ok:
         return HttpResponse(report.message, status=409, content_type="text/plain; charset=utf-8")
     text = _cached(f"{report.cache_key}:export:{fmt}", lambda: export(report, fmt))
+    if pk is None:  # the study's own report: with its pairwise leaderboard (cached on its own votes)
+        study, _ = _objects(request, slug, None)
+        text = pairwise_views.add_to_report(study, fmt, text)
     response = HttpResponse(text, content_type=FORMATS[fmt][1])
     response["Content-Disposition"] = f'attachment; filename="{filename(report, fmt)}"'
     return response

@@ -42,6 +42,9 @@ STUDY_FIELDS = [
     "abandon_after_minutes",
     "block_paste",
     "prolific_decline_code",
+    "pace_replies",
+    "pace_min_seconds",
+    "pace_chars_per_second",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -56,7 +59,15 @@ STUDY_FROZEN_FIELDS = (
     "gap_max_days",
     "bot_opens_sessions",
     "simulated_start",
+    # when each arm's replies appear (chat/pacing.py): workers of one data set should see one schedule
+    "pace_replies",
+    "pace_min_seconds",
+    "pace_chars_per_second",
 )
+
+# Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
+# pacing stays on by default (a checkbox could not tell "off" from "not posted": pace_replies is a choice).
+OPTIONAL_KEPT = ("abandon_after_minutes", "pace_replies", "pace_min_seconds", "pace_chars_per_second")
 
 
 class StudyForm(forms.ModelForm[Study]):
@@ -87,6 +98,8 @@ class StudyForm(forms.ModelForm[Study]):
             "abandon_after_minutes": "Abandoned after (minutes away)",
             "block_paste": "Block pasting into the chat",
             "prolific_decline_code": "Prolific code for declined consent",
+            "pace_min_seconds": "Pacing: minimum delay (seconds)",
+            "pace_chars_per_second": "Pacing: typing speed (characters/s)",
         }
         help_texts = {
             "instructions": "Workers see the sentence “Between sessions, some time passes for the chatbot (for "
@@ -102,10 +115,29 @@ class StudyForm(forms.ModelForm[Study]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Optional in the form (a form posted without it keeps the model's default): added by issue 9. Absent when
-        # the admin shows the study read-only (a user with the view permission only).
-        if "abandon_after_minutes" in self.fields:
-            self.fields["abandon_after_minutes"].required = False
+        if "pace_replies" in self.fields:
+            self.fields["pace_replies"] = forms.TypedChoiceField(
+                label="Reply pacing (blinding by timing)",
+                choices=[
+                    ("True", "On: every arm's reply appears no sooner than the schedule below"),
+                    ("False", "Off: each reply appears as fast as its arm writes it"),
+                ],
+                coerce=lambda v: v == "True",
+                empty_value=None,
+                required=False,
+                initial=str(self.instance.pace_replies),
+                help_text=Study._meta.get_field("pace_replies").help_text,
+            )
+        # Optional in the form (a form posted without them keeps the study's value). Absent when the admin shows the
+        # study read-only (a user with the view permission only).
+        for name in OPTIONAL_KEPT:
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def _kept(self, name: str) -> Any:
+        """The posted value, or (not posted) the study's own."""
+        value = self.cleaned_data.get(name)
+        return getattr(self.instance, name) if value is None else value
 
     def clean_abandon_after_minutes(self) -> int:
         value = self.cleaned_data.get("abandon_after_minutes")
@@ -113,12 +145,22 @@ class StudyForm(forms.ModelForm[Study]):
             return int(self.instance.abandon_after_minutes or Study._meta.get_field("abandon_after_minutes").default)
         return int(value)
 
+    def clean_pace_replies(self) -> bool:
+        return bool(self._kept("pace_replies"))
+
+    def clean_pace_min_seconds(self) -> float:
+        return float(self._kept("pace_min_seconds"))
+
+    def clean_pace_chars_per_second(self) -> float:
+        return float(self._kept("pace_chars_per_second"))
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
         if self.instance.pk and self.instance.has_episodes():
             for name in STUDY_FROZEN_FIELDS:
-                if name in self.changed_data:
+                # (an optional field not posted keeps its value: it shows as changed data but is not a change)
+                if name in self.changed_data and data.get(name) != getattr(self.instance, name):
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
         low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
         if low is not None and high is not None and high < low:
@@ -328,6 +370,13 @@ class AttentionCheckForm(forms.ModelForm[AttentionCheck]):
             "tolerance": forms.NumberInput(attrs={"min": 0, "max": 50, "style": "width:5rem"}),
             "position": forms.NumberInput(attrs={"min": 1, "style": "width:5rem"}),
         }
+
+    def has_changed(self) -> bool:
+        """A new check counts as changed even when it is saved exactly as the page pre-filled it: the formset
+        has no blank rows (``extra=0``), so a new row exists only because the researcher pressed "Add an
+        attention check", and Django would otherwise drop an extra form left at its initial values (what the
+        researcher saw would not be what was saved). Its Delete box takes it back."""
+        return self.instance.pk is None or super().has_changed()
 
     def clean(self) -> dict[str, Any]:
         super().clean()

@@ -132,7 +132,8 @@ class Study(models.Model):
         "(Keep Me Updated's protocol).",
     )
     min_user_turns = models.PositiveSmallIntegerField(
-        default=5, help_text="User messages before 'End session' unlocks."
+        default=5,
+        help_text="User messages the bot answered before 'End session' unlocks (a reply that failed does not count).",
     )
     max_message_chars = models.PositiveIntegerField(
         default=2000, validators=[MinValueValidator(1), MaxValueValidator(20000)]
@@ -205,6 +206,23 @@ class Study(models.Model):
     )
     block_paste = models.BooleanField(
         default=False, help_text="Refuse pasting into the chat box (the worker is told why)."
+    )
+    # Reply pacing (chat/pacing.py): blinding by timing. Off for studies made before it (their design stays).
+    pace_replies = models.BooleanField(
+        default=True,
+        help_text="Show every arm's reply no sooner than one common schedule (a minimum delay, then the text at a "
+        "typing speed), so that a fast arm (the QC arm answers at once) cannot be told from a slow one by timing. "
+        "The true latencies are stored and reported per arm.",
+    )
+    pace_min_seconds = models.FloatField(
+        default=2.0,
+        validators=[MinValueValidator(0), MaxValueValidator(60)],
+        help_text="Pacing: the first character of a reply appears no sooner than this after the worker's message.",
+    )
+    pace_chars_per_second = models.FloatField(
+        default=30.0,
+        validators=[MinValueValidator(1), MaxValueValidator(2000)],
+        help_text="Pacing: then the text appears at most this fast (30 characters/s: about 360 words a minute).",
     )
     prolific_decline_code = models.CharField(
         max_length=64,

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from chat import armjobs
-from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, Message, Rating
+from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from studies import memorycompat
@@ -434,6 +434,7 @@ class SessionView:
     trace_extra_json: str = ""
     memory_blocks: list[display.Block] = field(default_factory=list)
     trace_blocks: list[display.Block] = field(default_factory=list)
+    memory_note: str = ""  # said instead of the memory when it shows nothing (pending, failed, empty)
 
 
 TRACE_SHOWN = {"summary", "operations", "memory_before", "memory_after", "llm_calls", "fallbacks"}
@@ -465,7 +466,20 @@ def _session_view(session: ChatSession) -> SessionView:
         extra = {k: v for k, v in trace.items() if k not in TRACE_SHOWN}
         view.trace_extra_json = _pretty(extra) if extra else ""
         view.trace_blocks = display.readable(extra) if extra else []
+        view.memory_note = _memory_note(snapshot, session.episode.arm.memory_system)
     return view
+
+
+def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
+    """What the episode page says where the memory after a session would be: an update still running or
+    failed has no memory to show yet (its empty state is not "no memory"); a finished update may be empty."""
+    if snapshot.status == MemorySnapshot.Status.PENDING:
+        return "The memory update after this session is still running; its memory appears here when it is done."
+    if snapshot.status == MemorySnapshot.Status.FAILED:
+        return "The memory update failed (above): the next session starts from the memory before this session."
+    if memory_system == "none":
+        return "This arm keeps no memory."
+    return "The memory is empty after this session."
 
 
 @researcher_required

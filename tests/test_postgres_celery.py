@@ -50,6 +50,7 @@ def celery_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
         "LLM_BACKEND": "scripted",
         "EMBEDDER": "hashing",
         "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+        "CHAT_REPLY_PACING": "false",  # the tests' settings (conftest): no reply pacing
     }
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -224,7 +225,7 @@ def _workers(
         **os.environ,
         "DATABASE_URL": worker_database_url, "REDIS_URL": redis_url, "CELERY_TASK_ALWAYS_EAGER": "false",
         "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-        "OPENAI_API_KEY": "fake-key", "OPENAI_BASE_URL": llm_url,
+        "OPENAI_API_KEY": "fake-key", "OPENAI_BASE_URL": llm_url, "CHAT_REPLY_PACING": "false",
         "LLM_TIMEOUT_SECONDS": "60",
     }  # fmt: skip
     logs = {name: tmp_path / f"worker-{name}.log" for name in ("reply", "memory")}

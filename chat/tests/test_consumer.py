@@ -145,11 +145,14 @@ async def test_when_retries_are_spent_the_worker_gets_a_retry_button_that_works(
     out = await send(comm, "hi", "c1")
     assert 'data-retry="2"' in out and "could not answer" in out
     assert (await messages_of(sid))[1][2] == "failed"
-    # the session is not stuck: the minimum (1 turn) is met, so "End session" is enabled
-    assert re.search(r'id="end-session" data-min-met="1" hx-swap-oob="true">', out)
+    # a failed reply does not count towards the minimum (1 answered turn): "End session" stays disabled, and the
+    # worker is told why and what to do
+    assert re.search(r'id="end-session" data-min-met="0" hx-swap-oob="true" disabled', out)
+    assert "a reply that failed does not count: press Retry under it" in out
     await comm.send_to(text_data=json.dumps({"type": "retry", "seq": 2}))
     out = await frames(comm)
     assert "Sorry, I am back." in out
+    assert re.search(r'id="end-session" data-min-met="1" hx-swap-oob="true">', out)  # answered: it may end now
     assert (await messages_of(sid))[1][2:] == ("complete", "Sorry, I am back.")
     await comm.disconnect()
 

@@ -58,5 +58,8 @@ def test_the_controls_are_the_html_the_page_template_renders() -> None:
     for min_turns in (0, 1, 3):
         for turns in (0, 1, 2, 3, 4):
             for pending in (False, True):
-                expected = _template("controls-oob", turns=turns, min_turns=min_turns, pending=pending, oob=True)
-                assert fragments.controls(turns, min_turns, pending=pending) == expected
+                for failed in (0, 2):
+                    expected = _template(
+                        "controls-oob", turns=turns, min_turns=min_turns, pending=pending, failed=failed, oob=True
+                    )
+                    assert fragments.controls(turns, min_turns, pending=pending, failed=failed) == expected

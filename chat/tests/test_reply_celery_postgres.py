@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def reply_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     assert connection.vendor == "postgresql" and os.environ.get("REDIS_URL"), "run with scripts/with-services.sh"
     log = tmp_path / "worker.log"
-    # CHAT_TOKEN_FLUSH_SECONDS=0: every piece its own frame, so the instant scripted stream shows its tokens
+    # CHAT_TOKEN_FLUSH_SECONDS=0: every piece its own frame, so the instant scripted stream shows its tokens;
+    # no reply pacing, as in the tests' own settings (conftest)
     env = {**os.environ, "DATABASE_URL": worker_database_url, "CELERY_TASK_ALWAYS_EAGER": "false",
            "LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-           "CHAT_TOKEN_FLUSH_SECONDS": "0"}  # fmt: skip
+           "CHAT_TOKEN_FLUSH_SECONDS": "0", "CHAT_REPLY_PACING": "false"}  # fmt: skip
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1", "--loglevel=INFO",
@@ -131,10 +132,12 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
     threading.Thread(target=endpoint.serve_forever, daemon=True).start()
     settings.CHAT_JOB_MODE = "celery"
     await database_sync_to_async(study.arms.update)(llm_backend="openai", llm_model="test-model")
+    # no reply pacing, as in the tests' own settings (conftest)
     env = {**os.environ, "DATABASE_URL": worker_database_url, "CELERY_TASK_ALWAYS_EAGER": "false",
            "LLM_BACKEND": "openai", "LLM_MODEL": "test-model", "OPENAI_API_KEY": "test-key",
            "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1", "CHAT_JOB_LEASE_SECONDS": "3",
-           "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings"}  # fmt: skip
+           "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
+           "CHAT_REPLY_PACING": "false"}  # fmt: skip
     log = tmp_path / "workers.log"
     first = _start_worker(env, log)
     second: subprocess.Popen[bytes] | None = None

@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from analysis.__main__ import main as analysis_cli
-from chat.models import ArmJob, Episode, Rating
+from chat.models import ArmJob, Episode, Message, Rating
 from memory import vectors
 from memory.embed import HashingEmbedder
 from reports.tests.conftest import add_ratings
@@ -61,13 +61,13 @@ def test_the_ratings_csv_starts_with_a_readme_and_reads_with_the_skiprows_it_nam
     header, table = read_csv(run(study, "ratings"))
     text = "\n".join(header)
     assert "memeval export: ratings of the study “Test study” (test-study), exported 20" in text
-    assert "design: 2 sessions per episode, 7 days between sessions" in text
+    assert "design: 2 sessions per episode, 7 to 14 days between sessions, drawn per gap" in text
     assert "coherence: This chatbot understood the context and responded coherently." in text
     assert "Full history: full_history on scripted / scripted" in text and "readiness: not checked" in text
     assert "#   value: the rating, 0-100 as given (not reversed)" in text
     assert "PILOT" not in text
     assert list(table.columns) == ["worker", "episode", "arm", "memory_system", "session", "metric", "value",
-                                   "reversed", "rated_at"]  # fmt: skip
+                                   "reversed", "rated_at", "silent_session"]  # fmt: skip
     assert len(table) == 5 and set(table["arm"]) == {"Full history"} and table["value"].tolist() == [60, 61, 62, 63, 64]
     assert table["worker"].iloc[0] == f"P{episode.participant_id}"
 
@@ -92,6 +92,13 @@ def test_the_transcripts_jsonl_has_a_header_line_then_one_message_per_line(study
         (1, "user", "I adopted a cat <b>Miso</b>."),
         (2, "bot", "How lovely! How old is Miso?"),
     ]
+    assert header["design"]["reply_pacing"] == {"on": True, "min_seconds": 2.0, "chars_per_second": 30.0}
+    Message.objects.filter(session__episode=episode, speaker="bot").update(
+        first_token_ms=120.0, generated_ms=900.0, shown_ms=2900.0
+    )
+    bot = json.loads(run(study, "transcripts", "jsonl").splitlines()[2])
+    assert (bot["first_token_ms"], bot["generated_ms"], bot["shown_ms"]) == (120.0, 900.0, 2900.0)
+    assert "reply pacing: every arm's reply shown no sooner than 2 s" in run(study, "transcripts")
 
 
 def test_the_memory_export_has_the_readable_memory_and_no_embeddings(study: Study, episode: Episode) -> None:
@@ -275,3 +282,26 @@ def test_researcher_typed_names_cannot_put_formulas_or_line_breaks_into_the_csv_
     for separator in (";", "\t"):  # a spreadsheet that guesses another separator still sees one cell per line
         cells = [c for row in csv.reader(io.StringIO("\n".join(header)), delimiter=separator) for c in row]
         assert all(c.startswith("#") for c in cells), separator
+
+
+def test_the_header_names_the_drawn_gap_range_and_that_the_qc_arm_calls_no_model(
+    study: Study, episode: Episode, settings: Any
+) -> None:
+    settings.LLM_BACKEND = "local"  # the site's default: an arm without a backend of its own would run on it
+    Study.objects.filter(pk=study.pk).update(gap_days=7, gap_max_days=14, episodes_per_worker=2)
+    study.refresh_from_db()
+    study.arms.create(name="QC bot", memory_system="qc", llm_backend="")
+    header, _ = read_csv(run(study, "ratings"))
+    text = "\n".join(header)
+    assert "7 to 14 days between sessions, drawn per gap" in text and "7 days between sessions" not in text
+    qc_line = next(line for line in header if "QC bot:" in line)
+    assert "no LLM call" in qc_line and "local" not in qc_line and "SmolLM" not in qc_line, qc_line
+    jsonl = json.loads(run(study, "ratings", "jsonl").splitlines()[0])["header"]
+    assert (jsonl["design"]["gap_days"], jsonl["design"]["gap_max_days"]) == (7, 14)
+    qc = next(a for a in jsonl["arms"] if a["name"] == "QC bot")
+    assert qc["backend"] == "" and qc["model"] == "" and qc["llm"] is False
+    # a fixed gap still reads as before; the same day says so
+    Study.objects.filter(pk=study.pk).update(gap_days=3, gap_max_days=None)
+    assert "3 days between sessions" in run(study, "ratings")
+    Study.objects.filter(pk=study.pk).update(gap_days=0, gap_max_days=None)
+    assert "all sessions on the same day (for the chatbot)" in run(study, "ratings")

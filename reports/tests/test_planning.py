@@ -126,6 +126,17 @@ def test_the_pilot_can_be_the_studys_own_ratings(researcher_client: Client, rate
     assert "Estimated from a pilot of 8 workers and 16 episodes" in page
 
 
+def test_a_live_pilot_whose_qc_arm_has_no_rating_yet_is_estimated_without_the_qc_test(
+    researcher_client: Client, rated_study: Study
+) -> None:
+    from studies.models import Arm
+
+    Arm.objects.create(study=rated_study, name="QC degraded", memory_system="qc")  # no worker has met it yet
+    response = researcher_client.post(plan_url(rated_study), {**SMALL, "pilot": "study"})
+    page = " ".join(researcher_client.get(response["Location"]).content.decode().split())
+    assert "does not occur" not in page and "Estimated from a pilot of 8 workers and 16 episodes" in page
+
+
 def test_a_pilot_without_ratings_fails_with_a_message(researcher_client: Client, study: Study) -> None:
     response = researcher_client.post(plan_url(study), {**SMALL, "pilot": "study"})
     page = researcher_client.get(response["Location"]).content.decode()

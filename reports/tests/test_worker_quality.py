@@ -96,19 +96,25 @@ def test_the_ratings_frame_carries_one_boolean_column_per_signal(quality_study: 
 
 def test_the_dashboard_filters_show_what_they_excluded(researcher_client: Client, quality_study: Study) -> None:
     page = researcher_client.get(_url(quality_study, "study_analysis")).content.decode()
-    assert 'name="exclude" value="attention_failed"' in page and "Exclusions, applied" not in page
+    assert 'name="exclude" value="attention_failed"' in page and "workers flagged" not in page
+    # only the default filter: silent sessions' ratings, with their count (none here)
+    assert "rows flagged in &#x27;silent_session&#x27; (0 rows; 0 workers left with nothing)" in page
     query = "?" + "&".join(f"exclude={f}" for f in FILTERS)
     page = researcher_client.get(_url(quality_study, "study_analysis") + query).content.decode()
     assert 'value="attention_failed" checked' in page
     assert "workers flagged in &#x27;attention_failed&#x27; (1 removed)" in page
     assert "rows flagged in &#x27;unfinished&#x27;" in page
     assert "3 of 8 workers were removed in all" in page
-    assert "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished --format md" in page
+    assert (
+        "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session "
+        "--covariates latency_shown_s --format md"
+    ) in page
 
 
 def test_an_unknown_filter_in_the_url_is_ignored(researcher_client: Client, quality_study: Study) -> None:
     response = researcher_client.get(_url(quality_study, "study_analysis") + "?exclude=nonsense&test=welch")
-    assert response.status_code == 200 and "Exclusions, applied" not in response.content.decode()
+    page = response.content.decode()
+    assert response.status_code == 200 and "nonsense" not in page.split('id="exclusions"')[1].split("</p>")[0]
 
 
 def test_the_cli_on_the_data_export_reproduces_the_dashboards_filtered_numbers(
@@ -132,7 +138,12 @@ def test_the_cli_on_the_data_export_reproduces_the_dashboards_filtered_numbers(
     assert cli["exclusions"] == dashboard["exclusions"] and cli["exclusions"]["workers_removed"] == 3
     diff = {k: (v, dashboard["params"].get(k)) for k, v in cli["params"].items() if dashboard["params"].get(k) != v}
     assert not diff
-    platform_only = {"pilot", "automatic_evaluation"}  # the study's pilot mark and arm scores, not the analysis's
+    platform_only = {
+        "pilot",
+        "automatic_evaluation",
+        "qc_waiting",
+        "reply_latency",
+    }  # the platform's own sections beside the analysis (pilot mark, arm scores, QC waiting, reply latency)
     assert cli == {k: v for k, v in dashboard.items() if k not in platform_only}
     assert dashboard["qc"]["arm"] == "QC bot" and dashboard["qc"]["workers_total"] == 5
 
@@ -203,3 +214,29 @@ def test_the_analysis_exports_name_workers_by_pseudonym_never_by_prolific_id(
     data = researcher_client.get(_url(quality_study, "study_export", "data")).content.decode()
     workers = {row["worker"] for row in csv.DictReader(io.StringIO(data))}
     assert workers == {f"P{pk}" for pk in Participant.objects.filter(study=quality_study).values_list("pk", flat=True)}
+
+
+def test_before_any_qc_rating_the_dashboard_runs_without_the_qc_test_and_says_it_is_waiting(
+    researcher_client: Client, study: Study, tmp_path: Path
+) -> None:
+    study.episodes_per_worker = 3
+    study.save()
+    Arm.objects.create(study=study, name="QC degraded", memory_system="qc")
+    add_ratings(study, workers=6, arms=list(study.arms.filter(is_qc=False).order_by("id")))  # nobody met QC yet
+    page = researcher_client.get(_url(study, "study_analysis")).content.decode()
+    assert "does not occur in column" not in page
+    assert 'id="table-raw"' in page and 'id="pairwise"' in page  # the analysis itself
+    assert 'id="qc-waiting"' in page and "waiting for data" in page and "QC degraded" in page
+    command = page.split('<pre class="mono" id="cli-command">')[1].split("</pre>")[0]
+    assert "--qc-arm" not in command  # the command reproduces what the page shows
+    dashboard = json.loads(researcher_client.get(_url(study, "study_export", "json")).content)
+    assert dashboard["qc"]["arm"] is None and dashboard["qc_waiting"]["arm"] == "QC degraded"
+    for fmt, mark in [("md", "waiting for data"), ("latex", "waiting for data"), ("html", "waiting for data")]:
+        text = researcher_client.get(_url(study, "study_export", fmt)).content.decode()
+        assert mark in text and "QC degraded" in text, fmt
+    quality = researcher_client.get(_url(study, "study_quality")).content.decode()
+    assert "has none" not in quality and "QC degraded" in quality and "waiting for data" in quality
+    # the first rated QC session starts the test
+    add_ratings(study, workers=1, arms=list(study.arms.order_by("id")), first_worker=50)
+    dashboard = json.loads(researcher_client.get(_url(study, "study_export", "json")).content)
+    assert dashboard["qc"]["arm"] == "QC degraded" and dashboard.get("qc_waiting") is None

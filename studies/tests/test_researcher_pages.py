@@ -230,3 +230,25 @@ def test_the_episode_page_shows_ld_agents_events_and_personas_as_tables_and_list
     assert "Long-term memory (event summaries)" in body and "<td>The user adopted a cat.</td>" in body
     assert "Persona of the user" in body and "<li>Has a cat named Miso.</li>" in body
     assert "1 x 256 float16 vectors" in body and snapshot.state["vectors"]["data"] not in body
+
+
+@pytest.mark.parametrize("status", [MemorySnapshot.Status.PENDING, MemorySnapshot.Status.FAILED])
+def test_the_episode_page_does_not_say_the_arm_keeps_no_memory_while_its_update_is_pending_or_failed(
+    rclient: Client, study: Study, finished_episode: Episode, status: str
+) -> None:
+    MemorySnapshot.objects.filter(session__episode=finished_episode).update(status=status, state={}, trace={})
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "keeps no memory" not in body
+    expected = "still running" if status == MemorySnapshot.Status.PENDING else "the next session starts from the memory"
+    assert expected in body
+
+
+def test_the_episode_page_says_keeps_no_memory_only_for_an_arm_without_memory(
+    rclient: Client, study: Study, finished_episode: Episode
+) -> None:
+    MemorySnapshot.objects.filter(session__episode=finished_episode).update(state={}, trace={})
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "keeps no memory" not in body and "The memory is empty after this session." in body
+    Episode.objects.filter(pk=finished_episode.pk).update(arm=study.arms.get(memory_system="none"))
+    body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
+    assert "This arm keeps no memory." in body

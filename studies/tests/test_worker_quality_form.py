@@ -78,3 +78,78 @@ def test_a_form_posted_without_the_new_fields_keeps_their_defaults(rclient: Clie
     assert post(rclient).status_code == 302
     study = Study.objects.get(name="Memory pilot")
     assert study.abandon_after_minutes == 120 and not study.block_paste and study.session_time_limit is None
+
+
+def _press_add_attention(page: str) -> dict[str, str]:
+    """The form a browser posts after "Add an attention check" (the page's script clones the template row with
+    the next form number and bumps TOTAL_FORMS) when the researcher changes nothing in the new row."""
+    from studies.tests.test_study_form import _RenderedForm
+
+    form = _RenderedForm()
+    form.feed(page)
+    data = dict(form.data)
+    total = int(data["attention-TOTAL_FORMS"])
+    row = page.split('<template id="attention-empty">', 1)[1].split("</template>", 1)[0]
+    added = _RenderedForm()
+    added.feed(row.replace("__prefix__", str(total)))
+    assert f"attention-{total}-statement" in added.data and added.data[f"attention-{total}-target"] == "80"
+    data.update(added.data)
+    data["attention-TOTAL_FORMS"] = str(total + 1)
+    return data
+
+
+def test_an_attention_check_added_and_saved_as_shown_is_saved_on_create(rclient: Client) -> None:
+    page = rclient.get(reverse("studies:create")).content.decode()
+    data = {**_press_add_attention(page), **{k: str(v) for k, v in STUDY.items()}, **formset("arms", ARMS)}
+    response = rclient.post(reverse("studies:create"), data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    study = Study.objects.get(name="Memory pilot")
+    check = study.attention_checks.get()
+    assert (check.target, check.tolerance, check.position) == (80, 5, 2) and "set this slider to 80" in check.statement
+    detail = rclient.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert "0 attention check(s)" not in detail and "1 attention check(s)" in detail  # Prolific wants two here
+
+
+def test_an_attention_check_added_and_saved_as_shown_is_saved_on_edit(rclient: Client, study: Study) -> None:
+    url = reverse("studies:edit", args=[study.slug])
+    response = rclient.post(url, _press_add_attention(rclient.get(url).content.decode()))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert study.attention_checks.count() == 1
+    # the saved check is kept as it is, and a second one added and saved as shown joins it
+    assert rclient.post(url, _press_add_attention(rclient.get(url).content.decode())).status_code == 302
+    assert study.attention_checks.count() == 2
+
+
+def test_an_added_attention_check_marked_for_deletion_is_not_saved(rclient: Client, study: Study) -> None:
+    url = reverse("studies:edit", args=[study.slug])
+    data = _press_add_attention(rclient.get(url).content.decode())
+    data["attention-0-DELETE"] = "on"
+    assert rclient.post(url, data).status_code == 302
+    assert not study.attention_checks.exists()
+
+
+def test_reply_pacing_is_on_by_default_and_its_schedule_is_saved_with_the_study(rclient: Client) -> None:
+    page = rclient.get(reverse("studies:create")).content.decode()
+    assert '<option value="True" selected>On:' in page  # the create form offers pacing on
+    assert post(rclient).status_code == 302  # a form posted without the pacing fields keeps pacing on
+    study = Study.objects.get(name="Memory pilot")
+    assert study.pace_replies and (study.pace_min_seconds, study.pace_chars_per_second) == (2.0, 30.0)
+    detail = rclient.get(reverse("studies:detail", args=[study.slug])).content.decode()
+    assert "no sooner than 2 s after the worker's message, then at most 30 characters/s" in detail
+    Study.objects.all().delete()
+    assert post(rclient, study={"pace_replies": "False", "pace_min_seconds": 0.5}).status_code == 302
+    study = Study.objects.get(name="Memory pilot")
+    assert not study.pace_replies and study.pace_min_seconds == 0.5
+
+
+def test_the_pacing_cannot_change_once_workers_have_started(rclient: Client, study: Study) -> None:
+    from chat.models import Episode
+    from studies.models import Participant
+    from studies.tests.test_study_form import _edit_data
+
+    p = Participant.objects.create(study=study, external_id="w", source="invite")
+    Episode.objects.create(participant=p, arm=study.arms.first(), index=1)
+    response = rclient.post(
+        reverse("studies:edit", args=[study.slug]), {**_edit_data(study, {}), "pace_min_seconds": 9}
+    )
+    assert response.status_code == 400 and "cannot change any more" in response.content.decode()

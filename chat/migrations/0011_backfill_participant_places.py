@@ -31,8 +31,8 @@ def backfill(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("chat", "0008_armjob_dispatched_at"),
-        ("studies", "0010_limits_by_study_places_and_prolific_submissions"),
+        ("chat", "0010_message_reply_timing"),
+        ("studies", "0011_limits_by_study_places_and_prolific_submissions"),
     ]
 
     operations = [migrations.RunPython(backfill, migrations.RunPython.noop)]

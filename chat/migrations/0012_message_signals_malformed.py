@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0009_backfill_participant_places'),
+        ('chat', '0011_backfill_participant_places'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0009_study_max_stored_chars'),
+        ('studies', '0010_study_reply_pacing'),
     ]
 
     operations = [
