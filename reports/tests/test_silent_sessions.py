@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chat import arms, turns
+from chat.forms import field_name
 from chat.models import ChatSession
 from chat.tests.conftest import start
 from memory.llm import LLMError, ScriptedLLM
@@ -43,7 +44,8 @@ def say(session: ChatSession, text: str) -> None:
 def rate(client: Client, session: ChatSession, value: int) -> None:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = value, "1"
+        name = field_name(session.pk, m)  # the rating form's field names (chat.forms.field_name)
+        data[name], data[f"touched_{name}"] = value, "1"
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
 
 
@@ -81,9 +83,10 @@ def rclient(researcher: User) -> Client:
 def test_the_ratings_frame_and_the_export_mark_a_silent_sessions_ratings(two_workers: Any) -> None:
     study, _ = two_workers
     frame = queries.study_ratings_frame(study)
+    pk = dict(study.participants.values_list("external_id", "pk"))  # the frame names workers P<pk>
     assert frame.groupby("worker")["silent_session"].all().to_dict() == {
-        "prolific:worker1": True,
-        "prolific:worker2": False,
+        f"P{pk['prolific:worker1']}": True,
+        f"P{pk['prolific:worker2']}": False,
     }
     from reports.exports import export_lines
 
