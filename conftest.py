@@ -34,6 +34,10 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.CHAT_DB_KEEP_CONNECTIONS = False
     # every test that goes through chat.state checks that no cached state is edited in place
     settings.CHAT_STATE_CACHE_VERIFY = True
+    # the runtime's lanes are threads of the test process (a child process would not see the test database),
+    # and no sweeper thread takes jobs back behind a test's back (tests sweep when they mean to)
+    settings.RUNTIME_PROCESS_LANES = ()
+    settings.RUNTIME_SWEEP_SECONDS = 0
     # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
     settings.CHAT_REPLY_PACING = False
     # every test client is 127.0.0.1: the limits by address are tested where they are set (studies/tests/test_entry_limits.py, chat/tests/test_call_ceiling.py)
@@ -62,6 +66,18 @@ def _empty_state_cache() -> Any:
     poisoned = list(state.CACHE.verify())
     state.CACHE.clear()
     assert not poisoned, f"a cached memory state was changed in place (chat/state.py): {poisoned}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def each_database(request: pytest.FixtureRequest) -> str:
+    """A test that uses this runs in both passes of ``make test``: on SQLite in the plain one, and again on
+    PostgreSQL in the postgres one (scripts/with-services.sh), where some SQL differs (``FOR UPDATE OF``,
+    ``RETURNING``, prepared statements). Each pass deselects the other's copy by its marker."""
+    from django.db import connection
+
+    if request.param == "postgresql":
+        assert connection.vendor == "postgresql", "run the postgres pass with scripts/with-services.sh"
+    return str(request.param)
 
 
 @pytest.fixture

@@ -144,6 +144,33 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--notes", default="", help="free-text exclusion rules and other commitments")
     reg.add_argument("--out", type=Path, help="write here instead of stdout (refuses to overwrite a file)")
 
+    jud = sub.add_parser(
+        "judge",
+        help="admission test of an automatic judge: a long CSV of item, rater, score, arm (the judge is one rater)",
+    )
+    jud.add_argument(
+        "csv", type=Path, help="one row per score: columns item, rater, score, arm (and metric, if several)"
+    )
+    jud.add_argument("--judge", required=True, help="the rater name of the judge's rows")
+    jud.add_argument(
+        "--epsilon", type=float, default=0.15, help="alt-test allowance (0.2 experts, 0.15 skilled, 0.1 crowd)"
+    )
+    jud.add_argument("--q", type=float, default=0.05, help="Benjamini-Yekutieli false discovery rate")
+    jud.add_argument("--min-items", type=int, default=50, help="items the sample needs")
+    jud.add_argument("--min-annotators", type=int, default=3, help="annotators each item needs")
+    jud.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates of Kendall's tau")
+    jud.add_argument("--seed", type=int, default=0)
+
+    pro = sub.add_parser(
+        "probes", help="what the bot remembered: analyse persona-card probes (memeval's probes export, CSV or JSONL)"
+    )
+    pro.add_argument("probes", type=Path, help="the probes file (manage.py export_study SLUG --what probes)")
+    pro.add_argument("--test", choices=TESTS, default="cluster-t", help="the test comparing arms (the sliders')")
+    pro.add_argument("--ratings", type=Path, help="the ratings export, for recall against the rating (optional)")
+    pro.add_argument("--rating-metric", default="memorability", help="the rating set against recall")
+    pro.add_argument("--primary", type=_list, default=[], help="rates the pre-registration made primary")
+    pro.add_argument("--format", choices=("json", "md"), default="json")
+    pro.add_argument("--out", type=Path, help="write here instead of stdout")
     _design_arguments(
         sub.add_parser(
             "calibrate",
@@ -218,11 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "calibrate":
-            from analysis.calibration import main as calibrate_main
+            from analysis.simcli import calibrate_main
 
             return calibrate_main(args)
         if args.command == "plan":
-            from analysis.planning import main as plan_main
+            from analysis.simcli import plan_main
 
             return plan_main(args)
         if args.command == "pairwise":
@@ -235,6 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return plan_pairwise_main(args)
         if args.command == "prereg":
             return _prereg(args)
+        if args.command == "judge":
+            return _judge(args)
+        if args.command == "probes":
+            return _probes(args)
         return _report(args)
     except RatingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -245,6 +276,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a design or setting the simulation cannot use (e.g. more episodes per worker than arms)
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _judge(args: argparse.Namespace) -> int:
+    """Print the admission JSON (per metric when the CSV has a metric column); exit 0 admitted, 1 not."""
+    import json
+
+    import pandas as pd
+
+    from analysis.judging import admission
+
+    if not args.csv.is_file():
+        raise RatingsError(f"{args.csv}: no such file")
+    frame = pd.read_csv(args.csv)
+    missing = [c for c in ("item", "rater", "score", "arm") if c not in frame.columns]
+    if missing:
+        raise RatingsError(f"{args.csv} has no column {', '.join(missing)} (needs item, rater, score, arm)")
+    frame["rater"] = frame["rater"].astype(str)
+    frame["item"] = frame["item"].astype(str)
+    if args.judge not in set(frame["rater"]):
+        raise RatingsError(f"no row has rater {args.judge!r}")
+    options: dict[str, Any] = {
+        "judge": args.judge, "epsilon": args.epsilon, "q": args.q, "min_items": args.min_items,
+        "min_annotators": args.min_annotators, "n_boot": args.bootstrap, "seed": args.seed,
+    }  # fmt: skip
+    if "metric" in frame.columns:
+        out: dict[str, Any] = {
+            str(m): admission(group.drop(columns="metric"), **options) for m, group in frame.groupby("metric")
+        }
+        admitted = all(r["admitted"] for r in out.values())
+        out = {"admitted": admitted, "metrics": out}
+    else:
+        out = admission(frame, **options)
+        admitted = out["admitted"]
+    print(json.dumps(out, indent=1))
+    return 0 if admitted else 1
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -299,6 +365,38 @@ def _report(args: argparse.Namespace) -> int:
         text = writers.to_html(result, title=f"Analysis of {Path(args.ratings).name}")
     else:
         text = writers.to_csv(analysis.ratings if args.csv_table == "ratings" else result, table=args.csv_table)
+    if args.out:
+        try:
+            args.out.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _probes(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis.probes import METRICS, analyze_probes, read_probe_table, to_markdown
+
+    unknown = [m for m in args.primary if m not in METRICS]
+    if unknown:
+        raise RatingsError(f"--primary: unknown rate(s) {', '.join(unknown)} (one of {', '.join(METRICS)})")
+    ratings = None
+    if args.ratings:
+        table = read_probe_table(args.ratings)
+        if not {"metric", "value", "session"} <= set(table.columns) or "unit" not in table.columns:
+            raise RatingsError(f"{args.ratings}: a ratings export has episode, session, metric and value columns")
+        rows = table[table["metric"] == args.rating_metric]
+        ratings = pd.DataFrame({"unit": rows["unit"].astype(str), "session": pd.to_numeric(rows["session"]),
+                                args.rating_metric: pd.to_numeric(rows["value"])})  # fmt: skip
+    frame = read_probe_table(args.probes)
+    if "unit" in frame.columns:
+        frame["unit"] = frame["unit"].astype(str)
+    result = analyze_probes(frame, test=args.test, ratings=ratings, rating_metric=args.rating_metric,
+                            primary=args.primary)  # fmt: skip
+    text = json.dumps(result, indent=1, allow_nan=False) + "\n" if args.format == "json" else to_markdown(result)
     if args.out:
         try:
             args.out.write_text(text, encoding="utf-8")

@@ -23,10 +23,7 @@ Efficiency: z-scores, QC and units are per-worker computations, so a chunk of st
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -403,58 +400,3 @@ def _score_mixed(
 
 def _nan(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def design_from_args(args: argparse.Namespace) -> StudyDesign:
-    return StudyDesign(
-        workers=args.workers,
-        arms=args.arms,
-        episodes_per_worker=args.episodes_per_worker,
-        sessions=args.sessions,
-        metrics=args.metrics,
-        kind=args.design,
-        qc=args.qc,
-    )
-
-
-def components_from_args(args: argparse.Namespace) -> tuple[VarianceComponents, list[str]]:
-    """The variance components: estimated from ``--pilot`` or the defaults, each overridable by its option."""
-    notes: list[str] = []
-    base = VarianceComponents(careless_rate=args.careless)
-    if args.pilot:
-        from analysis.data import read_csv
-        from analysis.planning import estimate_components, pilot_spec
-
-        frame = read_csv(args.pilot)
-        spec = pilot_spec(frame, args.pilot_columns, args.pilot_metrics, args.pilot_qc_arm, args.pilot_qc_metrics)
-        est = estimate_components(frame, spec)
-        base, notes = est.components, est.notes
-    overrides = {
-        name: getattr(args, name)
-        for name in ("worker_sd", "scale_sd", "episode_sd", "session_sd", "residual_sd")
-        if getattr(args, name) is not None
-    }
-    return VarianceComponents(**{**asdict(base), **overrides}), notes
-
-
-def main(args: argparse.Namespace) -> int:
-    design = design_from_args(args)
-    components, notes = components_from_args(args)
-    result = calibrate(
-        design,
-        components,
-        effect=args.effect,
-        studies=args.studies,
-        tests=args.tests,
-        family=args.family,
-        sessions=args.sessions_tests,
-        mixedlm=args.mixedlm,
-        seed=args.seed,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-    )
-    if args.format == "json":
-        sys.stdout.write(json.dumps({**result.as_dict(), "notes": notes}, indent=1) + "\n")
-    else:
-        sys.stdout.write("\n".join([*(f"note: {n}" for n in notes), result.text()]) + "\n")
-    return 0

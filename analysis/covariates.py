@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.formatting import fmt, fmt_ci, fmt_p
 from analysis.spec import OVERALL, RatingsError
 
 __all__ = ["cov_column", "covariate_section", "covariate_values", "covariates_text"]
@@ -123,7 +124,6 @@ def covariates_text(section: Mapping[str, Any]) -> str:
 
 def covariate_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The per-arm covariate table of the report writers: arm, covariate, units, mean [95% CI], median."""
-    from analysis.writers import fmt, fmt_ci
 
     section = result.get("covariates") or {}
     rows = []
@@ -137,7 +137,6 @@ def covariate_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]
 
 def covariate_model_rows(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """The covariate model's fixed effects for the report writers."""
-    from analysis.writers import fmt, fmt_ci, fmt_p
 
     fit = (result.get("covariates") or {}).get("mixedlm") or {}
     rows = [

@@ -7,7 +7,8 @@ import html
 import math
 from typing import Any
 
-from analysis.writers import _CSS, _html_table, _latex_table, _md_table, fmt, fmt_ci, fmt_p, latex_escape
+from analysis.formatting import fmt, fmt_ci, fmt_p
+from analysis.writers import _CSS, _html_table, _latex_table, _md_table, latex_escape
 
 __all__ = ["leaderboard_plot", "to_html", "to_latex", "to_markdown"]
 

@@ -15,10 +15,7 @@ converts a difference in slider points.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.calibration import Rate, calibrate
 from analysis.data import ARM, SESSION, WORKER
 from analysis.report import prepare
 from analysis.spec import DEFAULT_TEST, AnalysisSpec, Family, RatingsError, Test
@@ -245,15 +243,16 @@ def power_curve(
     test: Test = DEFAULT_TEST,
     family: Family = "metric",
     seed: int = 1,
+    check: Callable[[], None] | None = None,
 ) -> list[PowerPoint]:
-    """Power (first arm Holm-significantly better than the second on the overall score) for each worker count."""
-    from analysis.calibration import Rate, calibrate
-
+    """Power (first arm Holm-significantly better than the second on the overall score) for each worker count.
+    ``check``: called after every block of simulated studies (it raises to stop the simulation)."""
     out = []
     for n in workers:
         d = replace(design, workers=int(n))
         cal = calibrate(d, components, effect=effect, studies=studies, tests=[test], family=family, sessions=False,
-                        mixedlm=False, seed=seed, null=False, overall_only=True)  # fmt: skip
+                        mixedlm=False, seed=seed, null=False, overall_only=True,
+                        progress=(lambda _step: check()) if check else None)  # fmt: skip
         rate = cal.tests[0].power or Rate(0, 0)
         out.append(PowerPoint(int(n), rate.value, rate.ci, rate.n))
     return out
@@ -314,6 +313,7 @@ def workers_needed(
     max_workers: int = 400,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Plan:
     """The number of workers whose power reaches ``target``, from simulations of the design at a few sizes.
 
@@ -323,7 +323,8 @@ def workers_needed(
     curve through all of them (:func:`fit_power_curve`) smooths the Monte-Carlo noise (a single size's power,
     from 100 studies, is uncertain by about +-0.08); the answer is where it crosses the target. When no curve can
     be fitted, the answer is interpolated between the two sizes around the target. The curve lists the simulated
-    sizes with their power and 95% interval.
+    sizes with their power and 95% interval. ``check``: called after every block of simulated studies (it raises
+    to stop the search: a CPU budget, a cancelled job).
     """
     if effect <= 0:
         raise ValueError("the smallest effect of interest must be positive")
@@ -338,7 +339,7 @@ def workers_needed(
     def power_at(n: int) -> float:
         if n not in tried:
             (tried[n],) = power_curve(design, components, effect, [n], studies=studies, test=test, family=family,
-                                      seed=seed)  # fmt: skip
+                                      seed=seed, check=check)  # fmt: skip
             if progress:
                 progress(f"{n} workers: power {tried[n].power:.2f}")
         return tried[n].power
@@ -401,47 +402,3 @@ def workers_needed(
     if found is None:
         notes.append(f"the target power is not reached with {max_workers} workers")
     return Plan(design, components, effect, target, test, family, curve, found, notes)
-
-
-def main(args: argparse.Namespace) -> int:
-    from analysis.calibration import components_from_args, design_from_args
-
-    design = design_from_args(args)
-    components, notes = components_from_args(args)
-    if args.components_only:
-        values = {**asdict(components), "latent_sd": components.latent_sd}
-        if args.format == "json":
-            sys.stdout.write(json.dumps({"components": values, "notes": notes}, indent=1) + "\n")
-        else:
-            lines = [*(f"note: {n}" for n in notes), *(f"{k:>14}: {v:.3f}" for k, v in values.items())]
-            sys.stdout.write("\n".join(lines) + "\n")
-        return 0
-    test: Test = args.tests[0]
-    plan = workers_needed(
-        design,
-        components,
-        args.effect,
-        target=args.power,
-        studies=args.studies,
-        test=test,
-        family=args.family,
-        max_workers=args.max_workers,
-        seed=args.seed,
-        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-    )
-    plan.notes[:0] = notes
-    if args.format == "json":
-        sys.stdout.write(json.dumps(plan.as_dict(), indent=1) + "\n")
-        return 0
-    c = components
-    lines = [*(f"note: {n}" for n in plan.notes)]
-    lines.append(
-        f"smallest effect {plan.effect:g} latent SD = {plan.effect * c.latent_sd:.1f} points; target power "
-        f"{plan.target:g}; test {plan.test}, Holm family {plan.family}"
-    )
-    lines += [f"{p.workers:>6} workers: power {p.power:.3f} [{p.ci95[0]:.3f}, {p.ci95[1]:.3f}]" for p in plan.curve]
-    lines.append(
-        f"workers needed: {plan.workers if plan.workers is not None else 'more than ' + str(args.max_workers)}"
-    )
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0

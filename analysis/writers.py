@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import io
-import math
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -20,29 +19,12 @@ import pandas as pd
 
 from analysis.comparisons import family_description
 from analysis.covariates import covariate_model_rows, covariate_rows
+from analysis.formatting import fmt, fmt_ci, fmt_p
 from analysis.methods import exclusions_text, prereg_text, repeated_rows_text
 from analysis.spec import ALPHA, OVERALL, TEST_LABELS
 
 
 # ---------------------------------------------------------------- formatting helpers
-def fmt(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.{digits}f}"
-
-
-def fmt_p(p: Any) -> str:
-    if p is None:
-        return "–"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def fmt_ci(ci: list[Any], digits: int = 3) -> str:
-    if not ci or ci[0] is None:
-        return "–"
-    return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
-
-
 def _scale(result: dict[str, Any]) -> str:
     return "z" if result["design"]["z_valid"] else "raw"
 

@@ -39,6 +39,7 @@ def gold_pairs(queue: Queue, *, include_fusion: bool = False) -> Iterator[dict[s
             "item": item.pk,
             "id": item.external_id or None,
             "unit": item.unit or None,
+            "worker": (item.meta or {}).get("worker"),
         }
         if item.gold_label == FUSION:
             row["fused"] = item.gold_fused
@@ -65,6 +66,7 @@ def edited_summaries(queue: Queue) -> Iterator[dict[str, Any]]:
             "item": item.pk,
             "id": item.external_id or None,
             "unit": item.unit or None,
+            "worker": (item.meta or {}).get("worker"),
             "status": item.status,
             "mode": queue.summary_mode,
             "transcript": item.payload.get("transcript", []),

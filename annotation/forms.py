@@ -57,6 +57,12 @@ class QueueForm(forms.ModelForm[Queue]):
             "stage_groups": 'Chained summaries only: a JSON list of group names per stage, e.g. ["", "seniors"].'
         }
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # a judge sample (scores) is drawn from a study on its Automatic judges page, stratified by arm
+        kind = self.fields["kind"]
+        kind.choices = [c for c in kind.choices if c[0] != Queue.Kind.SCORES]  # type: ignore[attr-defined]
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data

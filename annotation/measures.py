@@ -290,6 +290,34 @@ def queue_report(queue: Queue) -> dict[str, Any]:
             operator=operator_accuracy(queue),
             set_f1=set_level_f1(queue),
         )
+    elif queue.is_scores:
+        report["scores"] = score_agreement(queue)
     else:
         report["edits"] = summary_edits(queue)
     return report
+
+
+def score_agreement(queue: Queue) -> list[dict[str, Any]]:
+    """Scores queues: per statement, the labels given and the annotators' Krippendorff alpha (interval)."""
+    cells: dict[str, dict[int, dict[int, float]]] = {}
+    for item_id, who, scores in Label.objects.filter(item__queue=queue).values_list(
+        "item_id", "annotator_id", "scores"
+    ):
+        for key, value in (scores or {}).items():
+            cells.setdefault(str(key), {}).setdefault(who, {})[item_id] = float(value)
+    out = []
+    for key, by_annotator in sorted(cells.items()):
+        items = sorted({i for row in by_annotator.values() for i in row})
+        matrix = [[row.get(i, float("nan")) for i in items] for row in by_annotator.values()]
+        try:
+            alpha: float | None = krippendorff_alpha(matrix, level="interval") if len(matrix) >= 2 else None
+        except ValueError:
+            alpha = None
+        out.append(
+            {
+                "statement": key,
+                "labels": sum(len(r) for r in by_annotator.values()),
+                "alpha": None if alpha is None or alpha != alpha else round(alpha, 4),
+            }
+        )
+    return out

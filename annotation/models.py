@@ -7,6 +7,9 @@ Two kinds of queue, after "Keep Me Updated" §3.2 and §5.1:
 * ``summaries``: an item is a session transcript with its generated summary sentences; each label is a
   revision of the summary. Revisions are chained (each editor corrects the previous one, as the seed's
   three consecutive groups did) or parallel (every editor starts from the generated summary).
+* ``scores``: an item is a finished study session; each label scores it on the study's own slider
+  statements (0-100, ``Label.scores``). The judge sample of the admission test (docs/analysis.md,
+  "Automatic judges") is a queue of this kind, drawn by the ``judges`` app.
 
 Counters on the item (``done_count``, ``in_flight``) are what assignment locks and checks; the
 database enforces ``done_count + in_flight <= required``, one label per (item, annotator) and one open
@@ -52,6 +55,18 @@ class QueueQuerySet(models.QuerySet["Queue"]):
         studies = Study.objects.visible_to(user).values("pk")
         return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
 
+    def manageable_by(self, user: Any) -> QueueQuerySet:
+        """The queues ``user`` may change (import, pull, close, adjudicate): those of the studies they may change
+        (a study's viewer sees its queues and changes none), and their own queues without a study."""
+        from studies.models import Study
+
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        studies = Study.objects.editable_by(user).values("pk")
+        return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
+
     def workable_by(self, user: Any) -> QueueQuerySet:
         """The queues ``user`` may open in the annotator workspace. Members of the annotators group work
         every queue (the workspace shows the item's payload only). A researcher is an annotator by being
@@ -70,6 +85,7 @@ class Queue(models.Model):
     class Kind(models.TextChoices):
         PAIRS = "pairs", "Memory-operation pairs"
         SUMMARIES = "summaries", "Summary editing"
+        SCORES = "scores", "Session scores (judge sample)"
 
     class Mode(models.TextChoices):
         CHAIN = "chain", "Chained (each editor revises the previous revision)"
@@ -118,6 +134,10 @@ class Queue(models.Model):
         return self.kind == self.Kind.PAIRS
 
     @property
+    def is_scores(self) -> bool:
+        return self.kind == self.Kind.SCORES
+
+    @property
     def is_chain(self) -> bool:
         return self.kind == self.Kind.SUMMARIES and self.summary_mode == self.Mode.CHAIN
 
@@ -139,7 +159,9 @@ class Item(models.Model):
 
     Pairs payload: ``m``, ``s``, ``memory_before`` (list), ``summary`` (list), ``transcript``
     (list of {speaker, text}), optional ``operator_op`` (the system's own decision, for Table 3),
-    ``i``/``j``. Summaries payload: ``summary`` (list), ``transcript``.
+    ``i``/``j``. Summaries payload: ``summary`` (list), ``transcript``. Scores payload: ``transcript``
+    (the session's turns, the bot as "bot"), ``statements`` (list of {key, statement, low, high}: the
+    sliders the workers saw).
     """
 
     class Status(models.TextChoices):
@@ -252,6 +274,7 @@ class Label(models.Model):
     op = models.CharField(max_length=10, blank=True)
     fused_text = models.TextField(blank=True)
     sentences = models.JSONField(default=list, blank=True)  # summary revision
+    scores = models.JSONField(default=dict, blank=True)  # scores queues: metric key -> 0-100
     parent = models.ForeignKey("self", null=True, blank=True, related_name="children", on_delete=models.PROTECT)
     revision = models.PositiveSmallIntegerField(default=0)  # 1-based position in the item's label order
     changed = models.BooleanField(default=True)  # summaries: differs from the version the editor started from

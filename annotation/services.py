@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -26,12 +25,13 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from analysis.agreement import majority_label
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
+from infra.pgprepared import prepared_cursor
 
 _M = TypeVar("_M", bound="Model")
 
@@ -273,7 +273,7 @@ def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: st
 
     def build(assignment: Assignment) -> dict[str, Any]:
         if not assignment.queue.is_pairs:
-            raise AnnotationError("wrong_kind", "This queue edits summaries, not operation pairs.")
+            raise AnnotationError("wrong_kind", "This queue does not label operation pairs.")
         if len(fused_text) > assignment.queue.max_edit_chars:
             raise AnnotationError(
                 "too_long", f"The fused sentence is too long ({len(fused_text)} > {assignment.queue.max_edit_chars})."
@@ -288,6 +288,30 @@ def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: st
     return _submit(assignment_id, annotator, build)
 
 
+def submit_scores(assignment_id: int, *, annotator: User, scores: dict[str, Any]) -> SubmitResult:
+    """Store an annotator's scores of one session (scores queues): every statement of the item, 0-100."""
+
+    def build(assignment: Assignment) -> dict[str, Any]:
+        if not assignment.queue.is_scores:
+            raise AnnotationError("wrong_kind", "This queue does not score sessions.")
+        keys = [str(s.get("key")) for s in assignment.item.payload.get("statements", [])]
+        if extra := sorted(set(scores) - set(keys)):
+            raise AnnotationError("unknown_statement", f"This item has no statement {extra[0]!r}.")
+        clean: dict[str, float] = {}
+        for key in keys:
+            try:
+                clean[key] = float(scores.get(key))  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise AnnotationError(
+                    "missing_score", f"Give a score from 0 to 100 for every statement ({key!r})."
+                ) from None
+            if not 0 <= clean[key] <= 100:
+                raise AnnotationError("out_of_range", f"Scores are from 0 to 100, not {clean[key]:g} ({key!r}).")
+        return {"scores": clean}
+
+    return _submit(assignment_id, annotator, build)
+
+
 def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitResult:
     """Store a summary revision: one sentence per line, blank lines dropped."""
     sentences = split_sentences(text)
@@ -298,8 +322,8 @@ def submit_summary(assignment_id: int, *, annotator: User, text: str) -> SubmitR
 
     def build(assignment: Assignment) -> dict[str, Any]:
         queue = assignment.queue
-        if queue.is_pairs:
-            raise AnnotationError("wrong_kind", "This queue labels operation pairs, not summaries.")
+        if queue.kind != Queue.Kind.SUMMARIES:
+            raise AnnotationError("wrong_kind", "This queue does not edit summaries.")
         size = sum(len(s) for s in sentences)
         if size > queue.max_edit_chars:
             raise AnnotationError("too_long", f"The edit is too long ({size} characters > {queue.max_edit_chars}).")
@@ -443,8 +467,10 @@ WITH done AS (
     FROM done WHERE i.id = done.item_id
     RETURNING i.id, i.done_count, i.required
 ), stored AS (
-    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, revision, changed, created_at)
-    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, counted.done_count, true, %(now)s
+    INSERT INTO {label} (item_id, annotator_id, assignment_id, op, fused_text, sentences, scores, revision, changed,
+                         created_at)
+    SELECT counted.id, %(user)s, done.id, %(op)s, %(fused)s, '[]'::jsonb, '{{}}'::jsonb, counted.done_count, true,
+           %(now)s
     FROM done CROSS JOIN counted
     RETURNING id, item_id, assignment_id, revision
 ), dropped AS (
@@ -510,7 +536,7 @@ def _claim_in_one_statement(queue: Queue, user: User, now: dt.datetime) -> Assig
     params: dict[str, Any] = {"queue": queue.pk, "user": user.pk, "now": now, "expires": now + queue.lease}
     if stages is not None:
         params["stages"] = stages
-    with _statement_savepoint(), _prepared_cursor() as cursor:
+    with _statement_savepoint(), prepared_cursor(enabled=settings.ANNOTATION_PREPARED_STATEMENTS) as cursor:
         cursor.execute(_sql(_CLAIM_SQL, chain=queue.is_chain, staged=stages is not None), params)
         row = cursor.fetchone()
     if row is None:
@@ -558,7 +584,7 @@ def _submit_pair_in_one_statement(
         "length": len(fused_text),
         "now": now,
     }
-    with _prepared_cursor() as cursor:
+    with prepared_cursor(enabled=settings.ANNOTATION_PREPARED_STATEMENTS) as cursor:
         cursor.execute(_sql(_SUBMIT_PAIR_SQL), params)
         row = cursor.fetchone()
         if row is None:
@@ -573,6 +599,7 @@ def _submit_pair_in_one_statement(
             op=op,
             fused_text=fused_text,
             sentences=[],
+            scores={},
             parent_id=None,
             revision=revision,
             changed=True,
@@ -627,50 +654,6 @@ def _loaded(model: type[_M], **values: Any) -> _M:
 @functools.cache
 def _attnames(model: type[Model]) -> list[str]:
     return [field.attname for field in model._meta.concrete_fields]
-
-
-@contextmanager
-def _prepared_cursor() -> Iterator[Any]:
-    """A cursor whose statements PostgreSQL prepares once per connection and then only executes.
-
-    Django's cursors bind parameters on the client and never prepare (``prepare_threshold`` is off so
-    that transaction-mode poolers keep working). The two hot statements below cost PostgreSQL more to
-    plan than to run, so they go through psycopg's server-side binding with ``prepare=True`` instead.
-    Wrapped like any Django cursor: errors become django.db errors (IntegrityError for the claim's
-    retry) and the statements are logged where Django logs queries (the statement-count tests).
-    ``ANNOTATION_PREPARED_STATEMENTS = False`` turns it off, for a pooler that cannot keep prepared
-    statements (PgBouncer before 1.21, or without ``max_prepared_statements``).
-    """
-    if not settings.ANNOTATION_PREPARED_STATEMENTS:
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    db = connections[DEFAULT_DB_ALIAS]  # once: every attribute of the ``connection`` proxy is a lookup
-    db.close_if_health_check_failed()  # as connection.cursor() does (CONN_HEALTH_CHECKS)
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    pg = db.connection
-    if pg.prepare_threshold is None:
-        # Django turns psycopg's preparing off (None), which also refuses prepare=True. A threshold no
-        # query reaches prepares only what asks for it: Django's own cursors bind on the client and
-        # never prepare.
-        pg.prepare_threshold = sys.maxsize
-    raw = _preparing_cursor_class()(pg)
-    cursor = db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
-    with cursor:
-        yield cursor
-
-
-@functools.cache
-def _preparing_cursor_class() -> type:
-    # needs psycopg, so PostgreSQL only; defined only when psycopg 3 is (the stubs do not know it)
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
-    class PreparingCursor(ServerBindingCursor):  # type: ignore[misc]
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            return super().execute(query, params, prepare=True, **kwargs)
-
-    return PreparingCursor
 
 
 @contextmanager

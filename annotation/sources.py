@@ -54,7 +54,7 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
     """
     snapshots = (
         MemorySnapshot.objects.filter(session__episode__participant__study=study, status=MemorySnapshot.Status.DONE)
-        .select_related("session__episode__arm")
+        .select_related("session__episode__arm", "session__episode__participant")
         .order_by("session__episode_id", "session__index")
     )
     specs: list[dict[str, Any]] = []
@@ -70,6 +70,7 @@ def items_from_study(study: Any, *, kind: str) -> list[dict[str, Any]]:
             "snapshot": snap.pk,
             "session": session.pk,
             "episode": session.episode_id,
+            "worker": session.episode.participant.pseudonym,  # the study's pseudonym, as in every export
             "session_index": session.index,
         }
         if kind == Queue.Kind.SUMMARIES:

@@ -127,6 +127,11 @@ def _render_workspace(
     if queue.is_pairs:
         ctx["definitions"] = DEFINITIONS
         return render(request, "annotation/pair.html", ctx, status=status)
+    if queue.is_scores:
+        ctx["statements"] = [
+            {**s, "value": values.get(f"score-{s.get('key')}", "")} for s in item.payload.get("statements", [])
+        ]
+        return render(request, "annotation/scores.html", ctx, status=status)
     base = services.base_revision(item) if queue.is_chain else None
     base_sentences = base.sentences if base is not None else item.payload.get("summary", [])
     ctx.update(
@@ -152,6 +157,8 @@ def _own_assignment(request: AuthenticatedHttpRequest, pk: int) -> Assignment:
 def submit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     assignment = _own_assignment(request, pk)
     queue = assignment.queue
+    if queue.is_scores:
+        return _submit_scores(request, assignment)
     form = PairLabelForm(request.POST) if queue.is_pairs else SummaryEditForm(request.POST)
     if not form.is_valid():
         first = str(next(iter(form.errors.values()))[0])
@@ -167,6 +174,18 @@ def submit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
             return redirect("annotation:work", pk=queue.pk)
         return _render_workspace(request, assignment, form_data=request.POST.dict(), error=exc.message, status=400)
     return redirect("annotation:work", pk=queue.pk)
+
+
+def _submit_scores(request: AuthenticatedHttpRequest, assignment: Assignment) -> HttpResponse:
+    scores = {k.removeprefix("score-"): v for k, v in request.POST.items() if k.startswith("score-")}
+    try:
+        services.submit_scores(assignment.pk, annotator=request.user, scores=scores)
+    except AnnotationError as exc:
+        if exc.code in ("expired", "foreign", "unknown_assignment"):
+            messages.error(request, exc.message)
+            return redirect("annotation:work", pk=assignment.queue_id)
+        return _render_workspace(request, assignment, form_data=request.POST.dict(), error=exc.message, status=400)
+    return redirect("annotation:work", pk=assignment.queue_id)
 
 
 @require_POST
@@ -206,12 +225,21 @@ def queues(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(request, "annotation/queues.html", {"rows": rows})
 
 
+def _managed_queue(request: AuthenticatedHttpRequest, pk: int) -> Queue:
+    """A queue the user changes: 404 if they may not see it, 403 if they only see it (a viewer of its study)."""
+    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
+    if not Queue.objects.manageable_by(request.user).filter(pk=queue.pk).exists():
+        raise PermissionDenied("You are a viewer of this queue's study: only its owner and editors change the queue.")
+    return queue
+
+
 @accepts_upload
 @researcher_required
 def queue_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = QueueForm(request.POST or None, request.FILES or None)
     # a queue copies transcripts out of the study: only from studies this researcher may see
-    cast(ModelChoiceField[Study], form.fields["study"]).queryset = Study.objects.visible_to(request.user)
+    # (a viewer of a study makes no queue of it)
+    cast(ModelChoiceField[Study], form.fields["study"]).queryset = Study.objects.editable_by(request.user)
     if request.method == "POST" and form.is_valid():
         specs = form.cleaned_data.get("specs")
         if specs is None:
@@ -249,7 +277,7 @@ def queue_report_json(request: AuthenticatedHttpRequest, pk: int) -> JsonRespons
 @require_POST
 @researcher_required
 def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
+    queue = _managed_queue(request, pk)
     form = ImportForm(request.POST, request.FILES, queue=queue)
     if form.is_valid() and form.cleaned_data.get("specs"):
         messages.success(request, f"Added {add_items(queue, form.cleaned_data['specs'])} items.")
@@ -261,7 +289,7 @@ def queue_import(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def queue_pull(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
+    queue = _managed_queue(request, pk)
     n = pull_from_study(queue)
     messages.success(request, f"Added {n} new item{'s' if n != 1 else ''} from the study.")
     return redirect("annotation:queue_detail", pk=queue.pk)
@@ -270,7 +298,7 @@ def queue_pull(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @researcher_required
 def queue_toggle(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue.objects.visible_to(request.user), pk=pk)
+    queue = _managed_queue(request, pk)
     queue.active = not queue.active
     queue.save(update_fields=["active"])
     return redirect("annotation:queue_detail", pk=queue.pk)
@@ -293,6 +321,7 @@ def adjudication(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 def adjudicate(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     visible = Queue.objects.visible_to(request.user)
     item = get_object_or_404(Item.objects.select_related("queue").filter(queue__in=visible), pk=pk)
+    _managed_queue(request, item.queue_id)
     form = AdjudicationForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose a label.")

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_lanes.py [--update-calls 6] [--tokens 48] [--rounds 3]
 
-The embedded default runs replies and memory updates in separate thread pools (chat/jobs.py), but
+The embedded default runs replies and memory updates in separate thread pools (runtime/executor.py), but
 both call the one in-process model, which makes one call at a time (llama.cpp contexts are not
 thread-safe). A memory update is many calls in a row. This bench runs SmolLM2-135M (LocalLLM, as
 the embedded default does): one thread plays a memory update (``--update-calls`` completions back to

@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memory import vectors  # noqa: E402
 from memory.base import Turn  # noqa: E402
 from memory.embed import Embedder, make_embedder  # noqa: E402
-from memory.llm import LLM, RecordingLLM, ScriptedLLM, make_llm  # noqa: E402
+from memory.llm import LLM, ScriptedLLM, make_llm  # noqa: E402
+from memory.llmwrap import RecordingLLM
 from memory.systems.ld_agent import LDAgent  # noqa: E402
 from memory.systems.memory_update import MemoryUpdate, apply_operations  # noqa: E402
 from memory.systems.memorybank import MemoryBank, units  # noqa: E402

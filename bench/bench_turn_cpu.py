@@ -48,13 +48,14 @@ def main() -> None:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from chat import assignment, jobs
+    from chat import assignment
     from chat.consumers import ChatConsumer
+    from runtime import push
     from studies.models import Arm, Participant, Study
 
     call_command("migrate", verbosity=0)
     frames: list[str] = []
-    jobs.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
+    push.broadcast = lambda session_id, html: frames.append(html)  # type: ignore[assignment]
     study = Study.objects.create(
         name="bench",
         status=Study.Status.OPEN,
@@ -64,7 +65,7 @@ def main() -> None:
         max_turns_per_session=100_000,
         max_messages_per_minute=100_000,
         pace_replies=False,
-    )  # fmt: skip (the platform's cost, no reply schedule)
+    )  # fmt: skip (the platform's cost)
     study.add_default_metrics()
     Arm.objects.create(study=study, name="bench", memory_system=args.arm, llm_backend="scripted")
     session_ids = []

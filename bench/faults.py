@@ -1,7 +1,7 @@
 """Fault injection against the production shape on loopback (issue 11).
 
 Starts its own PostgreSQL and Redis (so that it can restart them), daphne, a Celery worker for the
-reply queue (prefork, 2 processes, as docker-compose's ``worker``) and one for the ``memory`` queue,
+reply queue (prefork, 4 processes, as docker-compose's ``worker``) and one for the ``memory`` queue,
 and a fake OpenAI-compatible endpoint in a thread. K simulated workers chat over websockets and behave
 like static/js/chat.js: on every (re)connect they send ``resume`` with the last seq they hold and
 resend unacknowledged messages with the same client id; after any close they reconnect 1 s later;
@@ -20,13 +20,28 @@ Each phase has every worker send one message while one fault is injected:
     daphne          daphne stopped (SIGTERM) and started again while replies stream
     celery-child    SIGKILL of a reply worker's pool process while it streams
     celery-worker   SIGKILL of the whole reply worker (main process and pool), started again
-    llm-down        one worker's reply: the endpoint answers 503 to every attempt; must end failed with
-                    the Retry button and a clear message (the others chat normally)
+    llm-down        one worker's reply: the endpoint answers 503 to every attempt, past the reply's
+                    deadline; must end failed with the Retry button and a clear message (the others
+                    chat normally)
+    outage-10       every request of the endpoint answers 503 for 10 s from the phase's start
+    outage-30       ... for 30 s (issue 27: 20 of 21 replies needed Retry on the old retry budget)
+    429-retry-after every request answers 429 with Retry-After (the time left of a 20 s window)
+    slow-two        two workers' replies stream at 1 token/s (their first 2 attempts); the others'
+                    replies must not wait behind them
+    hang-two        two workers' requests hang (headers never sent, their first 2 attempts)
+    over-cap        the endpoint ignores max_tokens: 2,000 words; what is stored must be within the cap
 
-The LLM faults hit the first attempt of a marked message only; retries get a normal answer.
+The per-message LLM faults (llm-stall, -reset, -trickle, -hang, -garbage, slow-two, hang-two) hit the
+first FAULT_ATTEMPTS attempts of a marked message, so retries meet them too; the site runs with its
+default timeouts (LLM_TIMEOUT_SECONDS 60 a read, capped for replies by CHAT_STALL_SECONDS 10; the 90 s
+reply deadline), and a
+stall or hang lasts HANG s, longer than any of them.
 Counted per fault: turns, lost user messages (a sent client id not stored), duplicated (a client id
-stored twice, or two bot replies to one user message), replies recovered without a person, and the
-longest recovery (from the fault, or from the send if later, to the complete reply on the socket).
+stored twice, or two bot replies to one user message), replies recovered without a person, Retry
+clicks needed (replies that ended failed, llm-down's own excepted), the longest recovery (from the
+fault, or from the send if later, to the complete reply on the socket), the chat requests the endpoint
+got, and for slow-two and hang-two the p95 reply time of the workers the fault did not touch, beside the
+median of the fault-free phase ("none").
 
     .venv/bin/python bench/faults.py --workers 4 --turns 3
 """
@@ -37,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import random
 import re
@@ -61,17 +77,24 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-LLM_TIMEOUT = 3.0  # LLM_TIMEOUT_SECONDS for the run: a stall or hang is noticed after this
+REPLY_CONCURRENCY = 4  # the reply worker's prefork processes (docker-compose's WORKER_CONCURRENCY default)
+HANG = 45.0  # a stalled or hanging request's silence: longer than every timeout of the site (defaults)
+FAULT_ATTEMPTS = 2  # the per-message LLM faults hit this many attempts of a marked message
+WINDOWS = {"outage-10": ("503", 10.0), "outage-30": ("503", 30.0), "429-retry-after": ("429", 20.0)}
+TWO = {"slow-two", "hang-two"}  # faults on two workers' replies only
 LEASE = 5.0  # CHAT_JOB_LEASE_SECONDS: a dead job's reply is lost after this
 QUEUE_GRACE = 8.0  # CHAT_JOB_QUEUE_GRACE_SECONDS: a lost broker message is noticed after this
 PAGE_RESUME = 10.0  # chat.js: resume after this long without a frame while a reply is pending
 RECONNECT = 1.0  # chat.js reconnects 1-3 s after a close; the suite uses the low end
-TURN_TIMEOUT = 90.0  # a reply not settled after this is counted as not recovered
+TURN_TIMEOUT = 130.0  # a reply not settled after this is counted as not recovered (the deadline is 90 s)
 FAULTS = [
     "none", "drop", "llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage",
     "postgres", "redis", "daphne", "celery-child", "celery-worker", "llm-down",
+    "outage-10", "outage-30", "429-retry-after", "slow-two", "hang-two", "over-cap",
 ]  # fmt: skip
-LLM_FAULTS = {"llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage"}
+LLM_FAULTS = {"llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage", "over-cap"}
+OVER_CAP_WORDS = 2000
+MAX_TOKENS = 120  # LLM_MAX_TOKENS (the site's default)
 FAILED_TEXT = "The chatbot could not answer this time."
 
 
@@ -114,13 +137,15 @@ def _sse(piece: str) -> bytes:
 
 class FakeLLM:
     """An OpenAI-compatible chat endpoint in a thread. A user message containing ``[fault:kind]`` gets
-    that fault on its first request (``llm-down``: on every request); everything else a normal
-    streamed answer, one word every ``word_delay`` seconds."""
+    that fault on its first FAULT_ATTEMPTS requests (``llm-down``: on every request); while a window is
+    open (:meth:`open_window`) every request gets its status; everything else a normal streamed answer,
+    one word every ``word_delay`` seconds."""
 
     def __init__(self, word_delay: float = 0.15) -> None:
         self.word_delay = word_delay
         self.seen: dict[str, int] = {}
         self.requests = 0
+        self.window: tuple[str, float] | None = None  # (status, until on the monotonic clock)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         owner = self
@@ -139,6 +164,9 @@ class FakeLLM:
         self.port = int(self.server.server_address[1])
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def open_window(self, status: str, seconds: float) -> None:
+        self.window = (status, time.monotonic() + seconds)
+
     def stop(self) -> None:
         self.stopping.set()
         self.server.shutdown()
@@ -152,15 +180,24 @@ class FakeLLM:
         with self.lock:
             self.requests += 1
             self.seen[last] = self.seen.get(last, 0) + 1
-            first = self.seen[last] == 1
-        fault = match.group(1) if match and (first or match.group(1) == "llm-down") else ""
+            early = self.seen[last] <= FAULT_ATTEMPTS
+        fault = match.group(1) if match and (early or match.group(1) == "llm-down") else ""
         words = reply_words(last)
+        window = self.window
         try:
+            if window is not None and time.monotonic() < window[1]:
+                left = window[1] - time.monotonic()
+                headers = {"retry-after": str(max(1, math.ceil(left)))} if window[0] == "429" else {}
+                return self._json(
+                    h, int(window[0]), {"error": {"message": "injected", "type": "server_error"}}, headers
+                )
             if fault == "llm-down":
                 return self._json(h, 503, {"error": {"message": "down for maintenance", "type": "server_error"}})
-            if fault == "llm-hang":
-                self.stopping.wait(LLM_TIMEOUT * 3)
+            if fault in ("llm-hang", "hang-two"):
+                self.stopping.wait(HANG)
                 return
+            if fault == "over-cap":
+                words = [f"Sentence {i // 5} goes on." if i % 5 == 4 else "word" for i in range(OVER_CAP_WORDS)]
             if not body.get("stream"):
                 text = " ".join(words)
                 return self._json(h, 200, {"id": "c", "object": "chat.completion", "created": 0, "model": "fake-model",
@@ -178,13 +215,15 @@ class FakeLLM:
                 h.wfile.write(_sse(word if i == 0 else " " + word))
                 h.wfile.flush()
                 if i == 0 and fault == "llm-stall":
-                    self.stopping.wait(LLM_TIMEOUT * 3)
+                    self.stopping.wait(HANG)
                     return
                 if i == 0 and fault == "llm-reset":
                     h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     h.connection.close()  # linger 0: the peer gets a RST
                     return
-                time.sleep(1.0 if fault == "llm-trickle" else self.word_delay)
+                time.sleep(
+                    1.0 if fault in ("llm-trickle", "slow-two") else 0 if fault == "over-cap" else self.word_delay
+                )
             h.wfile.write(b"data: [DONE]\n\n")
             h.wfile.flush()
         except OSError:  # the worker that asked went away (killed, timed out)
@@ -192,11 +231,15 @@ class FakeLLM:
         h.close_connection = True
 
     @staticmethod
-    def _json(h: BaseHTTPRequestHandler, status: int, data: dict[str, Any]) -> None:
+    def _json(
+        h: BaseHTTPRequestHandler, status: int, data: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         raw = json.dumps(data).encode()
         h.send_response(status)
         h.send_header("content-type", "application/json")
         h.send_header("content-length", str(len(raw)))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
         h.send_header("connection", "close")
         h.end_headers()
         h.wfile.write(raw)
@@ -228,7 +271,7 @@ class Stack:
             "DJANGO_SETTINGS_MODULE": "evalsite.settings", "DEBUG": "1", "LOG_LEVEL": "WARNING",
             "CELERY_TASK_ALWAYS_EAGER": "false", "CHAT_JOB_MODE": "celery", "EMBEDDER": "hashing",
             "LLM_BACKEND": "openai", "LLM_MODEL": "fake-model", "OPENAI_API_KEY": "fake-key",
-            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.llm.port}/v1", "LLM_TIMEOUT_SECONDS": str(LLM_TIMEOUT),
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{self.llm.port}/v1", "LLM_MAX_TOKENS": str(MAX_TOKENS),
             "CHAT_JOB_LEASE_SECONDS": str(LEASE), "CHAT_JOB_QUEUE_GRACE_SECONDS": str(QUEUE_GRACE),
             "OPENBLAS_NUM_THREADS": "1",
         }  # fmt: skip
@@ -252,7 +295,7 @@ class Stack:
         subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=self.env,
                        check=True)  # fmt: skip
         self.start_daphne()
-        self.start_worker("reply", "celery", 2)
+        self.start_worker("reply", "celery", REPLY_CONCURRENCY)
         self.start_worker("memory", "memory", 1)
         for name in ("reply", "memory"):  # the first phase measures chat, not the workers' start-up
             log = self.tmp / f"worker-{name}.log"
@@ -281,7 +324,7 @@ class Stack:
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "evalsite.asgi:application"],
             cwd=ROOT, env=self.env, stdout=self.log("daphne"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        wait_until(lambda: port_open(self.web_port), 60, "daphne")
+        wait_until(lambda: port_open(self.web_port), 180, "daphne")  # a loaded host starts it slowly
 
     def stop_daphne(self) -> None:
         if self.daphne is not None and self.daphne.poll() is None:
@@ -370,6 +413,7 @@ class Turn:
     client_id: str
     text: str
     started: float
+    marked: bool = False  # the fault is on this turn's reply (per-message faults)
     user_seq: int = 0
     settled: float = 0.0
     status: str = ""  # the reply's last status on the page: complete, failed, or "" (never settled)
@@ -474,16 +518,23 @@ class Result:
     duplicated: int = 0
     recovered: int = 0
     failed_clearly: int = 0
+    retry_clicks: int = 0  # replies that ended failed (a person would click Retry), llm-down's own excepted
+    stuck: int = 0  # replies not settled within TURN_TIMEOUT
     longest: float = 0.0
     injected: int = 0
+    requests: int = 0  # chat requests the endpoint got during the phase
+    unmarked: list[float] = field(default_factory=list)  # reply times (s) of the turns the fault did not touch
 
 
 async def run_phase(stack: Stack, pages: list[Page], fault: str, rnd: int) -> tuple[list[Turn], float | None]:
     turns = []
+    if fault in WINDOWS:
+        stack.llm.open_window(*WINDOWS[fault])
     for i, _page in enumerate(pages):
-        marker = f"[fault:{fault}] " if fault in LLM_FAULTS or (fault == "llm-down" and i == 0) else ""
+        marked = fault in LLM_FAULTS or (fault == "llm-down" and i == 0) or (fault in TWO and i < 2)
+        marker = f"[fault:{fault}] " if marked else ""
         text = f"{marker}round {rnd} worker {i} says hello about {fault}"
-        turns.append(Turn(fault, uuid.uuid4().hex, text, time.monotonic()))
+        turns.append(Turn(fault, uuid.uuid4().hex, text, time.monotonic(), marked=marked))
     tasks = [asyncio.create_task(p.turn(t, fault == "drop")) for p, t in zip(pages, turns, strict=True)]
     injected: float | None = None
     if fault in ("postgres", "redis", "daphne", "celery-child", "celery-worker"):
@@ -518,7 +569,7 @@ def inject(stack: Stack, fault: str) -> None:
         proc = stack.workers["reply"]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        stack.start_worker("reply", "celery", 2)
+        stack.start_worker("reply", "celery", REPLY_CONCURRENCY)
 
 
 def tally(fault: str, turns: list[Turn], injected: float | None, sessions: dict[str, int]) -> Result:
@@ -544,10 +595,17 @@ def tally(fault: str, turns: list[Turn], injected: float | None, sessions: dict[
             ok = t.status == "failed" and FAILED_TEXT in t.failed_html and "data-retry" in t.failed_html
             r.failed_clearly += int(ok and len(bots) == 1 and bots[0].status == Message.Status.FAILED)
             continue
-        good = " ".join(reply_words(t.text))
-        if t.status == "complete" and len(bots) == 1 and bots[0].status == "complete" and bots[0].text == good:
+        r.retry_clicks += int(t.status == "failed")
+        r.stuck += int(not t.status)
+        if fault == "over-cap":  # the cap's characters at most, cut at a sentence, from the endpoint's words
+            good_text = bool(bots) and 0 < len(bots[0].text) <= MAX_TOKENS * 8 and bots[0].text.startswith("word word")
+        else:
+            good_text = bool(bots) and bots[0].text == " ".join(reply_words(t.text))
+        if t.status == "complete" and len(bots) == 1 and bots[0].status == "complete" and good_text:
             r.recovered += 1
             r.longest = max(r.longest, t.settled - max(t.started, injected or t.started))
+            if not t.marked:
+                r.unmarked.append(t.settled - t.started)
     return r
 
 
@@ -564,9 +622,13 @@ async def drive(stack: Stack, workers: list[tuple[str, int]], rounds: int, fault
             if time.monotonic() > end:
                 raise TimeoutError("pages could not connect")
             await asyncio.sleep(0.05)
+        # warm-up, not counted: the pool processes' first task (cold imports) is no fault
+        await run_phase(stack, pages, "none", -1)
         for rnd in range(rounds):
             for fault in faults:
+                requests = stack.llm.requests
                 turns, injected = await run_phase(stack, pages, fault, rnd)
+                results[fault].requests += stack.llm.requests - requests
                 sessions = {t.client_id: sid for t, (_, sid) in zip(turns, workers, strict=True)}
                 close_old_connections()  # the bench's own connection may have died in a restart
                 r = await asyncio.to_thread(tally, fault, turns, injected, sessions)
@@ -576,6 +638,9 @@ async def drive(stack: Stack, workers: list[tuple[str, int]], rounds: int, fault
                 acc.duplicated += r.duplicated
                 acc.recovered += r.recovered
                 acc.failed_clearly += r.failed_clearly
+                acc.retry_clicks += r.retry_clicks
+                acc.stuck += r.stuck
+                acc.unmarked += r.unmarked
                 acc.longest = max(acc.longest, r.longest)
                 acc.injected += 0 if fault == "none" else 1
     finally:
@@ -621,19 +686,36 @@ def run(
             print(f"logs kept in {stack.tmp}", file=sys.stderr)
 
 
+def p95(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
 def table(results: list[Result]) -> str:
-    lines = [f"{'fault':<14} {'injected':>8} {'turns':>6} {'lost':>5} {'dup':>4} {'recovered':>10} {'longest s':>10}"]
+    base = [x for r in results if r.fault == "none" for x in r.unmarked]
+    median = sorted(base)[len(base) // 2] if base else float("nan")
+    head = f"{'fault':<16} {'inj':>3} {'turns':>5} {'lost':>4} {'dup':>3} {'recovered':>9} {'retry':>5} {'stuck':>5}"
+    lines = [head + f" {'longest s':>9} {'requests':>8} {'others p95 s':>12} {'delay s':>7}"]
     for r in results:
-        rec = f"{r.failed_clearly} failed*" if r.fault == "llm-down" else f"{r.recovered}/{r.turns}"
+        rec = f"{r.recovered}/{r.turns}"
         if r.fault == "llm-down":
             rec = f"{r.recovered}/{r.turns - r.failed_clearly}+{r.failed_clearly}R"
+        others = f"{p95(r.unmarked):.1f}" if r.fault in TWO else ""
+        delay = f"{p95(r.unmarked) - median:+.1f}" if r.fault in TWO else ""
         lines.append(
-            f"{r.fault:<14} {r.injected:>8} {r.turns:>6} {r.lost:>5} {r.duplicated:>4} {rec:>10} {r.longest:>10.1f}"
+            f"{r.fault:<16} {r.injected:>3} {r.turns:>5} {r.lost:>4} {r.duplicated:>3} {rec:>9} {r.retry_clicks:>5} "
+            f"{r.stuck:>5} {r.longest:>9.1f} {r.requests:>8} {others:>12} {delay:>7}"
         )
     total = sum(r.turns for r in results)
     lines.append(
-        f"{'total':<14} {sum(r.injected for r in results):>8} {total:>6} {sum(r.lost for r in results):>5} "
-        f"{sum(r.duplicated for r in results):>4} {'':>10} {max(r.longest for r in results):>10.1f}"
+        f"{'total':<16} {sum(r.injected for r in results):>3} {total:>5} {sum(r.lost for r in results):>4} "
+        f"{sum(r.duplicated for r in results):>3} {'':>9} {sum(r.retry_clicks for r in results):>5} "
+        f"{sum(r.stuck for r in results):>5} {max(r.longest for r in results):>9.1f}"
+    )
+    lines.append(
+        f"fault-free reply time (median of 'none', after a warm-up turn): {median:.1f} s; delay = others p95 - it"
     )
     return "\n".join(lines)
 
@@ -655,8 +737,9 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     print(table(results))
-    print(f"\n{args.workers} workers x {args.turns} rounds; wall {time.monotonic() - t0:.0f} s. "
-          "recovered = complete, correct reply with no reload or Retry; llm-down: +nR = failed with Retry as expected")  # fmt: skip
+    print(f"\n{args.workers} workers x {args.turns} rounds; wall {time.monotonic() - t0:.0f} s; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end. recovered = complete, correct reply with "
+          "no reload or Retry; retry = Retry clicks needed; llm-down: +nR = failed with Retry as expected")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ class ChatSessionInline(admin.TabularInline[ChatSession, Episode]):
 
 class MessageInline(EvidenceInline):
     model = Message
-    fields = ["seq", "speaker", "text", "status", "client_id", "attempts", "created_at"]
+    fields = ["seq", "speaker", "text", "status", "client_id", "created_at"]
 
 
 class RatingInline(EvidenceInline):

@@ -1,19 +1,20 @@
 """Background jobs about a study's arms: readiness checks before the study opens, and the automatic
 evaluation whose scores are shown beside the human ones.
 
-A job is an :class:`~chat.models.ArmJob` row; :func:`start` creates it and dispatches
-``chat.tasks.run_arm_job`` like every chat job (a Celery task on the ``memory`` queue in production,
-a pool thread in the embedded default); :func:`run` does the work and writes its progress to the row,
-which the study page polls. A readiness check answers at once what needs no model (the QC arm's
-whole check, the memory mechanism of a rule-based arm: :func:`start`) and queues only the rest; its
-progress step ends with an estimate of the time left, and its result holds two verdicts (memory
-mechanism, reply model). A running job holds a lease that a heartbeat extends (chat/leases.py), as
-replies do: a job whose worker died (a killed Celery child, a restarted web process) is seen as lost
-within a lease, shown as failed, and the next request starts a new one; Celery's redelivery of the
-dead worker's task takes the job over instead of finding it "running" for ever. A run that lost its
-lease (declared lost, or taken over) stops before its next LLM call or progress write and writes
-nothing (:class:`JobLost`). The arm's model is built exactly as for its chat replies
-(:func:`chat.arms.build_llm`), so the checks test what the workers will talk to.
+An :class:`~chat.models.ArmJob` is the arm's record of one check or evaluation (the arm's configuration it
+ran on, its options, its result); the work itself is a job of the runtime (kinds ``chat.readiness`` and
+``chat.evaluation``, lane ``long``: a Celery queue of its own in production, a low-priority process in the
+embedded default), whose row holds its status, progress, lease and error. :func:`start` creates both;
+:func:`run_check` does the work, writing its progress through the runtime, which the study page polls.
+A readiness check answers at once what needs no model (the QC arm's whole check, the memory mechanism of
+a rule-based arm: :func:`start`; a check answered whole is a job done in the request, never sent) and
+queues only the rest; its progress step ends with an estimate of the time left, and its result holds
+two verdicts (memory mechanism, reply model).
+A job whose worker died (a killed Celery child, a restarted web process) is taken back by the runtime's
+sweeper (the study page and its poll ask for it) and run again from the start; a run that lost its lease
+stops before its next LLM call or progress write and writes nothing (``runtime.jobs.JobLost``). The arm's
+model is built exactly as for its chat replies (:func:`chat.arms.build_llm`), so the checks test what the
+workers will talk to.
 """
 
 from __future__ import annotations
@@ -24,53 +25,62 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
-from django.utils import timezone
 
-from chat import leases
 from chat.arms import build_llm, endpoint_options, get_embedder
-from chat.jobs import dispatch
 from chat.models import ArmJob
-from memory.llm import LLM, CheckedLLM, LLMError, ScriptedLLM
+from memory.llm import LLM, LLMError, ScriptedLLM
+from memory.llmwrap import CheckedLLM
+from runtime import jobs, kinds, sweeper
+from runtime.jobs import Attempt
+from runtime.models import Job
 from studies import memorycompat
 from studies.models import Arm, Study
 
 log = logging.getLogger(__name__)
 
-TASK_NAME = "chat.tasks.run_arm_job"
 EVAL_DATASETS = ("gvd",)  # LoCoMo is not shipped (CC BY-NC 4.0); run it with `python -m memory eval`
+
+
+def arm_job_policy() -> kinds.RetryPolicy:
+    """An arm job is taken over once when its worker is lost (run again from the start); an error of the
+    check itself fails it at once (the study page shows why)."""
+    return kinds.RetryPolicy(max_attempts=2)
 
 
 def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
     """Queue a new job of ``kind`` for ``arm``. A queued or running one of the same kind is left to
-    finish and returned instead of starting a second; a queued one waiting longer than the queue grace
-    is dispatched again (:func:`redispatch_overdue`), and a lost one
-    (its lease lapsed) is marked failed and replaced."""
+    finish and returned instead of starting a second (a lost one is first taken back by the sweeper:
+    sent again, or failed for good and then replaced)."""
     with transaction.atomic():
         running = (
-            ArmJob.objects.select_for_update()
-            .filter(arm=arm, kind=kind, status__in=[ArmJob.Status.QUEUED, ArmJob.Status.RUNNING])
+            ArmJob.objects.select_for_update(of=("self",))
+            .select_related("job")
+            .filter(arm=arm, kind=kind, job__status__in=Job.LIVE)
             .first()
         )
-        if running is not None and not running.lost:
-            if running.status == ArmJob.Status.QUEUED:
-                _redispatch_if_overdue(running.pk)
-            return running
-        if running is not None:
-            fail_lost(running)
-        job = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
-        if kind == ArmJob.Kind.READINESS and _answer_at_once(job):
-            return job  # the whole check needed no model: done, nothing queued
-        transaction.on_commit(lambda: _dispatch(job.pk))
-    return job
+        if running is not None and running.job is not None:
+            sweeper.sweep(Job.objects.filter(pk=running.job.pk))
+            running.job.refresh_from_db()
+            if not running.job.finished:
+                return running
+        record = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
+        kind_of = CHECK if kind == ArmJob.Kind.READINESS else EVALUATION
+        scope, label = f"study:{arm.study_id}", f"{ArmJob.Kind(kind).label.lower()} of arm {arm.name}"
+        whole = kind == ArmJob.Kind.READINESS and _answer_at_once(record)
+        if whole:  # the whole check needed no model: done, nothing queued
+            record.job = jobs.record_done(kind_of, record.pk, scope=scope, label=label, step="answered at once")
+        else:
+            record.job = jobs.submit(kind_of, record.pk, scope=scope, label=label, fresh=True)
+        record.save(update_fields=["job"])
+    return record
 
 
-def _answer_at_once(job: ArmJob) -> bool:
+def _answer_at_once(record: ArmJob) -> bool:
     """Give at once the verdicts of the readiness check that need no model: the quality-control arm's
     whole check, the memory mechanism of an arm whose memory is rule-based (``none``, ``full_history``,
-    ``bm25``). True when that is the whole check (the job is done); else the partial result is on the
-    queued job, and the run finishes it. If it cannot be given at once, the run says why."""
-    arm = job.arm
+    ``bm25``). True when that is the whole check; else the partial result is on the record, and the
+    queued run finishes it. If it cannot be given at once, the run says why."""
+    arm = record.arm
     try:
         verdicts = memorycompat.llm_free_verdicts(arm.memory_system, dict(arm.params or {}))
         if not verdicts:
@@ -86,144 +96,62 @@ def _answer_at_once(job: ArmJob) -> bool:
             verdicts=verdicts,
         )
     except Exception:  # the researcher's request must not fail: the queued run reports what went wrong
-        log.warning("arm job %s: the verdicts that need no model could not be given at once", job.pk, exc_info=True)
+        log.warning("arm job %s: the verdicts that need no model could not be given at once", record.pk, exc_info=True)
         return False
-    whole = set(verdicts) >= set(memorycompat.VERDICTS)
-    now = timezone.now()
-    fields: dict[str, Any] = {"result": result}
-    if whole:
-        fields |= {"status": ArmJob.Status.DONE, "started_at": now, "finished_at": now, "step": "answered at once"}
-    ArmJob.objects.filter(pk=job.pk).update(**fields)
-    job.refresh_from_db()
-    return whole
-
-
-def _dispatch(job_id: int) -> None:
-    """Send the job to its worker. A broker that is down is logged, not raised (the researcher's request
-    would answer 500 after the job was saved): the job stays queued, and asking again once the queue grace
-    has passed sends it again (:func:`start`)."""
-    try:
-        dispatch(TASK_NAME, job_id, local=run, long=True)
-    except Exception:  # kombu's errors when Redis is down; the row is the truth
-        log.warning(
-            "could not enqueue arm job %s; it is sent again when asked for after the grace", job_id, exc_info=True
-        )
-
-
-def _overdue() -> QuerySet[ArmJob]:
-    """Queued jobs not started within the queue grace since their task was last sent."""
-    return ArmJob.objects.filter(leases.lost(due_field="dispatched_at"), status=ArmJob.Status.QUEUED)
-
-
-def _redispatch_if_overdue(job_id: int) -> bool:
-    """Send an overdue queued job again (after the commit); ``False`` if it is not overdue. The send time is
-    moved with a compare-and-set, so of many pages asking at once one sends it, once per grace."""
-    if not _overdue().filter(pk=job_id).update(dispatched_at=timezone.now()):
-        return False
-    transaction.on_commit(lambda: _dispatch(job_id))
-    return True
+    record.result = result
+    record.save(update_fields=["result"])
+    return set(verdicts) >= set(memorycompat.VERDICTS)
 
 
 def redispatch_overdue(study: Study) -> list[int]:
-    """Send again every job of ``study`` still queued a grace after its task was sent; the ids sent.
-
-    Such a task was lost (the embedded default's queue lives in the web process and is gone after a
-    restart; a broker can drop a message) or is still waiting behind another long job: a second delivery
-    of a job that is on its way is a no-op (the first claim wins, chat/leases.py). The study page and its
-    poll call this, so a lost queued job starts again without anyone asking, as a running job whose lease
-    lapsed is shown failed without anyone asking (:attr:`ArmJob.lost`)."""
-    return [pk for pk in _overdue().filter(arm__study=study).values_list("pk", flat=True) if _redispatch_if_overdue(pk)]
+    """Have the runtime's sweeper take back every lost job of ``study`` (arm jobs, replies, memory
+    updates): a job still queued a grace after it was sent (the embedded default's queue is gone after a
+    restart; a broker can drop a message) is sent again, a running one whose worker died is run again or
+    failed for good. The study page and its poll call this, so nobody has to ask; the ids taken back."""
+    return sweeper.sweep(Job.objects.filter(scope=f"study:{study.pk}"))
 
 
-def fail_lost(job: ArmJob) -> bool:
-    """Mark a lost job (see :attr:`ArmJob.lost`) failed; ``False`` if it is no longer lost."""
-    # no live lease: exactly the rows a job could claim (chat/leases.py)
-    return bool(
-        ArmJob.objects.filter(leases.claimable(), pk=job.pk, status=ArmJob.Status.RUNNING).update(
-            status=ArmJob.Status.FAILED, error=ArmJob.LOST_ERROR, finished_at=timezone.now(), lease_until=None
-        )
-    )
+def guard(attempt: Attempt, llm: LLM) -> LLM:
+    """``llm``, making a call only while this run holds its job."""
+    return CheckedLLM(llm, check=attempt.check)
 
 
-class JobLost(Exception):
-    """This run no longer holds its job (declared lost, or taken over by another run): it stops."""
+def run_check(job: Job, attempt: Attempt, handed: Any = None) -> None:
+    """One run of an arm job (a ``chat.readiness`` or ``chat.evaluation`` job): the result goes to the
+    :class:`ArmJob`, in the transaction that completes the job."""
+    record = ArmJob.objects.select_related("arm").get(pk=int(job.target))
+    try:
+        result = _readiness(record, attempt) if record.kind == ArmJob.Kind.READINESS else _evaluation(record, attempt)
+    except (jobs.JobLost, jobs.DeadlineExceeded):
+        raise
+    except (LLMError, ValueError, OSError) as exc:
+        raise ArmJobFailed(str(exc) or type(exc).__name__) from exc
+    except Exception as exc:  # the log has the traceback; the study page says what it was
+        log.exception("arm job %s failed", record.pk)
+        raise ArmJobFailed(f"{type(exc).__name__}: {exc}") from exc
+    with transaction.atomic():
+        if attempt.complete():
+            ArmJob.objects.filter(pk=record.pk).update(result=result)
 
 
-@dataclass
-class _Hold:
-    """This run's hold on its job: checked before every LLM call and with every progress write, so a run
-    that lost its lease stops at the next call instead of making the rest of its calls, and writes
-    nothing more (neither progress nor outcome) over the row that is no longer its own."""
-
-    mine: QuerySet[ArmJob]
-    beat: leases.Heartbeat
-
-    def check(self) -> None:
-        # the heartbeat already knows (its last extension matched no row): no query per call
-        if self.beat.lost:
-            raise JobLost("the job's lease was lost")
-
-    def progress(self, done: int, total: int, step: str) -> None:
-        self.check()
-        if not self.mine.update(done=done, total=total, step=step[:200]):
-            raise JobLost("the job's lease was lost")
-
-    def guard(self, llm: LLM) -> LLM:
-        """``llm``, making a call only while this run holds its job."""
-        return CheckedLLM(llm, check=self.check)
+class ArmJobFailed(Exception):
+    """The check or evaluation could not run to its end (the message says why)."""
 
 
-def run(job_id: int) -> None:
-    """Run one queued job to its end. Idempotent: a job that is finished, or running under a live lease,
-    is left alone; a running job whose lease lapsed (its worker died and Celery delivered the task
-    again) is taken over and run from the start."""
-    started = timezone.now()
-    claimed = leases.claim(
-        ArmJob.objects.filter(pk=job_id, status__in=[ArmJob.Status.QUEUED, ArmJob.Status.RUNNING]),
-        status=ArmJob.Status.RUNNING,
-        started_at=started,
-    )
-    if not claimed:
-        return
-    # started_at is this run's claim token: a job taken over by another run no longer matches it.
-    mine = ArmJob.objects.filter(pk=job_id, status=ArmJob.Status.RUNNING, started_at=started)
-    job = ArmJob.objects.select_related("arm").get(pk=job_id)
-    with leases.heartbeat(mine) as beat:
-        hold = _Hold(mine, beat)
-        try:
-            result = _readiness(job, hold) if job.kind == ArmJob.Kind.READINESS else _evaluation(job, hold)
-        except JobLost:
-            log.warning("arm job %s lost its lease; stopped before its next LLM call, writing nothing", job_id)
-        except (memorycompat.PreflightUnavailable, LLMError, ValueError, OSError) as exc:
-            _finish(job_id, mine, error=str(exc) or type(exc).__name__)
-        except Exception as exc:  # the row must not stay "running" for ever; the log has the traceback
-            log.exception("arm job %s failed", job_id)
-            _finish(job_id, mine, error=f"{type(exc).__name__}: {exc}")
-        else:
-            _finish(job_id, mine, result=result)
-
-
-def _finish(job_id: int, mine: QuerySet[ArmJob], *, result: dict[str, Any] | None = None, error: str = "") -> None:
-    """Write the outcome, unless the job was declared lost or taken over meanwhile (then it is not ours)."""
-    status = ArmJob.Status.FAILED if error else ArmJob.Status.DONE
-    if not mine.update(status=status, result=result, error=error, finished_at=timezone.now(), lease_until=None):
-        log.warning("arm job %s finished after it was declared lost; its outcome is dropped", job_id)
-
-
-def _readiness(job: ArmJob, hold: _Hold) -> dict[str, Any]:
+def _readiness(job: ArmJob, attempt: Attempt) -> dict[str, Any]:
     arm = job.arm
     return memorycompat.run_preflight(
         arm.memory_system,
-        hold.guard(build_llm(arm)),
+        guard(attempt, build_llm(arm)),
         embedder=get_embedder(),
         params=dict(arm.params or {}),
         backend=arm.resolved_backend,
-        progress=hold.progress,
+        progress=attempt.progress,
         reply_max_tokens=int(settings.LLM_MAX_TOKENS),
     )
 
 
-def _evaluation(job: ArmJob, hold: _Hold) -> dict[str, Any]:
+def _evaluation(job: ArmJob, attempt: Attempt) -> dict[str, Any]:
     from memory.evaluation import run as evaluate
 
     arm = job.arm
@@ -241,10 +169,16 @@ def _evaluation(job: ArmJob, hold: _Hold) -> dict[str, Any]:
         params=dict(arm.params or {}),
         max_questions=int(max_questions) if max_questions else None,
         max_tokens=int(settings.LLM_MAX_TOKENS),
-        progress=hold.progress,
-        wrap_llm=hold.guard,
+        progress=attempt.progress,
+        wrap_llm=lambda llm: guard(attempt, llm),
     )
     return result
+
+
+CHECK = kinds.declare("chat.readiness", lane="long", run=run_check, retry=arm_job_policy, label="readiness check")
+EVALUATION = kinds.declare(
+    "chat.evaluation", lane="long", run=run_check, retry=arm_job_policy, label="automatic evaluation"
+)
 
 
 # ------------------------------------------------------------------------------------ readiness view
@@ -323,9 +257,7 @@ def readiness(study: Study) -> list[ArmReadiness]:
     for arm in arms:
         job = latest.get(arm.pk)
         failed: list[dict[str, Any]] = []
-        if job is not None and job.lost:
-            state = "error"
-        elif job is not None and not job.finished:
+        if job is not None and not job.finished:  # a lost one is taken back by the sweeper: still checking
             state = "checking"
         elif job is None or not job.is_current(arm):
             state = "exempt" if arm.is_qc else "outdated" if job is not None else "not_checked"

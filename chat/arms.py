@@ -9,10 +9,10 @@ from typing import Any
 from django.conf import settings
 
 from chat import budget
-from chat.jobs import reply_deadline_seconds
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
-from memory.llm import LLM, CheckedLLM, RecordingLLM, make_llm
+from memory.llm import LLM, make_llm
+from memory.llmwrap import CheckedLLM, RecordingLLM, ReusingLLM
 from memory.registry import build_system
 from studies.models import Arm, Study
 
@@ -32,8 +32,9 @@ def endpoint_options(backend: str) -> dict[str, Any]:
     return {
         "api_key": settings.OPENAI_API_KEY,
         "base_url": settings.OPENAI_BASE_URL,
-        # each read is bounded by the timeout: never longer than a whole reply may take
-        "timeout": min(float(settings.LLM_TIMEOUT_SECONDS), reply_deadline_seconds()),
+        # each read is bounded by the timeout; a reply also caps it by its time left (memory.llm.time_limit)
+        "timeout": float(settings.LLM_TIMEOUT_SECONDS),
+        "connect_timeout": float(settings.LLM_CONNECT_TIMEOUT_SECONDS),
     }
 
 
@@ -53,10 +54,14 @@ def get_embedder() -> Embedder:
         return _EMBEDDERS[key]
 
 
-def build_arm(arm: Arm, *, study: Study | None = None, memory: bool = False) -> tuple[MemorySystem, RecordingLLM]:
-    """The arm's memory system, built on a recording wrapper of its LLM. Every call first takes a slot of the
-    LLM call ceilings (chat/budget.py), waiting for one up to ``budget.REPLY_WAIT_SECONDS`` (a memory update:
-    ``MEMORY_WAIT_SECONDS``). ``study``: the arm's study, when the caller has it loaded already."""
+def build_arm(
+    arm: Arm, *, study: Study | None = None, memory: bool = False, reuse: list[dict[str, Any]] | None = None
+) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM. Every call of the model first takes
+    a slot of the LLM call ceilings (chat/budget.py), waiting for one up to ``budget.REPLY_WAIT_SECONDS`` (a
+    memory update: ``MEMORY_WAIT_SECONDS``). ``study``: the arm's study, when the caller has it loaded
+    already. ``reuse``: the recorded calls of an earlier attempt of the same job, whose finished answers are
+    used again instead of calling the model (:class:`memory.llmwrap.ReusingLLM`; they take no slot)."""
     study = study if study is not None else arm.study
     study_id, per_study = study.pk, budget.study_limit(study)
 
@@ -64,6 +69,6 @@ def build_arm(arm: Arm, *, study: Study | None = None, memory: bool = False) -> 
         budget.acquire(study_id, per_study, wait=budget.MEMORY_WAIT_SECONDS if memory else budget.REPLY_WAIT_SECONDS)
 
     guarded = CheckedLLM(build_llm(arm), check=take_slot)
-    llm = RecordingLLM(guarded)
+    llm = RecordingLLM(ReusingLLM(guarded, earlier=reuse) if reuse else guarded)
     system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
     return system, llm

@@ -11,6 +11,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from chat import arms as arm_systems
+from chat import personas
 from chat.errors import ChatError
 from chat.models import ChatSession, Episode
 from chat.timing import sweep_abandoned
@@ -35,7 +36,7 @@ def _take_place(participant: Participant, study: Study) -> None:
     caller). Workers away longer than the study allows are marked first, so a place they held is free and
     they cannot come back over the quota. Raises :class:`StudyFull`."""
     if study.quota is not None:
-        sweep_abandoned(study=study)
+        sweep_abandoned(study_id=study.pk)
         if study.is_full():
             raise StudyFull(FULL_TEXT)
     participant.started_at = timezone.now()
@@ -70,7 +71,10 @@ def assign_episode(participant: Participant) -> Episode:
                 )
             )
         )
-        arms = _qc_draw(participant, study, arms)
+        if participant.source == Participant.Source.PREVIEW:
+            arms = sorted(arms, key=lambda a: a.pk)[:1]  # a preview meets every arm in turn (studies/preview.py)
+        else:
+            arms = _qc_draw(participant, study, arms)
         if not arms:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
@@ -78,8 +82,9 @@ def assign_episode(participant: Participant) -> Episode:
         system, _ = arm_systems.build_arm(arm, study=study)
         index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
         episode = Episode.objects.create(
-            participant=participant, arm=arm, index=index, memory_state=system.initial_state()
-        )
+            participant=participant, arm=arm, index=index, memory_state=system.initial_state(),
+            persona=personas.draw(study, participant, index),
+        )  # fmt: skip
         ChatSession.objects.create(
             episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
         )
@@ -111,7 +116,7 @@ def episodes_left(participant: Participant) -> bool:
     episodes per worker is not reached)."""
     study = participant.study
     done = participant.episodes.count()
-    if done >= study.episodes_per_worker:
+    if done >= study.episodes_per_worker and participant.source != Participant.Source.PREVIEW:
         return False
     used = participant.episodes.values_list("arm_id", flat=True)
     return study.arms.filter(active=True).exclude(pk__in=used).exists()
@@ -138,13 +143,32 @@ def next_session(participant: Participant) -> ChatSession | None:
         return session
     if participant.completed_at or not episodes_left(participant):
         return None
-    if participant.study.status == Study.Status.DRAFT:
+    if participant.study.status == Study.Status.DRAFT and participant.source != Participant.Source.PREVIEW:
         raise StudyClosed("This study is not taking participants at the moment.")
     try:
         assign_episode(participant)
     except NoArmAvailable:
         return None
     return current_session(participant)
+
+
+def at_wave_end(participant: Participant, session: ChatSession | None) -> bool:
+    """Whether the participant has done every session of the wave they may do now (``Study.wave_sessions``,
+    ``Participant.wave``) and ``session``, not begun, belongs to a later wave: they wait to be let in."""
+    if session is None or session.status not in (ChatSession.Status.PREPARING, ChatSession.Status.READY):
+        return False
+    ends = participant.study.wave_ends()
+    if participant.wave > len(ends):
+        return False
+    done = ChatSession.objects.filter(episode__participant=participant, status=ChatSession.Status.DONE).count()
+    return done >= ends[participant.wave - 1]
+
+
+def pause_at_wave_end(participant: Participant) -> None:
+    """Record that the participant waits for the next wave (the abandonment sweep leaves them alone)."""
+    if participant.paused_at is None:
+        participant.paused_at = timezone.now()
+        participant.save(update_fields=["paused_at"])
 
 
 def finish_participant(participant: Participant) -> bool:

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chat import sqlcache
 from chat.models import Message, MessageSignals
+from infra import sqlcache
 
 # --- validation bounds: beyond these a value is not a measurement but a broken or forged client
 MAX_COMPOSE_MS = 6 * 3600 * 1000  # a message composed over more than 6 hours is clamped
@@ -107,7 +107,7 @@ def clean_signals(raw: object, *, max_chars: int) -> Signals | None:
 
 def store_signals(message: Message, signals: Signals) -> MessageSignals:
     """Store the signals of a message created in this transaction (one insert: it has none yet; a
-    prepared statement, as the turn's other inserts, chat.sqlcache)."""
+    prepared statement, as the turn's other inserts, infra.sqlcache)."""
     return sqlcache.insert(MessageSignals(message=message, **_fields(signals)))
 
 

@@ -38,7 +38,10 @@ BUSY_TEXT = (
 
 
 class CallLimitReached(Exception):
-    """No LLM call slot freed up in time. Not an ``LLMError``: no call was made, so none is recorded."""
+    """No LLM call slot freed up in time. Not an ``LLMError``: no call was made, so none is recorded.
+    ``retry_after``: the least wait before the job that met it tries again (set by the reply)."""
+
+    retry_after: float | None = None
 
 
 def site_limit() -> int:

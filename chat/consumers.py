@@ -12,7 +12,7 @@ A resume also re-enqueues a reply whose job is gone (chat.replies.recover_replie
 on every (re)connect and while it waits for a reply that shows no progress.
 Group membership expires (``group_expiry`` of the Redis channel layer, settings), so a socket that died
 with its server (a daphne restart) leaves the group by itself; a live page pings to stay in it.
-The reply itself is written by a job (chat.replies.generate_reply, run by chat.jobs) outside this
+The reply itself is written by a job (chat.replies.generate_reply, a job of the runtime) outside this
 socket's lifetime.
 """
 
@@ -25,16 +25,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from chat import fragments, jobs
+from chat import fragments
 from chat.errors import ChatError
 from chat.models import ChatSession
 from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from chat.turns import post_user_message
 from infra.ratelimit import Window
+from runtime import executor, push
+from runtime.layers import LeanWebsocketConsumer
 from studies.participants import participant_ids_in_session
 
 T = TypeVar("T")
@@ -101,27 +102,20 @@ def _db(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
         try:
             return fn(*args)
         finally:
-            jobs.keep_connections()  # these threads are few and long-lived: each keeps its connection
+            executor.keep_connections()  # these threads are few and long-lived: each keeps its connection
 
     return sync_to_async(run, thread_sensitive=False)
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(LeanWebsocketConsumer):
+    """The chat socket. Its database work runs in threads of its own (:func:`_db`), which end every unit
+    with ``executor.keep_connections()``, so it needs no database hop per message (``LeanWebsocketConsumer``)."""
+
     session_id: int
     client: str = "unknown"
     group: str = ""
     last_ping: float = -PING_SECONDS
     quiet_until: float = 0.0
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch without its ``aclose_old_connections()`` before every handler: that is a hop
-        to the one shared sync thread for each frame received and each push (three per chat turn, all
-        queued on that one thread). This consumer's database work runs in its own threads (:func:`_db`),
-        which end every unit with ``jobs.keep_connections()``; its handlers touch no connection here."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
@@ -129,8 +123,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not await _db(self._owned)():
             await self.close(code=4403)  # before accept: the handshake is refused
             return
-        jobs.register_event_loop(asyncio.get_running_loop())
-        self.group = jobs.group_name(self.session_id)
+        push.register_event_loop(asyncio.get_running_loop())
+        self.group = push.group_name(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 

@@ -1,68 +1,77 @@
 """The arm's memory updates: after each reply (``after_turn``) and at the end of a session
-(``end_session``, a job of its own on the "memory" lane), both written with compare-and-set
-(chat/state.py), every LLM call recorded.
+(``end_session``, a job of the runtime: kind ``chat.memory_update``, lane ``memory``), both written with
+compare-and-set (chat/state.py), every LLM call recorded.
 
-An ended session's update is enqueued after its commit (:func:`enqueue_memory_update`), claims its
-:class:`MemorySnapshot` (a lease) before any LLM call, runs once however often it is delivered, and on
-final failure keeps the previous state and makes the next session ready anyway
-(:func:`update_memory`). A waiting page re-enqueues an update whose job is gone
+An ended session's update is submitted in the transaction that ends it (:func:`submit_memory_update`),
+runs once however often it is delivered (the runtime's claim), and is retried by the runtime with the
+kind's policy (:func:`memory_policy`: ``CHAT_MEMORY_RETRY_DELAYS`` for up to ``CHAT_MEMORY_RETRY_SECONDS``,
+the same in every deployment); a retry reuses the LLM calls an earlier attempt finished
+(:class:`memory.llmwrap.ReusingLLM`), so an embedding outage does not repeat them. When its time is spent, the previous state is kept and the next session is made ready anyway
+(:func:`_failed`). A waiting page asks the runtime's sweeper to take back an update whose job is gone
 (:func:`recover_stale_update`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from chat import arms, jobs, leases, records, state
+from chat import arms, probing, records, state
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.transcript import turns_of
 from memory.base import MemorySystem, Turn
-from memory.llm import RecordingLLM
+from memory.llmwrap import RecordingLLM
+from runtime import jobs, kinds, sweeper
+from runtime.jobs import Attempt
+from runtime.models import Job
 
 log = logging.getLogger(__name__)
 
-MEMORY_UPDATE_TASK = "chat.tasks.update_memory"
+
+def memory_policy() -> kinds.RetryPolicy:
+    """An end-of-session update's retries: any failure of the arm (LLM or embedding errors, bad output, a
+    bug) is tried again after the next wait of ``CHAT_MEMORY_RETRY_DELAYS`` (5, 10, 20, 30 s, the last
+    repeating, with jitter; an endpoint's ``Retry-After`` is the least wait) until
+    ``CHAT_MEMORY_RETRY_SECONDS`` (15 min) after the session ended. Meanwhile the next session waits (it is
+    not started on a memory that lacks this one) and the study page lists the update as waiting to retry;
+    ``CHAT_MEMORY_RETRY_MAX_ATTEMPTS`` (tests) limits the attempts too."""
+    delays = tuple(float(x) for x in settings.CHAT_MEMORY_RETRY_DELAYS)
+    most = int(getattr(settings, "CHAT_MEMORY_RETRY_MAX_ATTEMPTS", 0) or 0)
+    return kinds.RetryPolicy(
+        max_attempts=most or None, backoff=delays, jitter=0.3 if any(delays) else 0.0,
+        deadline=float(settings.CHAT_MEMORY_RETRY_SECONDS), transient=(Exception,),
+    )  # fmt: skip
 
 
-def enqueue_memory_update(session_id: int) -> None:
-    """Have an ended session's memory update run (a Celery task, or here with the task's retries)."""
-    try:
-        jobs.dispatch(MEMORY_UPDATE_TASK, session_id, local=update_memory_with_retries)
-    except Exception:  # broker down: the waiting page re-enqueues it (recover_stale_update)
-        log.warning("could not enqueue the memory update of session %s", session_id, exc_info=True)
+def submit_memory_update(session: ChatSession) -> Job:
+    """Submit the memory update of an ended session (inside the transaction that ends it)."""
+    study_id = session.episode.participant.study_id
+    return jobs.submit(
+        MEMORY_UPDATE, session.pk, scope=f"study:{study_id}",
+        label=f"memory update after session {session.index} of episode {session.episode_id}",
+    )  # fmt: skip
 
 
-MEMORY_ATTEMPTS = 4  # the first run and three retries
+class StateKeptChanging(Exception):
+    """Every round of the update lost its compare-and-set: tried again by the runtime."""
 
 
-class MemoryUpdateFailed(Exception):
-    """A memory update attempt failed and should be retried after ``countdown`` seconds."""
+def update_memory(job: Job, attempt: Attempt, handed: Any = None) -> None:
+    """One attempt at the arm's end-of-session memory update of an ended session (idempotent).
 
-    def __init__(self, message: str, countdown: float = 5) -> None:
-        super().__init__(message)
-        self.countdown = countdown
-
-
-def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapshot:
-    """The arm's end-of-session memory update for an ended session (idempotent).
-
-    Runs ``end_session`` on the simulated clock, stores :class:`MemorySnapshot` (state and trace,
-    with ``trace["llm_calls"]``), writes the state to the episode with compare-and-set (recomputed
-    from the newer state if a late per-turn update wrote in between) and makes the next session
-    ready. The job claims the snapshot (a lease) before any LLM call, so a duplicate delivery makes
-    no LLM call. A second run after success changes nothing. On failure: if ``final`` (by default,
-    when the attempts are spent), the error is recorded, the previous state is kept and the next
-    session is made ready anyway (the worker is never stuck); otherwise :class:`MemoryUpdateFailed`
-    is raised so the caller retries.
+    Runs ``end_session`` on the simulated clock, stores :class:`MemorySnapshot` (state and trace, with
+    ``trace["llm_calls"]``), writes the state to the episode with compare-and-set (recomputed from the
+    newer state if a late per-turn update wrote in between) and makes the next session ready, in one
+    transaction with the job's completion. A failed attempt records its calls and error on the snapshot
+    and raises: the runtime retries it, and when the attempts are spent keeps the previous state
+    (:func:`_failed`). A second run after success changes nothing.
     """
+    session_id = int(job.target)
     session = (
         ChatSession.objects.select_related("episode__arm", "episode__participant__study")
         .defer("episode__memory_state")  # from chat.state's cache by state_version
@@ -70,13 +79,7 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
     )
     snapshot, _ = MemorySnapshot.objects.get_or_create(session=session)
     if snapshot.status == MemorySnapshot.Status.DONE:
-        return snapshot
-    pending = MemorySnapshot.objects.filter(pk=snapshot.pk, status=MemorySnapshot.Status.PENDING)
-    if not leases.claim(pending):
-        return snapshot  # another job holds it (a duplicate delivery), or it is finished
-    snapshot.refresh_from_db()
-    if final is None:
-        final = snapshot.attempts + 1 >= MEMORY_ATTEMPTS
+        return
     episode = session.episode
     now = session.simulated_start
     if session.started_at and session.ended_at:
@@ -84,83 +87,84 @@ def update_memory(session_id: int, *, final: bool | None = None) -> MemorySnapsh
     llm: RecordingLLM | None = None
     turns = turns_of(session)
     calls: list[dict[str, Any]] = []  # of every round: a round lost to a concurrent write made calls too
-    with leases.heartbeat(pending):
-        current, version = state.for_reply(episode.pk, episode.state_version)
-        before = current
-        for _round in range(state.MAX_ROUNDS):
-            try:
-                if llm is None:
-                    system, llm = arms.build_arm(episode.arm, study=episode.participant.study, memory=True)
-                update = system.end_session(current, turns, now)
-                new_state, trace = update.state, dict(update.trace or {})
-                error = ""
-            except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
-                calls += llm.drain() if llm else []
-                records.store_llm_calls(session.pk, None, calls)
-                pending.update(
-                    attempts=snapshot.attempts + 1, error=f"{type(exc).__name__}: {exc}"[:2000], lease_until=None
-                )
-                if not final:
-                    raise MemoryUpdateFailed(str(exc), countdown=min(60, 5 * 2**snapshot.attempts)) from exc
-                new_state, trace, error = before, {"llm_calls": calls}, f"{type(exc).__name__}: {exc}"
-                log.warning("memory update of session %s failed; keeping the previous state: %s", session_id, exc)
-            else:
-                calls += llm.drain()
-                trace["llm_calls"] = calls
+    current, version = state.for_reply(episode.pk, episode.state_version)
+    # the calls an earlier attempt finished (its embedding, or a later call, failed): answered again from
+    # the record instead of the model, so a retry repeats only what failed
+    earlier = list((snapshot.trace or {}).get("llm_calls") or []) if snapshot.attempts else []
+    for _round in range(state.MAX_ROUNDS):
+        attempt.check()
+        try:
+            if llm is None:
+                study = episode.participant.study
+                system, llm = arms.build_arm(episode.arm, study=study, memory=True, reuse=earlier or None)
+            update = system.end_session(current, turns, now)
+            new_state, trace = update.state, dict(update.trace or {})
+        except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs
+            calls += llm.drain() if llm else []
             with transaction.atomic():
-                snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)
-                if snap.status == MemorySnapshot.Status.DONE:
-                    return snap
-                if not error and not state.write(episode.pk, new_state, version):
-                    # A late per-turn update wrote in between: compute again from its state.
-                    current, version = state.read(episode.pk)
-                    continue
-                records.store_llm_calls(session.pk, None, [] if error else trace["llm_calls"])
-                snap.state, snap.trace, snap.finished_at = new_state, trace, timezone.now()
-                snap.attempts += 1 if not error else 0
-                snap.status = MemorySnapshot.Status.FAILED if error else MemorySnapshot.Status.DONE
-                snap.error = error[:2000]
-                snap.lease_until = None
-                snap.save()
-                ChatSession.objects.filter(
-                    episode=episode, index=session.index + 1, status=ChatSession.Status.PREPARING
-                ).update(status=ChatSession.Status.READY)
-                return snap
-    pending.update(lease_until=None)
-    raise MemoryUpdateFailed("the memory state kept changing during the update", countdown=1)
+                records.store_llm_calls(session.pk, None, calls)
+                MemorySnapshot.objects.filter(pk=snapshot.pk, status=MemorySnapshot.Status.PENDING).update(
+                    attempts=attempt.number, error=f"{type(exc).__name__}: {exc}"[:2000], trace={"llm_calls": calls}
+                )
+            raise
+        calls += llm.drain()
+        trace["llm_calls"] = calls
+        with transaction.atomic():
+            snap = MemorySnapshot.objects.select_for_update().get(pk=snapshot.pk)
+            if snap.status == MemorySnapshot.Status.DONE:
+                return
+            if not state.write(episode.pk, new_state, version):
+                # A late per-turn update wrote in between: compute again from its state.
+                current, version = state.read(episode.pk)
+                continue
+            if not attempt.complete():  # taken back meanwhile: this run writes nothing (rolled back)
+                transaction.set_rollback(True)
+                raise jobs.JobLost(f"memory update of session {session_id} was taken back")
+            records.store_llm_calls(session.pk, None, trace["llm_calls"])
+            snap.state, snap.trace, snap.finished_at = new_state, trace, timezone.now()
+            snap.attempts = attempt.number
+            snap.status, snap.error = MemorySnapshot.Status.DONE, ""
+            snap.save()
+            _next_session_ready(session)
+            probing.submit_probes(session)  # what the bot remembered of a persona card (none without one)
+            return
+    raise StateKeptChanging("the memory state kept changing during the update")
+
+
+def _next_session_ready(session: ChatSession) -> None:
+    ChatSession.objects.filter(
+        episode_id=session.episode_id, index=session.index + 1, status=ChatSession.Status.PREPARING
+    ).update(status=ChatSession.Status.READY)
+
+
+def _failed(job: Job, error: str) -> None:
+    """The update's attempts are spent (inside the job's failing transaction): the previous state is
+    kept as the snapshot's, with the error, and the next session is made ready anyway (the worker is
+    never stuck)."""
+    session = ChatSession.objects.select_related("episode").get(pk=int(job.target))
+    snap, _ = MemorySnapshot.objects.get_or_create(session=session)
+    if snap.status == MemorySnapshot.Status.DONE:
+        return
+    current, _version = state.read(session.episode_id)
+    snap.state, snap.status, snap.finished_at = current, MemorySnapshot.Status.FAILED, timezone.now()
+    snap.error = (snap.error or error)[:2000]
+    snap.trace = snap.trace or {"llm_calls": []}
+    snap.save()
+    _next_session_ready(session)
+    probing.submit_probes(session)  # the memory kept from before is probed too
+    log.warning("memory update of session %s failed; keeping the previous state: %s", session.pk, snap.error)
 
 
 def recover_stale_update(next_session: ChatSession) -> bool:
-    """Re-enqueue the memory update a waiting session depends on if its job is gone: its lease lapsed
-    (the worker died), or it was never started ``CHAT_STALE_UPDATE_SECONDS`` after it was due (a lost
-    broker message). Safe because the update is claimed and idempotent."""
+    """Have the runtime's sweeper take back the memory update a waiting session depends on, if its job is
+    gone (its lease lapsed: the worker died; or never started a grace after it was due: a lost broker
+    message). Safe because the update is claimed and idempotent."""
     if next_session.status != ChatSession.Status.PREPARING:
         return False
-    now = timezone.now()
-    cutoff = now - timedelta(seconds=float(getattr(settings, "CHAT_STALE_UPDATE_SECONDS", 60)))
-    lost = Q(lease_until__lt=now) | Q(lease_until__isnull=True, created_at__lt=cutoff)
-    stale = MemorySnapshot.objects.filter(
-        lost, session__episode=next_session.episode_id, session__index=next_session.index - 1,
-        status=MemorySnapshot.Status.PENDING,
-    )  # fmt: skip
-    snapshot = stale.first()
-    if snapshot is None:
+    previous = ChatSession.objects.filter(episode_id=next_session.episode_id, index=next_session.index - 1).first()
+    if previous is None:
         return False
-    # one re-enqueue per period (created_at is the "due" time of the unclaimed job)
-    MemorySnapshot.objects.filter(pk=snapshot.pk).update(created_at=now, lease_until=None)
-    enqueue_memory_update(snapshot.session_id)
-    return True
-
-
-def update_memory_with_retries(session_id: int) -> MemorySnapshot:
-    """Embedded mode: the retries the Celery task does, in the job thread."""
-    delays = jobs.retry_delays()
-    for delay in delays[: MEMORY_ATTEMPTS - 1]:
-        try:
-            return update_memory(session_id, final=False)
-        except MemoryUpdateFailed:
-            time.sleep(delay)
-    return update_memory(session_id, final=True)
+    return bool(sweeper.sweep(Job.objects.of(MEMORY_UPDATE.name, previous.pk)))
 
 
 def after_turn(
@@ -191,3 +195,9 @@ def after_turn(
         Message.objects.filter(pk=msg.pk).update(memory_trace=recorded)
         log.info("after_turn of session %s: %s", session.pk, {k: len(v) for k, v in recorded.items()})
     episode.memory_state, episode.state_version = applied.update.state, applied.version
+
+
+MEMORY_UPDATE = kinds.declare(
+    "chat.memory_update", lane="memory", run=update_memory, retry=memory_policy, label="memory update",
+    on_failure=_failed,
+)  # fmt: skip

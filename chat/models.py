@@ -8,6 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from runtime.models import LOST_ERROR, Job
 from studies.models import Arm, AttentionCheck, Metric, Participant, gap_label
 
 
@@ -24,6 +25,10 @@ class Episode(models.Model):
     index = models.PositiveSmallIntegerField()  # 1-based, within the participant
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
     memory_state = models.JSONField(default=dict)
+    # The persona card the worker plays in this episode (studies with persona cards; {} otherwise), drawn when the
+    # episode is made and kept whole (card, the bank's slots and description, the study's event script), so the
+    # episode reads the same whatever happens to the bank later (chat/personas.py).
+    persona = models.JSONField(default=dict, blank=True)
     # Bumped by every write of ``memory_state``: writers compare-and-set on it (chat/state.py), so a
     # per-turn update computed from a stale read cannot overwrite the end-of-session update.
     state_version = models.PositiveIntegerField(default=0)
@@ -126,19 +131,14 @@ class Message(models.Model):
     text = models.TextField(blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.COMPLETE)
     reply_to = models.ForeignKey("self", null=True, blank=True, related_name="replies", on_delete=models.SET_NULL)
-    attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     memory_used = models.JSONField(default=list, blank=True)  # what the arm put in the prompt
     # What the arm's per-turn memory update recorded after this reply: its fallbacks and the memory
     # writes it rejected (``{"fallbacks": [...], "rejected": [...]}``; empty when there were none).
     memory_trace = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    # A pending reply's job bookkeeping (chat/reply_jobs.py): the overall deadline of the reply; when
-    # its queued job should have started; until when the job that claimed the current attempt holds
-    # it (a heartbeat extends it). A lapsed lease, or a job overdue in the queue, is re-enqueued.
-    deadline_at = models.DateTimeField(null=True, blank=True)
-    due_at = models.DateTimeField(null=True, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
+    # A pending reply is written by a job of the runtime (kind "chat.reply", target this message's id:
+    # chat/replies.py), whose row holds its attempts, deadline and lease.
     # A bot message's timing (chat/pacing.py): when the worker asked for it (their message, the session's
     # start for an opener, the Retry button), and in milliseconds from then the model's first piece, the
     # whole reply generated (the true latency) and the reply shown whole (after the study's pacing).
@@ -244,12 +244,48 @@ class MemorySnapshot(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Held by the job running the update (claimed before any LLM call, so a duplicate delivery does
-    # not call the LLM again); a lapsed lease means that job died.
-    lease_until = models.DateTimeField(null=True, blank=True)
+    # The update is a job of the runtime (kind "chat.memory_update", target the session's id:
+    # chat/memory_updates.py), whose row holds its lease; ``attempts`` is the attempt that wrote this.
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"
+
+
+class ProbeResult(models.Model):
+    """One probe of a persona-card fact and its scores (memory/probes.py, memory/stages.py): asked by the worker
+    in a session (``inline``: ``message`` is the bot's answer), or asked of the memory a session left, offline
+    through the arm's own reply path (``snapshot``: ``session`` is the session after which it was asked).
+    ``item`` is the whole per-probe result (the probe, the answer, every score, the stage, the necessity control);
+    the columns repeat what the report filters on."""
+
+    class Mode(models.TextChoices):
+        INLINE = "inline", "Asked in the chat"
+        SNAPSHOT = "snapshot", "Asked of the stored memory"
+
+    session = models.ForeignKey(ChatSession, related_name="probes", on_delete=models.CASCADE)
+    mode = models.CharField(max_length=10, choices=Mode.choices)
+    slot = models.CharField(max_length=40)
+    kind = models.CharField(max_length=10)  # current, updated, forgotten
+    question = models.TextField()
+    answer = models.TextField(blank=True)
+    message = models.ForeignKey(Message, null=True, blank=True, related_name="probes", on_delete=models.SET_NULL)
+    correct = models.BooleanField()
+    recalled = models.BooleanField(null=True)
+    stale = models.BooleanField(null=True)
+    deletion_honoured = models.BooleanField(null=True)
+    stage = models.CharField(max_length=12, blank=True)
+    # the worker did what the card asked (said the fact or its change; asked to forget): else left out of the rates
+    told = models.BooleanField(default=True)
+    answerable_without_memory = models.BooleanField(default=False)
+    item = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "mode", "slot"], name="probe_unique_per_session")]
+        ordering = ["session", "mode", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.mode} probe of {self.slot} (session {self.session_id}): {'right' if self.correct else 'wrong'}"
 
 
 class LLMCallRecord(models.Model):
@@ -276,46 +312,34 @@ class LLMCallRecord(models.Model):
 
 class ArmJobQuerySet(models.QuerySet["ArmJob"]):
     def latest_per_arm(self, kind: str) -> dict[int, ArmJob]:
-        """The newest job of ``kind`` for each arm, by arm id."""
+        """The newest job of ``kind`` for each arm, by arm id (with its runtime job)."""
         out: dict[int, ArmJob] = {}
-        for job in self.filter(kind=kind).order_by("arm_id", "-created_at", "-id"):
+        for job in self.filter(kind=kind).select_related("job").order_by("arm_id", "-created_at", "-id"):
             out.setdefault(job.arm_id, job)
         return out
 
 
 class ArmJob(models.Model):
-    """A background job about one arm before or beside the study: its readiness checks
+    """An arm's record of one background check before or beside the study: its readiness checks
     (``memory.preflight``) or its automatic evaluation (``memory.evaluation``). ``config`` is the arm's
-    :meth:`~studies.models.Arm.llm_config` when the job started; a result counts only while it still matches."""
+    :meth:`~studies.models.Arm.llm_config` when the job started (a result counts only while it still
+    matches), ``result`` what it found. How the work runs (status, progress, lease, error) is its
+    runtime job's (``job``: chat/armjobs.py), read through the properties below."""
 
     class Kind(models.TextChoices):
         READINESS = "readiness", "Readiness checks"
         EVALUATION = "evaluation", "Automatic evaluation"
 
-    class Status(models.TextChoices):
-        QUEUED = "queued", "Queued"
-        RUNNING = "running", "Running"
-        DONE = "done", "Done"
-        FAILED = "failed", "Failed"
+    Status = Job.Status
+    LOST_ERROR = LOST_ERROR
 
     arm = models.ForeignKey(Arm, related_name="jobs", on_delete=models.CASCADE)
     kind = models.CharField(max_length=12, choices=Kind.choices)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
     config = models.JSONField(default=dict)
     options = models.JSONField(default=dict, blank=True)  # e.g. the evaluation's dataset and question limit
-    done = models.PositiveIntegerField(default=0)
-    total = models.PositiveIntegerField(default=0)
-    step = models.CharField(max_length=200, blank=True)  # what the job is doing now
     result = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
-    # When its task was last sent: a job still queued a grace after this is sent again (chat/armjobs.py).
-    dispatched_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    # Held by the job while it runs and extended by a heartbeat (chat/leases.py): a running job whose
-    # lease lapsed lost its worker (a killed Celery child, a restarted web process).
-    lease_until = models.DateTimeField(null=True, blank=True)
+    job = models.OneToOneField(Job, null=True, blank=True, related_name="arm_job", on_delete=models.SET_NULL)
 
     objects = ArmJobQuerySet.as_manager()
 
@@ -326,26 +350,52 @@ class ArmJob(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} of arm {self.arm_id} ({self.status})"
 
+    # How its run is going: its runtime job's (a record without one never ran: failed)
     @property
-    def finished(self) -> bool:
-        return self.status in (self.Status.DONE, self.Status.FAILED)
+    def status(self) -> str:
+        return self.job.status if self.job is not None else Job.Status.FAILED
 
     @property
-    def lost(self) -> bool:
-        """Running, but its lease lapsed: the worker that ran it is gone and nothing will finish it. (A
-        running row without a lease was started before jobs held leases: its worker is gone too.)"""
-        return self.status == self.Status.RUNNING and (self.lease_until is None or self.lease_until < timezone.now())
-
-    LOST_ERROR = "the job stopped: the worker running it was lost (killed or restarted); run it again"
+    def done(self) -> int:
+        return self.job.done if self.job is not None else 0
 
     @property
-    def shown_error(self) -> str:
-        """What the study page says went wrong (a lost job's row says nothing yet)."""
-        return self.LOST_ERROR if self.lost else self.error
+    def total(self) -> int:
+        return self.job.total if self.job is not None else 0
+
+    @property
+    def step(self) -> str:
+        return self.job.step if self.job is not None else ""
 
     @property
     def percent(self) -> int:
-        return round(100 * self.done / self.total) if self.total else 0
+        return self.job.percent if self.job is not None else 0
+
+    @property
+    def error(self) -> str:
+        return self.job.error if self.job is not None else ""
+
+    @property
+    def started_at(self) -> datetime | None:
+        return self.job.started_at if self.job is not None else None
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return self.job.finished_at if self.job is not None else None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (Job.Status.DONE, Job.Status.FAILED)
+
+    @property
+    def lost(self) -> bool:
+        """Running, but its lease lapsed: the worker that ran it is gone (the sweeper takes it back)."""
+        return self.job is not None and self.job.lost
+
+    @property
+    def shown_error(self) -> str:
+        """What the study page says went wrong."""
+        return self.error
 
     def is_current(self, arm: Arm) -> bool:
         """Whether this job ran on the arm as it is configured now."""

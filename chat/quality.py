@@ -102,9 +102,7 @@ class WorkerQuality:
 
     @property
     def worker(self) -> str:
-        """The worker as every analysis and export names them: ``P<participant id>``, as on the study page (a
-        Prolific ID is personal data; the quality page shows it to the researcher beside this)."""
-        return pseudonym(self.participant.pk)
+        return self.participant.pseudonym
 
     @property
     def status(self) -> str:
@@ -141,9 +139,7 @@ class WorkerQuality:
         if self.too_fast_sessions:
             out.append(f"{self.too_fast_sessions} session(s) too fast")
         if self.same_pid:
-            others = ", ".join(
-                f"{pseudonym(p.pk)} (submission {p.prolific_session_id or 'none'})" for p in self.same_pid
-            )
+            others = ", ".join(f"{p.pseudonym} (submission {p.prolific_session_id or 'none'})" for p in self.same_pid)
             out.append(
                 f"Prolific ID also used by {others}: check on Prolific which submission "
                 f"({self.participant.prolific_session_id or 'none'} here) is this worker's"
@@ -164,11 +160,6 @@ class WorkerQuality:
         }
 
 
-def pseudonym(participant_id: int) -> str:
-    """How exports and analyses name a worker (``P<participant id>``): never the Prolific ID."""
-    return f"P{participant_id}"
-
-
 def too_fast(durations: dict[int, float]) -> set[int]:
     """The keys whose duration is more than :data:`TOO_FAST_SD` SD below the mean of the others."""
     out: set[int] = set()
@@ -187,7 +178,9 @@ def too_fast(durations: dict[int, float]) -> set[int]:
 
 def study_quality(study: Study) -> list[WorkerQuality]:
     """Every participant of ``study`` with their quality record, in the order they joined."""
-    records = {p.pk: WorkerQuality(p) for p in Participant.objects.filter(study=study).order_by("created_at", "pk")}
+    records = {
+        p.pk: WorkerQuality(p) for p in Participant.objects.real().filter(study=study).order_by("created_at", "pk")
+    }
     by_pid: dict[str, list[Participant]] = defaultdict(list)
     for r in records.values():
         if r.participant.source == Participant.Source.PROLIFIC:
@@ -195,10 +188,15 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     for claims in by_pid.values():
         for p in claims if len(claims) > 1 else []:
             records[p.pk].same_pid = [q for q in claims if q.pk != p.pk]
-    for ep in Episode.objects.filter(participant__study=study).select_related("arm").order_by("index"):
+    preview = {"participant__source": Participant.Source.PREVIEW}  # a researcher's preview is not a worker
+    for ep in (
+        Episode.objects.filter(participant__study=study).exclude(**preview).select_related("arm").order_by("index")
+    ):
         records[ep.participant_id].episodes.append(ep)
-    answers = AttentionResponse.objects.filter(session__episode__participant__study=study).select_related(
-        "item", "session__episode"
+    answers = (
+        AttentionResponse.objects.filter(session__episode__participant__study=study)
+        .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+        .select_related("item", "session__episode")
     )
     for a in answers.order_by("session__episode__index", "session__index", "item__position"):
         records[a.session.episode.participant_id].attention.append(
@@ -208,6 +206,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     # lengths and signal fields only: a long study's message texts are never loaded
     msgs = (
         Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
+        .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
         .order_by("session_id", "seq")
         .values_list(
             "session__episode__participant_id",
@@ -232,6 +231,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
         records[pk].authenticity = summarize(comps)
     sessions = (
         ChatSession.objects.filter(episode__participant__study=study, ended_at__isnull=False, started_at__isnull=False)
+        .exclude(episode__participant__source=Participant.Source.PREVIEW)
         .select_related("episode")
         .order_by("episode__index", "index")
     )
@@ -250,7 +250,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
 
 
 def signal_columns(records: list[WorkerQuality]) -> tuple[dict[str, dict[str, bool]], set[int], set[int]]:
-    """Worker-level columns by pseudonym (:func:`pseudonym`), the ids of too-fast sessions and of unfinished
+    """Worker-level columns by pseudonym (``Participant.pseudonym``), the ids of too-fast sessions and of unfinished
     episodes."""
     by_worker = {r.worker: r.columns() for r in records}
     fast = {s.session_id for r in records for s in r.sessions if s.too_fast}
@@ -274,7 +274,7 @@ def silent_sessions(study: Study) -> list[SilentSession]:
     )
     return [
         SilentSession(
-            s.episode.participant.external_id,
+            s.episode.participant.pseudonym,
             s.episode.participant_id,
             s.episode_id,
             s.episode.index,

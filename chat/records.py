@@ -21,8 +21,8 @@ import hashlib
 import json
 from typing import Any
 
-from chat import sqlcache
 from chat.models import LLMCallRecord
+from infra import sqlcache
 
 COMPACTED_PURPOSES = frozenset({"reply"})
 KEEP_LAST = 1  # the newest turn: what this reply answers

@@ -1,112 +1,147 @@
-"""The bot's reply: written by a job, streamed to the session's sockets, retried, failed visibly.
+"""The bot's reply: a job of the runtime (kind ``chat.reply``, lane ``reply``), streamed to the session's
+sockets, retried, failed visibly.
 
 A reply is a pending placeholder :class:`Message` stored with the worker's message
-(:func:`chat.turns.post_user_message`) or as a session's opener (:func:`chat.sessions.add_opener`),
-and written by :func:`generate_reply` in a job (:func:`enqueue_reply`): a Celery task, or a thread
-of the web process when embedded. The job claims the row (a lease, chat/leases.py), streams the arm's
-reply token by token (:func:`chat.jobs.broadcast`), holds back what the leak check has not seen yet
-(chat/replytext.py), stores the reply with its LLM call records and runs the arm's per-turn memory
-update (:func:`chat.memory_updates.after_turn`). Transient failures are retried with back-off until
-the reply's deadline; a reply whose job is gone is re-enqueued (:func:`recover_replies`) or, past its
-deadline, failed (:func:`fail_stale_replies`); the worker can retry a failed one (:func:`retry_reply`).
+(:func:`chat.turns.post_user_message`) or as a session's opener (:func:`chat.sessions.add_opener`), and
+its job is submitted in the same transaction (:func:`submit_reply`). One attempt (:func:`generate_reply`)
+streams the arm's reply token by token (:func:`runtime.push.broadcast`), holds back what the leak check
+has not seen yet (chat/replytext.py), stores the reply with its LLM call records and runs the arm's
+per-turn memory update (:func:`chat.memory_updates.after_turn`). Transient failures are retried by the
+runtime with the kind's policy (:data:`REPLY`: ``CHAT_RETRY_DELAYS`` within ``CHAT_REPLY_DEADLINE_SECONDS``);
+a failure for good turns the placeholder into a failed message with the Retry button, in the same
+commit (:func:`_failed`). A reply whose job is gone is taken back by the runtime's sweeper
+(:func:`recover_replies` asks for it); the worker can retry a failed one (:func:`retry_reply`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
-from chat import (
-    arms,
-    budget,
-    fragments,
-    handover,
-    jobs,
-    leases,
-    memory_updates,
-    pacing,
-    records,
-    replytext,
-    sqlcache,
-    state,
-)
+from chat import arms, budget, fragments, memory_updates, pacing, records, replytext, state
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
 from chat.transcript import session_clock, turn_counts, turns_of
+from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
-from memory.llm import LLMError, LLMTransientError, RecordingLLM
+from memory.llm import LLMError, LLMTransientError, time_limit
+from memory.llmwrap import RecordingLLM
+from runtime import jobs, kinds, push, sweeper
+from runtime.jobs import Attempt, DeadlineExceeded
+from runtime.models import DEADLINE_ERROR, Job
 
 log = logging.getLogger(__name__)
 
-REPLY_TASK = "chat.tasks.generate_reply_task"
-CEILING_RETRY_SECONDS = 5.0  # a reply that found the LLM call ceiling reached goes back to the queue this long
+#: The clock of a stream's speed checks (monotonic: a step of the wall clock neither cuts nor stretches one).
+clock = time.monotonic
+#: A reply that found the LLM call ceiling reached (chat/budget.py) goes back to the queue at least this long.
+CEILING_RETRY_SECONDS = 5.0
 
 
-def enqueue_reply(message_id: int, *, countdown: float = 0) -> None:
-    """Have the reply of a pending placeholder written (a Celery task, or :func:`generate_reply` here),
-    after ``countdown`` seconds. A broker that is down is logged, not raised: the reply is enqueued
-    again once it is overdue (:func:`recover_replies`). A placeholder claimed when it was inserted, for
-    the job of this process (:func:`chat.turns.post_user_message`), gets its claim back if the job cannot start."""
-    try:
-        jobs.dispatch(REPLY_TASK, message_id, local=generate_reply, countdown=countdown)
-    except Exception:  # kombu's errors when Redis is down; nothing is lost, the row is the truth
-        log.warning("could not enqueue reply %s; it will be re-enqueued when overdue", message_id, exc_info=True)
-        if (prepared := handover.take(message_id)) is not None:
-            with contextlib.suppress(DatabaseError):
-                Message.objects.filter(
-                    pk=message_id, status=Message.Status.PENDING, attempts=prepared.msg.attempts
-                ).update(lease_until=None, attempts=prepared.msg.attempts - 1)
+def reply_deadline_seconds() -> float:
+    """The overall time a reply may take, retries included (``settings.CHAT_REPLY_DEADLINE_SECONDS``)."""
+    return float(settings.CHAT_REPLY_DEADLINE_SECONDS)
 
 
-def stale_reply_seconds() -> float:
-    """How long a reply without a deadline (stored before deadlines existed) may stay pending before
-    we assume its job died: every attempt timing out, plus the backoff, plus a margin."""
-    delays = jobs.retry_delays()
-    return (len(delays) + 1) * float(settings.LLM_TIMEOUT_SECONDS) + sum(delays) + 30
+def reply_policy() -> kinds.RetryPolicy:
+    """A reply's retries: after each transient failure (of the LLM or the embedder: an outage, a 429, a
+    stall, a stream too slow) the next wait of ``CHAT_RETRY_DELAYS`` (the last repeats, each with
+    ``CHAT_RETRY_JITTER``; an endpoint's ``Retry-After`` is the least wait), as often as the reply's
+    deadline allows (``CHAT_REPLY_DEADLINE_SECONDS`` after it was asked for; ``CHAT_RETRY_MAX_ATTEMPTS``
+    limits the attempts too when set): an outage shorter than the deadline costs no Retry click."""
+    delays = tuple(float(x) for x in settings.CHAT_RETRY_DELAYS)
+    most = int(getattr(settings, "CHAT_RETRY_MAX_ATTEMPTS", 0) or 0)  # 0: the deadline is the only limit
+    return kinds.RetryPolicy(
+        max_attempts=most or None, backoff=delays, jitter=float(settings.CHAT_RETRY_JITTER),
+        deadline=reply_deadline_seconds(), transient=(LLMTransientError, budget.CallLimitReached),
+    )  # fmt: skip
 
 
-def fail_stale_replies(session: ChatSession) -> int:
-    """Turn replies past their deadline into failed ones, so the worker gets a Retry button, not a
-    wait forever. A live job fails its reply itself at the deadline; this catches the dead ones."""
-    now = timezone.now()
-    past = Q(deadline_at__lt=now - timedelta(seconds=leases.lease_seconds())) | Q(
-        deadline_at__isnull=True, created_at__lt=now - timedelta(seconds=stale_reply_seconds())
-    )
-    return session.messages.filter(past, status=Message.Status.PENDING).update(
-        status=Message.Status.FAILED, error=REPLY_TOO_SLOW, lease_until=None
-    )
+@dataclass(frozen=True)
+class StreamLimits:
+    """What one attempt's stream may take before it gives its slot back (cut, and retried by the policy):
+    ``stall`` seconds without a piece (each read, the first token's included), fewer than ``min_rate``
+    pieces a second once ``grace`` seconds have passed since its first piece, ``attempt`` seconds in all.
+    ``max_tokens`` pieces (and ``max_tokens * CHARS_PER_TOKEN`` characters) are the most that is kept."""
+
+    stall: float
+    grace: float
+    min_rate: float
+    attempt: float
+    max_tokens: int
+
+    @classmethod
+    def from_settings(cls) -> StreamLimits:
+        return cls(
+            stall=float(settings.CHAT_STALL_SECONDS), grace=float(settings.CHAT_STREAM_GRACE_SECONDS),
+            min_rate=float(settings.CHAT_MIN_TOKENS_PER_SECOND), attempt=float(settings.CHAT_ATTEMPT_SECONDS),
+            max_tokens=int(settings.LLM_MAX_TOKENS),
+        )  # fmt: skip
+
+
+#: An endpoint that ignores ``max_tokens`` is cut here too: a token is rarely longer than this many characters.
+CHARS_PER_TOKEN = 8
+
+
+class StreamTooSlow(LLMTransientError):
+    """The stream stalled, trickled below the least rate, or ran past the attempt's bound: the attempt is
+    cut (its slot goes to the next reply) and retried after the policy's wait."""
+
+
+@dataclass
+class Prepared:
+    """What the chat turn that stored a reply's placeholder hands to this process's run of its job
+    (runtime/handover.py), so that the run neither claims nor reads them again."""
+
+    msg: Message  # .session.episode (.arm, .participant.study) loaded, .memory_state deferred (chat.state)
+    turns: list[Turn]  # the session up to the user message it answers, as the arm sees it
+    answered: int  # the worker's turns the bot answered before this one (what the session's minimum counts)
+    failed: int  # the bot's failed messages in the session
+
+
+def submit_reply(msg: Message, study_id: int, *, hand: Prepared | None = None, fresh: bool = True) -> Job:
+    """Submit the job that writes the reply of placeholder ``msg`` (inside the transaction that stored it;
+    it runs after the commit). ``hand``: what the caller read, for this process's run."""
+    return jobs.submit(
+        REPLY, msg.pk, scope=f"study:{study_id}", label=f"reply {msg.seq} in chat session {msg.session_id}",
+        hand=hand, fresh=fresh, now=msg.created_at,
+    )  # fmt: skip
+
+
+def reply_jobs(messages: list[int]) -> Any:
+    """The reply jobs of these placeholders."""
+    return Job.objects.filter(kind=REPLY.name, target__in=[str(pk) for pk in messages])
 
 
 def recover_replies(session: ChatSession) -> int:
-    """Enqueue again the pending replies whose job is gone (a lapsed lease: the worker or server died;
-    or never started although due: a lost broker message, a failed enqueue). Safe to call often:
-    each one is re-enqueued once per lease, and the job's claim keeps a reply from running twice."""
-    fail_stale_replies(session)
-    lost = leases.lost(due_field="due_at")
-    ids = list(session.messages.filter(lost, status=Message.Status.PENDING).values_list("pk", flat=True))
-    count = 0
-    for pk in ids:
-        if Message.objects.filter(lost, pk=pk, status=Message.Status.PENDING).update(
-            lease_until=None, due_at=timezone.now()
-        ):
-            log.info("re-enqueueing reply %s of session %s: its job is gone", pk, session.pk)
-            enqueue_reply(pk)
-            count += 1
-    return count
+    """Take back the session's pending replies whose job is gone (the runtime's sweeper: a lapsed lease,
+    a job never started a grace after it was due): sent again within their deadline, failed with the
+    Retry button past it. Safe to call often: each compare-and-set takes a lost job back once."""
+    pending = list(
+        session.messages.filter(status=Message.Status.PENDING, speaker=Message.Speaker.BOT).values_list("pk", flat=True)
+    )
+    if not pending:
+        return 0
+    return len(sweeper.sweep(reply_jobs(pending)))
+
+
+def fail_stale_replies(session: ChatSession) -> int:
+    """What :func:`recover_replies` does, for the checks that refuse a message or an end while a reply is
+    pending: a reply whose job died past its deadline must not keep the session waiting."""
+    return recover_replies(session)
 
 
 def retry_reply(session: ChatSession, seq: int) -> Message:
-    """Manual retry of a failed reply: back to pending with a fresh attempt budget, then enqueued."""
+    """Manual retry of a failed reply: back to pending, with a new job (a fresh attempt budget and deadline)."""
     with transaction.atomic():
         ChatSession.objects.select_for_update().get(pk=session.pk)
         msg = session.messages.filter(seq=seq, speaker=Message.Speaker.BOT).first()
@@ -116,88 +151,59 @@ def retry_reply(session: ChatSession, seq: int) -> Message:
             return msg
         if session.status != ChatSession.Status.CHATTING:
             raise ChatError("This session has ended.")
-        now = timezone.now()
-        msg.status, msg.attempts, msg.error = Message.Status.PENDING, 0, ""
-        msg.deadline_at, msg.due_at, msg.lease_until = now + timedelta(seconds=jobs.reply_deadline_seconds()), now, None
-        msg.requested_at = now  # the reply's pacing and latency count from the Retry button
-        msg.save(update_fields=["status", "attempts", "error", "deadline_at", "due_at", "lease_until", "requested_at"])
-        transaction.on_commit(lambda: enqueue_reply(msg.pk))
+        msg.status, msg.error = Message.Status.PENDING, ""
+        msg.requested_at = timezone.now()  # the reply's pacing and latency count from the Retry button
+        msg.save(update_fields=["status", "error", "requested_at"])
+        study_id = session.episode.participant.study_id
+        jobs.submit(REPLY, msg.pk, scope=f"study:{study_id}", label=f"reply {msg.seq} in chat session {session.pk}")
     return msg
 
 
-class _Superseded(Exception):
-    """Another job took this reply over (our lease lapsed): stop and write nothing."""
+class ReplyFailed(Exception):
+    """The reply cannot be written on this attempt and retrying cannot help (a misconfigured arm, a bug)."""
 
 
-def generate_reply(message_id: int) -> None:
-    """Write one attempt of the bot reply of a pending placeholder, streaming tokens to the sockets.
+def generate_reply(job: Job, attempt: Attempt, handed: Prepared | None) -> None:
+    """One attempt at the bot reply of a pending placeholder (the run of a ``chat.reply`` job), streaming
+    tokens to the sockets.
 
-    The job claims the reply (a lease, chat/leases.py) before any LLM call, so a duplicate delivery
-    does nothing, and a heartbeat keeps the claim while it streams. Transient LLM failures (timeout,
-    429, 5xx, a stream that breaks off, empty or garbage output) are retried after the back-off of
-    ``settings.CHAT_RETRY_DELAYS`` by enqueueing the job again with a countdown (no worker waits);
-    the browser sees a "retrying" state meanwhile. The reply has an overall deadline
-    (``settings.CHAT_REPLY_DEADLINE_SECONDS``): past it, or when the attempts are spent, or on a
-    non-transient error, the placeholder becomes ``failed`` and the browser shows a Retry button.
-    A reply cut at the token cap ends at its last complete sentence. Every LLM call is stored as an
+    The runtime has claimed the job (a duplicate delivery does nothing) and keeps its lease while it
+    streams. A transient LLM failure (timeout, 429, 5xx, a stream that breaks off, empty or garbage
+    output) raises, and the runtime retries it after the policy's wait (:func:`reply_policy`; the
+    browser sees a "retrying" state meanwhile); past the deadline, when the attempts are spent, or on a
+    non-transient error, the placeholder becomes ``failed`` and the browser shows a Retry button. A reply
+    cut at the token cap ends at its last complete sentence. Every LLM call is stored as an
     :class:`~chat.models.LLMCallRecord`. After a reply, the arm's ``after_turn`` runs (compare-and-set write).
-    Database errors propagate, for the Celery task to retry.
 
-    Blinding: a reply that recites its prompt (:class:`memory.hygiene.LeakCheck`) is caught while
-    it streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown),
-    and regenerated once within the same attempt (same lease, same deadline); a second leak fails the
-    reply with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
+    Blinding: a reply that recites its prompt (:class:`memory.hygiene.LeakCheck`) is caught while it
+    streams (the last LEAK_MIN_WORDS words are held back until checked, so no leaked word is shown), and
+    regenerated once within the same attempt (same lease, same deadline); a second leak fails the reply
+    with ``error = "prompt leak: ..."`` and the Retry button. The leaked text stays only in the
     researcher's LLM call record.
 
-    The bot's opening message of a session (a placeholder replying to nothing, see :func:`chat.sessions.add_opener`)
-    is written from ``compose_opening``; no ``after_turn`` follows it.
+    The bot's opening message of a session (a placeholder replying to nothing, see
+    :func:`chat.sessions.add_opener`) is written from ``compose_opening``; no ``after_turn`` follows it.
     """
-    prepared = handover.take(message_id)
-    if prepared is not None:  # claimed when it was inserted, by this process (post_user_message)
-        msg = prepared.msg
-        held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=msg.attempts)
-        try:
-            _reply_attempt(msg, held, turns=prepared.turns, counted=(prepared.answered, prepared.failed))
-        except DatabaseError:
-            with contextlib.suppress(DatabaseError):
-                held.update(lease_until=None)
-            raise
+    if handed is not None:  # stored by this process's chat turn, with what it read
+        _reply_attempt(handed.msg, attempt, turns=handed.turns, counted=(handed.answered, handed.failed))
         return
     msg = (
         Message.objects.select_related("session__episode__arm", "session__episode__participant__study")
         .defer("session__episode__memory_state")  # from chat.state's cache by state_version
-        .get(pk=message_id)
+        .get(pk=int(job.target))
     )
-    session = msg.session
-    if msg.status != Message.Status.PENDING or session.status != ChatSession.Status.CHATTING:
-        return
-    attempt = msg.attempts + 1
-    if not leases.claim(
-        Message.objects.filter(pk=msg.pk, status=Message.Status.PENDING, attempts=msg.attempts), attempts=attempt
-    ):
-        return  # another job is writing it (a duplicate delivery), or it moved on
-    msg.attempts = attempt
-    held = sqlcache.Row(Message, msg.pk, status=Message.Status.PENDING, attempts=attempt)
-    try:
-        _reply_attempt(msg, held)
-    except DatabaseError:
-        with contextlib.suppress(DatabaseError):  # the database may still be down: then the lease lapses
-            held.update(lease_until=None)
-        raise
+    if msg.status != Message.Status.PENDING or msg.session.status != ChatSession.Status.CHATTING:
+        return  # nothing to write any more (the session ended, the reply was written)
+    _reply_attempt(msg, attempt)
 
 
 def _reply_attempt(
-    msg: Message, held: leases.Held, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
+    msg: Message, attempt: Attempt, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
 ) -> None:
-    """The claimed attempt ``msg.attempts`` of a reply (``held``: the row while we hold it); ``turns``
-    (the session up to the message it answers) and ``counted`` (the worker's turns the bot answered
-    before this one, and the bot's failed messages), when the caller has them already."""
+    """The claimed attempt at a reply; ``turns`` (the session up to the message it answers) and ``counted``
+    (the worker's turns the bot answered before this one, and the bot's failed messages), when the caller
+    has them already."""
     session = msg.session
-    attempt = msg.attempts
-    deadline = msg.deadline_at or msg.created_at + timedelta(seconds=jobs.reply_deadline_seconds())
-    if timezone.now() >= deadline:
-        _fail_reply(msg, held, REPLY_TOO_SLOW)
-        return
     episode = session.episode
     try:
         system, llm = arms.build_arm(episode.arm, study=episode.participant.study)
@@ -205,88 +211,92 @@ def _reply_attempt(
         raise
     except Exception as exc:  # a misconfigured arm (unknown backend, missing model): retrying cannot help
         log.exception("reply %s: the arm of session %s could not be built", msg.pk, session.pk)
-        _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
-        return
-    delays = jobs.retry_delays()
-    max_attempts = len(delays) + 1
+        raise ReplyFailed(f"{type(exc).__name__}: {exc}") from exc
     # the parsed state of this version from the process cache (read and parsed only on a miss)
     start_state = state.for_reply(episode.pk, episode.state_version)
     memory = start_state[0]
     now = session_clock(session)
     opener = msg.reply_to_id is None  # the bot's first message of a session (see add_opener)
     prompt = None
+    limits = StreamLimits.from_settings()
+    ends = clock() + limits.attempt  # this attempt's bound, on the monotonic clock
+
+    def read_limit() -> float:
+        # every request of this attempt (retrieval's embeddings, the reply's stream): each read at most
+        # the stall bound, never past the attempt's bound or the reply's deadline
+        deadline = attempt.remaining()
+        return min(limits.stall, ends - clock(), deadline if deadline is not None else limits.stall)
+
     # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
     pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
-        with leases.heartbeat(held) as beat:
-            if turns is None:
-                turns = turns_of(session, upto_seq=msg.seq - 1)
+        if turns is None:
+            turns = turns_of(session, upto_seq=msg.seq - 1)
+        with time_limit(read_limit):
             prompt = system.compose_opening(memory, now) if opener else system.compose(memory, turns, now)
-            chat = [t.text for t in turns]
-            for leaks in (1, 2):
-                try:
-                    text = _stream_reply(msg, llm, prompt, chat=chat, deadline=deadline, beat=beat, pacer=pacer)
-                    break
-                except PromptLeakError as exc:
-                    if llm.calls:
-                        llm.calls[-1].error = str(exc)
-                    records.store_llm_calls(session.pk, msg.pk, llm.drain())
-                    log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
-                    if leaks == 2:
-                        _fail_reply(msg, held, str(exc))
-                        return
-                    # Regenerate once; the bubble is reset (nothing of the leak was shown).
-                    jobs.broadcast(session.pk, fragments.message(msg))
-    except _Superseded:
+        chat = [t.text for t in turns]
+        for leaks in (1, 2):
+            try:
+                with time_limit(read_limit):
+                    text = _stream_reply(
+                        msg, llm, prompt, chat=chat, attempt=attempt, pacer=pacer, limits=limits, ends=ends
+                    )
+                break
+            except PromptLeakError as exc:
+                if llm.calls:
+                    llm.calls[-1].error = str(exc)
+                records.store_llm_calls(session.pk, msg.pk, llm.drain())
+                log.warning("reply %s of session %s: %s", msg.pk, session.pk, exc)
+                if leaks == 2:
+                    raise
+                # Regenerate once; the bubble is reset (nothing of the leak was shown).
+                push.broadcast(session.pk, fragments.message(msg))
+    except (LLMError, DeadlineExceeded) as exc:
+        if llm.calls and (not llm.calls[-1].error or isinstance(exc, StreamTooSlow)):
+            llm.calls[-1].error = str(exc)  # the stream "succeeded" (or was closed) but was unusable
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
-        return
+        raise
     except budget.CallLimitReached as exc:
-        # The LLM call ceiling (chat/budget.py): no call was made. The attempt is given back and the reply
-        # waits in the queue for a slot, until its deadline.
+        # The LLM call ceiling (chat/budget.py): no call was made. The reply goes back to the queue for a
+        # slot (a transient error of the reply's policy, waiting at least CEILING_RETRY_SECONDS), until its
+        # deadline.
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
-        retry_at = timezone.now() + timedelta(seconds=CEILING_RETRY_SECONDS)
-        if retry_at >= deadline:
-            _fail_reply(msg, held, REPLY_TOO_SLOW)
-        elif held.update(lease_until=None, due_at=retry_at, attempts=attempt - 1):
-            log.info("reply %s waits for the LLM call limit: %s", msg.pk, exc)
-            enqueue_reply(msg.pk, countdown=CEILING_RETRY_SECONDS)
-        return
-    except LLMError as exc:
-        if llm.calls and not llm.calls[-1].error:
-            llm.calls[-1].error = str(exc)  # the stream "succeeded" but its output was unusable
+        left = attempt.remaining()
+        if left is not None and left <= CEILING_RETRY_SECONDS:  # no slot before the deadline: the reply was too slow
+            raise DeadlineExceeded(DEADLINE_ERROR) from exc
+        log.info("reply %s waits for the LLM call limit: %s", msg.pk, exc)
+        exc.retry_after = CEILING_RETRY_SECONDS
+        raise
+    except PromptLeakError:
+        raise
+    except jobs.JobLost:
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
-        delay = delays[attempt - 1] if attempt < max_attempts else None
-        retry_at = timezone.now() + timedelta(seconds=delay or 0)
-        if isinstance(exc, LLMTransientError) and delay is not None and retry_at < deadline:
-            if held.update(error=str(exc)[:500], lease_until=None, due_at=retry_at):
-                msg.error = str(exc)
-                jobs.broadcast(session.pk, fragments.message(msg, retrying=True, max_attempts=max_attempts))
-                enqueue_reply(msg.pk, countdown=delay)
-            return
-        _fail_reply(msg, held, REPLY_TOO_SLOW if timezone.now() >= deadline else str(exc))
-        return
-    except DatabaseError:
-        raise  # generate_reply releases the reply; the task retries
+        raise
     except Exception as exc:  # a bug in an arm or a backend: fail visibly instead of staying pending
+        if isinstance(exc, DatabaseError):
+            raise
         log.exception("reply %s of session %s failed", msg.pk, session.pk)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
-        _fail_reply(msg, held, f"{type(exc).__name__}: {exc}")
-        return
-    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", "lease_until": None, **pacer.latencies()}
+        raise ReplyFailed(f"{type(exc).__name__}: {exc}") from exc
+    done = {"status": Message.Status.COMPLETE, "text": text, "error": "", **pacer.latencies()}
     memory_used = prompt.memory if prompt else []
     with transaction.atomic():  # one write transaction, not two (SQLite has one writer at a time)
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
-        updated = held.update(memory_used=memory_used, **done)  # compare-and-set on (pending, this attempt)
-    if not updated:  # taken over meanwhile: show what the row holds
+        mine = attempt.complete()  # compare-and-set on this attempt's claim of the job
+        if mine:
+            sqlcache.update_where(
+                Message, msg.pk, {"status": Message.Status.PENDING}, {"memory_used": memory_used, **done}
+            )
+    if not mine:  # taken over meanwhile: show what the row holds
         msg.refresh_from_db()
-        jobs.broadcast(session.pk, fragments.message(msg))
+        push.broadcast(session.pk, fragments.message(msg))
         return
     for field, value in done.items():
         setattr(msg, field, value)
     msg.memory_used = memory_used
     if counted is not None and not opener:
         counted = (counted[0] + 1, counted[1])  # this reply answers the worker's turn
-    jobs.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
+    push.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
     if not opener:  # an opener follows no exchange to learn from
         after = [*(turns or []), Turn("bot", text, session.simulated_start)]
         memory_updates.after_turn(session, episode, system, llm, msg, now, start_state, after)
@@ -298,9 +308,10 @@ def _stream_reply(
     prompt: Prompt,
     *,
     chat: list[str],
-    deadline: datetime,
-    beat: leases.Heartbeat,
+    attempt: Attempt,
     pacer: pacing.Pacer,
+    limits: StreamLimits | None = None,
+    ends: float | None = None,
 ) -> str:
     """Stream one reply to the session's sockets and return its cleaned text.
 
@@ -311,8 +322,17 @@ def _stream_reply(
     it is sent as is, with no LLM call and no leak check. ``pacer`` holds the text back to the study's
     schedule (chat/pacing.py): once the model is done, the rest is released at the schedule's speed before
     this returns, so the final message never arrives earlier than the schedule allows.
+
+    A stream of an endpoint that stalls, trickles or runs past the attempt's bound (``limits``, ``ends`` on
+    the monotonic clock) raises :class:`StreamTooSlow` (the in-process model's speed is this machine's: not
+    checked). At ``max_tokens`` pieces, or that many tokens' worth of characters (an endpoint that ignores
+    ``max_tokens``), the stream is closed and the reply cut back to its last complete sentence: no more
+    than the cap is shown or stored.
     """
-    max_tokens = settings.LLM_MAX_TOKENS
+    limits = limits or StreamLimits.from_settings()
+    max_tokens = limits.max_tokens
+    max_chars = max_tokens * CHARS_PER_TOKEN
+    ends = ends if ends is not None else clock() + limits.attempt
     flush_every = float(getattr(settings, "CHAT_TOKEN_FLUSH_SECONDS", 0.05))
     fixed = prompt.reply
     stream: Iterator[str] = (
@@ -331,18 +351,33 @@ def _stream_reply(
             prepared.append(LeakCheck(prompt.messages, chat=chat))
         return prepared[0]
 
+    # the speed checks are for an endpoint (another try may be faster, and the slot is wanted): not for a reply
+    # the arm gives itself, nor for the in-process model, whose speed is this machine's
+    checked = fixed is None and not getattr(getattr(llm, "inner", llm), "in_process", False)
     pieces: list[str] = []
+    chars = 0
+    capped = False
     shown = 0
     last_flush = 0.0
+    first: float | None = None
     pacer.begin()
     for piece in stream:
-        if beat.lost:
-            raise _Superseded()
-        if timezone.now() >= deadline:  # a trickling stream: every read in time, the whole reply not
+        attempt.check()  # raises JobLost once another run took the reply over
+        if attempt.expired():  # a trickling stream: every read in time, the whole reply not
             stop()
-            raise LLMError(REPLY_TOO_SLOW)
+            raise DeadlineExceeded(REPLY_TOO_SLOW)
+        now = clock()
+        first = now if first is None else first
+        if checked and (slow := _too_slow(len(pieces), now - first, now, ends, limits)):
+            stop()
+            raise StreamTooSlow(slow)
         pacer.piece()
         pieces.append(piece)
+        chars += len(piece)
+        if fixed is None and (len(pieces) >= max_tokens or chars >= max_chars):
+            capped = True  # the cap holds whatever the endpoint does with max_tokens
+            stop()
+            break
         if time.monotonic() - last_flush >= flush_every:
             so_far = "".join(pieces)
             if fixed is None and (leak := leak_check().find(so_far)) is not None:
@@ -350,36 +385,63 @@ def _stream_reply(
                 raise PromptLeakError(leak)
             safe = pacer.release(replytext.shown_prefix(so_far) if fixed is None else len(so_far))
             if safe > shown:
-                jobs.broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
+                push.broadcast(msg.session_id, fragments.token(msg.seq, so_far[shown:safe]))
                 shown = safe
             last_flush = time.monotonic()
     pacer.done()
     streamed = "".join(pieces)[:shown]
-    text = replytext.check_reply("".join(pieces))
+    text = replytext.check_reply("".join(pieces)[: max_chars if fixed is None else None])
     if fixed is None:
         leak = leak_check().find(text)
         if leak is not None:
             raise PromptLeakError(leak)
-        text = end_at_sentence(text, replytext.finish_reason(stream, len(pieces), max_tokens))
+        reason = "length" if capped else replytext.finish_reason(stream, len(pieces), max_tokens)
+        text = end_at_sentence(text, reason)
     # The rest at the schedule's speed; a final text that is not the shown text continued (cleaned, cut at a
     # sentence) replaces the bubble when the schedule has reached its end.
     on_page = shown if text.startswith(streamed) else len(text)
     if not pacer.drain(
         text,
         on_page,
-        lambda part: jobs.broadcast(msg.session_id, fragments.token(msg.seq, part)),
-        lost=lambda: beat.lost,
+        lambda part: push.broadcast(msg.session_id, fragments.token(msg.seq, part)),
+        lost=lambda: attempt.beat.lost,
         step=flush_every,
     ):
-        raise _Superseded()
+        raise jobs.JobLost(f"reply {msg.pk} was taken over while its rest was shown")
     return text
 
 
-def _fail_reply(msg: Message, held: leases.Held, error: str) -> None:
-    """The reply's final failure: the worker gets the Retry button (and why, for a missed deadline)."""
-    if held.update(status=Message.Status.FAILED, error=error[:500], lease_until=None):
-        msg.refresh_from_db()
-        jobs.broadcast(msg.session_id, fragments.message(msg) + _controls(msg.session, None))
+def _too_slow(pieces: int, streaming: float, now: float, ends: float, limits: StreamLimits) -> str:
+    """Why the stream should give its slot back now ("" when it should not): past the attempt's bound, or
+    fewer than ``min_rate`` pieces a second once ``grace`` seconds have passed since its first piece.
+    A stream that stops sending is caught by the read timeout (``stall``, memory.llm.time_limit)."""
+    if now >= ends:
+        return f"the reply took longer than {limits.attempt:.0f} s on this attempt"
+    if limits.min_rate > 0 and streaming >= limits.grace and pieces / streaming < limits.min_rate:
+        return f"the reply streamed too slowly ({pieces / streaming:.1f} tokens/s, the least is {limits.min_rate:g})"
+    return ""
+
+
+def _retrying(job: Job, error: BaseException, wait: float) -> None:
+    """A failed attempt will be retried: the bubble says so, with the attempt counter."""
+    msg = Message.objects.filter(pk=int(job.target), status=Message.Status.PENDING).first()
+    if msg is not None:
+        html = fragments.message(msg, retrying=True, attempt=job.attempts + 1, max_attempts=reply_policy().max_attempts)
+        push.broadcast(msg.session_id, html)
+
+
+def _failed(job: Job, error: str) -> None:
+    """The reply's job failed for good (inside its transaction): the placeholder becomes a failed
+    message, and after the commit the worker gets the Retry button (and why, for a missed deadline)."""
+    past = error == DEADLINE_ERROR or (job.deadline_at is not None and timezone.now() >= job.deadline_at)
+    text = REPLY_TOO_SLOW if past else error
+    if not Message.objects.filter(pk=int(job.target), status=Message.Status.PENDING).update(
+        status=Message.Status.FAILED, error=text[:500]
+    ):
+        return
+    msg = Message.objects.select_related("session__episode__participant__study").get(pk=int(job.target))
+    html = fragments.message(msg) + _controls(msg.session, None)
+    transaction.on_commit(lambda: push.broadcast(msg.session_id, html))
 
 
 def _controls(session: ChatSession, counted: tuple[int, int] | None) -> str:
@@ -392,3 +454,9 @@ def _controls(session: ChatSession, counted: tuple[int, int] | None) -> str:
         counted, pending = (counts.answered, counts.failed), counts.pending
     min_turns = session.episode.participant.study.min_user_turns
     return fragments.controls(counted[0], min_turns, pending=pending, failed=counted[1])
+
+
+REPLY = kinds.declare(
+    "chat.reply", lane="reply", run=generate_reply, retry=reply_policy, label="bot reply",
+    on_retry=_retrying, on_failure=_failed,
+)  # fmt: skip

@@ -74,7 +74,7 @@ def add_opener(session: ChatSession) -> Message | None:
     if not opens_with_bot(session) or session.messages.exists():
         return None
     bot = Message.objects.create(session=session, seq=1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING)
-    transaction.on_commit(lambda: replies.enqueue_reply(bot.pk))
+    replies.submit_reply(bot, session.episode.participant.study_id)
     return bot
 
 
@@ -149,5 +149,5 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
                     "gap_days": gap,
                 },
             )
-        transaction.on_commit(lambda: memory_updates.enqueue_memory_update(locked.pk))
+        memory_updates.submit_memory_update(locked)
     return locked

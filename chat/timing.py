@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from chat import sessions
 from chat.models import ChatSession, Episode
-from studies.models import Participant, Study
+from studies.models import Participant
 
 
 def end_if_time_up(session: ChatSession) -> bool:
@@ -38,14 +39,15 @@ class SweepResult:
     episodes: int
 
 
-def sweep_abandoned(now: datetime | None = None, *, study: Study | None = None) -> SweepResult:
+def sweep_abandoned(now: datetime | None = None, *, study_id: int | None = None) -> SweepResult:
     """Mark as abandoned every unfinished participant (consented or still on the welcome page, but not one who
-    declined) not seen for their study's limit (of every study, or of ``study`` only)."""
+    declined) not seen for their study's limit (of one study, with ``study_id``)."""
     now = now or timezone.now()
-    everyone = Participant.objects.all() if study is None else Participant.objects.filter(study=study)
+    holding = Participant.objects.holding_a_place()
+    if study_id is not None:
+        holding = holding.filter(study_id=study_id)
     candidates = (
-        everyone.holding_a_place()
-        .filter(completed_at__isnull=True)
+        holding.filter(completed_at__isnull=True, paused_at__isnull=True)  # not one waiting for the next wave
         .select_related("study")
         .only("pk", "last_seen_at", "study__abandon_after_minutes")
     )
@@ -65,3 +67,9 @@ def sweep_abandoned(now: datetime | None = None, *, study: Study | None = None) 
             status=Episode.Status.ABANDONED
         )
     return SweepResult(len(ids), episodes)
+
+
+def free_places(sender: object, *, study: Any, **kwargs: Any) -> int:
+    """``studies.models.quota_reached``'s receiver: the study's abandonment sweep, at once (connected in
+    chat's AppConfig), so a worker who left frees their place for the worker asking now. The places freed."""
+    return sweep_abandoned(study_id=study.pk).participants

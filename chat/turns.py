@@ -2,9 +2,9 @@
 transaction, and the reply enqueued after the commit.
 
 The turn is the hot path of a live study (issue 12): the session row is locked with everything the
-checks need in one query compiled once per process (:func:`_lock_query`, chat/sqlcache.py), the
-session's messages are read once, and in the local job modes the reply's placeholder is inserted
-already claimed and handed to this process's job with the rows it needs (chat/handover.py).
+checks need in one query compiled once per process (:func:`_lock_query`, infra/sqlcache.py), the
+session's messages are read once, and the reply's job is submitted in the same transaction; when jobs
+run in this process it is stored already claimed and handed the rows it needs (runtime/handover.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,18 @@ from django.db import transaction
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from chat import budget, fragments, handover, jobs, leases, limits, replies, sqlcache
+from chat import budget, fragments, limits, replies
 from chat.authenticity import Signals, clean_signals, store_malformed, store_signals
 from chat.errors import ChatError
 from chat.models import ChatSession, Message
 from chat.sessions import opens_with_bot, rate_first_text
 from chat.transcript import reply_pending
+from infra import sqlcache
 from infra.ratelimit import Window
 from memory.base import Turn
-from studies.models import PLACE_RESERVED_MINUTES, Participant, Study
+from runtime import push
+from studies.models import Participant, Study
+from studies.places import PLACE_RESERVED_MINUTES
 
 
 def _lock_query() -> sqlcache.CachedQuery:
@@ -154,7 +157,6 @@ def post_user_message(
     if not client_id or len(client_id) > 64:
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
-    local = jobs.job_mode() != "celery"
     now = timezone.now()
     since = limits.window_start(now)
     with transaction.atomic():
@@ -215,13 +217,16 @@ def post_user_message(
                 session=locked, seq=seq, client_id=client_id, speaker=Message.Speaker.USER, text=text, created_at=now
             )
         )
-        bot = Message(
-            session=locked, seq=seq + 1, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, reply_to=user,
-            deadline_at=now + timedelta(seconds=jobs.reply_deadline_seconds()), due_at=now, created_at=now,
-            # claimed at birth by this process's job (chat.leases: a job that never runs lets it lapse)
-            attempts=1 if local else 0, lease_until=leases.later(leases.lease_seconds()) if local else None,
-        )  # fmt: skip
-        sqlcache.insert(bot)
+        bot = sqlcache.insert(
+            Message(
+                session=locked,
+                seq=seq + 1,
+                speaker=Message.Speaker.BOT,
+                status=Message.Status.PENDING,
+                reply_to=user,
+                created_at=now,
+            )
+        )
         if signals is None and raw_signals is not None:
             signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
             if signals is None:  # sent, but not what the chat page sends: unmeasured, and flagged as such
@@ -241,8 +246,7 @@ def post_user_message(
         failed = sum(1 for r in rows if r[2] == Message.Speaker.BOT and r[3] == Message.Status.FAILED)
         ack = fragments.clear_error() + fragments.messages([user, bot])
         ack += fragments.controls(answered, study.min_user_turns, pending=True, failed=failed)
-        transaction.on_commit(lambda: jobs.broadcast(session_id, ack))
-        if local:
-            transaction.on_commit(lambda: handover.hand_over(handover.Prepared(bot, turns, answered, failed)))
-        transaction.on_commit(lambda: replies.enqueue_reply(bot.pk))
+        transaction.on_commit(lambda: push.broadcast(session_id, ack))
+        # after the acknowledgement's push: nothing of the reply can overtake it
+        replies.submit_reply(bot, study.pk, hand=replies.Prepared(bot, turns, answered, failed))
     return user, True

@@ -12,10 +12,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
-from chat import assignment, memory_updates, ratings, sessions, timing, transcript
+from chat import assignment, memory_updates, personas, ratings, sessions, timing, transcript
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
+from studies.models import Participant
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
 from studies.roles import HtmxHttpRequest
 
@@ -42,11 +43,24 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
         )
     if session is None:
         return redirect("chat:done", study.slug)
+    if assignment.at_wave_end(participant, session):
+        return _wave_done(request, participant)
     if session.status == ChatSession.Status.RATING:
         return redirect("chat:rate", session.pk)
     if session.status == ChatSession.Status.CHATTING or (session.index == 1 and session.episode.index == 1):
         return redirect("chat:session", session.pk)
     return redirect("chat:wait", session.pk)
+
+
+def _wave_done(request: HttpRequest, participant: Participant) -> HttpResponse:
+    """The end of a wave: the completion code for this wave's Prolific study; the next wave comes by invitation."""
+    assignment.pause_at_wave_end(participant)
+    study = participant.study
+    return render(
+        request, "chat/wave_done.html",
+        {"study": study, "participant": participant, "prolific": participant.source == participant.Source.PROLIFIC,
+         "completion_url": study.completion_url(), "resume_link": request.build_absolute_uri(resume_url(participant))},
+    )  # fmt: skip
 
 
 ABANDONED_PAGE = {
@@ -103,6 +117,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         return redirect("chat:rate", session.pk)
     if session.status == ChatSession.Status.DONE:
         return redirect("chat:next", session.episode.participant.study.slug)
+    if assignment.at_wave_end(session.episode.participant, session):
+        return redirect("chat:next", session.episode.participant.study.slug)
     try:
         session = sessions.start_session(session)
     except sessions.RateFirst as exc:
@@ -125,6 +141,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
             pending=counts.pending,
             deadline_iso=deadline.isoformat() if deadline else "",
             seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
+            persona=personas.session_card(session),
         ),
     )
 

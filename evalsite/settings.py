@@ -46,11 +46,14 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "infra",
+    "runtime",
     "studies",
     "chat",
     "pairwise",
     "annotation",
     "reports",
+    "judges",
+    "prolific",
 ]
 
 MIDDLEWARE = [
@@ -85,6 +88,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "studies.preview.preview_banner",  # "Preview: nothing is recorded" on the worker's pages
             ],
         },
     }
@@ -153,8 +157,8 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = _eager
 else:
-    # channels' in-memory layer with cheaper bookkeeping (chat/layers.py): one process, no Redis
-    CHANNEL_LAYERS = {"default": {"BACKEND": "chat.layers.InMemoryChannelLayer"}}
+    # channels' in-memory layer with cheaper bookkeeping (runtime/layers.py): one process, no Redis
+    CHANNEL_LAYERS = {"default": {"BACKEND": "runtime.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = False
@@ -162,21 +166,49 @@ CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; tasks a
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Memory updates (many LLM calls) have their own queue, so a chat reply never waits behind one.
-# A plain `celery -A evalsite worker` consumes both queues; docker-compose runs one worker per queue.
-CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory")]
-CELERY_TASK_ROUTES = {
-    "chat.tasks.update_memory": {"queue": "memory"},
-    # readiness checks and automatic evaluations: minutes of LLM calls, never in front of a chat reply
-    "chat.tasks.run_arm_job": {"queue": "memory"},
-}
+# Each lane of the job runtime (runtime/kinds.py) is a queue of its own, so a reply never waits behind a memory
+# update, a readiness check or a simulation: docker-compose runs one worker per queue; a plain
+# `celery -A evalsite worker` consumes them all.
+CELERY_TASK_QUEUES = [Queue("celery"), Queue("memory"), Queue("long")]
+RUNTIME_LANE_QUEUES = {"reply": "celery", "memory": "memory", "long": "long", "plan": "long"}
+# A job is sent to its lane's queue by runtime/executor.py; the other tasks (beat's) go to the default queue.
+CELERY_TASK_ROUTES: dict[str, dict[str, str]] = {}
+# The embedded default runs these lanes in a child process each, at a lower CPU priority (runtime/executor.py):
+# readiness checks, evaluations and power simulations then never take the cores or the interpreter lock from
+# the web process's replies. "none": every lane is a thread of the web process.
+_process_lanes = env.text("RUNTIME_PROCESS_LANES", "long,plan").replace(" ", "")
+RUNTIME_PROCESS_LANES = () if _process_lanes == "none" else tuple(_process_lanes.split(","))
+if not set(RUNTIME_PROCESS_LANES) <= {"long", "plan", "memory"}:
+    raise ImproperlyConfigured(
+        f"RUNTIME_PROCESS_LANES={_process_lanes}: lanes that may run in a child process are long, plan and memory "
+        "(replies stream from the web process), or none."
+    )
+RUNTIME_PROCESS_NICE = env.integer("RUNTIME_PROCESS_NICE", 10, minimum=0)
+# How often lost jobs are looked for (runtime/sweeper.py): Celery beat in production, a thread in the embedded
+# default; pages that wait for a job also look for theirs. 0 turns the thread off.
+RUNTIME_SWEEP_SECONDS = env.number("RUNTIME_SWEEP_SECONDS", 10.0, minimum=0)
 # Periodic upkeep, sent by the one `celery -A evalsite beat` process (docker-compose's "beat" service):
 # workers gone too long are marked abandoned (chat/timing.py); annotation claims sweep their own queue's
 # expired leases at most every 30 s, and the beat returns stale claims in queues nobody is claiming from
 # too (docs/annotation.md). `expires`: a tick no worker picked up within its minute is dropped.
 SWEEP_ABANDONED_SECONDS = env.number("SWEEP_ABANDONED_SECONDS", 300.0)
+# Prolific (prolific/, docs/operations.md "Running a study on Prolific"): the API token (never logged or shown),
+# the API's URL (a test double's in tests), the workspace's webhook secret, and how often beat polls.
+PROLIFIC_API_TOKEN = env.text("PROLIFIC_API_TOKEN")
+PROLIFIC_API_URL = env.text("PROLIFIC_API_URL", "https://api.prolific.com")
+PROLIFIC_API_TIMEOUT_SECONDS = env.number("PROLIFIC_API_TIMEOUT_SECONDS", 10.0)
+PROLIFIC_WEBHOOK_SECRET = env.text("PROLIFIC_WEBHOOK_SECRET")
+PROLIFIC_SYNC_SECONDS = env.number("PROLIFIC_SYNC_SECONDS", 600.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-abandoned": {"task": "chat.tasks.sweep_abandoned_task", "schedule": SWEEP_ABANDONED_SECONDS},
+    "sweep-lost-jobs": {
+        "task": "runtime.tasks.sweep_task",
+        "schedule": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0),
+        "options": {"expires": max(1.0, RUNTIME_SWEEP_SECONDS or 10.0)},
+    },
+    # each study's retention period (chat/privacy.py): hourly is plenty for a period counted in days
+    "sweep-retention": {"task": "chat.tasks.sweep_retention_task", "schedule": 3600.0, "options": {"expires": 3000.0}},
+    "prolific-sync": {"task": "prolific.tasks.prolific_sync_task", "schedule": PROLIFIC_SYNC_SECONDS},
     "expire-annotation-leases": {
         "task": "annotation.tasks.expire_leases_task",
         "schedule": 60.0,
@@ -188,23 +220,39 @@ CELERY_BEAT_SCHEDULE = {
 # CHAT_JOB_MODE: "" = Celery with workers, a thread when Celery is eager; or force celery | thread | inline
 CHAT_JOB_MODE = env.choice("CHAT_JOB_MODE", "", ["celery", "thread", "inline"])
 # Thread mode (the embedded default): replies and memory updates run in separate pools of the web
-# process, as production runs them on separate queues and workers (chat/jobs.py).
+# process, as production runs them on separate queues and workers (runtime/executor.py).
 CHAT_REPLY_THREADS = env.integer("CHAT_REPLY_THREADS", 4, minimum=1)
 CHAT_MEMORY_THREADS = env.integer("CHAT_MEMORY_THREADS", 2, minimum=1)
-CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4")  # back-off (s) before each LLM retry
+# A reply's retries (chat/replies.py): the waits (s) before retry 1, 2, ...; the last repeats until the reply's
+# deadline; each drawn between (1 - CHAT_RETRY_JITTER) and 1 times its value, so replies that failed
+# together do not come back together. An endpoint's Retry-After is the least wait.
+CHAT_RETRY_DELAYS = env.numbers("CHAT_RETRY_DELAYS", "1,2,4,8")
+CHAT_RETRY_JITTER = env.number("CHAT_RETRY_JITTER", 0.5)
+CHAT_RETRY_MAX_ATTEMPTS = env.integer("CHAT_RETRY_MAX_ATTEMPTS", 0, minimum=0)  # 0: no limit but the deadline
+# A slow stream gives its slot back (chat/replies.py): an attempt is cut and retried when no piece came for
+# CHAT_STALL_SECONDS (each read, the first token's included), when after CHAT_STREAM_GRACE_SECONDS it
+# streams fewer than CHAT_MIN_TOKENS_PER_SECOND, or when it has run CHAT_ATTEMPT_SECONDS.
+CHAT_STALL_SECONDS = env.number("CHAT_STALL_SECONDS", 10.0, minimum=0.1)
+CHAT_STREAM_GRACE_SECONDS = env.number("CHAT_STREAM_GRACE_SECONDS", 3.0)
+CHAT_MIN_TOKENS_PER_SECOND = env.number("CHAT_MIN_TOKENS_PER_SECOND", 3.0)
+CHAT_ATTEMPT_SECONDS = env.number("CHAT_ATTEMPT_SECONDS", 30.0, minimum=1)
+# A memory update's retries (chat/memory_updates.py): these waits (s), the last repeating, for as long as
+# CHAT_MEMORY_RETRY_SECONDS after the session ended (an outage of minutes costs no session's memory); only
+# then is the previous state kept and the next session made ready.
+CHAT_MEMORY_RETRY_DELAYS = env.numbers("CHAT_MEMORY_RETRY_DELAYS", "5,10,20,30")
+CHAT_MEMORY_RETRY_SECONDS = env.number("CHAT_MEMORY_RETRY_SECONDS", 900.0, minimum=1)
 CHAT_TOKEN_FLUSH_SECONDS = env.number("CHAT_TOKEN_FLUSH_SECONDS", 0.05)  # coalesce streamed pieces
 # Reply pacing (chat/pacing.py) is a study setting; false turns it off for every study on this site (benchmarks
 # of the platform's own latency, the test suite).
 CHAT_REPLY_PACING = env.boolean("CHAT_REPLY_PACING", True)
-CHAT_STALE_UPDATE_SECONDS = env.number("CHAT_STALE_UPDATE_SECONDS", 60.0)  # re-enqueue a never-started memory update
 # Parsed memory states kept per process by (episode, state_version) (chat/state.py): a reply reads only the
 # version and parses the state on a miss. Bounded by episodes and by an estimate of their size; 0 turns it off.
 CHAT_STATE_CACHE_ENTRIES = env.integer("CHAT_STATE_CACHE_ENTRIES", 256, minimum=0)
 CHAT_STATE_CACHE_MB = env.number("CHAT_STATE_CACHE_MB", 256.0)
 # Debugging aid (on in the tests): keep each cached state's JSON and raise if a state was edited in place.
 CHAT_STATE_CACHE_VERIFY = env.boolean("CHAT_STATE_CACHE_VERIFY", False)
-# Faults (chat/leases.py): a reply has an overall deadline; a job holds its reply or memory update by a
-# lease that a heartbeat extends, so a dead job is noticed within a lease and its work enqueued again.
+# Faults (runtime/leases.py): a reply has an overall deadline; a job is held by a lease that a heartbeat
+# extends, so a dead job is noticed within a lease and taken back by the sweeper (runtime/sweeper.py).
 CHAT_REPLY_DEADLINE_SECONDS = env.number("CHAT_REPLY_DEADLINE_SECONDS", 90.0, minimum=1)
 CHAT_JOB_LEASE_SECONDS = env.number("CHAT_JOB_LEASE_SECONDS", 15.0, minimum=1)
 CHAT_JOB_QUEUE_GRACE_SECONDS = env.number("CHAT_JOB_QUEUE_GRACE_SECONDS", 20.0)
@@ -219,7 +267,10 @@ LLM_BACKEND = env.choice("LLM_BACKEND", "local", ["local", "openai", "scripted"]
 LLM_MODEL = env.text("LLM_MODEL")
 OPENAI_API_KEY = env.text("OPENAI_API_KEY")
 OPENAI_BASE_URL = env.text("OPENAI_BASE_URL")
+# The client's timeouts: each read of a response (a whole answer that is not streamed: a memory update's
+# calls), and connecting. A chat reply caps both by CHAT_STALL_SECONDS and its time left (memory.llm.time_limit).
 LLM_TIMEOUT_SECONDS = env.number("LLM_TIMEOUT_SECONDS", 60.0, minimum=0.001)
+LLM_CONNECT_TIMEOUT_SECONDS = env.number("LLM_CONNECT_TIMEOUT_SECONDS", 5.0, minimum=0.001)
 LLM_MAX_TOKENS = env.integer("LLM_MAX_TOKENS", 120, minimum=1)
 EMBEDDER = env.choice("EMBEDDER", "wordllama", ["wordllama", "openai", "minilm", "hashing"])
 EMBEDDING_MODEL = env.text("EMBEDDING_MODEL")
@@ -288,12 +339,10 @@ NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE = env.integer("NEW_PARTICIPANTS_PER_ADDR
 CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE = env.integer("CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE", 60, minimum=0)
 # The operator's cost guard: LLM calls of the live chat (replies, memory updates) in any 60 s, all studies.
 LLM_CALLS_PER_MINUTE = env.integer("LLM_CALLS_PER_MINUTE", 600, minimum=0)
-# Prolific: with a token the submission in a worker's link is checked with Prolific's API before a
-# participant is made (studies/prolific.py); PROLIFIC_API_URL is for a test double.
-PROLIFIC_API_TOKEN = env.text("PROLIFIC_API_TOKEN")
-PROLIFIC_API_URL = env.text("PROLIFIC_API_URL", "https://api.prolific.com")
-# Power simulations (reports/planning.py): each in a process of its own, ended at this CPU budget; at most
-# PLAN_QUEUE waiting per web process, more are refused.
+# PROLIFIC_API_TOKEN and PROLIFIC_API_URL (above, with the prolific app's settings) also check the submission in a
+# worker's link with Prolific's API before a participant is made (studies/prolific.py).
+# Power simulations (reports/planning.py, runtime jobs of lane "plan"): each ended at this CPU budget (of the thread
+# that runs it); at most PLAN_QUEUE queued or running on the site, more are refused.
 PLAN_CPU_SECONDS = env.integer("PLAN_CPU_SECONDS", 300, minimum=5)
 PLAN_QUEUE = env.integer("PLAN_QUEUE", 3, minimum=1)
 

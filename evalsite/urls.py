@@ -15,4 +15,6 @@ urlpatterns = [
     path("annotate/", include("annotation.urls")),
     path("", include("pairwise.urls")),
     path("", include("reports.urls")),
+    path("", include("judges.urls")),
+    path("", include("prolific.urls")),
 ]

@@ -42,7 +42,8 @@ from typing import Any, TextIO
 from memory.base import Turn, ensure_json
 from memory.embed import make_embedder
 from memory.evaluation import replay_session
-from memory.llm import LLM, REPLY_TEMPERATURE, RecordingLLM, make_llm
+from memory.llm import LLM, REPLY_TEMPERATURE, make_llm
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS, build_system
 
 
@@ -275,8 +276,14 @@ def cmd_preflight(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     from memory.evaluation import DatasetError, EvaluationStopped, Journal, render_markdown, run
-    from memory.llm import RetryPolicy
+    from memory.llmwrap import RetryPolicy
 
+    if args.dataset != "cards" and (args.script or args.max_cards or args.probes_out):
+        print("error: --script, --max-cards and --probes-out are for --dataset cards", file=sys.stderr)
+        return 2
+    if args.resume and not args.results:
+        print("error: --resume needs --results FILE (the file of the run to resume)", file=sys.stderr)
+        return 2
     memory_log = logging.getLogger("memory")
     level = memory_log.level
     if not args.verbose:  # fallbacks are counted in the report; one log line each would drown it
@@ -294,9 +301,6 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
     def on_retry(attempt: int, wait: float, error: Exception) -> None:
         print(f"LLM call failed ({error}); retry {attempt} in {wait:.1f} s", file=sys.stderr)
 
-    if args.resume and not args.results:
-        print("error: --resume needs --results FILE (the file of the run to resume)", file=sys.stderr)
-        return 2
     journal = None
     try:
         if args.results:
@@ -330,6 +334,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             retry=RetryPolicy(budget=args.retry_budget),
             on_retry=on_retry,
             timeout=args.timeout,
+            script=args.script or None,
+            max_cards=args.max_cards,
         )
     except EvaluationStopped as exc:
         kept = exc.journal.path
@@ -354,7 +360,23 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
         memory_log.setLevel(level)
     for warning in result.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
-    text = json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.format == "json" else render_markdown(result)
+    if args.dataset == "cards":
+        from memory.cardeval import render_markdown as render_cards
+
+        text = (
+            json.dumps(result, ensure_ascii=False, indent=1) + "\n" if args.format == "json" else render_cards(result)
+        )
+    else:
+        text = (
+            json.dumps(result, ensure_ascii=False, indent=1) + "\n"
+            if args.format == "json"
+            else render_markdown(result)
+        )
+    if args.probes_out:
+        from memory.cardeval import write_probes
+
+        write_probes(result, Path(args.probes_out))
+        print(f"wrote {len(result.get('items', []))} per-probe results to {args.probes_out}", file=sys.stderr)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
         out.write(f"wrote {args.out}\n")
@@ -405,10 +427,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     pf.add_argument("--full", action="store_true", help="run every item (no stopping once the verdict is settled)")
     pf.add_argument("--progress", action="store_true", help="print progress to stderr")
     pf.add_argument("--verbose", action="store_true", help="log every fallback of the arm to stderr")
-    ev = sub.add_parser("eval", help="score an arm on GVD or LoCoMo (token F1, LLM judge, tokens, latency)")
+    ev = sub.add_parser(
+        "eval", help="score an arm on GVD or LoCoMo (token F1, LLM judge, tokens, latency), or on the persona cards"
+    )
     ev.add_argument("arm", choices=sorted(MEMORY_SYSTEMS))
-    ev.add_argument("--dataset", required=True, choices=["gvd", "locomo"])
-    ev.add_argument("path", nargs="?", default="", help="LoCoMo JSON file (required), or a GVD folder (optional)")
+    ev.add_argument("--dataset", required=True, choices=["gvd", "locomo", "cards"])
+    ev.add_argument(
+        "path", nargs="?", default="", help="LoCoMo JSON file (required), a GVD folder or a card bank (optional)"
+    )
+    ev.add_argument("--script", default="", help="cards: the event script (default memory/data/cards/script.json)")
+    ev.add_argument("--max-cards", type=int, default=None, help="cards: only the first N cards of the bank")
+    ev.add_argument(
+        "--probes-out", default="", metavar="FILE", help="cards: write the per-probe results (.jsonl or .csv)"
+    )
     ev.add_argument("--backend", default="local", choices=["local", "openai", "scripted"])
     ev.add_argument("--model", default="")
     ev.add_argument("--judge-model", default="", help="judge model on the same backend (default: --model)")
@@ -416,7 +447,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     ev.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
     ev.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])
     ev.add_argument("--param", action="append", metavar="KEY=VALUE", help="arm parameter (JSON value), repeatable")
-    ev.add_argument("--dialogue", action="append", help="only this dialogue / GVD user (repeatable)")
+    ev.add_argument("--dialogue", action="append", help="only this dialogue / GVD user / card id (repeatable)")
     ev.add_argument("--max-sessions", type=int, default=None)
     ev.add_argument("--max-questions", type=int, default=None, help="questions per dialogue")
     ev.add_argument("--max-tokens", type=int, default=64, help="answer length in tokens")

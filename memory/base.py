@@ -76,6 +76,44 @@ class Update:
 
 
 @dataclass(frozen=True)
+class Stored:
+    """One text an arm keeps in its state, and the store it is in, named as the arm's paper names it
+    ("memory sentences", "archival memory", "message queue"). :meth:`MemorySystem.stored` lists them, so
+    the platform can check that a fact the user asked to be forgotten is in none of the arm's stores."""
+
+    store: str
+    text: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"store": self.store, "text": self.text}
+
+
+#: Keys of a state whose strings are bookkeeping, not what the arm remembers (dates, ids, speakers).
+BOOKKEEPING_KEYS = frozenset(
+    {"speaker", "time", "timestamp", "date", "day", "created", "updated", "at", "memory_id", "last_recall_date", "id"}
+)
+
+
+def state_texts(state: Any, store: str = "") -> list[Stored]:
+    """Every string an arm's state holds, outside its vector block and bookkeeping keys, each with the
+    path of keys it is under as its store. :meth:`BaseSystem.stored`'s default, and what the contract test
+    checks the arms' own listings against."""
+    out: list[Stored] = []
+    if isinstance(state, str):
+        if state.strip():
+            out.append(Stored(store or "memory", state))
+    elif isinstance(state, list):
+        for item in state:
+            out += state_texts(item, store)
+    elif isinstance(state, dict):
+        for key, value in state.items():
+            if key == "vectors" or key in BOOKKEEPING_KEYS:
+                continue
+            out += state_texts(value, f"{store}.{key}" if store else str(key))
+    return out
+
+
+@dataclass(frozen=True)
 class OperationPairs:
     """Declares where an arm's ``end_session`` trace holds memory-operation pairs for annotation.
 
@@ -193,6 +231,10 @@ class MemorySystem(Protocol):
         with the bot, from its memory, as in Keep Me Updated's live evaluation). No LLM call."""
         ...
 
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        """Every text the arm keeps in ``state``, store by store (what a "forget" must reach). No LLM call."""
+        ...
+
     def readiness_tasks(self) -> list[Task]:
         """The arm's own LLM memory tasks, each with the calibration items it is run on and how its
         output is checked (``memory.readiness.core.Task``); empty for an arm whose memory makes no LLM
@@ -294,3 +336,8 @@ class BaseSystem(ABC):
         would show: its summary, its latest memories) plus the opener instruction. Arms whose
         retrieval needs a user message choose what to show for an empty session in ``compose``."""
         return with_opener(self.compose(state, [], now), OPENER)
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        """Default: every string of the state (:func:`state_texts`), under its key path. Arms name their
+        stores as their papers do; the contract test checks that a listing misses nothing the state holds."""
+        return state_texts(state)

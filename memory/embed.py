@@ -18,7 +18,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from memory.llm import openai_client  # the one module that imports the openai SDK
+from memory.llm import (  # the one module that imports the openai SDK
+    READ_TIMEOUT,
+    LLMTransientError,
+    call_openai,
+    openai_client,
+)
 
 
 @runtime_checkable
@@ -88,7 +93,11 @@ class WordLlamaEmbedder:
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible embeddings endpoint. The key is ``api_key``, else ``OPENAI_API_KEY``."""
+    """Any OpenAI-compatible embeddings endpoint. The key is ``api_key``, else ``OPENAI_API_KEY``.
+
+    Its requests go through :func:`memory.llm.call_openai` as the LLM's do: a timeout, reset, 429 or 5xx
+    is a :class:`~memory.llm.LLMTransientError` (a chat reply or a memory update retries it like an LLM
+    call), and the caller's time left and the endpoint's cooldown are honoured."""
 
     def __init__(
         self,
@@ -96,7 +105,7 @@ class OpenAIEmbedder:
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = READ_TIMEOUT,
     ):
         self.name = model
         self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
@@ -105,7 +114,12 @@ class OpenAIEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self.client.embeddings.create(model=self.name, input=list(texts))
+        out = call_openai(
+            self.client,
+            lambda timeout: self.client.embeddings.create(model=self.name, input=list(texts), timeout=timeout),
+        )
+        if len(getattr(out, "data", None) or []) != len(texts):
+            raise LLMTransientError("the embeddings endpoint returned no or too few vectors")
         arr = normalize(np.array([d.embedding for d in out.data]))
         self.dim = arr.shape[1]
         return arr
@@ -145,7 +159,7 @@ def make_embedder(backend: str = "wordllama", model: str = "", **options: Any) -
             model or "text-embedding-3-small",
             api_key=options.get("api_key"),
             base_url=options.get("base_url"),
-            timeout=float(options.get("timeout", 60.0)),
+            timeout=float(options.get("timeout", READ_TIMEOUT)),
         )
     if backend == "minilm":
         return MiniLMEmbedder()

@@ -14,7 +14,7 @@ unanswerable questions. The result is a JSON-serialisable dict (shape in docs/me
 
 Long runs: every finished session (with the arm's state after it) and every scored question can be
 written to a journal file as it happens (:class:`Journal`); a run given the same journal resumes
-where it stopped. A transient LLM error is retried with backoff (:class:`memory.llm.RetryingLLM`);
+where it stopped. A transient LLM error is retried with backoff (:class:`memory.llmwrap.RetryingLLM`);
 one that outlasts the retries stops the run with :class:`EvaluationStopped`, which carries the journal.
 """
 
@@ -30,6 +30,7 @@ from typing import Any
 
 from memory import locomo
 from memory.base import MemorySystem, Turn, ensure_json
+from memory.evaljournal import DatasetError, EvaluationStopped, Journal
 from memory.evalreport import (
     EXCLUDED_FROM_HEADLINE,
     GVD_GOLD_NOTE,
@@ -39,7 +40,8 @@ from memory.evalreport import (
     summarize,
 )
 from memory.evalscore import JUDGE_PROMPT, judge_answer, judge_verdict, parse_label, token_f1, tokens
-from memory.llm import LLM, LLMError, RecordingLLM, RetryingLLM, RetryPolicy
+from memory.llm import LLM, LLMError
+from memory.llmwrap import RecordingLLM, RetryingLLM, RetryPolicy
 
 __all__ = [
     "EXCLUDED_FROM_HEADLINE",
@@ -109,20 +111,6 @@ class EvalDialogue:
     sessions: list[tuple[datetime, list[dict[str, str]]]] = field(default_factory=list)
     questions: list[Question] = field(default_factory=list)
     speakers: tuple[str, str] | None = None  # LoCoMo: (speaker A = the user, speaker B = the bot)
-
-
-class DatasetError(ValueError):
-    """A dataset file that cannot be read; the message names the file and the problem."""
-
-
-class EvaluationStopped(LLMError):
-    """The run stopped before its end: an LLM error that the retries did not cure, or an interrupt.
-    ``journal`` holds every finished session and question (a run given it resumes); ``done`` and
-    ``total`` count steps (sessions + questions)."""
-
-    def __init__(self, message: str, *, journal: Journal, done: int, total: int) -> None:
-        super().__init__(message)
-        self.journal, self.done, self.total = journal, done, total
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -236,7 +224,7 @@ def load_dataset(dataset: str, path: str | Path | None = None, *, category_map: 
         if not path:
             raise DatasetError("LoCoMo is not shipped (CC BY-NC 4.0): give the path of your locomo10.json")
         return load_locomo(Path(path), category_map)
-    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo)")
+    raise DatasetError(f"unknown dataset {dataset!r} (gvd or locomo; cards runs through memory.cardeval)")
 
 
 def dataset_check(dataset: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -293,71 +281,6 @@ def read_exclusions(paths: Sequence[str | Path]) -> set[str]:
             else:
                 raise DatasetError(f"{path}: {entry!r} is neither a question id nor an object with 'question_id'")
     return ids
-
-
-# ------------------------------------------------------------------------------------------- journal
-
-
-class Journal:
-    """What a run has finished, one JSON record per line, written as it happens when given a path.
-
-    Records: a ``header`` (the run's settings; a resumed run must match them), one ``session`` per
-    replayed session (the arm's state after it, timings, LLM calls) and one ``question`` per scored
-    question. A run given a journal with records skips what they cover: whole dialogues whose questions
-    are all scored, and the sessions before the last recorded one (restoring its state)."""
-
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path else None
-        self.records: list[dict[str, Any]] = []
-
-    @classmethod
-    def load(cls, path: str | Path) -> Journal:
-        journal = cls(path)
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise DatasetError(f"cannot read the results file {path}: {exc}") from exc
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                journal.records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if n == len(lines):  # the last line of a run killed mid-write: dropped, redone
-                    break
-                raise DatasetError(f"{path}:{n}: not a results record ({exc})") from exc
-        return journal
-
-    def add(self, record: dict[str, Any]) -> None:
-        self.records.append(record)
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                f.flush()
-
-    def save(self, path: str | Path) -> None:
-        """Write every record to ``path`` (a run that had no file keeps its work here when it stops)."""
-        Path(path).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records), "utf-8")
-        self.path = Path(path)
-
-    @property
-    def header(self) -> dict[str, Any] | None:
-        return next((r for r in self.records if r.get("kind") == "header"), None)
-
-    def start(self, settings: dict[str, Any]) -> None:
-        """Begin a run with ``settings``: a new journal gets a header; one with records must match it."""
-        header = self.header
-        if header is None:
-            self.add({"kind": "header", "version": 1, "settings": settings})
-            return
-        before = header.get("settings", {})
-        differ = sorted(k for k in {*before, *settings} if before.get(k) != settings.get(k))
-        if differ:
-            shown = ", ".join(f"{k}: {before.get(k)!r} then, {settings.get(k)!r} now" for k in differ)
-            raise DatasetError(f"the results file {self.path} is from a run with other settings ({shown})")
-
-    def of(self, kind: str, dialogue: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r.get("kind") == kind and r.get("dialogue") == dialogue]
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -615,14 +538,20 @@ def run(
     retry: RetryPolicy | None = None,
     on_retry: Callable[[int, float, Exception], None] | None = None,
     timeout: float | None = None,
+    script: str | Path | None = None,
+    max_cards: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate the registered arm ``arm`` on ``dataset``: the entry point for a CLI or a background job.
+
+    ``dataset="cards"`` runs scripted persona episodes instead (:func:`memory.cardeval.run`: ``path`` is a
+    card bank, default the one that ships; ``script`` the event script; ``dialogues`` card ids;
+    ``max_cards`` the first N cards); its result has per-probe ``items`` of another shape.
 
     The answer model and the arm's own calls use ``backend``/``model``; the judge uses the same
     backend with ``judge_model`` (default: ``model``); with ``backend="scripted"`` the judge is the
     F1 stand-in. ``wrap_llm``, if given, wraps the answer model and the judge before any call (a
     background job stops its calls there once it lost its lease). Every call is retried on transient
-    errors (``retry``, default :class:`memory.llm.RetryPolicy`). ``f1``: the headline F1, ``locomo``
+    errors (``retry``, default :class:`memory.llmwrap.RetryPolicy`). ``f1``: the headline F1, ``locomo``
     (default for LoCoMo) or ``set`` (default for GVD). ``exclude_gold``: files listing question ids
     whose gold answer is wrong (scores are reported with and without them). Raises
     :class:`DatasetError` for a bad dataset, dialogue name, exclusion list or journal, ValueError for
@@ -631,6 +560,15 @@ def run(
     from memory.llm import make_llm
     from memory.registry import build_system
 
+    if dataset == "cards":  # scripted persona episodes and their probes (memory/cardeval.py)
+        from memory import cardeval
+
+        return cardeval.run(
+            arm, path, script=script, backend=backend, model=model, judge_model=judge_model, base_url=base_url,
+            api_key=api_key, embedder=embedder, params=params, cards=dialogues, max_cards=max_cards,
+            max_sessions=max_sessions, max_tokens=max_tokens, progress=progress, wrap_llm=wrap_llm,
+            journal=journal, retry=retry, on_retry=on_retry, timeout=timeout,
+        )  # fmt: skip
     primary = f1 or ("locomo" if dataset == "locomo" else "set")
     if primary not in ("locomo", "set"):
         raise DatasetError(f"unknown F1 {primary!r} (locomo or set)")

@@ -15,6 +15,13 @@ Every backend reports why the model stopped: :attr:`Completion.finish_reason` fo
 the output was cut at ``max_tokens``: memory writes discard such outputs, and the platform cuts a
 reply back to its last sentence (:func:`memory.hygiene.end_at_sentence`).
 
+Time (the ``openai`` backend): the client has a connect timeout and a read timeout (each read of the
+response, the first token's included); a caller with a deadline caps every request's timeouts by the
+time it has left (:func:`time_limit`: a chat reply's attempt), so no blocked read runs past it. An
+endpoint that answers 429 or 503 with ``Retry-After`` is left alone for that long by every caller that
+shares the :class:`Cooldowns` store (the site installs one shared by its processes): a call made
+meanwhile fails at once with :class:`LLMTransientError` whose ``retry_after`` is the time left.
+
 Tool calls: ``complete(..., tools=[...])`` offers OpenAI-style function tools; the reply's
 :attr:`Completion.tool_calls` holds the calls the model made. Backends whose ``supports_tools`` is
 false (the local model) ignore ``tools`` and answer in text, so an arm that needs actions must also
@@ -23,10 +30,11 @@ accept a text format (``memgpt`` parses a JSON action list then).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib.util
 import json
 import os
-import random
 import re
 import threading
 import time
@@ -59,6 +67,65 @@ class LLMTransientError(LLMError):
     def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+# ------------------------------------------------------------------------------------------------ time
+
+#: What the running caller allows the next request: a function giving the seconds it may take at most
+#: (``None``: no limit). Set by :func:`time_limit` for the thread (a chat reply's attempt).
+_TIME_LIMIT: contextvars.ContextVar[Callable[[], float | None] | None] = contextvars.ContextVar(
+    "llm_time_limit", default=None
+)
+
+
+@contextlib.contextmanager
+def time_limit(left: Callable[[], float | None]) -> Iterator[None]:
+    """Within the block, every request of the ``openai`` backends (chat and embeddings) made by this thread
+    has its connect and read timeouts capped by ``left()`` (seconds; ``None``: no cap), evaluated when
+    the request starts; at or below zero the request is not made (:class:`LLMTransientError`)."""
+    token = _TIME_LIMIT.set(left)
+    try:
+        yield
+    finally:
+        _TIME_LIMIT.reset(token)
+
+
+def time_left() -> float | None:
+    """The seconds the running caller allows the next request (:func:`time_limit`), or ``None``."""
+    left = _TIME_LIMIT.get()
+    return None if left is None else left()
+
+
+class Cooldowns:
+    """Endpoints that asked callers to wait (a 429 or 503 with ``Retry-After``), until when, on this
+    process's monotonic clock. The site replaces :data:`COOLDOWNS` with a store its processes share
+    (chat/cooldowns.py); the methods are the whole protocol."""
+
+    #: The longest an endpoint may make everyone wait with one answer (a wrong header must not stop a site).
+    LONGEST = 300.0
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, key: str, seconds: float) -> None:
+        until = time.monotonic() + min(max(0.0, seconds), self.LONGEST)
+        with self._lock:
+            self._until[key] = max(self._until.get(key, 0.0), until)
+
+    def remaining(self, key: str) -> float:
+        with self._lock:
+            until = self._until.get(key)
+        return 0.0 if until is None else max(0.0, until - time.monotonic())
+
+
+COOLDOWNS: Cooldowns = Cooldowns()
+
+
+def set_cooldowns(store: Cooldowns) -> None:
+    """Install the store of endpoints' cooldowns that the openai backends consult (see :class:`Cooldowns`)."""
+    global COOLDOWNS
+    COOLDOWNS = store
 
 
 #: The temperature of a bot reply: every backend's ``stream`` (how the platform makes replies) defaults
@@ -274,9 +341,11 @@ def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
 class LocalLLM:
     """SmolLM2-135M-Instruct (or another GGUF) in process. Deterministic at temperature 0.
 
-    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text."""
+    ``tools`` are ignored (SmolLM2's chat template has no tool format): the model answers in text.
+    ``in_process``: its speed is this machine's (a caller does not cut a slow stream to try it again)."""
 
     supports_tools = False
+    in_process = True
 
     def __init__(
         self,
@@ -371,14 +440,90 @@ class LocalLLM:
 # -------------------------------------------------------------------------------------------- openai
 
 
-def openai_client(*, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0) -> openai.OpenAI:
-    """An ``openai.OpenAI`` client without retries (callers retry). The key is ``api_key``, else the
-    ``OPENAI_API_KEY`` environment variable, else a placeholder for local endpoints that need none
-    (vLLM, Ollama): the SDK refuses to start without a key."""
+#: The client's timeouts when the caller gives none: seconds to connect, and for each read of a response
+#: (the first token's included, or a whole answer that is not streamed; ``LLM_TIMEOUT_SECONDS`` on the site).
+#: A caller with a deadline caps both (:func:`time_limit`).
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 60.0
+
+
+def openai_client(
+    *, api_key: str | None = None, base_url: str | None = None, timeout: float = READ_TIMEOUT,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> openai.OpenAI:  # fmt: skip
+    """An ``openai.OpenAI`` client without retries (callers retry). ``timeout`` bounds each read,
+    ``connect_timeout`` the connection. The key is ``api_key``, else the ``OPENAI_API_KEY`` environment
+    variable, else a placeholder for local endpoints that need none (vLLM, Ollama): the SDK refuses to
+    start without a key."""
+    import httpx
     import openai
 
     key = api_key or os.environ.get("OPENAI_API_KEY") or "not-needed"
-    return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=timeout, max_retries=0)
+    limits = httpx.Timeout(timeout, connect=min(connect_timeout, timeout))
+    return openai.OpenAI(api_key=key, base_url=base_url or None, timeout=limits, max_retries=0)
+
+
+def request_timeout(client: openai.OpenAI) -> Any:
+    """The timeouts of the next request of ``client``: its own, each capped by the caller's time left
+    (:func:`time_limit`); :class:`LLMTransientError` when no time is left."""
+    import httpx
+
+    base = client.timeout if isinstance(client.timeout, httpx.Timeout) else httpx.Timeout(client.timeout)
+    left = time_left()
+    if left is None:
+        return base
+    if left <= 0.05:
+        raise LLMTransientError("no time is left for another request (the deadline has passed)")
+
+    def cap(value: float | None) -> float:
+        return left if value is None else min(value, left)
+
+    return httpx.Timeout(connect=cap(base.connect), read=cap(base.read), write=cap(base.write), pool=cap(base.pool))
+
+
+def endpoint_key(client: openai.OpenAI) -> str:
+    """The key of an endpoint in :data:`COOLDOWNS`: its base URL."""
+    return str(client.base_url)
+
+
+def check_cooldown(client: openai.OpenAI) -> None:
+    """Raise :class:`LLMTransientError` (with the time left as ``retry_after``) while the endpoint asked
+    everyone to wait; the request is not made."""
+    left = COOLDOWNS.remaining(endpoint_key(client))
+    if left > 0:
+        raise LLMTransientError(f"the endpoint asked to wait ({left:.1f} s more)", retry_after=left)
+
+
+def map_openai_error(client: openai.OpenAI, exc: Exception) -> LLMError:
+    """The SDK's error as ours: transient (timeouts, connections, 429, 5xx) or not. A 429 or 503 with a
+    ``Retry-After`` puts the endpoint in cooldown for every caller sharing :data:`COOLDOWNS`."""
+    import openai as o
+
+    response = getattr(exc, "response", None)
+    wait = retry_after(getattr(response, "headers", None))
+    status = getattr(exc, "status_code", None)
+    if wait is not None and status in (429, 503):
+        COOLDOWNS.hold(endpoint_key(client), wait)
+    if isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError):
+        return LLMTransientError(f"{type(exc).__name__}: {exc}", retry_after=wait)
+    if isinstance(exc, o.APIStatusError) and exc.status_code >= 500:
+        return LLMTransientError(f"HTTP {exc.status_code}: {exc}", retry_after=wait)
+    return LLMError(f"{type(exc).__name__}: {exc}")
+
+
+def call_openai(client: openai.OpenAI, request: Callable[[Any], Any]) -> Any:
+    """``request(timeout)`` (one request of ``client`` with the given timeouts) with this module's rules:
+    not made while the endpoint is in cooldown, timeouts capped by the caller's time left, the SDK's
+    errors mapped (:func:`map_openai_error`). For callers outside this module (the embedder)."""
+    import openai as o
+
+    check_cooldown(client)
+    try:
+        return request(request_timeout(client))
+    except o.OpenAIError as exc:
+        raise map_openai_error(client, exc) from exc
+    except ValueError as exc:  # a 200 whose body is not JSON
+        raise LLMTransientError(f"the endpoint returned an unreadable response: {exc}") from exc
 
 
 def _chat_params(messages: Messages) -> list[ChatCompletionMessageParam]:
@@ -389,28 +534,36 @@ def _chat_params(messages: Messages) -> list[ChatCompletionMessageParam]:
 class OpenAILLM:
     """Any OpenAI-compatible chat-completions endpoint. Retries are the caller's job (max_retries=0).
 
+    ``timeout`` bounds each read of a response, ``connect_timeout`` the connection; both are capped by
+    the caller's time left (:func:`time_limit`). While the endpoint is in cooldown (it answered 429/503
+    with ``Retry-After``) no request is made (see :class:`Cooldowns`).
+
     Tool calls go through the endpoint's ``tools`` parameter; an endpoint without tool support answers
     400, which surfaces as :class:`LLMError` (the caller falls back to a text format)."""
 
     supports_tools = True
 
-    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = 60.0):
+    def __init__(
+        self, model: str, *, api_key: str | None = None, base_url: str | None = None, timeout: float = READ_TIMEOUT,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ):  # fmt: skip
         import httpx
         import openai
 
         self.model = model
         self._openai = openai
         self._httpx = httpx
-        self.client = openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
+        self.client = openai_client(
+            api_key=api_key, base_url=base_url, timeout=timeout, connect_timeout=connect_timeout
+        )
 
     def _map(self, exc: Exception) -> LLMError:
-        o = self._openai
-        wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))
-        if isinstance(exc, o.APITimeoutError | o.APIConnectionError | o.RateLimitError | o.InternalServerError):
-            return LLMTransientError(f"{type(exc).__name__}: {exc}", retry_after=wait)
-        if isinstance(exc, o.APIStatusError) and exc.status_code >= 500:
-            return LLMTransientError(f"HTTP {exc.status_code}: {exc}", retry_after=wait)
-        return LLMError(f"{type(exc).__name__}: {exc}")
+        return map_openai_error(self.client, exc)
+
+    def _ready(self) -> Any:
+        """Before a request: the endpoint not in cooldown; the request's timeouts."""
+        check_cooldown(self.client)
+        return request_timeout(self.client)
 
     def complete(
         self,
@@ -429,6 +582,7 @@ class OpenAILLM:
                 messages=_chat_params(messages),
                 max_tokens=max_tokens,
                 temperature=temperature,
+                timeout=self._ready(),
                 **extra,
             )
         except self._openai.OpenAIError as exc:
@@ -460,13 +614,15 @@ class OpenAILLM:
                     max_tokens=max_tokens,
                     temperature=temperature,
                     stream=True,
+                    timeout=self._ready(),
                 )
-                for chunk in stream:
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    piece = choice.delta.content if choice.delta and choice.delta.content else ""
-                    yield piece, choice.finish_reason
+                with contextlib.closing(stream):  # closing the generator closes the connection
+                    for chunk in stream:
+                        if not chunk.choices:
+                            continue
+                        choice = chunk.choices[0]
+                        piece = choice.delta.content if choice.delta and choice.delta.content else ""
+                        yield piece, choice.finish_reason
             except self._openai.OpenAIError as exc:
                 raise self._map(exc) from exc
             except (self._httpx.HTTPError, ValueError) as exc:
@@ -610,246 +766,6 @@ class ScriptedLLM:
         return TextStream(chunks())
 
 
-# ------------------------------------------------------------------------------------ recording, checking
-
-
-@dataclass
-class _Wrapping:
-    """An LLM around another one: its model and tool support are the inner one's."""
-
-    inner: LLM
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def supports_tools(self) -> bool:
-        return bool(getattr(self.inner, "supports_tools", False))
-
-    def _inner_complete(
-        self, messages: Messages, max_tokens: int, temperature: float, purpose: str, tools: Tools | None
-    ) -> Completion:
-        # Only pass ``tools`` when offered, so a wrapped LLM written before tool calls still works.
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
-        return self.inner.complete(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose, **extra)
-
-    def _inner_stream(self, messages: Messages, max_tokens: int, temperature: float, purpose: str) -> Iterator[str]:
-        return self.inner.stream(messages, max_tokens=max_tokens, temperature=temperature, purpose=purpose)
-
-
-@dataclass
-class CheckedLLM(_Wrapping):
-    """Calls ``check()`` before every call of the wrapped LLM: a background job that must stop (it lost its
-    lease) raises there, before the call is made."""
-
-    check: Callable[[], None] = field(default=lambda: None)
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        self.check()
-        return self._inner_complete(messages, max_tokens, temperature, purpose, tools)
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
-    ) -> Iterator[str]:
-        self.check()
-        return self._inner_stream(messages, max_tokens, temperature, purpose)
-
-
-@dataclass
-class RetryPolicy:
-    """How long a long offline job (``memory eval``) keeps retrying one LLM call that fails transiently.
-
-    Waits grow exponentially from ``base`` seconds up to ``cap``, each drawn at random between half and
-    all of that ("equal jitter"), so parallel jobs do not retry in step; an endpoint's ``Retry-After``
-    is honoured as the least wait. The call gives up (re-raising the last error) once the next wait
-    would pass ``budget`` seconds since its first attempt."""
-
-    budget: float = 600.0
-    base: float = 2.0
-    cap: float = 60.0
-
-    def delay(self, attempt: int, asked: float | None, rng: random.Random) -> float:
-        ceiling = min(self.cap, self.base * 2 ** max(0, attempt - 1))
-        wait = rng.uniform(ceiling / 2, ceiling)
-        return max(wait, asked) if asked is not None else wait
-
-
-@dataclass
-class RetryingLLM(_Wrapping):
-    """Retries a call that raised :class:`LLMTransientError` (timeout, 5xx, 429, connection reset, empty
-    output) with backoff and jitter until ``policy.budget`` is spent, then re-raises the last error.
-    Other errors go through at once. ``on_retry(attempt, wait, error)`` is told before each wait (a CLI
-    prints it); ``stats`` counts the retries and the time spent waiting. A stream is retried only
-    until its first piece (after that a retry would repeat text the caller has already shown)."""
-
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-    on_retry: Callable[[int, float, LLMTransientError], None] | None = None
-    rng: random.Random = field(default_factory=random.Random)
-    stats: dict[str, float] = field(default_factory=lambda: {"retries": 0, "calls_retried": 0, "waited_s": 0.0})
-
-    def _attempts(self, call: Callable[[], Any]) -> Any:
-        started = self.clock()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return call()
-            except LLMTransientError as exc:
-                wait = self.policy.delay(attempt, exc.retry_after, self.rng)
-                if self.clock() - started + wait > self.policy.budget:
-                    raise
-                if attempt == 1:
-                    self.stats["calls_retried"] += 1
-                self.stats["retries"] += 1
-                self.stats["waited_s"] = round(self.stats["waited_s"] + wait, 3)
-                if self.on_retry is not None:
-                    self.on_retry(attempt, wait, exc)
-                self.sleep(wait)
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        result: Completion = self._attempts(
-            lambda: self._inner_complete(messages, max_tokens, temperature, purpose, tools)
-        )
-        return result
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = 0.7, purpose: str = ""
-    ) -> TextStream:
-        holder: list[TextStream] = []
-
-        def first() -> tuple[Iterator[str], str | None]:
-            inner = self._inner_stream(messages, max_tokens, temperature, purpose)
-            return inner, next(inner, None)
-
-        def chunks() -> Iterator[tuple[str, str | None]]:
-            inner, piece = self._attempts(first)
-            if piece is not None:
-                yield piece, None
-                yield from ((p, None) for p in inner)
-            holder[0].finish_reason = finish_reason_of(inner)
-
-        stream = TextStream(chunks())
-        holder.append(stream)
-        return stream
-
-
-@dataclass
-class RecordingLLM(_Wrapping):
-    """Wraps an LLM and records every call (also failed ones) as :class:`LLMCall`."""
-
-    calls: list[LLMCall] = field(default_factory=list)
-
-    def complete(
-        self,
-        messages: Messages,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        purpose: str = "",
-        tools: Tools | None = None,
-    ) -> Completion:
-        start = time.perf_counter()
-        try:
-            out = self._inner_complete(messages, max_tokens, temperature, purpose, tools)
-        except LLMError as exc:
-            self._record(purpose, messages, "", start, error=str(exc))
-            raise
-        self.calls.append(
-            LLMCall(
-                purpose=purpose,
-                model=out.model,
-                messages=[dict(m) for m in messages],
-                # tool calls are stored as their JSON, so the record shows what the model asked for
-                reply=out.text or (json.dumps([c.as_dict() for c in out.tool_calls]) if out.tool_calls else ""),
-                latency_ms=round(out.latency_ms or (time.perf_counter() - start) * 1000, 1),
-                prompt_tokens=out.prompt_tokens,
-                completion_tokens=out.completion_tokens,
-                finish_reason=out.finish_reason,
-            )
-        )
-        return out
-
-    def stream(
-        self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
-    ) -> TextStream:
-        start = time.perf_counter()
-        pieces: list[str] = []
-        holder: list[TextStream] = []
-
-        def chunks() -> Iterator[tuple[str, str | None]]:
-            inner: Iterator[str] = iter(())
-            try:
-                inner = self._inner_stream(messages, max_tokens, temperature, purpose)
-                for piece in inner:
-                    pieces.append(piece)
-                    yield piece, None
-            except LLMError as exc:
-                self._record(purpose, messages, "".join(pieces), start, error=str(exc))
-                raise
-            except GeneratorExit:  # the caller closed the stream early: the call still happened
-                close = getattr(inner, "close", None)
-                if close is not None:
-                    close()
-                self._record(purpose, messages, "".join(pieces), start, error="stream closed by the caller")
-                raise
-            reason = finish_reason_of(inner)
-            self._record(purpose, messages, "".join(pieces), start, completion_tokens=len(pieces), finish_reason=reason)
-            holder[0].finish_reason = reason
-
-        stream = TextStream(chunks())
-        holder.append(stream)
-        return stream
-
-    def _record(
-        self,
-        purpose: str,
-        messages: Messages,
-        reply: str,
-        start: float,
-        *,
-        error: str = "",
-        completion_tokens: int | None = None,
-        finish_reason: str | None = None,
-    ) -> None:
-        self.calls.append(
-            LLMCall(
-                purpose=purpose,
-                model=self.inner.model,
-                messages=[dict(m) for m in messages],
-                reply=reply,
-                latency_ms=round((time.perf_counter() - start) * 1000, 1),
-                completion_tokens=completion_tokens,
-                error=error,
-                finish_reason=finish_reason,
-            )
-        )
-
-    def drain(self) -> list[dict[str, Any]]:
-        """The recorded calls as JSON dicts, clearing the record."""
-        out = [c.as_dict() for c in self.calls]
-        self.calls.clear()
-        return out
-
-
 def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
     """Build an LLM by backend name: ``local``, ``openai`` or ``scripted``."""
     if backend == "local":
@@ -863,7 +779,8 @@ def make_llm(backend: str, model: str = "", **options: Any) -> LLM:
             model,
             api_key=options.get("api_key"),
             base_url=options.get("base_url"),
-            timeout=options.get("timeout", 60.0),
+            timeout=options.get("timeout", READ_TIMEOUT),
+            connect_timeout=options.get("connect_timeout", CONNECT_TIMEOUT),
         )
     if backend == "scripted":
         return ScriptedLLM(options.get("script"), model=model or "scripted")

@@ -13,11 +13,11 @@ from pairwise import exports, services
 from pairwise.forms import ComparisonForm
 from pairwise.models import Comparison
 from studies.models import Study
-from studies.roles import AuthenticatedHttpRequest, researcher_required
+from studies.roles import AuthenticatedHttpRequest, researcher_required, study_for
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
-    return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    return study_for(request, slug)  # a viewer of the study sees, and changes nothing (403)
 
 
 @researcher_required

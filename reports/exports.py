@@ -1,7 +1,8 @@
-"""A study's raw data for a paper's appendix: ratings, transcripts, memory snapshots and LLM calls,
+"""A study's raw data for a paper's appendix: ratings, transcripts, memory snapshots, LLM calls and (studies
+with persona cards) each episode's card and event script and every probe with its answer and scores,
 as CSV or JSONL, each file starting with a README-style header.
 
-``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls --format csv|jsonl`` and
+``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls|personas|probes --format csv|jsonl`` and
 the downloads on the study page call :func:`export_lines`. The header names the study design, the arms
 (memory system, backend, model, parameters, readiness), the pilot mark when the study is a pilot, the
 export's time and what every column means.
@@ -13,8 +14,8 @@ export's time and what every column means.
   a worker's message may) get a leading ``'`` (``analysis.writers.neutralise_cell``); numbers are untouched.
 - **JSONL**: the first line is ``{"header": {...}}``; every further line is one record.
 
-Workers appear as ``P<participant id>``, as on the study page: a Prolific id is personal data and is
-not exported.
+Workers appear by their study-specific pseudonym (``Participant.pseudonym``, ``W-…``), as on every page and in
+every report: a Prolific ID is personal data and is never exported (docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -30,16 +31,16 @@ from django.utils import timezone
 
 from analysis.writers import neutralise_cell
 from chat import armjobs
-from chat.models import LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import Episode, LLMCallRecord, MemorySnapshot, Message, ProbeResult, Rating
 from memory import display, vectors
 from reports.reporting import PILOT_MARK
-from studies.models import Study
+from studies.models import Participant, Study
 
-WHAT = ("ratings", "transcripts", "memory", "llm-calls")
+WHAT = ("ratings", "transcripts", "memory", "llm-calls", "personas", "probes")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
 _COMMON = {
-    "worker": "pseudonymous worker id (P + participant id, as on the study page)",
+    "worker": "the worker's study-specific pseudonym (W-…), as on every page and report; never a Prolific ID",
     "episode": "episode id: one worker x one arm over the study's sessions",
     "arm": "the arm's name (never shown to workers)",
     "memory_system": "the arm's memory system (python -m memory arms)",
@@ -88,6 +89,39 @@ COLUMNS: dict[str, dict[str, str]] = {
         "messages": "the prompt: a JSON list of {role, content}",
         "reply": "the model's reply",
         "created_at": "when the call was recorded (UTC)",
+    },
+    "personas": {
+        "worker": _COMMON["worker"],
+        "episode": _COMMON["episode"],
+        "arm": _COMMON["arm"],
+        "memory_system": _COMMON["memory_system"],
+        "card": "the persona card the worker played (JSON: id, facts with values, aliases and updates)",
+        "events": "the study's event script as the episode ran it (JSON: session, op, slot)",
+        "bank": "the card bank it was drawn from (name, version, provenance, licence, sha256)",
+    },
+    "probes": {
+        **_COMMON,
+        "mode": "snapshot (asked of the memory the session left, offline) or inline (asked by the worker in the chat)",
+        "card": "the persona card's id",
+        "slot": "the fact probed (the card's slot)",
+        "kind": "current (never changed), updated (changed since told) or forgotten (the worker asked to forget it)",
+        "question": "the probe question",
+        "gold": "the current value and its aliases (JSON; empty for a forgotten fact)",
+        "stale_values": "previous values that must not be given as current (JSON)",
+        "deleted_values": "values of a forgotten fact that must be in neither the reply nor any store (JSON)",
+        "dependent": "the fact depends on another that changed or was forgotten (the pet's name after the pet)",
+        "answer": "the arm's answer (inline: the bot's reply in the chat)",
+        "correct": "recalled and not stale, or the deletion honoured",
+        "recalled": "the answer gives the current value",
+        "stale": "the answer gives an old value and not the current one",
+        "deletion_honoured": "a forgotten fact is absent from the answer and from every store of the arm",
+        "deleted_in_stores": "the arm's stores that still hold a forgotten fact (JSON)",
+        "scored_by": "match (normalised strings and the card's aliases) or match (no judge) for a free-text fact",
+        "stage": "where a failed probe failed: extraction, update, retrieval or generation",
+        "stage_why": "the evidence for the stage",
+        "answerable_without_memory": "the none arm or a closed-book prompt answered it: left out of the memory gain",
+        "necessity": "the control's answers (JSON: none arm and closed-book answers and whether each recalled)",
+        "told": "the worker did what the card asked (said the fact or its change, asked to forget; asked the probe)",
     },
 }
 
@@ -197,7 +231,8 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     if what == "ratings":
         ratings: QuerySet[Rating] = (
             Rating.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm", "metric")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant", "metric")
             .order_by(
                 "session__episode__participant_id", "session__episode_id", "session__index", "metric__order", "id"
             )
@@ -205,7 +240,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
         for r in ratings.iterator(chunk_size=2000):
             ep = r.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, r.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, r.session.index),
                 "metric": r.metric.key,
                 "value": r.value,
                 "reversed": r.metric.reversed,
@@ -215,13 +250,14 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "transcripts":
         messages: QuerySet[Message] = (
             Message.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "seq")
         )
         for m in messages.iterator(chunk_size=2000):
             ep = m.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, m.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, m.session.index),
                 "simulated_start": m.session.simulated_start.isoformat(),
                 "seq": m.seq,
                 "speaker": m.speaker,
@@ -235,14 +271,15 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
     elif what == "memory":
         snapshots: QuerySet[MemorySnapshot] = (
             MemorySnapshot.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index")
         )
         for s in snapshots.iterator(chunk_size=50):
             ep = s.session.episode
             state = vectors.redacted(s.state)
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, s.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, s.session.index),
                 "status": s.status,
                 "memory": display.as_text(display.readable(state)),
                 "state": state,
@@ -250,16 +287,44 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "error": s.error,
                 "finished_at": s.finished_at.isoformat() if s.finished_at else "",
             }
+    elif what == "personas":
+        episodes: QuerySet[Episode] = (
+            Episode.objects.filter(participant__study=study).exclude(persona={}).select_related("arm", "participant")
+            .order_by("participant_id", "id")
+        )  # fmt: skip
+        for ep in episodes.iterator(chunk_size=500):
+            p = ep.persona
+            yield {"worker": ep.participant.pseudonym, "episode": ep.pk, "arm": ep.arm.name,
+                   "memory_system": ep.arm.memory_system, "card": p.get("card"),
+                   "events": (p.get("script") or {}).get("events", []), "bank": p.get("bank")}  # fmt: skip
+    elif what == "probes":
+        probes: QuerySet[ProbeResult] = (
+            ProbeResult.objects.filter(session__episode__participant__study=study)
+            .select_related("session__episode__arm", "session__episode__participant")
+            .order_by("session__episode__participant_id", "session__episode_id", "session__index", "mode", "id")
+        )
+        for pr in probes.iterator(chunk_size=1000):
+            ep = pr.session.episode
+            item = pr.item or {}
+            yield {
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, pr.session.index),
+                **{k: item.get(k) for k in COLUMNS["probes"] if k not in _COMMON},
+                "mode": pr.mode, "slot": pr.slot, "kind": pr.kind, "question": pr.question, "answer": pr.answer,
+                "correct": pr.correct, "recalled": pr.recalled, "stale": pr.stale,
+                "deletion_honoured": pr.deletion_honoured, "stage": pr.stage,
+                "answerable_without_memory": pr.answerable_without_memory, "told": pr.told,
+            }  # fmt: skip
     else:
         calls: QuerySet[LLMCallRecord] = (
             LLMCallRecord.objects.filter(session__episode__participant__study=study)
-            .select_related("session__episode__arm", "message")
+            .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+            .select_related("session__episode__arm", "session__episode__participant", "message")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
         )
         for c in calls.iterator(chunk_size=100):
             ep = c.session.episode
             yield {
-                **_who(ep.participant_id, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
+                **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
                 "message_seq": c.message.seq if c.message else None,
                 "purpose": c.purpose,
                 "model": c.model,
@@ -273,8 +338,8 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             }
 
 
-def _who(participant_id: int, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:
-    return {"worker": f"P{participant_id}", "episode": episode, "arm": arm, "memory_system": system, "session": session}
+def _who(worker: str, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:
+    return {"worker": worker, "episode": episode, "arm": arm, "memory_system": system, "session": session}
 
 
 def _csv_line(values: list[Any]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from analysis import pairwise_writers
@@ -22,7 +22,7 @@ from pairwise.questions import QUESTIONS
 from reports import queries
 from reports.reporting import build_report
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 CACHE_SECONDS = 600
 FORMATS = {"json": "application/json", "md": "text/markdown", "latex": "application/x-latex", "html": "text/html"}
@@ -103,7 +103,7 @@ def add_to_report(study: Study, fmt: str, text: str) -> str:
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
-    return get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    return study_for(request, slug)  # a viewer of the study sees, and changes nothing (403)
 
 
 @require_GET

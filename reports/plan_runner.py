@@ -1,48 +1,40 @@
-"""The power simulation's own process (reports/planning.py starts it): no Django here, only the analysis library.
+"""The bounds of a power simulation's run (reports/planning.py's ``run_plan``, a job of the runtime's ``plan``
+lane): its CPU budget and its Cancel, checked as the simulation goes (``analysis.planning.workers_needed``
+calls :meth:`Budget.check` after every block of simulated studies).
 
-It runs in a child process so that the web process can stop it (a researcher's Cancel, or the web process
-shutting down) and so that the operating system bounds it: ``RLIMIT_CPU`` ends it at its CPU budget (SIGXCPU,
-then SIGKILL five seconds later), however large the simulation the form allowed. The answer goes back over a
-pipe as plain data.
+The budget is the CPU time of the thread that runs the simulation (``time.thread_time``), not of its process:
+the embedded default runs every plan, one after another, in one long-lived child process, and a test or an
+inline run shares its process with everything else, so neither the process's CPU clock nor ``RLIMIT_CPU``
+(which would end the whole process) measures one plan.
 """
 
 from __future__ import annotations
 
-import os
-import resource
-import signal
-import traceback
-from dataclasses import asdict
-from multiprocessing.connection import Connection
-from typing import Any
+import time
+from collections.abc import Callable
 
 
-def run(conn: Connection, job: dict[str, Any], cpu_seconds: int) -> None:
-    """Estimate the components from a pilot (if any) and search the workers needed; send the result."""
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+class OverBudget(Exception):
+    """The simulation used its CPU budget (``PLAN_CPU_SECONDS``); the message says what to change."""
 
-    def over_budget(signum: int, frame: Any) -> None:
-        conn.send({"status": "failed", "message": f"the simulation ran over its CPU budget of {cpu_seconds} s "
-                   "(PLAN_CPU_SECONDS): choose fewer simulated studies or a smaller largest study"})  # fmt: skip
-        os._exit(3)
 
-    signal.signal(signal.SIGXCPU, over_budget)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    from analysis.planning import estimate_components, workers_needed
-    from analysis.spec import RatingsError
+class Budget:
+    """``check()`` raises :class:`OverBudget` once the calling thread has used ``cpu_seconds`` of CPU since the
+    budget was made, and first calls ``stop`` (the runtime attempt's ``check``: raises ``JobLost`` once the
+    job was cancelled or taken back)."""
 
-    try:
-        components, notes, pilot_info = job["components"], [], None
-        if job.get("pilot_frame") is not None:
-            estimate = estimate_components(job["pilot_frame"], job["pilot_spec"])
-            components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
-        effect = job["effect"] / components.latent_sd if job["effect_unit"] == "points" else job["effect"]
-        plan = workers_needed(job["design"], components, effect, **job["search"])
-        plan.notes[:0] = notes
-        conn.send({"status": "done", "plan": plan.as_dict(), "pilot": pilot_info})
-    except (RatingsError, ValueError) as exc:
-        conn.send({"status": "failed", "message": str(exc)})
-    except Exception:  # noqa: BLE001 (the parent logs it and tells the page)
-        conn.send({"status": "crashed", "message": traceback.format_exc(), "design": asdict(job["design"])})
-    finally:
-        conn.close()
+    def __init__(self, cpu_seconds: float, stop: Callable[[], None] = lambda: None) -> None:
+        self.cpu_seconds = cpu_seconds
+        self.stop = stop
+        self.started = time.thread_time()
+
+    def used(self) -> float:
+        return time.thread_time() - self.started
+
+    def check(self) -> None:
+        self.stop()
+        if self.used() >= self.cpu_seconds:
+            raise OverBudget(
+                f"the simulation ran over its CPU budget of {self.cpu_seconds:g} s (PLAN_CPU_SECONDS): choose fewer "
+                "simulated studies or a smaller largest study"
+            )

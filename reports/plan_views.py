@@ -16,7 +16,7 @@ from reports import planning, queries
 from reports.forms import PlanForm, RegisterForm
 from reports.models import ImportedDataset, Preregistration
 from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 
 def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def _datasets(study: Study) -> list[tuple[int, str]]:
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def plan(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = PlanForm(request.POST or None, datasets=_datasets(study))
     if request.method == "POST" and form.is_valid():
         try:
@@ -62,7 +62,7 @@ def plan(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
     """The result part of the page (polled by htmx while the simulation runs)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     if planning.plan_status_for(study, key) is None:
         raise Http404("no such simulation (it may have expired)")
     ctx = _context(request, study, PlanForm(datasets=_datasets(study)), key)
@@ -73,7 +73,7 @@ def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
 @researcher_required
 def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
     """Stop a queued or running power simulation of this study."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     if planning.plan_status_for(study, key) is None:
         raise Http404("no such simulation (it may have expired)")
     if planning.cancel_plan(key):
@@ -84,7 +84,7 @@ def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def register(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = RegisterForm(request.POST)
     if not form.is_valid():
         messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
@@ -114,7 +114,7 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 @researcher_required
 def preregistration_file(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     entry = get_object_or_404(Preregistration, study=study, pk=pk)
     response = JsonResponse(entry.content, json_dumps_params={"indent": 1, "ensure_ascii": False})
     response["Content-Disposition"] = f'attachment; filename="{study.slug}-preregistration-{entry.sha256[:12]}.json"'

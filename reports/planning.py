@@ -3,13 +3,17 @@ components from a pilot, power simulations in the background, and pre-registrati
 
 The statistics live in :mod:`analysis.planning` and :mod:`analysis.prereg`; this module only gathers the
 study's settings and data. A power analysis simulates thousands of studies (tens of seconds to minutes of CPU),
-so it never runs in the request: plans wait in a bounded queue (``PLAN_QUEUE`` of them; more are refused with
-a clear message) for one daemon thread of the web process, which runs each in a child process of its own
-(reports/plan_runner.py): the operating system ends it at its CPU budget (``PLAN_CPU_SECONDS``), the
-researcher can cancel it (:func:`cancel_plan`), and a web process that is told to stop (SIGTERM) stops at
-once, taking the child with it (the old pool thread was joined at exit: the process ran on for the 10+ CPU
-minutes of the largest plan). Status and result live in the cache (shared by every web process when
-``REDIS_URL`` is set) under a key derived from the study and the settings, and the page polls for it.
+so it is a job of the runtime (kind ``reports.power_plan``, lane ``plan``: a low-priority process of its own
+in the embedded default, the ``long`` queue in production), never the request: under ASGI every synchronous
+view shares one thread, and a long request would hold up every other page; nor a thread of the web process,
+whose Python would hold the interpreter lock from the workers' replies. The job's target is a key derived
+from the study and the settings, its result the plan, and the page polls for it.
+
+Bounded three ways (issue 21): at most ``PLAN_QUEUE`` simulations are queued or running on the site (counted
+over the live runtime jobs of the kind; more are refused with :class:`PlanBusy`); each is ended at its CPU
+budget, ``PLAN_CPU_SECONDS`` of the CPU time of the thread that runs it (:class:`plan_runner.Budget`, checked
+as the simulation goes); and the researcher can cancel one (:func:`cancel_plan` fails the job, and its run
+stops at its next check, writing nothing).
 """
 
 from __future__ import annotations
@@ -17,57 +21,33 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing
-import queue
-import threading
 from dataclasses import asdict, dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as site
-from django.core.cache import cache
+from django.utils import timezone
 
+from analysis.planning import estimate_components, workers_needed
 from analysis.prereg import analysis_settings, build_preregistration
 from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
 from reports import plan_runner, queries
 from reports.models import ImportedDataset, Preregistration
 from reports.reporting import Source, analysis_frame, qc_waiting, without_qc
+from runtime import jobs, kinds
+from runtime.jobs import Attempt
+from runtime.models import Job
 from studies.models import Study
 
 log = logging.getLogger(__name__)
 
-PLAN_SECONDS = 24 * 3600  # how long a finished plan stays available
-RUNNING_SECONDS = 3600  # a plan still "running" after this long is given up (e.g. the process restarted)
-POLL_SECONDS = 0.5  # how often the plan's thread looks for a result or a cancel
-WAITING = ("queued", "running")
+PLAN_SECONDS = 24 * 3600  # how long a finished plan is reused for the same study and settings
+CANCELLED = "cancelled"  # the error of a plan's job that the researcher cancelled
 
 
 class PlanBusy(Exception):
-    """The queue of plans is full: the page asks to try again later (or to cancel one)."""
-
-
-_queue: queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]] | None = None
-_queue_lock = threading.Lock()
-
-
-def _plans() -> queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]]:
-    """This process's queue of plans and its one daemon thread (started on first use)."""
-    global _queue
-    with _queue_lock:
-        if _queue is None:
-            _queue = queue.Queue(maxsize=int(site.PLAN_QUEUE))
-            threading.Thread(target=_serve, args=(_queue,), name="memeval-plan", daemon=True).start()
-        return _queue
-
-
-def _serve(plans: queue.Queue[tuple[str, StudyDesign, PlanSettings, Source | None]]) -> None:
-    while True:
-        key, design, settings, pilot = plans.get()
-        try:
-            if not _cancelled(key):
-                _run_plan(key, design, settings, pilot)
-        finally:
-            plans.task_done()
+    """``PLAN_QUEUE`` plans are queued or running already: the page asks to try again later (or to cancel one)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +68,13 @@ class PlanSettings:
         raw = json.dumps({"study": study.pk, "design": asdict(study_design(study)), **asdict(self)}, sort_keys=True)
         # prefixed with the study: a key only shows its result on the study it was made for (plan_status_for)
         return f"{study.pk}-{hashlib.sha256(raw.encode()).hexdigest()[:24]}"
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlanSettings:
+        return cls(**{**data, "components": VarianceComponents(**data["components"])})
 
 
 def study_design(study: Study) -> StudyDesign:
@@ -115,51 +102,51 @@ def pilot_source(study: Study, pilot: str) -> Source:
 
 
 def start_plan(study: Study, settings: PlanSettings) -> str:
-    """Queue the power simulation unless it is queued, running or done; returns the key to poll with
-    :func:`plan_status`. :class:`PlanBusy` when ``PLAN_QUEUE`` plans are waiting already.
-
-    The pilot's ratings are read here, in the request (database access stays in request threads)."""
+    """Submit the power simulation unless it is queued, running or done (within :data:`PLAN_SECONDS`); returns
+    the key to poll with :func:`plan_status`. A pilot dataset that does not exist is refused here;
+    :class:`PlanBusy` when ``PLAN_QUEUE`` simulations are queued or running on the site already."""
     key = settings.key(study)
-    state = cache.get(_cache_key(key))
-    if state is not None and state["status"] in (*WAITING, "done"):
+    if settings.pilot.startswith("dataset:"):
+        ImportedDataset.objects.get(study=study, pk=int(settings.pilot.removeprefix("dataset:")))
+    latest = Job.objects.of(POWER_PLAN.name, key).order_by("-created_at", "-id").first()
+    fresh = timezone.now() - timedelta(seconds=PLAN_SECONDS)
+    if latest is not None and (not latest.finished or (latest.status == Job.Status.DONE and latest.created_at > fresh)):
         return key
-    pilot = pilot_source(study, settings.pilot) if settings.pilot != "assumed" else None
-    cache.delete(_cancel_key(key))
-    cache.set(_cache_key(key), {"status": "queued"}, RUNNING_SECONDS)
-    try:
-        _plans().put_nowait((key, study_design(study), settings, pilot))
-    except queue.Full:
-        cache.delete(_cache_key(key))
+    bound = int(site.PLAN_QUEUE)
+    if Job.objects.filter(kind=POWER_PLAN.name).live().count() >= bound:
         raise PlanBusy(
-            f"{site.PLAN_QUEUE} power simulations are waiting already. Please try again in a few minutes, or "
+            f"{bound} power simulations are waiting or running already. Please try again in a few minutes, or "
             "cancel one of yours."
-        ) from None
+        )
+    params = {"study": study.pk, "design": asdict(study_design(study)), "settings": settings.as_json()}
+    jobs.submit(POWER_PLAN, key, scope=f"study:{study.pk}", label="power simulation", params=params)
     return key
 
 
 def cancel_plan(key: str) -> bool:
-    """Stop a queued or running plan (whichever web process runs it: the mark is in the shared cache)."""
-    state = cache.get(_cache_key(key))
-    if state is None or state["status"] not in WAITING:
+    """Stop a queued or running plan, wherever it runs: its job fails with :data:`CANCELLED` (a queued one is
+    then never run; a running one loses its lease and stops at its next check, writing nothing)."""
+    job = Job.objects.of(POWER_PLAN.name, key).live().order_by("-created_at", "-id").first()
+    if job is None:
         return False
-    cache.set(_cancel_key(key), True, RUNNING_SECONDS)
-    cache.set(_cache_key(key), {"status": "cancelled", "message": "cancelled"}, PLAN_SECONDS)
-    return True
-
-
-def _cancelled(key: str) -> bool:
-    return bool(cache.get(_cancel_key(key)))
-
-
-def _cancel_key(key: str) -> str:
-    return f"reports:plan-cancel:{key}"
+    return jobs.fail(POWER_PLAN, job, CANCELLED, match={"status": job.status, "attempts": job.attempts})
 
 
 def plan_status(key: str) -> dict[str, Any] | None:
-    """``{"status": "running"}``, ``{"status": "done", "plan": ..., "pilot": ...}``, ``{"status": "failed",
-    "message": ...}``, or None for an unknown (or expired) key."""
-    state: dict[str, Any] | None = cache.get(_cache_key(key))
-    return state
+    """``{"status": "running"}`` (queued or running, with ``done``/``total`` when known), ``{"status": "done",
+    "plan": ..., "pilot": ...}``, ``{"status": "failed", "message": ...}``, or None for an unknown key."""
+    job = Job.objects.of(POWER_PLAN.name, key).order_by("-created_at", "-id").first()
+    if job is None:
+        return None
+    if job.status == Job.Status.DONE:
+        return {"status": "done", **(job.result or {})}
+    if job.status == Job.Status.FAILED:
+        if job.error == CANCELLED:
+            return {"status": "cancelled", "message": CANCELLED}
+        return {"status": "failed", "message": job.error}
+    if job.status == Job.Status.QUEUED:
+        return {"status": "queued"}
+    return {"status": "running", "done": job.done, "total": job.total}
 
 
 def plan_status_for(study: Study, key: str) -> dict[str, Any] | None:
@@ -167,67 +154,58 @@ def plan_status_for(study: Study, key: str) -> dict[str, Any] | None:
     return plan_status(key) if key.startswith(f"{study.pk}-") else None
 
 
-def _cache_key(key: str) -> str:
-    return f"reports:plan:{key}"
+class PlanFailed(Exception):
+    """The simulation could not be made (the message says why)."""
 
 
-def _run_plan(key: str, design: StudyDesign, settings: PlanSettings, pilot: Source | None) -> None:
-    """Run one plan in a child process (reports/plan_runner.py) and leave its status in the cache; the thread
-    must always leave a status behind, or the page would poll for ever."""
+def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
+    """The power simulation of a ``reports.power_plan`` job: its result is the plan and the pilot's estimate.
+    It stops at its CPU budget (``PLAN_CPU_SECONDS``: :class:`PlanFailed`) and when its job is cancelled or
+    taken back (``attempt.check()``: :class:`runtime.jobs.JobLost`), checked as the simulation goes."""
+    settings = PlanSettings.from_json(job.params["settings"])
+    design = StudyDesign(**job.params["design"])
+    budget = plan_runner.Budget(float(site.PLAN_CPU_SECONDS), attempt.check)
     try:
-        job: dict[str, Any] = {
-            "design": design, "components": settings.components, "effect": settings.effect,
-            "effect_unit": settings.effect_unit,
-            "search": {"target": settings.target, "studies": settings.studies, "test": settings.test,
-                       "family": settings.family, "max_workers": settings.max_workers},
-        }  # fmt: skip
-        if pilot is not None:
+        components, notes, pilot_info = settings.components, [], None
+        if settings.pilot != "assumed":
+            study = Study.objects.get(pk=int(job.params["study"]))
+            pilot = pilot_source(study, settings.pilot)
             if pilot.spec is None or pilot.frame.empty:
                 raise RatingsError("the pilot has no ratings to estimate the variance components from")
             frame, spec = analysis_frame(pilot, pilot.spec)
             if qc_waiting(frame, spec) is not None:  # a live pilot whose QC arm has no rated session yet
                 spec = without_qc(spec)
-            job["pilot_frame"], job["pilot_spec"] = frame, spec
-        state = _in_child(key, job)
-    except (RatingsError, ValueError) as exc:
-        state = {"status": "failed", "message": str(exc)}
-    except Exception:
-        log.exception("power simulation %s failed", key)
-        state = {"status": "failed", "message": "the simulation failed (see the log)"}
-    if state is None or _cancelled(key):  # cancelled, perhaps after the serving thread's check and before
-        state = {"status": "cancelled", "message": "cancelled"}  # "running" was written over the mark
-    cache.set(_cache_key(key), state, PLAN_SECONDS)
+            estimate = estimate_components(frame, spec)
+            components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
+        effect = settings.effect / components.latent_sd if settings.effect_unit == "points" else settings.effect
+        budget.check()
+        plan = workers_needed(
+            design,
+            components,
+            effect,
+            target=settings.target,
+            studies=settings.studies,
+            test=settings.test,
+            family=settings.family,
+            max_workers=settings.max_workers,
+            check=budget.check,
+        )
+    except plan_runner.OverBudget as exc:
+        raise PlanFailed(str(exc)) from exc
+    except (RatingsError, ValueError, Study.DoesNotExist, ImportedDataset.DoesNotExist) as exc:
+        raise PlanFailed(str(exc)) from exc
+    except jobs.JobLost:
+        raise
+    except Exception as exc:  # the job must always leave a reason behind, or the page would say nothing useful
+        log.exception("power simulation %s failed", job.target)
+        raise PlanFailed("the simulation failed (see the log)") from exc
+    plan.notes[:0] = notes
+    return {"plan": plan.as_dict(), "pilot": pilot_info}
 
 
-def _in_child(key: str, job: dict[str, Any]) -> dict[str, Any] | None:
-    """The plan's result from its own process; None when it was cancelled."""
-    context = multiprocessing.get_context("spawn")  # never fork a web process with threads
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(
-        target=plan_runner.run, args=(sender, job, int(site.PLAN_CPU_SECONDS)), name=f"memeval-plan-{key}", daemon=True
-    )
-    cache.set(_cache_key(key), {"status": "running"}, RUNNING_SECONDS)
-    child.start()
-    sender.close()
-    try:
-        while not receiver.poll(POLL_SECONDS):
-            if _cancelled(key):
-                return None
-            if not child.is_alive() and not receiver.poll(0):
-                return {"status": "failed", "message": f"the simulation stopped (exit code {child.exitcode})"}
-        try:
-            result: dict[str, Any] = receiver.recv()
-        except EOFError:
-            return {"status": "failed", "message": f"the simulation stopped (exit code {child.exitcode})"}
-        if result.get("status") == "crashed":
-            log.error("power simulation %s failed:\n%s", key, result.get("message"))
-            return {"status": "failed", "message": "the simulation failed (see the log)"}
-        return result
-    finally:
-        if child.is_alive():
-            child.terminate()
-        child.join(5)
-        receiver.close()
+POWER_PLAN = kinds.declare(
+    "reports.power_plan", lane="plan", run=run_plan, retry=kinds.RetryPolicy(max_attempts=2), label="power simulation"
+)
 
 
 def preregistration_document(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from chat.authenticity import FLAG_LABELS, PASTE_SHARE_FLAG, TYPING_CPS_FLAG, UNTYPED_SHARE_FLAG
@@ -13,14 +13,13 @@ from chat.quality import TOO_FAST_SD, median_minutes, silent_sessions, study_qua
 from reports.queries import study_qc_arm
 from reports.reporting import qc_waiting_text
 from reports.views import _report
-from studies.models import Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 
 @require_GET
 @researcher_required
 def quality(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     records = study_quality(study)
     report = _report(request, study, None)  # the dashboard's unfiltered analysis (cached): its QC section
     qc: dict[str, Any] = (report.result or {}).get("qc") or {}
@@ -41,6 +40,8 @@ def quality(request: HttpRequest, slug: str) -> HttpResponse:
         "n_flagged": sum(1 for r in records if r.reasons()),
         "median_minutes": median_minutes(records),
         "silent": silent_sessions(study),
+        "is_owner": study.is_owner(request.user),
+        "privacy_events": study.privacy_events.select_related("by")[:50],
         "thresholds": {
             "paste": PASTE_SHARE_FLAG,
             "cps": TYPING_CPS_FLAG,

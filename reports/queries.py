@@ -21,21 +21,24 @@ from django.db.models import Avg, Count, Max, QuerySet, Sum
 from django.db.models.functions import Length
 
 from analysis.spec import AnalysisSpec
-from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, Rating
-from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, pseudonym, signal_columns, study_quality
+from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, ProbeResult, Rating
+from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
-from studies.models import Study
+from studies.models import Participant, Study
 
 
 def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None) -> pd.DataFrame:
-    """Every rating of ``study`` as a long frame: worker (``P<participant id>``: a pseudonym, as in the data
-    downloads; never the Prolific ID), unit (``e<episode id>``),
+    """Every rating of ``study`` as a long frame: worker (the participant's pseudonym), unit (``e<episode id>``),
     arm (its name), session (1-based index), metric (its key) and score (raw 0-100, not reversed), then one
     boolean column per quality signal (:data:`chat.quality.SIGNAL_COLUMNS`), the exclusion filters' input."""
-    rows = Rating.objects.filter(session__episode__participant__study=study).values_list(
-        "session__episode__participant_id",
+    rows = (
+        Rating.objects.filter(session__episode__participant__study=study).exclude(
+            session__episode__participant__source=Participant.Source.PREVIEW
+        )  # a researcher's preview
+    ).values_list(
+        "session__episode__participant__pseudonym",
         "session__episode_id",
         "session__episode__arm__name",
         "session__index",
@@ -45,7 +48,6 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         "session__silent",
     )
     df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id", "_silent"])
-    df["worker"] = [pseudonym(int(pk)) for pk in df["worker"]]
     by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
     df["unfinished"] = df["unit"].isin(unfinished)
     for col in SIGNAL_COLUMNS:
@@ -184,7 +186,8 @@ def study_data_version(study: Study) -> str:
         Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
         AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
         study.pilot,
-        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "status")),
+        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "job__status")),
+        ProbeResult.objects.filter(session__episode__participant__study=study).aggregate(n=Count("id"), m=Max("id")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -302,9 +305,9 @@ def automatic_scores(study: Study) -> list[dict[str, Any]]:
     """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
     latest: dict[int, ArmJob] = {}
     for job in (
-        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, status=ArmJob.Status.DONE)
-        .select_related("arm")
-        .order_by("arm_id", "-finished_at", "-id")
+        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, job__status=ArmJob.Status.DONE)
+        .select_related("arm", "job")
+        .order_by("arm_id", "-job__finished_at", "-id")
     ):
         latest.setdefault(job.arm_id, job)
     rows = []
@@ -340,7 +343,28 @@ def study_source(study: Study) -> Source:
         pilot=study.pilot,
         automatic=automatic_scores(study),
         latency=reply_latency(study),
+        probes=study_probe_rows(study),
     )
+
+
+def study_probe_rows(study: Study) -> list[dict[str, Any]]:
+    """Every scored persona-card probe of ``study`` as rows for ``analysis.probes`` (worker, unit ``e<episode>``,
+    arm, session, mode, kind, the scores, stage, the necessity flag, whether the worker told the fact)."""
+    rows = ProbeResult.objects.filter(session__episode__participant__study=study).values_list(
+        "session__episode__participant__pseudonym", "session__episode_id", "session__episode__arm__name",
+        "session__index", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct", "stage",
+        "answerable_without_memory", "told", "item__dependent",
+    )  # fmt: skip
+    keys = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
+            "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+    out = []
+    for row in rows.order_by("session__episode_id", "session__index", "mode", "id"):
+        item = dict(zip(keys, row, strict=True))
+        item["unit"] = f"e{item['unit']}"
+        item["stage"] = item["stage"] or None
+        item["dependent"] = bool(item["dependent"])
+        out.append(item)
+    return out
 
 
 def dataset_source(dataset: ImportedDataset) -> Source:

@@ -16,6 +16,9 @@ import pandas as pd
 
 from analysis import writers
 from analysis.data import RatingsError
+from analysis.probes import METRICS as PROBE_METRICS
+from analysis.probes import analyze_probes
+from analysis.probes import to_markdown as probes_markdown
 from analysis.report import run as run_analysis
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
@@ -42,6 +45,8 @@ class Source:
     spec: AnalysisSpec | None
     pilot: bool = False  # a pilot study's exports say "pilot: not for publication"
     automatic: list[dict[str, Any]] = field(default_factory=list)  # automatic scores per arm (AUTOMATIC_COLUMNS)
+    # persona-card probes (one row per scored probe, analysis.probes.COLUMNS): what the bot remembered
+    probes: list[dict[str, Any]] = field(default_factory=list)
     latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
 
 
@@ -78,6 +83,7 @@ class Report:
     ratings: pd.DataFrame | None = None
     message: str = ""
     cache_key: str = ""  # set by whoever caches it; plots drawn from it are cached under the same key
+    probes: dict[str, Any] | None = None  # analysis.probes.analyze_probes of the source's probes (None: no probes)
     # the study has a QC arm but no rating of it to test workers against yet: {"arm", "reason"} (see qc_waiting)
     qc_waiting: dict[str, str] | None = None
 
@@ -88,11 +94,14 @@ class Report:
 
 def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -> Report:
     """Analyse ``source`` with its spec changed by ``test`` and ``options`` (spec fields, e.g. ``family``,
-    ``preregistration``); too little or unusable data gives a Report with a message instead of an exception."""
+    ``preregistration``); too little or unusable data gives a Report with a message instead of an exception.
+    The persona-card probes, if any, are analysed beside the ratings (``Report.probes``) whatever they hold."""
+    probes = probe_report(source, test, options.get("preregistration"))
     if source.frame.empty:
-        return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.")
+        return Report(source, test, message="No ratings yet. The analysis appears once sessions have been rated.",
+                      probes=probes)  # fmt: skip
     if source.spec is None:
-        return Report(source, test, message="The study has no metrics to analyse.")
+        return Report(source, test, message="The study has no metrics to analyse.", probes=probes)
     try:
         frame, spec = analysis_frame(source, source.spec)
         spec = replace(spec, test=test, **options)
@@ -101,8 +110,35 @@ def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -
             spec = without_qc(spec)
         analysis = run_analysis(frame, spec)
     except RatingsError as exc:
-        return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}")
-    return Report(source, test, result=analysis.result, ratings=analysis.ratings, qc_waiting=waiting)
+        return Report(source, test, message=f"Not enough usable data for an analysis yet: {exc}",
+                      probes=probes)  # fmt: skip
+    return Report(source, test, result=analysis.result, ratings=analysis.ratings, qc_waiting=waiting,
+                  probes=probes)  # fmt: skip
+
+
+def probe_report(source: Source, test: str, preregistration: Any = None) -> dict[str, Any] | None:
+    """What the bot remembered (analysis.probes) beside the sliders: the same test, the memorability ratings
+    for "do people notice?", and the rates a pre-registration made primary (``probes.primary``); an error
+    in the probe table is a ``{"error": ...}`` the page shows, never a lost report."""
+    if not source.probes:
+        return None
+    ratings = None
+    frame = source.frame
+    if not frame.empty and {"metric", "score", "unit", "session"} <= set(frame.columns):
+        wide = frame[frame["metric"] == "memorability"]
+        if not wide.empty:
+            ratings = wide.rename(columns={"score": "memorability"})[["unit", "session", "memorability"]]
+    primary: list[str] = []
+    if isinstance(preregistration, dict):
+        primary = [m for m in (preregistration.get("probes") or {}).get("primary", []) if m in probe_metrics()]
+    try:
+        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
+    except (RatingsError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def probe_metrics() -> list[str]:
+    return list(PROBE_METRICS)
 
 
 def qc_waiting(frame: pd.DataFrame, spec: AnalysisSpec) -> dict[str, str] | None:
@@ -208,6 +244,8 @@ def export(report: Report, fmt: str) -> str:
             "qc_waiting": report.qc_waiting,
             "reply_latency": source.latency,
         }
+        if report.probes is not None:
+            extra["probes"] = report.probes
         return json.dumps({**report.result, **extra}, indent=2, allow_nan=False)
     waiting = qc_waiting_text(report.qc_waiting) if report.qc_waiting else ""
     if fmt == "md":
@@ -216,6 +254,8 @@ def export(report: Report, fmt: str) -> str:
             + _latency_markdown(source.latency)
             + _automatic_markdown(source.automatic)
         )
+        if report.probes and "error" not in report.probes:
+            text += "\n" + probes_markdown(report.probes)
         text = f"> **{waiting}**\n\n{text}" if waiting else text
         return f"> **{PILOT_MARK.capitalize()}**\n\n{text}" if source.pilot else text
     if fmt == "latex":

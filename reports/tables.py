@@ -6,9 +6,10 @@ from typing import Any
 
 from analysis.comparisons import family_description
 from analysis.covariates import covariate_model_rows, covariate_rows
+from analysis.formatting import fmt_p
 from analysis.methods import exclusions_text, prereg_text
 from analysis.spec import ALPHA, OVERALL
-from analysis.writers import fmt_p, primary_note
+from analysis.writers import primary_note
 
 
 def num(x: Any, digits: int = 3, signed: bool = False) -> str:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from reports import pairwise_views, plan_views, quality_views, views
+from reports import pairwise_views, plan_views, privacy_views, quality_views, views
 
 app_name = "reports"
 urlpatterns = [
@@ -18,6 +18,8 @@ urlpatterns = [
         "studies/<slug:slug>/analysis/pairwise/export/<str:fmt>/", pairwise_views.export, name="study_pairwise_export"
     ),
     path("studies/<slug:slug>/quality/", quality_views.quality, name="study_quality"),
+    path("studies/<slug:slug>/workers/<str:pseudonym>/raw-id/", privacy_views.reveal, name="worker_raw_id"),
+    path("studies/<slug:slug>/workers/<str:pseudonym>/delete/", privacy_views.delete, name="worker_delete"),
     path("studies/<slug:slug>/data/<str:what>.<str:fmt>", views.study_data_export, name="study_data_export"),
     path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),
     path("studies/<slug:slug>/plan/<str:key>/", plan_views.plan_job, name="study_plan_job"),

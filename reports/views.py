@@ -16,7 +16,7 @@ from django.views.decorators.vary import vary_on_headers
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
 from infra.streaming import streaming_response
-from reports import exports, pairwise_views, queries, tables
+from reports import exports, pairwise_views, probetables, queries, tables
 from reports.forms import (
     DEFAULT_EXCLUSIONS,
     EXCLUSION_CHOICES,
@@ -45,7 +45,7 @@ from reports.reporting import (
 )
 from studies.limits import accepts_upload
 from studies.models import Study
-from studies.roles import HtmxHttpRequest, researcher_required
+from studies.roles import HtmxHttpRequest, researcher_required, study_for
 
 CACHE_SECONDS = 600
 
@@ -83,7 +83,7 @@ def _exclusions(request: HttpRequest, dataset: ImportedDataset | None) -> tuple[
 
 
 def _objects(request: HttpRequest, slug: str, pk: int | None) -> tuple[Study, ImportedDataset | None]:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     dataset = get_object_or_404(ImportedDataset, study=study, pk=pk, complete=True) if pk is not None else None
     return study, dataset
 
@@ -173,6 +173,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
         "datasets": queries.datasets_for_study(study),
         "qc_waiting": qc_waiting_text(report.qc_waiting) if report.qc_waiting else "",
     }
+    ctx["probes"] = probetables.probe_dashboard(report.probes)
     if dataset is None:
         ctx["automatic"] = _automatic_rows(report)
         ctx["automatic_notes"] = automatic_notes(report.source.automatic)
@@ -268,7 +269,7 @@ def plot(request: HttpRequest, slug: str, name: str, pk: int | None = None) -> H
 @require_http_methods(["GET", "POST"])
 @researcher_required
 def import_ratings(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = ImportRatingsForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         mapping = form.mapping()
@@ -317,7 +318,7 @@ def delete_dataset(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @researcher_required
 def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> StreamingHttpResponse:
     """The study's ratings, transcripts, memory or LLM calls as CSV or JSONL (``reports.exports``), streamed."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     try:
         exports.check(what, fmt)
     except exports.ExportError as exc:

@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from studies.cardbank import CardBank
 from studies.forms import ArmForm, StudyForm
 from studies.models import Arm, AttentionCheck, Metric, Participant, Study
 
@@ -129,6 +130,36 @@ class StudyAdmin(admin.ModelAdmin[Study]):
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "card_bank":  # the banks this researcher may use, as on the study page
+            kwargs["queryset"] = CardBank.objects.visible_to(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+@admin.register(CardBank)
+class CardBankAdmin(admin.ModelAdmin[CardBank]):
+    """Imported card banks, read-only: a study that used one keeps the cards its workers played (import a
+    new file on the study's edit page instead of editing one)."""
+
+    list_display = ["name", "version", "source", "created_by", "created_at"]
+    readonly_fields = [
+        "name",
+        "version",
+        "provenance",
+        "licence",
+        "source",
+        "sha256",
+        "data",
+        "created_by",
+        "created_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CardBank]:
+        return super().get_queryset(request).filter(pk__in=CardBank.objects.visible_to(request.user).values("pk"))
+
 
 @admin.register(Arm)
 class ArmAdmin(admin.ModelAdmin[Arm]):
@@ -174,7 +205,7 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
     list_display = [
         "id",
         "study",
-        "external_id",
+        "pseudonym",
         "source",
         "consented_at",
         "completed_at",
@@ -182,8 +213,18 @@ class ParticipantAdmin(admin.ModelAdmin[Participant]):
         "abandoned_at",
     ]
     list_filter = [("study", admin.RelatedOnlyFieldListFilter), "source"]
-    search_fields = ["external_id"]
-    readonly_fields = ["created_at", "last_seen_at"]
+    search_fields = ["pseudonym"]
+    readonly_fields = ["pseudonym", "created_at", "last_seen_at", "pseudonymised_at"]
+    # The raw IDs are the study owner's, on request (the quality page); the admin shows them to nobody.
+    exclude = ["external_id", "prolific_study_id", "prolific_session_id", "resume_code"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Participant]:
         return super().get_queryset(request).filter(study__in=Study.objects.visible_to(request.user))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a participant is made by the study link or an invite, never by hand
+
+    def has_delete_permission(self, request: HttpRequest, obj: Participant | None = None) -> bool:
+        # a worker is deleted with its audit record and the annotation items made from it: the quality page's
+        # "Delete…" (the owner's) or manage.py delete_participant (chat.privacy)
+        return False

@@ -29,7 +29,8 @@ from chat.models import ChatSession, Episode, MemorySnapshot, Message, Rating
 from chat.records import store_llm_calls
 from memory.base import Turn
 from memory.embed import make_embedder
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import build_system
 from memory.systems.memory_accumulate import SUMMARY_SYSTEM
 from memory.systems.memory_update import OPERATION_SYSTEM
@@ -393,4 +394,133 @@ def seed_quality_study(created_by: Any = None) -> tuple[Study, bool]:
                         AttentionResponse.objects.create(
                             session=session, item=check, value=value, passed=check.passes(value)
                         )
+    return study, True
+
+
+# ------------------------------------------------------------------------------------ judge demo
+
+JUDGE_ANNOTATORS = 3
+JUDGE_SAMPLE = 60
+
+
+def seed_judge_demo(study: Study, created_by: Any = None) -> tuple[int, int]:
+    """The simulated study's judge sample, annotated, and two SIMULATED judges (no model is called):
+    "Simulated judge (agrees)" scores each session near its workers' ratings, "Simulated judge (random)"
+    at random, so the Automatic judges page shows one admitted and one rejected judge with their figures.
+    Their leniency runs the real control set on a scripted LLM (the agreeing one compares with the gold
+    answer; the random one answers at random). Idempotent. Returns (sample items, judges created)."""
+    from django.contrib.auth.models import Group, User
+
+    from annotation import services
+    from judges import jobs, prompts
+    from judges.models import Judge, JudgeScore
+    from judges.sample import create_sample, finished_sessions, sample_queue
+
+    if Judge.objects.filter(study=study).exists():
+        queue = sample_queue(study)
+        return (queue.items.count() if queue else 0), 0
+    rng = random.Random(SEED + 24)
+    ratings: dict[tuple[int, str], int] = {
+        (sid, key): value
+        for sid, key, value in Rating.objects.filter(session__episode__participant__study=study).values_list(
+            "session_id", "metric__key", "value"
+        )
+    }
+    queue = create_sample(study, size=JUDGE_SAMPLE, labels_per_item=JUDGE_ANNOTATORS, created_by=created_by)
+    group, _ = Group.objects.get_or_create(name="annotators")
+    for k in range(JUDGE_ANNOTATORS):
+        user, _ = User.objects.get_or_create(username=f"simulated-annotator-{k + 1}")
+        user.groups.add(group)
+        while (assignment := services.claim_next_item(queue, user)) is not None:
+            session_id = assignment.item.meta["session"]
+            scores = {
+                s["key"]: max(0, min(100, round(ratings.get((session_id, s["key"]), 50) + rng.gauss(0, 10))))
+                for s in assignment.item.payload["statements"]
+            }
+            services.submit_scores(assignment.pk, annotator=user, scores=scores)
+    prompt = prompts.load("session", "standard")
+    sessions = finished_sessions(study)
+    keys = list(study.metrics.values_list("key", flat=True))
+    made = 0
+    for name, agrees in (("Simulated judge (agrees)", True), ("Simulated judge (random)", False)):
+        judge = Judge.objects.create(
+            study=study, name=name, model="simulated", base_url="(simulated: no model is called)",
+            status=Judge.Status.DONE, created_by=created_by,
+        )  # fmt: skip
+        JudgeScore.objects.bulk_create(
+            JudgeScore(
+                judge=judge, session=s, metric=key, rubric="standard", prompt=prompt.name,
+                prompt_sha256=prompt.sha256, model="simulated",
+                score=(max(0, min(100, round(ratings.get((s.pk, key), 50) + rng.gauss(0, 2)))) if agrees
+                       else rng.randint(0, 100)),
+                raw="simulated score (demo data)",
+            )
+            for s in sessions
+            for key in keys
+        )  # fmt: skip
+        jobs.score_control_set(judge, ScriptedLLM(_control_script(agrees, rng), model="simulated"))
+        made += 1
+    return queue.items.count(), made
+
+
+def _control_script(agrees: bool, rng: random.Random) -> Any:
+    def answer(messages: list[dict[str, str]]) -> str:
+        prompt = messages[-1]["content"]
+        gold = re.search(r"Gold answer: (.*)", prompt)
+        given = re.search(r"Generated answer: (.*)", prompt)
+        if agrees:
+            same = bool(gold and given and gold.group(1).strip() == given.group(1).strip())
+            return f'{{"label": "{"CORRECT" if same else "WRONG"}"}}'
+        return f'{{"label": "{"CORRECT" if rng.random() < 0.5 else "WRONG"}"}}'
+
+    return answer
+
+
+# ------------------------------------------------------------------------------------ persona cards
+
+PERSONA_SLUG = "demo-cards"
+#: two sessions: the worker brings up five facts of their card, then one changes (the city), they ask the bot to
+#: forget one (the pet, and its name with it) and check what the bot remembers of another (the job)
+PERSONA_SCRIPT: dict[str, Any] = {
+    "format": "memeval-card-script/1",
+    "sessions": 2,
+    "events": [
+        {"session": 1, "op": "mention", "slot": "name"},
+        {"session": 1, "op": "mention", "slot": "city"},
+        {"session": 1, "op": "mention", "slot": "job"},
+        {"session": 1, "op": "mention", "slot": "pet"},
+        {"session": 1, "op": "mention", "slot": "pet_name"},
+        {"session": 2, "op": "update", "slot": "city"},
+        {"session": 2, "op": "forget", "slot": "pet"},
+        {"session": 2, "op": "probe", "slot": "job"},
+    ],
+}
+
+
+def seed_persona_study(created_by: Any = None) -> tuple[Study, bool]:
+    """The open persona-card demo: workers play a card from the shipped bank over two sessions with one update,
+    one forget and one in-chat probe, and what each arm remembered is probed after every session."""
+    existing = Study.objects.filter(slug=PERSONA_SLUG).first()
+    if existing is not None:
+        return existing, False
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=PERSONA_SLUG,
+            name="Demo: persona cards and memory probes",
+            status=Study.Status.OPEN,
+            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
+            sessions_per_episode=2,
+            min_user_turns=3,
+            gap_days=7,
+            gap_max_days=None,
+            completion_code="CARDS123",
+            created_by=created_by,
+            persona_cards=True,
+            card_script=PERSONA_SCRIPT,
+            description="Workers chat as a fictional persona; the card changes between sessions (a move, a forget) "
+            "and what each arm remembered is probed after every session.",
+        )
+        study.add_default_metrics()
+        Arm.objects.create(study=study, name="No memory", memory_system="none")
+        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
     return study, True

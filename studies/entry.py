@@ -10,6 +10,8 @@ the participant ``prolific:<PID>``; the same submission in another browser meets
 started" (resume link or code); a *different* submission with the same PID is never locked out by the
 first: it gets a participation of its own (``prolific:<PID>/<SESSION_ID>``), and the researcher sees both
 marked on the quality page with their submission ids (Prolific's submission list says which is real).
+A study in waves (prolific/) is the exception: a submission to a later wave of the study (its own Prolific
+STUDY_ID, a ``prolific.Wave`` of this study) continues the participation of ``prolific:<PID>``.
 With ``PROLIFIC_API_TOKEN`` set, a submission Prolific does not confirm makes no participant at all.
 
 New participants are limited per client address (``NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE``) and per
@@ -42,6 +44,7 @@ from studies.participants import (
     current_participant,
     load_link,
 )
+from studies.signals import later_wave
 
 _PID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -129,14 +132,22 @@ def _join(
     return redirect("chat:next", study.slug)
 
 
-def _prolific_key(study: Study, pid: str, session_id: str) -> str:
+def _prolific_key(study: Study, pid: str, session_id: str, study_id: str = "") -> str:
     """The participant a Prolific link belongs to: ``prolific:<PID>`` for the first submission seen with this
-    PID (or the one already recorded for it), ``prolific:<PID>/<SESSION_ID>`` for any other."""
+    PID (or the one already recorded for it, or a submission to a later wave of the study than the recorded
+    one: ``studies.signals.later_wave``, answered by prolific/entry.py), ``prolific:<PID>/<SESSION_ID>`` for
+    any other."""
     base = f"prolific:{pid}"
-    first = Participant.objects.filter(study=study, external_id=base).values_list("prolific_session_id", flat=True)
+    first = Participant.objects.filter(study=study, external_id=base).values_list(
+        "prolific_session_id", "prolific_study_id"
+    )
     recorded = first.first()
-    if recorded is None or recorded == session_id:
+    if recorded is None or recorded[0] == session_id:
         return base
+    if study_id and recorded[1] and study_id != recorded[1]:
+        answers = later_wave.send(sender=Study, study=study, recorded=recorded[1], arriving=study_id)
+        if any(answer for _receiver, answer in answers):
+            return base  # the worker's submission to the next wave: the same participation
     return f"{base}/{session_id or '-'}"[:128]
 
 
@@ -203,7 +214,7 @@ def entry(request: HttpRequest, slug: str) -> HttpResponse:
             )
 
         return _join(
-            request, study, _prolific_key(study, pid, session_id), Participant.Source.PROLIFIC, check=confirmed,
+            request, study, _prolific_key(study, pid, session_id, study_id), Participant.Source.PROLIFIC, check=confirmed,
             prolific_study_id=study_id, prolific_session_id=session_id,
             prolific_verified=lambda: verdict[0].ok if verdict and verdict[0].checked else None,
         )  # fmt: skip

@@ -14,8 +14,11 @@ from django.forms.formsets import DELETION_FIELD_NAME
 
 from analysis.qc import best_attainable_p
 from analysis.spec import ALPHA
+from memory import cards
 from memory.registry import MEMORY_SYSTEMS
-from studies.models import Arm, AttentionCheck, Metric, Study, arm_is_qc
+from studies import personas
+from studies.cardbank import CardBank
+from studies.models import Arm, AttentionCheck, Metric, Study, StudyInvitation, arm_is_qc
 
 STUDY_FIELDS = [
     "name",
@@ -42,9 +45,15 @@ STUDY_FIELDS = [
     "abandon_after_minutes",
     "block_paste",
     "prolific_decline_code",
+    "persona_cards",
+    "card_bank",
+    "card_script",
+    "wave_sessions",
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
+    "retention_days",
+    "retention_action",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -59,6 +68,9 @@ STUDY_FROZEN_FIELDS = (
     "gap_max_days",
     "bot_opens_sessions",
     "simulated_start",
+    "persona_cards",
+    "card_bank",
+    "card_script",
     # when each arm's replies appear (chat/pacing.py): workers of one data set should see one schedule
     "pace_replies",
     "pace_min_seconds",
@@ -67,10 +79,57 @@ STUDY_FROZEN_FIELDS = (
 
 # Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
 # pacing stays on by default (a checkbox could not tell "off" from "not posted": pace_replies is a choice).
-OPTIONAL_KEPT = ("abandon_after_minutes", "pace_replies", "pace_min_seconds", "pace_chars_per_second")
+OPTIONAL_KEPT = (
+    "abandon_after_minutes",
+    "pace_replies",
+    "pace_min_seconds",
+    "pace_chars_per_second",
+    "retention_action",
+)
+
+
+class ScriptField(forms.JSONField):
+    """The event script as JSON; empty = the default script."""
+
+    widget = forms.Textarea(attrs={"rows": 6, "class": "mono", "placeholder": "empty = the default script"})
+
+    def to_python(self, value: Any) -> Any:
+        if value is None or value == "" or value == "{}" or value == {}:  # {} too: JSONField makes it None
+            return {}
+        return super().to_python(value)
+
+    def prepare_value(self, value: Any) -> Any:
+        return "" if value in (None, {}) else super().prepare_value(value)
+
+
+def persona_problems(data: dict[str, Any]) -> dict[str, list[str]]:
+    """What is wrong with a study's persona cards settings, by field: a script that does not parse, that the
+    bank cannot play, or that has more sessions than an episode."""
+    if not data.get("persona_cards"):
+        return {}
+    bank_row: CardBank | None = data.get("card_bank")
+    try:
+        bank = bank_row.bank() if bank_row is not None else cards.load_bank()
+    except cards.CardError as exc:
+        return {"card_bank": [str(exc)]}
+    try:
+        script = cards.parse_script(data["card_script"]) if data.get("card_script") else cards.load_script()
+    except cards.CardError as exc:
+        return {"card_script": [str(exc)]}
+    problems = cards.check_script(script, bank)
+    sessions = data.get("sessions_per_episode")
+    if sessions and script.sessions > sessions:
+        problems.append(f"the script has {script.sessions} sessions, an episode {sessions}")
+    return {"card_script": problems} if problems else {}
 
 
 class StudyForm(forms.ModelForm[Study]):
+    card_script = ScriptField(
+        required=False,
+        label="Event script",
+        help_text=Study._meta.get_field("card_script").help_text
+        + " Format: docs/memory-systems.md, “Persona cards and probes”.",
+    )
     prolific_completion_url = forms.URLField(
         required=False,
         assume_scheme="https",
@@ -98,6 +157,9 @@ class StudyForm(forms.ModelForm[Study]):
             "abandon_after_minutes": "Abandoned after (minutes away)",
             "block_paste": "Block pasting into the chat",
             "prolific_decline_code": "Prolific code for declined consent",
+            "persona_cards": "Workers chat as persona cards",
+            "card_bank": "Card bank",
+            "wave_sessions": "Waves end after session no.",
             "pace_min_seconds": "Pacing: minimum delay (seconds)",
             "pace_chars_per_second": "Pacing: typing speed (characters/s)",
         }
@@ -154,6 +216,9 @@ class StudyForm(forms.ModelForm[Study]):
     def clean_pace_chars_per_second(self) -> float:
         return float(self._kept("pace_chars_per_second"))
 
+    def clean_retention_action(self) -> str:
+        return str(self._kept("retention_action") or self.instance.retention_action)
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
@@ -168,6 +233,10 @@ class StudyForm(forms.ModelForm[Study]):
         low, high = data.get("gap_days"), data.get("gap_max_days")
         if low is not None and high is not None and high < low:
             self.add_error("gap_max_days", f"The longest gap must be at least the shortest ({low:g} days).")
+        if "persona_cards" in self.fields:
+            for name, problems in persona_problems(data).items():
+                for problem in problems:
+                    self.add_error(name, problem[0].upper() + problem[1:] + ("" if problem.endswith(".") else "."))
         return data
 
 
@@ -540,6 +609,7 @@ def design_warnings(study: Study) -> list[str]:
                 f"p = {best:.3g} at best (it must be below {ALPHA}); ties make it larger. Consider more sessions "
                 "or metrics."
             )
+    out += personas.persona_warnings(study)
     checks = study.attention_checks.count()
     needed = 1 if study.estimated_time_minutes < PROLIFIC_SHORT_STUDY_MINUTES else 2
     if checks < needed:
@@ -581,19 +651,36 @@ class InviteForm(forms.Form):
         return [f"inv-{secrets.token_hex(4)}" for _ in range(self.cleaned_data["count"] or 1)]
 
 
+class TeamInviteForm(forms.Form):
+    """The owner's invitation of a co-researcher (studies/team.py)."""
+
+    role = forms.ChoiceField(choices=StudyInvitation.Role.choices, initial=StudyInvitation.Role.EDITOR)
+    note = forms.CharField(max_length=200, required=False, label="For", help_text="Whom it is for (only you see this).")
+
+
 class SharingForm(forms.ModelForm[Study]):
-    """Which other researchers (active staff users) may see and change the study."""
+    """Which other researchers (active staff users) may see and change the study (editors), or only see it (viewers)."""
 
     class Meta:
         model = Study
-        fields = ["shared_with"]
-        widgets = {"shared_with": forms.CheckboxSelectMultiple}
-        labels = {"shared_with": "Shared with"}
+        fields = ["shared_with", "viewers"]
+        widgets = {"shared_with": forms.CheckboxSelectMultiple, "viewers": forms.CheckboxSelectMultiple}
+        labels = {"shared_with": "Editors", "viewers": "Viewers"}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = cast("forms.ModelMultipleChoiceField[User]", self.fields["shared_with"])
         researchers = User.objects.filter(is_active=True, is_staff=True).order_by("username")
         if self.instance.created_by_id is not None:
             researchers = researchers.exclude(id=self.instance.created_by_id)
-        field.queryset = researchers
+        for name in ("shared_with", "viewers"):
+            if name in self.fields:
+                cast("forms.ModelMultipleChoiceField[User]", self.fields[name]).queryset = researchers
+                self.fields[name].required = False
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        both = set(data.get("shared_with") or []) & set(data.get("viewers") or [])
+        if both:
+            names = ", ".join(sorted(u.username for u in both))
+            raise forms.ValidationError(f"One role each: {names} cannot be both an editor and a viewer.")
+        return data

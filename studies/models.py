@@ -10,14 +10,19 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models, transaction
+from django.dispatch import Signal
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
+from studies.audit import PrivacyEvent  # noqa: F401  (a model of this app: registered here)
+from studies.cardbank import CardBank
+from studies.places import ParticipantQuerySet
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -36,6 +41,14 @@ DEFAULT_INSTRUCTIONS = (
     "the chatbot (for example one week). Talk about your everyday life as you would with an "
     "acquaintance: plans, health, hobbies, work. Feel free to mention things from earlier sessions. "
     "After each session, rate the chatbot by moving every slider."
+)
+# With persona cards the worker talks as the card's fictional person, not about their own life: the default
+# sentence about everyday life is replaced with PERSONA_SENTENCE, and instructions a researcher wrote get it added.
+DEFAULT_LIFE_SENTENCE = "Talk about your everyday life as you would with an acquaintance: plans, health, hobbies, work."
+PERSONA_SENTENCE = (
+    "You will play a fictional person: their persona card is shown beside the chat. Use the card's facts instead "
+    "of your own (share nothing about yourself), bring them up naturally as the card asks in each session, and "
+    "chat as you would with an acquaintance."
 )
 DEFAULT_CONSENT = (
     "This study is part of research on chatbots with long-term memory. Your messages and ratings are "
@@ -72,6 +85,15 @@ def new_completion_code() -> str:
 RESUME_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 
 
+PSEUDONYM_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # no 0/O, 1/I: read aloud and typed without doubt
+
+
+def new_pseudonym() -> str:
+    """A worker's study-specific pseudonym (``W-7K3QZ9MD``): random, so it says nothing about the worker and the
+    same Prolific worker is a different pseudonym in every study. Every export and report names workers by it."""
+    return "W-" + "".join(secrets.choice(PSEUDONYM_ALPHABET) for _ in range(8))
+
+
 def new_resume_code() -> str:
     return "".join(secrets.choice(RESUME_ALPHABET) for _ in range(8))
 
@@ -84,12 +106,29 @@ MINUTES_PER_RATING = 1.0
 MINUTES_OVERHEAD = 2.0
 
 
+RETENTION_ACTIONS = [("pseudonymise", "Pseudonymise"), ("delete_transcripts", "Delete transcripts")]
+
+#: Sent by :meth:`Study.is_full` when every place looks taken, with ``study``; a receiver frees the places of
+#: workers who left (chat's abandonment sweep, scoped to the study) and returns how many it freed.
+quota_reached = Signal()
+
+
 class StudyQuerySet(models.QuerySet["Study"]):
     def visible_to(self, user: Any) -> StudyQuerySet:
         """The studies this user may see and change: the ones they created and the ones shared with them.
 
         Superusers (the site's administrators) see every study; anyone who is not an active staff user sees
         none. A study without a creator (made by a command, or whose creator was deleted) is for superusers."""
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return self.none()
+        if user.is_superuser:
+            return self
+        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+        viewing = Study.viewers.through.objects.filter(user=user).values("study_id")
+        return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared) | models.Q(pk__in=viewing))
+
+    def editable_by(self, user: Any) -> StudyQuerySet:
+        """The studies this user may change: as :meth:`visible_to`, without the ones they are a viewer of."""
         if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
             return self.none()
         if user.is_superuser:
@@ -230,16 +269,68 @@ class Study(models.Model):
         help_text="Optional Prolific completion code for workers who decline consent; empty = they are asked "
         "to return the study on Prolific.",
     )
+    # Waves (prolific/, docs/operations.md "Running a study on Prolific"): the worker's sessions in the order
+    # they do them, cut into visits. "2,4" = wave 1 is the first 2 sessions, wave 2 up to the 4th, wave 3 the rest.
+    wave_sessions = models.CharField(
+        max_length=100,
+        blank=True,
+        validators=[RegexValidator(r"^\s*\d+(\s*,\s*\d+)*\s*$", "Whole numbers separated by commas, e.g. 2,4.")],
+        help_text="For a study run in waves (several Prolific studies): after how many of a worker's sessions "
+        "(counted over their episodes in order) each wave but the last ends, e.g. '2,4' for three waves; the "
+        "worker stops there until they are let into the next wave. Empty = one visit.",
+    )
     pilot = models.BooleanField(
         default=False,
         help_text="Pilot: not for publication. Set when the study is opened with an arm that failed its readiness checks.",
+    )
+    # Privacy (docs/privacy.md): after this many days from a worker's last visit, the retention sweep
+    # (chat.privacy.sweep_retention) pseudonymises them (drops the raw Prolific IDs) or also deletes their transcripts.
+    retention_days = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(36500)],
+        help_text="Days after a worker's last visit before the retention action runs; empty = keep until deleted by hand.",
+    )
+    retention_action = models.CharField(
+        max_length=20,
+        choices=RETENTION_ACTIONS,
+        default="pseudonymise",
+        help_text="Pseudonymise: drop the raw Prolific IDs and keep the data. Delete transcripts: also delete the "
+        "messages, memory states and snapshots, LLM-call records and annotation items (ratings stay).",
+    )
+    # Persona cards (docs/memory-systems.md, "Persona cards and probes"): workers play a fictional person drawn
+    # per episode from a bank, the card changes between sessions as the event script says, and what the arm
+    # remembered of it is probed.
+    persona_cards = models.BooleanField(
+        default=False,
+        help_text="Workers chat as a fictional persona drawn per episode from a card bank (no real personal "
+        "data), bring up its facts as the event script says, and the bot's memory of them is probed.",
+    )
+    card_bank = models.ForeignKey(
+        CardBank,
+        null=True,
+        blank=True,
+        related_name="studies",
+        on_delete=models.PROTECT,
+        help_text="Empty = the bank that ships with memeval (12 fictional people).",
+    )
+    card_script = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The event script (JSON); empty = the default: one update and one forget.",
     )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     shared_with = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,
         related_name="shared_studies",
-        help_text="Other researchers who may see and change this study (only its creator can change this list).",
+        help_text="Editors: other researchers who may see and change this study (only its owner changes this list).",
+    )
+    viewers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="viewed_studies",
+        help_text="Viewers: researchers who may see this study, its reports and queues, and change nothing.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -270,10 +361,12 @@ class Study(models.Model):
         return self.participants.taking_a_place(self, now).count()
 
     def is_full(self, now: dt.datetime | None = None) -> bool:
-        """Whether every place of the quota is taken (:meth:`places_taken`)."""
-        if self.quota is None:
+        """Whether every place of the quota is taken (:meth:`places_taken`), after :data:`quota_reached` (chat's
+        abandonment sweep of this study) when they look so: a place of a worker who left is freed at once."""
+        if self.quota is None or self.places_taken(now) < self.quota:
             return False
-        return self.places_taken(now) >= self.quota
+        freed = sum(int(n or 0) for _receiver, n in quota_reached.send(sender=Study, study=self))
+        return not freed or self.places_taken(now) >= self.quota
 
     def new_participants_last_minute(self, now: dt.datetime | None = None) -> int:
         """Participants made in the last 60 s (the study's ``max_new_participants_per_minute``)."""
@@ -283,6 +376,29 @@ class Study(models.Model):
     def is_visible_to(self, user: Any) -> bool:
         """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
         return Study.objects.visible_to(user).filter(pk=self.pk).exists()
+
+    def is_owner(self, user: Any) -> bool:
+        """The study's owner: its creator, or a superuser when nobody created it (made by a command). Only the owner
+        sees a worker's raw Prolific ID and deletes a worker's data."""
+        if not getattr(user, "is_active", False) or user.pk is None:
+            return False
+        if self.created_by_id is None:
+            return bool(user.is_superuser)
+        return bool(user.pk == self.created_by_id)
+
+    def role_of(self, user: Any) -> str:
+        """``owner``, ``editor``, ``viewer`` or "" (none): the user's role in this study (a superuser who is not its
+        owner is an editor of every study)."""
+        if self.is_owner(user):
+            return "owner"
+        if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+            return ""
+        if user.is_superuser or self.shared_with.filter(pk=user.pk).exists():
+            return "editor"
+        return "viewer" if self.viewers.filter(pk=user.pk).exists() else ""
+
+    def can_change(self, user: Any) -> bool:
+        return self.role_of(user) in ("owner", "editor")
 
     def can_share(self, user: Any) -> bool:
         """Only the creator (or a superuser) decides who else sees the study."""
@@ -329,8 +445,15 @@ class Study(models.Model):
     @property
     def worker_instructions(self) -> str:
         """The instructions as workers read them: the default sentence about the gap ("for example one week")
-        follows the study's configured gap; text a researcher wrote themselves is shown as written."""
-        return self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        follows the study's configured gap; with persona cards, the worker is told to play the card
+        (:data:`PERSONA_SENTENCE`, instead of the default sentence about their own life, or after the text a
+        researcher wrote); text a researcher wrote themselves is otherwise shown as written."""
+        text = self.instructions.replace(DEFAULT_GAP_SENTENCE, self.gap_sentence)
+        if self.persona_cards:
+            text = text.replace(DEFAULT_LIFE_SENTENCE, PERSONA_SENTENCE)
+            if PERSONA_SENTENCE not in text:
+                text = f"{text.rstrip()}\n\n{PERSONA_SENTENCE}"
+        return text
 
     def gap_values(self) -> list[float]:
         """Every gap :meth:`draw_gap` can draw, equally likely (whole days of the range, or the fixed gap);
@@ -389,6 +512,10 @@ class Study(models.Model):
         """The study's active quality-control arm, if it has one."""
         return self.arms.filter(is_qc=True, active=True).order_by("id").first()
 
+    def wave_ends(self) -> list[int]:
+        """The session counts at which each wave but the last ends (:attr:`wave_sessions`), increasing."""
+        return sorted({int(n) for n in self.wave_sessions.replace(" ", "").split(",") if n.isdigit() and int(n) > 0})
+
     def session_start(self, session_index: int) -> dt.datetime:
         """The simulated clock at the start of session k (1-based) with a fixed gap. With a gap range
         the platform draws each gap and stores it with the session (``ChatSession.gap_days``)."""
@@ -397,6 +524,14 @@ class Study(models.Model):
     def has_episodes(self) -> bool:
         """Whether any worker has started an episode (the design is frozen from then on)."""
         return self.participants.filter(episodes__isnull=False).exists()
+
+    def persona_bank(self) -> cards.Bank:
+        """The study's card bank: its imported one, or the one that ships."""
+        return self.card_bank.bank() if self.card_bank is not None else cards.load_bank()
+
+    def persona_script(self) -> cards.Script:
+        """The study's event script: its own, or the default one (``memory/data/cards/script.json``)."""
+        return cards.parse_script(self.card_script) if self.card_script else cards.load_script()
 
     def add_default_metrics(self) -> None:
         for i, (key, statement) in enumerate(DEFAULT_METRICS):
@@ -532,44 +667,19 @@ class AttentionCheck(models.Model):
         return f"check.{self.pk}"
 
 
-# A place is reserved when a worker's first session opens, and held once they have sent a message; a
-# reservation nobody writes in gives its place back after this long (docs/worker-quality.md, "Timing").
-PLACE_RESERVED_MINUTES = 10
-
-
-class ParticipantQuerySet(models.QuerySet["Participant"]):
-    def holding_a_place(self) -> ParticipantQuerySet:
-        """Participants who have not given up their participation: not declined, not abandoned."""
-        return self.filter(declined_at__isnull=True, abandoned_at__isnull=True)
-
-    def taking_a_place(self, study: Study, now: dt.datetime | None = None) -> ParticipantQuerySet:
-        """Participants who count against ``study``'s quota now. Opening the link, reading the consent page or
-        consenting takes no place (invented Prolific IDs cannot fill a study that way). A place is taken by:
-
-        - a participant who finished;
-        - one who has written in a session (``first_message_at``) and was seen within the study's
-          "abandoned after" minutes: the place is free the moment they pass it, not at the next sweep;
-        - one whose first session opened (``started_at``) less than :data:`PLACE_RESERVED_MINUTES` ago and
-          who has not written yet (the place is kept for them while they read the instructions)."""
-        now = now or timezone.now()
-        seen = now - dt.timedelta(minutes=int(study.abandon_after_minutes))
-        reserved = now - dt.timedelta(minutes=PLACE_RESERVED_MINUTES)
-        return self.holding_a_place().filter(
-            models.Q(completed_at__isnull=False)
-            | models.Q(first_message_at__isnull=False, last_seen_at__gte=seen)
-            | models.Q(first_message_at__isnull=True, started_at__gte=reserved)
-        )
-
-
 class Participant(models.Model):
     """A pseudonymous worker: a Prolific PID or an in-house invite id. No account, no password."""
 
     class Source(models.TextChoices):
         PROLIFIC = "prolific", "Prolific"
         INVITE = "invite", "Invite link"
+        PREVIEW = "preview", "Researcher's preview"  # studies/preview.py: never data, deleted when the study opens
 
     study = models.ForeignKey(Study, related_name="participants", on_delete=models.CASCADE)
     external_id = models.CharField(max_length=128)
+    pseudonym = models.CharField(max_length=16, default=new_pseudonym, editable=False)
+    # when the retention sweep ran for this worker (chat.privacy): their raw IDs are gone from then on
+    pseudonymised_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices)
     prolific_study_id = models.CharField(max_length=128, blank=True)
     # The Prolific submission (SESSION_ID) whose link made this participant: a PID belongs to a submission
@@ -587,14 +697,24 @@ class Participant(models.Model):
     last_seen_at = models.DateTimeField(default=timezone.now)
     declined_at = models.DateTimeField(null=True, blank=True)
     abandoned_at = models.DateTimeField(null=True, blank=True)
+    # A study in waves (Study.wave_sessions): the wave this worker may do now (raised when they are let into the
+    # next one: prolific.services.move_completers), and since when they wait at the end of one (not abandoned).
+    wave = models.PositiveSmallIntegerField(default=1)
+    paused_at = models.DateTimeField(null=True, blank=True)
 
     objects = ParticipantQuerySet.as_manager()
 
     class Meta:
         unique_together = [("study", "external_id")]
+        constraints = [models.UniqueConstraint(fields=["study", "pseudonym"], name="participant_pseudonym_unique")]
 
     def __str__(self) -> str:
-        return f"{self.study.slug}:{self.external_id}"
+        return f"{self.study.slug}:{self.pseudonym}"  # never the raw ID: admin log entries keep this text
+
+    @property
+    def raw_id(self) -> str:
+        """The ID the worker came with, without its source prefix (a Prolific PID, an invite id); the owner's only."""
+        return self.external_id.split(":", 1)[-1]
 
     def give_consent(self) -> bool:
         """Record the worker's consent (the first time counts; consent after a decline withdraws the decline);
@@ -639,3 +759,41 @@ class Participant(models.Model):
 
 
 LAST_SEEN_RESOLUTION = dt.timedelta(seconds=30)
+
+
+INVITATION_MAX_AGE = dt.timedelta(days=7)
+
+
+class StudyInvitation(models.Model):
+    """The owner's invitation of a co-researcher to one study with a role (``studies/team.py``). The link carries a
+    random key; only its SHA-256 is stored, so the database cannot be read for a working link. One use, 7 days."""
+
+    class Role(models.TextChoices):
+        EDITOR = "editor", "Editor: sees and changes the study"
+        VIEWER = "viewer", "Viewer: sees the study, changes nothing"
+
+    study = models.ForeignKey(Study, related_name="invitations", on_delete=models.CASCADE)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.EDITOR)
+    note = models.CharField(max_length=200, blank=True, help_text="Whom it is for (for you; not sent anywhere).")
+    key_sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, related_name="+", on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, related_name="+", on_delete=models.SET_NULL
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"invitation to {self.study.slug} as {self.role}"
+
+    @property
+    def expires_at(self) -> dt.datetime:
+        return self.created_at + INVITATION_MAX_AGE
+
+    @property
+    def usable(self) -> bool:
+        return self.accepted_at is None and self.revoked_at is None and timezone.now() < self.expires_at

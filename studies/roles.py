@@ -1,7 +1,10 @@
 """Who may do what, for every app: one predicate and one view decorator per role (and the typed
 request of an htmx-aware view).
 
-* A **researcher** is an active staff user: study design, transcripts, arm names, reports, queues.
+* A **researcher** is an active staff user: study design, transcripts, arm names, reports, queues. Per study, a
+  researcher is its **owner** (its creator), an **editor** (``Study.shared_with``) or a **viewer**
+  (``Study.viewers``): viewers see the study, its reports and queues and change nothing (:func:`study_for`); only
+  the owner invites (studies/team.py), sees raw worker IDs and deletes workers (docs/privacy.md).
 * An **annotator** is an active user in the ``annotators`` group, or a researcher (who may try the
   annotation screens).
 * A **worker** has no login at all: only a participant bound to their Django session
@@ -21,7 +24,10 @@ from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import get_object_or_404
 from django_htmx.middleware import HtmxDetails
+
+from studies.models import Study
 
 ANNOTATOR_GROUP = "annotators"
 
@@ -70,3 +76,15 @@ researcher_required = _role_required(is_researcher, "Researchers only.")
 researcher_required.__doc__ = "The view is for researchers (active staff users)."
 annotator_required = _role_required(is_annotator, "Annotators only.")
 annotator_required.__doc__ = "The view is for annotators (active users in the annotators group) and researchers."
+
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def study_for(request: HttpRequest, slug: str, *, change: bool | None = None) -> Study:
+    """The study ``slug`` if the user may see it (404 otherwise). A change (``change=True``, or by default any
+    request that is not GET/HEAD/OPTIONS) needs the owner's or an editor's role: a viewer gets 403."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    if (request.method not in SAFE_METHODS if change is None else change) and not study.can_change(request.user):
+        raise PermissionDenied("You are a viewer of this study: only its owner and editors change it.")
+    return study

@@ -17,16 +17,20 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count, Prefetch, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from chat import armjobs
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from memory import display, vectors
+from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
-from studies import memorycompat
+from runtime import kinds
+from runtime.models import Job
+from studies import memorycompat, personas, preview
+from studies.cardbank import CardBank
 from studies.forms import (
     ArmFormSet,
     AttentionFormSet,
@@ -35,13 +39,14 @@ from studies.forms import (
     NewStudyForm,
     SharingForm,
     StudyForm,
+    TeamInviteForm,
     check_design,
     design_warnings,
     open_problems,
 )
-from studies.models import Arm, Study
+from studies.models import Arm, Participant, Study
 from studies.participants import invite_url
-from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required
+from studies.roles import AuthenticatedHttpRequest, HtmxHttpRequest, researcher_required, study_for
 
 PROLIFIC_QUERY = "PROLIFIC_PID={{%PROLIFIC_PID%}}&STUDY_ID={{%STUDY_ID%}}&SESSION_ID={{%SESSION_ID%}}"
 EPISODES_PER_PAGE = 50
@@ -51,6 +56,8 @@ EXPORT_KINDS = [
     ("transcripts", "Transcripts"),
     ("memory", "Memory after each session"),
     ("llm-calls", "LLM calls (prompts and replies)"),
+    ("personas", "Persona cards and event scripts"),
+    ("probes", "Memory probes (answers, scores, stages)"),
 ]
 
 
@@ -106,6 +113,10 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
     instance = study or Study()
     data = request.POST if request.method == "POST" else None
     form = form_class(data, instance=instance)
+    banks = CardBank.objects.visible_to(request.user)
+    if instance.card_bank_id is not None:  # the bank a shared study already uses stays choosable
+        banks = banks | CardBank.objects.filter(pk=instance.card_bank_id)
+    form.fields["card_bank"].queryset = banks  # type: ignore[attr-defined]
     arms = ArmFormSet(data, instance=instance, prefix="arms")
     metrics = MetricFormSet(data, instance=instance, prefix="metrics")
     # The attention checks' formset is bound only when the page posted it (older clients and tests do not).
@@ -141,8 +152,67 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         "study": study,
         "systems": _systems_help(),
         "design_warnings": design_warnings(study) if study else [],
+        "default_script": cards.load_script().as_dict(),
     }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
+
+
+@require_POST
+@researcher_required
+def card_bank_import(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Import a persona card bank (a JSON file in memory.cards' format); back to the page it came from."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        back = reverse("studies:list")
+    upload = request.FILES.get("bank")
+    if upload is None:
+        messages.error(request, "Choose a card bank file (JSON) to import.")
+    elif (upload.size or 0) > cards.MAX_BANK_BYTES:
+        messages.error(
+            request, f"The card bank was not imported: the file is larger than {cards.MAX_BANK_BYTES // 1_000_000} MB."
+        )
+    else:
+        try:
+            bank = CardBank.from_upload(upload.read(), upload.name or "bank.json", request.user)
+        except cards.CardError as exc:
+            messages.error(request, f"The card bank was not imported: {exc}")
+        else:
+            n = len(bank.data["cards"])
+            messages.success(
+                request, f"Imported the card bank “{bank.name}” ({n} cards): choose it under Persona cards."
+            )
+    return redirect(back)
+
+
+@researcher_required
+def card_bank_download(request: HttpRequest, bank: str) -> HttpResponse:
+    """A card bank as JSON: ``default`` is the one that ships (its file as it is), else an imported one."""
+    if bank == "default":
+        body = (cards.CARDS_DIR / "bank.json").read_bytes()
+        name = "memeval-cards.json"
+    else:
+        if not bank.isdigit():
+            raise Http404("No such card bank")
+        row = get_object_or_404(CardBank.objects.visible_to(request.user), pk=int(bank))
+        body = json.dumps(row.data, ensure_ascii=False, indent=1).encode()
+        name = row.source or f"card-bank-{row.pk}.json"
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@researcher_required
+def card_script_download(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's event script as JSON (its own or the default), for ``python -m memory eval ARM --dataset cards
+    BANK --script FILE``: piloting the arms offline on the study's own cards and script."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    try:
+        body = json.dumps(study.persona_script().as_dict(), ensure_ascii=False, indent=1).encode()
+    except cards.CardError as exc:
+        raise Http404(f"The study's event script cannot be read: {exc}") from exc
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{study.slug}-card-script.json"'
+    return response
 
 
 @researcher_required
@@ -152,13 +222,13 @@ def study_create(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @researcher_required
 def study_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
-    return _edit(request, get_object_or_404(Study.objects.visible_to(request.user), slug=slug))
+    return _edit(request, study_for(request, slug, change=True))
 
 
 @require_POST
 @researcher_required
 def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     before = study.metrics.count()
     study.add_default_metrics()
     added = study.metrics.count() - before
@@ -171,7 +241,7 @@ def study_add_default_metrics(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     status = request.POST.get("status", "")
     pilot = request.POST.get("pilot") == "1" or study.pilot  # a pilot stays a pilot when it is reopened
     if status not in Study.Status.values:
@@ -193,6 +263,8 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
             study.pilot = True
             fields.append("pilot")
         study.save(update_fields=fields)
+        if status == Study.Status.OPEN:
+            preview.end_previews(study)  # a preview is never data (studies/preview.py)
         note = " as a pilot: not for publication" if study.pilot and status == Study.Status.OPEN else ""
         messages.success(request, f"The study is now {study.get_status_display().lower()}{note}.")
     return redirect(study)
@@ -212,7 +284,7 @@ def _bad_request(request: HttpRequest, study: Study, text: str) -> HttpResponse:
 def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
     """Start the readiness checks (``kind=readiness``) or the automatic evaluation (``kind=evaluation``)
     of one arm (``arm``) or of every active arm, as background jobs."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     kind = request.POST.get("kind", ArmJob.Kind.READINESS)
     if kind not in ArmJob.Kind.values:
         messages.error(request, "Unknown kind of check.")
@@ -247,9 +319,17 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
+
+
+@researcher_required
+def study_jobs(request: HttpRequest, slug: str) -> HttpResponse:
+    """The study's background jobs alone (htmx polls it while one is live)."""
+    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    armjobs.redispatch_overdue(study)
+    return render(request, "studies/researcher/detail.html#jobs", _jobs_context(study))
 
 
 @dataclass
@@ -334,14 +414,39 @@ def _readiness_context(study: Study) -> dict[str, Any]:
         "jobs_running": any(r.state == "checking" for r in rows)
         or any(not j.finished and not j.lost for j in evaluations.values()),
         "not_ready": [r for r in rows if r.blocks_opening],
-        "preflight_available": memorycompat.preflight_available(),
         # the active arms whose replies come from the embedded demo model (the QC arm calls no model)
         "demo_arms": [r.arm for r in rows if r.arm.active and not r.arm.is_qc and r.arm.resolved_backend == "local"],
     }
 
 
+def _jobs_context(study: Study) -> dict[str, Any]:
+    """The study's background jobs (runtime.Job with scope ``study:<pk>``): every live one (queued, waiting
+    to retry, running with its progress), the latest failures with their reasons, the latest finished
+    checks, evaluations and simulations, and counts per kind (with how many needed more than one attempt)."""
+    scope = Job.objects.filter(scope=f"study:{study.pk}")
+    live = list(scope.filter(status__in=Job.LIVE).order_by("created_at", "id")[:50])
+    failed = list(scope.filter(status=Job.Status.FAILED).order_by("-finished_at", "-id")[:10])
+    finished = list(scope.filter(status=Job.Status.DONE).exclude(lane="reply").order_by("-finished_at", "-id")[:10])
+    counts: dict[str, dict[str, int]] = {}
+    rows = scope.values_list("kind", "status").annotate(n=Count("id"), retried=Count("id", filter=Q(attempts__gt=1)))
+    for kind, status, n, retried in rows.order_by("kind"):
+        count = counts.setdefault(kind, {**dict.fromkeys(Job.Status.values, 0), "retried": 0})
+        count[status] = n
+        count["retried"] += retried  # jobs that needed more than one attempt, however they ended
+    declared = kinds.declared()
+    label = {name: declared[name].label if name in declared else name for name in counts}
+    return {
+        "study": study,
+        "live_jobs": live,
+        "failed_jobs": failed,
+        "finished_jobs": finished,
+        "job_counts": [{"kind": k, "label": label[k], **c} for k, c in counts.items()],
+        "jobs_live": bool(live),
+    }
+
+
 def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
-    participants = study.participants.aggregate(
+    participants = study.participants.real().aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
         completed=Count("id", filter=Q(completed_at__isnull=False)),
@@ -349,6 +454,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants["places"] = study.places_taken()  # what the quota counts (Study.is_full)
     episodes = (
         Episode.objects.filter(participant__study=study)
+        .exclude(participant__source=Participant.Source.PREVIEW)
         .select_related("arm", "participant")
         .annotate(n_rated=Count("sessions", filter=Q(sessions__status=ChatSession.Status.DONE)))
         .order_by("-created_at", "-id")
@@ -366,15 +472,31 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "statuses": Study.Status,
         "sharing_form": SharingForm(instance=study) if study.can_share(request.user) else None,
         "shared_with": study.shared_with.order_by("username"),
+        "viewers": study.viewers.order_by("username"),
+        "my_role": study.role_of(request.user),
+        "team_form": TeamInviteForm(),
+        "invitations": study.invitations.select_related("accepted_by")[:20] if study.can_share(request.user) else [],
+        "team_link": _team_link(request, study),
         "retention": _retention(study),
+        "personas": personas.preview(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
+        **_jobs_context(study),
     }
+
+
+def _team_link(request: HttpRequest, study: Study) -> dict[str, str] | None:
+    """The invitation link just made (studies.team.invite), shown once."""
+    link = request.session.get("team_link")
+    if link and link.get("study") == study.pk:
+        del request.session["team_link"]
+        return dict(link)
+    return None
 
 
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
 
@@ -383,14 +505,15 @@ def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     """The creator chooses the other researchers who may see and change the study."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     if not study.can_share(request.user):
         raise PermissionDenied("Only the study's creator can change who it is shared with.")
     form = SharingForm(request.POST, instance=study)
     if form.is_valid():
         form.save()
         names = ", ".join(u.username for u in study.shared_with.order_by("username")) or "nobody"
-        messages.success(request, f"The study is now shared with {names}.")
+        viewers = ", ".join(u.username for u in study.viewers.order_by("username")) or "nobody"
+        messages.success(request, f"The study is now shared with {names} (editors) and {viewers} (viewers).")
     else:
         messages.error(
             request, "Sharing not changed: " + "; ".join(str(e) for errs in form.errors.values() for e in errs)
@@ -402,7 +525,7 @@ def study_share(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
 @researcher_required
 def study_invite(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Signed invite links for in-house workers (the signer lives in studies.participants)."""
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     form = InviteForm(request.POST)
     context = _study_context(request, study)
     context["invite_form"] = form
@@ -434,6 +557,7 @@ class SessionView:
     trace_extra_json: str = ""
     memory_blocks: list[display.Block] = field(default_factory=list)
     trace_blocks: list[display.Block] = field(default_factory=list)
+    probes: list[Any] = field(default_factory=list)  # chat.ProbeResult rows (persona cards)
     memory_note: str = ""  # said instead of the memory when it shows nothing (pending, failed, empty)
 
 
@@ -448,6 +572,7 @@ def _session_view(session: ChatSession) -> SessionView:
         ratings=list(session.ratings.all()),
         calls=list(session.llm_calls.all()),
         snapshot=snapshot,
+        probes=list(session.probes.all()),
     )
     if snapshot is not None:
         trace = snapshot.trace or {}
@@ -482,9 +607,28 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
     return "The memory is empty after this session."
 
 
+def personas_of_episode(episode: Episode) -> dict[str, Any] | None:
+    """The episode's persona card as the episode page shows it (None without one)."""
+    persona = episode.persona or {}
+    card = persona.get("card")
+    if not card:
+        return None
+    slots = persona.get("slots", {})
+    facts = [
+        {"label": slots.get(k, {}).get("label", k), "value": f.get("value", ""),
+         "update": (f.get("update") or {}).get("value", "")}
+        for k, f in card.get("facts", {}).items()
+    ]  # fmt: skip
+    events = [
+        {"session": e["session"], "op": e["op"], "label": slots.get(e["slot"], {}).get("label", e["slot"])}
+        for e in (persona.get("script") or {}).get("events", [])
+    ]
+    return {"id": card.get("id", ""), "bank": persona.get("bank", {}), "facts": facts, "events": events}
+
+
 @researcher_required
 def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
+    study = study_for(request, slug)
     episode = get_object_or_404(Episode.objects.select_related("arm", "participant"), pk=pk, participant__study=study)
     sessions = episode.sessions.select_related("snapshot").prefetch_related(
         "messages",
@@ -492,6 +636,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "attention_responses__item",
         Prefetch("ratings", queryset=Rating.objects.select_related("metric").order_by("metric__order", "metric__id")),
         "llm_calls",
+        "probes",
     )
     other_episodes = (
         Episode.objects.filter(participant=episode.participant).exclude(pk=episode.pk).select_related("arm")
@@ -502,6 +647,7 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "participant": episode.participant,
         "sessions": [_session_view(s) for s in sessions],
         "other_episodes": other_episodes,
+        "persona": personas_of_episode(episode),
         "params": [
             {"name": k, "value": json.dumps(v), "overridden": k in (episode.arm.params or {})}
             for k, v in episode.arm.effective_params().items()

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from chat import armjobs, leases
 from chat.models import ArmJob
 from memory.embed import HashingEmbedder
 from memory.llm import ScriptedLLM
+from runtime import executor, leases
+from runtime.models import Job
 from studies import memorycompat
 from studies.models import Arm, Study
-from studies.tests.conftest import make_finished_episode, make_ready
+from studies.tests.conftest import arm_job, make_finished_episode, make_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -124,10 +125,9 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     study.status = Study.Status.DRAFT
     study.save()
     arm = study.arms.get(memory_system="none")
-    running = ArmJob.objects.create(  # a live job: its heartbeat holds the lease (chat/leases.py)
-        arm=arm, kind="readiness", status="running", config=arm.llm_config(), done=2, total=5, step="replies 2/5",
-        lease_until=leases.later(600),
-    )  # fmt: skip
+    running = arm_job(  # a live job: its heartbeat holds the lease (runtime/leases.py)
+        arm, status="running", attempts=1, done=2, total=5, step="replies 2/5", lease_until=leases.later(600)
+    )
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
     page.set_default_timeout(20_000)
@@ -139,7 +139,8 @@ def test_a_researcher_sees_arm_readiness_and_opens_the_study_as_a_pilot_in_the_b
     assert card.locator("tr", has_text="Full history").locator(".readiness-not_checked").is_visible()
     assert "2/5 replies 2/5" in card.locator("tr", has_text="No memory").inner_text()
     result = {"arm": "none", "backend": "scripted", "model": "scripted", "ready": False, "checks": [FAILED]}
-    ArmJob.objects.filter(pk=running.pk).update(status="done", done=5, result=result)
+    ArmJob.objects.filter(pk=running.pk).update(result=result)
+    Job.objects.filter(pk=running.job.pk).update(status="done", done=5)
     card.locator("tr", has_text="No memory").locator(".readiness-not_ready").wait_for()  # htmx polled the card
 
     page.click("#readiness button:has-text('Check every arm')")
@@ -172,7 +173,8 @@ def test_a_researcher_sees_the_demo_model_up_front_and_a_rule_based_arms_two_ver
     no model call) and queues the reply model; the queue is held here and the reply model's verdict is
     written by the test (the real checks on the scripted backend, which echoes), as a worker would."""
     settings.CHAT_JOB_MODE = "inline"
-    monkeypatch.setattr(armjobs, "_dispatch", lambda job_id: None)  # the reply model's run waits in the queue
+    # the reply model's run waits in the queue
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
     study.status = Study.Status.DRAFT
     study.save()
     Arm.objects.create(study=study, name="Demo summary", memory_system="memory_update", llm_backend="local")
@@ -199,9 +201,8 @@ def test_a_researcher_sees_the_demo_model_up_front_and_a_rule_based_arms_two_ver
     result = memorycompat.run_preflight(
         "full_history", ScriptedLLM(model="scripted"), embedder=HashingEmbedder(), params={}, backend="scripted"
     )
-    ArmJob.objects.filter(pk=job.pk).update(
-        status="done", done=30, total=30, result=result, finished_at=leases.later(0)
-    )
+    ArmJob.objects.filter(pk=job.pk).update(result=result)
+    Job.objects.filter(pk=job.job.pk).update(status="done", done=30, total=30, finished_at=leases.later(0))
     row.locator(".verdict-reply_model.verdict-not_ready").wait_for()  # htmx polled the card
     assert row.locator(".verdict-mechanism").inner_text() == "memory mechanism: ready"
     assert row.locator(".verdict-reply_model").inner_text().startswith("reply model: not ready failed ")

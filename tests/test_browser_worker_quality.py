@@ -136,9 +136,15 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         page.wait_for_selector("#quality-table")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "researcher-worker-quality.png"), full_page=True)
-        # rows are named by pseudonym (P<id>, as in every export); the Prolific ID is shown beside it
-        careless = page.locator("#quality-table tbody tr", has_text="careless-1")
-        attentive = page.locator("#quality-table tbody tr", has_text="attentive-1")
+        # workers are pseudonyms; the owner (a superuser: nobody created this study) asks for each raw ID
+        rows = page.locator("#quality-table tbody tr[data-worker]")
+        by_raw_id = {}
+        for i in range(rows.count()):
+            row = rows.nth(i)
+            assert row.get_attribute("data-worker").startswith("W-") and "careless" not in row.inner_text()
+            row.get_by_role("button", name="Show raw ID").click()
+            by_raw_id[row.locator(".raw-id").inner_text().strip()] = row
+        careless, attentive = by_raw_id["careless-1"], by_raw_id["attentive-1"]
         assert "flagged" in (careless.get_attribute("class") or "")
         reasons = careless.locator("td.reasons").inner_text()
         assert "of the text was pasted" in reasons and "failed 1 of 1 attention check" in reasons

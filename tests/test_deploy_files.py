@@ -50,7 +50,7 @@ def settings_env_names() -> set[str]:
 def test_compose_has_the_production_shape() -> None:
     assert {"postgres", "redis", "web", "worker"} <= set(SERVICES)
     assert "daphne" in SERVICES["web"]["command"] and "evalsite.asgi:application" in SERVICES["web"]["command"]
-    for name in ("web", "worker", "memory-worker"):
+    for name in ("web", "worker", "memory-worker", "long-worker"):
         deps = SERVICES[name]["depends_on"]
         assert deps["postgres"]["condition"] == "service_healthy"
         assert deps["redis"]["condition"] == "service_healthy"
@@ -62,6 +62,7 @@ def test_compose_workers_consume_every_celery_queue() -> None:
     from django.conf import settings
 
     queues = {q.name for q in settings.CELERY_TASK_QUEUES}
+    assert set(settings.RUNTIME_LANE_QUEUES.values()) <= queues  # every lane of the job runtime has its queue
     assert {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()} <= queues
     consumed: set[str] = set()
     for service in SERVICES.values():
@@ -175,7 +176,7 @@ def test_a_second_web_process_is_an_opt_in_copy_of_web_on_its_own_port() -> None
 
 def test_the_workers_can_be_scaled_in_place_but_beat_cannot() -> None:
     """`docker compose up --scale worker=N` needs services without a fixed host port or container name."""
-    for name in ("worker", "memory-worker"):
+    for name in ("worker", "memory-worker", "long-worker"):
         assert "ports" not in SERVICES[name] and "container_name" not in SERVICES[name]
     compose_text = (ROOT / "docker-compose.yml").read_text()
     assert "--scale worker=" in compose_text and "Never scale beat" in compose_text

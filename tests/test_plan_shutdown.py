@@ -12,6 +12,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.live import daphne_command, free_port, prepare_site, site_env
 
 SETUP = """
@@ -73,17 +75,16 @@ def test_daphne_stops_at_sigterm_while_the_largest_power_simulation_runs(tmp_pat
         poll = urllib.request.Request(f"{base}{job}/", headers={"Cookie": cookie})
         end = time.monotonic() + 90
         while "Simulating studies" not in opener.open(poll, timeout=30).read().decode():
-            assert time.monotonic() < end, "the simulation never started"
+            if time.monotonic() >= end:
+                pytest.fail("the simulation never started")
             time.sleep(0.5)
         time.sleep(2)  # well into its CPU-bound search
         running = children(server.pid)
         server.send_signal(signal.SIGTERM)
-        started = time.monotonic()
         try:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             raise AssertionError("daphne kept running 20 s after SIGTERM") from None
-        assert time.monotonic() - started < 20
         time.sleep(1)
         for pid in running:  # the simulation's process went with it
             assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()

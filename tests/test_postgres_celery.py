@@ -54,8 +54,9 @@ def celery_worker(tmp_path: Path, worker_database_url: str) -> Iterator[Path]:
     }
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "evalsite", "worker", "--pool=solo", "-c", "1",
-             "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            ["sh", "-c", 'echo "pid $$"; exec "$0" "$@"', sys.executable, "-m", "celery", "-A", "evalsite",
+             "worker", "--pool=solo", "-c", "1", "--loglevel=INFO", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
@@ -99,16 +100,19 @@ def _ended_session(study: Study) -> ChatSession:
 
 
 @pytest.mark.django_db(transaction=True)  # committed rows, so the worker process sees them
-def test_a_real_celery_worker_process_runs_the_memory_update_task_once(study: Study, celery_worker: Path) -> None:
-    from chat.tasks import update_memory
+def test_a_real_celery_worker_process_runs_the_memory_update_job_once(
+    study: Study, celery_worker: Path, settings: Any
+) -> None:
+    from chat import memory_updates
     from evalsite.celery import app
+    from runtime.tasks import run_job
 
+    settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
     assert not app.conf.task_always_eager, "the task must go through Redis to the worker process"
-    assert app.amqp.router.route({}, "chat.tasks.update_memory")["queue"].name == "memory"
     assert ".> memory" in celery_worker.read_text()  # a plain worker (no -Q) consumes the memory queue too
     session = _ended_session(study)
 
-    update_memory.delay(session.pk)
+    job = memory_updates.submit_memory_update(session)
     _wait_for(
         lambda: MemorySnapshot.objects.filter(session=session, status=MemorySnapshot.Status.DONE).exists(),
         60, "the worker to store the memory snapshot", celery_worker,
@@ -124,11 +128,13 @@ def test_a_real_celery_worker_process_runs_the_memory_update_task_once(study: St
     episode = Episode.objects.get(pk=session.episode_id)
     assert episode.memory_state == snapshot.state
     assert episode.sessions.get(index=2).status == ChatSession.Status.READY
-    assert "chat.tasks.update_memory" in celery_worker.read_text()
+    assert "runtime.tasks.run_job" in celery_worker.read_text()
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.lane) == ("done", 1, "memory")
     finished = snapshot.finished_at
 
     # Redelivery (acks_late) may run the task twice: the second run changes nothing.
-    update_memory.delay(session.pk)
+    run_job.apply_async(args=(job.pk,), queue="memory")
     _wait_for(lambda: celery_worker.read_text().count("succeeded") >= 2, 60, "the second run", celery_worker)
     snapshot.refresh_from_db()
     assert (snapshot.attempts, snapshot.finished_at) == (1, finished)
@@ -167,15 +173,16 @@ def test_the_redis_channel_layer_carries_a_group_message_from_another_process(se
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_real_celery_worker_runs_an_arm_job_on_the_memory_queue_and_writes_its_progress(
+def test_a_real_celery_worker_runs_an_arm_job_on_the_long_queue_and_writes_its_progress(
     study: Study, celery_worker: Path, settings: Any
 ) -> None:
     from chat import armjobs
     from chat.models import ArmJob
-    from evalsite.celery import app
+    from runtime import executor
 
     settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
-    assert app.amqp.router.route({}, armjobs.TASK_NAME)["queue"].name == "memory"
+    assert executor.queue_of(armjobs.EVALUATION.lane) == "long"
+    assert ".> long" in celery_worker.read_text()  # a plain worker (no -Q) consumes it
     arm = study.arms.get(memory_system="full_history")
     job = armjobs.start(arm, ArmJob.Kind.EVALUATION, {"dataset": "gvd", "max_questions": 1})
     _wait_for(lambda: ArmJob.objects.get(pk=job.pk).finished, 120, "the worker to finish the evaluation", celery_worker)
@@ -184,7 +191,7 @@ def test_a_real_celery_worker_runs_an_arm_job_on_the_memory_queue_and_writes_its
     assert job.status == ArmJob.Status.DONE, job.error
     assert job.result is not None and (job.result["arm"], job.result["questions"]) == ("full_history", 15)
     assert job.done == job.total > 15 and job.started_at is not None and job.finished_at is not None
-    assert armjobs.TASK_NAME in celery_worker.read_text()
+    assert job.job is not None and job.job.worker.endswith(f":{_worker_pid(celery_worker)}")
 
 
 class _Held(ScriptedEndpoint):
@@ -202,9 +209,9 @@ class _Held(ScriptedEndpoint):
         self.send_json(200, completion("- The user has a cat."))
 
 
-def _ran(log: Path, task: str) -> bool:
-    """Whether the worker's log shows it received the task (its banner lists every registered task)."""
-    return f"Task {task}[" in log.read_text()
+def _worker_pid(log: Path) -> int:
+    """The pid of the worker process writing ``log`` (the fixtures write it on the first line)."""
+    return int(log.read_text().split("\n", 1)[0].removeprefix("pid "))
 
 
 @pytest.fixture
@@ -235,6 +242,9 @@ def _workers(
             procs.append(
                 subprocess.Popen(
                     [
+                        "sh",
+                        "-c",
+                        'echo "pid $$"; exec "$0" "$@"',
                         sys.executable,
                         "-m",
                         "celery",
@@ -280,18 +290,22 @@ def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
 ) -> None:
     """Issue 12, item 2 in production: the memory update holds the only slot of the memory worker
     (its LLM call is held), and a worker's message still gets its reply from the reply worker."""
+    from django.db import transaction
+
     from chat import memory_updates, replies, turns
-    from evalsite.celery import app
+    from runtime import executor
+    from runtime.models import Job
 
     logs, endpoint = lane_workers
     settings.CHAT_JOB_MODE = ""  # as deployed: Celery, since it is not eager here
-    assert app.amqp.router.route({}, memory_updates.MEMORY_UPDATE_TASK)["queue"].name == "memory"
-    assert app.amqp.router.route({}, replies.REPLY_TASK)["queue"].name == "celery"
+    assert executor.queue_of(memory_updates.MEMORY_UPDATE.lane) == "memory"
+    assert executor.queue_of(replies.REPLY.lane) == "celery"
     assert ".> celery" not in logs["memory"].read_text() and ".> memory" not in logs["reply"].read_text()
 
     ended = _ended_session(study)
     Arm.objects.filter(pk=ended.episode.arm_id).update(llm_backend="openai", llm_model="fake-model")
-    memory_updates.enqueue_memory_update(ended.pk)
+    with transaction.atomic():
+        update = memory_updates.submit_memory_update(ended)
     assert endpoint.arrived.wait(60), logs["memory"].read_text()[-3000:]  # the memory worker is now busy
 
     arm = study.arms.get(memory_system="none")
@@ -307,13 +321,13 @@ def test_a_reply_is_served_by_the_reply_worker_while_the_memory_worker_is_busy(
         60, "the reply worker to write the reply", logs["reply"],
     )  # fmt: skip
     assert not MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists()
-    assert _ran(logs["reply"], replies.REPLY_TASK) and not _ran(logs["memory"], replies.REPLY_TASK)
+    reply = Job.objects.of(replies.REPLY.name, Message.objects.get(session=chatting, seq=2).pk).get()
+    assert reply.worker.endswith(f":{_worker_pid(logs['reply'])}")  # written by the reply worker
 
     endpoint.released.set()
     _wait_for(
         lambda: MemorySnapshot.objects.filter(session=ended, status=MemorySnapshot.Status.DONE).exists(),
         60, "the memory worker to finish the update", logs["memory"],
     )  # fmt: skip
-    assert _ran(logs["memory"], memory_updates.MEMORY_UPDATE_TASK) and not _ran(
-        logs["reply"], memory_updates.MEMORY_UPDATE_TASK
-    )
+    update.refresh_from_db()
+    assert update.worker.endswith(f":{_worker_pid(logs['memory'])}")  # by the memory worker

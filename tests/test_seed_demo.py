@@ -25,7 +25,7 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
-    assert Queue.objects.count() == 3  # two demo queues + the simulated study's
+    assert Queue.objects.count() == 4  # two demo queues + the simulated study's + its judge sample
 
     page = client.get("/s/demo/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1", follow=True)
     assert page.status_code == 200
@@ -149,7 +149,9 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug=demo.QUALITY_SLUG)
     assert study.qc_arm() is not None and study.attention_checks.count() == 1
-    records = {r.participant.external_id: r for r in study_quality(study)}
+    # the quality page names workers by their pseudonyms (docs/privacy.md)
+    names = dict(study.participants.values_list("pseudonym", "external_id"))
+    records = {names[r.worker]: r for r in study_quality(study)}
     flagged = {w for w, r in records.items() if r.reasons()}
     assert flagged == set(demo.CARELESS)
     assert records["quality-03"].authenticity.flags and records["quality-06"].attention_failed == 1
@@ -159,3 +161,34 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     client.force_login(User.objects.get(username="researcher"))  # client.login has no request for django-axes
     page = client.get(f"/studies/{study.slug}/quality/").content.decode()
     assert page.count('class="flagged"') >= 3 and "QC test failed" in page  # the inattentive worker fails QC too
+
+
+def test_seed_demo_gives_the_simulated_study_an_annotated_judge_sample_and_two_judges(db: Any) -> None:
+    from annotation.models import Label, Queue
+    from judges.report import study_judges_report
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug="demo-simulated")
+    queue = Queue.objects.get(study=study, kind=Queue.Kind.SCORES)
+    assert queue.items.count() == 60 and Label.objects.filter(item__queue=queue).count() == 180
+    report = study_judges_report(study, n_boot=200)
+    verdicts = {j["name"]: j["admitted"] for j in report["judges"]}
+    assert verdicts == {"Simulated judge (agrees)": True, "Simulated judge (random)": False}
+    agrees = next(j for j in report["judges"] if j["admitted"])
+    assert agrees["leniency"]["standard"]["false_acceptance"]["rate"] == 0.0
+    assert "judge Simulated judge (agrees)" in report["table"]["columns"]
+    assert any(o["automatic"] == "judge Simulated judge (agrees)" for o in report["orderings"])
+
+
+def test_seed_demo_adds_an_open_persona_card_study_with_an_update_and_a_forget(db: Any, client: Any) -> None:
+    from studies.models import Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug="demo-cards")
+    assert study.is_open and study.persona_cards and study.arms.count() == 2
+    counts = study.persona_script().counts()
+    assert counts["update"] == 1 and counts["forget"] == 1 and counts["probe"] == 1
+    from memory.cards import check_script
+
+    assert check_script(study.persona_script(), study.persona_bank()) == []

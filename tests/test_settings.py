@@ -35,7 +35,7 @@ def load_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]
 def test_the_embedded_default_needs_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(monkeypatch)
     assert s["DATABASES"]["default"]["ENGINE"] == "infra.sqlite"  # Django's, writers queued in Python
-    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "chat.layers.InMemoryChannelLayer"
+    assert s["CHANNEL_LAYERS"]["default"]["BACKEND"] == "runtime.layers.InMemoryChannelLayer"
     assert s["CELERY_TASK_ALWAYS_EAGER"] is True and s["DEBUG"] is True
     assert (s["LLM_BACKEND"], s["EMBEDDER"], s["ASGI_APPLICATION"]) == (
         "local",
@@ -55,21 +55,25 @@ def test_production_env_switches_to_postgres_and_redis(monkeypatch: pytest.Monke
 
 def test_chat_job_settings_have_defaults_and_come_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings(monkeypatch)
-    names = ["CHAT_JOB_MODE", "CHAT_RETRY_DELAYS", "CHAT_TOKEN_FLUSH_SECONDS", "CHAT_STALE_UPDATE_SECONDS",
+    names = ["CHAT_JOB_MODE", "CHAT_RETRY_DELAYS", "CHAT_TOKEN_FLUSH_SECONDS", "CHAT_MEMORY_RETRY_DELAYS",
              "CHAT_REPLY_DEADLINE_SECONDS", "CHAT_JOB_LEASE_SECONDS", "CHAT_MEMORY_TIME_LIMIT_SECONDS"]  # fmt: skip
-    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0], 0.05, 60.0, 90.0, 15.0, 600.0]
+    assert [s[n] for n in names] == ["", [1.0, 2.0, 4.0, 8.0], 0.05, [5.0, 10.0, 20.0, 30.0], 90.0, 15.0, 600.0]
+    faults = ["CHAT_RETRY_JITTER", "CHAT_RETRY_MAX_ATTEMPTS", "CHAT_STALL_SECONDS", "CHAT_STREAM_GRACE_SECONDS",
+              "CHAT_MIN_TOKENS_PER_SECOND", "CHAT_ATTEMPT_SECONDS", "CHAT_MEMORY_RETRY_SECONDS", "LLM_TIMEOUT_SECONDS",
+              "LLM_CONNECT_TIMEOUT_SECONDS"]  # fmt: skip
+    assert [s[n] for n in faults] == [0.5, 0, 10.0, 3.0, 3.0, 30.0, 900.0, 60.0, 5.0]
     assert s["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 900}
     s = load_settings(
         monkeypatch,
         CHAT_JOB_MODE="thread",
         CHAT_RETRY_DELAYS="0.5, 3",
         CHAT_TOKEN_FLUSH_SECONDS="0",
-        CHAT_STALE_UPDATE_SECONDS="120",
+        CHAT_MEMORY_RETRY_DELAYS="1,2",
         CHAT_REPLY_DEADLINE_SECONDS="30",
         CHAT_JOB_LEASE_SECONDS="5",
         CHAT_MEMORY_TIME_LIMIT_SECONDS="1200",
     )
-    assert [s[n] for n in names] == ["thread", [0.5, 3.0], 0.0, 120.0, 30.0, 5.0, 1200.0]
+    assert [s[n] for n in names] == ["thread", [0.5, 3.0], 0.0, [1.0, 2.0], 30.0, 5.0, 1200.0]
     assert s["CELERY_BROKER_TRANSPORT_OPTIONS"] == {"visibility_timeout": 1500}
 
 

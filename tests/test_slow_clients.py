@@ -66,10 +66,9 @@ def test_a_client_that_sends_its_body_too_slowly_is_closed_with_408(daphne: int)
 
 
 def test_a_connection_that_sends_nothing_is_closed(daphne: int) -> None:
-    start = time.monotonic()
-    with socket.create_connection(("127.0.0.1", daphne), timeout=15) as s:
-        assert s.recv(4096) == b""  # closed by the server, with nothing to say (no request was begun)
-    assert time.monotonic() - start < TIMEOUT + 3
+    with socket.create_connection(("127.0.0.1", daphne), timeout=TIMEOUT + 3) as s:
+        # closed by the server, with nothing to say (no request was begun), before the socket's own timeout
+        assert s.recv(4096) == b""
 
 
 def test_a_body_that_arrives_at_a_reasonable_pace_and_a_second_request_on_the_connection_are_served(

@@ -123,7 +123,10 @@ class TestClaimCostOnPostgres(ClaimCost):
 
     def test_with_prepared_statements_off_the_same_calls_work_unprepared(self, make_annotators, settings):
         settings.ANNOTATION_PREPARED_STATEMENTS = False
-        connection.close()  # a fresh connection: nothing prepared by the tests before
+        # nothing prepared by the tests before: the pool hands a closed connection back with its prepared
+        # statements, so they are dropped here (psycopg clears its own cache on DEALLOCATE ALL)
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
         queue = queue_with_stale_leases(make_annotators, 5, 0)
         users = make_annotators(3, prefix="unprep-")
         held = [services.claim_next_item(queue, u) for u in users]

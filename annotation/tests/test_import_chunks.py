@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from annotation import services, sources
 from annotation.models import Item, Queue
 from annotation.tests.conftest import pair_spec
-from reports.tests.test_import_chunks import in_another_connection
+from reports.tests.conftest import in_another_connection
 
 
 def specs(n: int) -> list[dict[str, Any]]:

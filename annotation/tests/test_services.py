@@ -16,7 +16,7 @@ from annotation.sources import add_items
 
 from .conftest import pair_spec
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # both SQL paths
 
 
 def label_all(queue: Queue, users: list[Any], op_for: Any) -> None:

@@ -224,6 +224,7 @@ def test_the_gold_export_downloads_jsonl(client, researcher, pair_queue, make_an
         "item": rows[0]["item"],
         "id": None,
         "unit": None,
+        "worker": None,  # an imported item: no worker of a study (an item from a study names its pseudonym)
     }
     assert response["Content-Disposition"].endswith('.jsonl"')
 

@@ -1,15 +1,25 @@
-"""Chat test helpers: a worker who entered through a Prolific link and consented, jobs run inline."""
+"""Chat test helpers: a worker who entered through a Prolific link and consented, jobs run inline; a turn
+and a rating by hand; a socket of the assembled site (the consumer tests)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat import arms, assignment
-from chat.models import ChatSession
+from chat import arms, assignment, turns
+from chat.forms import field_name
+from chat.models import ChatSession, Message
+from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.llm import ScriptedLLM
+from runtime import executor
+from runtime.models import Job
 from studies.models import Participant, Study
 
 
@@ -17,6 +27,10 @@ from studies.models import Participant, Study
 def _inline_jobs(settings: Any) -> None:
     settings.CHAT_JOB_MODE = "inline"  # replies and memory updates run in the caller, deterministically
     settings.CHAT_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_RETRY_MAX_ATTEMPTS = 4  # the default retries until the deadline: a failing reply ends sooner
+    settings.CHAT_RETRY_JITTER = 0  # exact waits (test_reply_outages.py checks the site's jittered ones)
+    settings.CHAT_MEMORY_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_MEMORY_RETRY_MAX_ATTEMPTS = 4
     settings.CHAT_TOKEN_FLUSH_SECONDS = 0  # every streamed piece is its own frame
 
 
@@ -47,3 +61,127 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Any:
         return llm
 
     return install
+
+
+@pytest.fixture
+def hold(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``hold(*lanes)``: jobs sent to the runtime in these lanes (all when none is named) are held instead
+    of run; returns the list of their ids, in the order sent. A test runs one with
+    ``runtime.jobs.run(job_id)``, or lets it be lost."""
+    real = executor.dispatch
+
+    def install(*lanes: str) -> list[int]:
+        sent: list[int] = []
+
+        def dispatch(job_id: int, lane: str, *, countdown: float = 0) -> None:
+            if lanes and lane not in lanes:
+                real(job_id, lane, countdown=countdown)
+            else:
+                sent.append(job_id)
+
+        monkeypatch.setattr(executor, "dispatch", dispatch)
+        return sent
+
+    return install
+
+
+@pytest.fixture
+def held(hold: Any) -> list[int]:
+    """Every job sent to the runtime, held instead of run (see :func:`hold`)."""
+    sent: list[int] = hold()
+    return sent
+
+
+def reply_job(message: Message) -> Job:
+    """The newest job that writes (or wrote) the reply of placeholder ``message``."""
+    found = Job.objects.of("chat.reply", message.pk).order_by("-id").first()
+    assert found is not None, f"reply {message.pk} has no job"
+    return found
+
+
+def say(session: ChatSession, text: str, client_id: str | None = None) -> Message:
+    """The worker sends ``text`` (its reply is written inline)."""
+    msg, _ = turns.post_user_message(session, client_id or f"c-{text}", text)
+    return msg
+
+
+def rate_all(client: Client, session: ChatSession, value: int = 70) -> Any:
+    """Post the rating page of ``session`` with every slider at ``value`` (and moved)."""
+    data: dict[str, Any] = {}
+    for m in session.episode.participant.study.metrics.all():
+        data[field_name(session.pk, m)] = str(value)
+        data[f"touched_{field_name(session.pk, m)}"] = "1"
+    return client.post(f"/chat/{session.pk}/rate/", data)
+
+
+# ------------------------------------------------------------------ a socket of the assembled site
+
+ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")  # as a browser sends it: the origin check compares the two (evalsite.origins)
+
+
+def socket_worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
+    """A worker whose chat page is open: their session cookie and their session's id."""
+    client = Client()
+    session = start(client, study, pid)
+    client.get(f"/chat/{session.pk}/")
+    return f"sessionid={client.cookies['sessionid'].value}".encode(), session.pk
+
+
+async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
+    from evalsite.asgi import application  # noqa: TID251  (the consumer tests drive the assembled site)
+
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, origin, (b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    assert connected
+    return comm
+
+
+async def frames(comm: WebsocketCommunicator, timeout: float = 0.5) -> str:
+    """Everything the server pushed until it goes quiet."""
+    out = [await comm.receive_from(timeout=10)]  # something always answers; then drain until quiet
+    while not await comm.receive_nothing(timeout=timeout):
+        out.append(await comm.receive_from())
+    return "".join(out)
+
+
+async def send(comm: WebsocketCommunicator, text: str, client_id: str) -> str:
+    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": client_id, "text": text}))
+    return await frames(comm)
+
+
+def _messages(session_id: int) -> list[tuple[int, str, str, str]]:
+    return list(
+        Message.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "speaker", "status", "text")
+    )
+
+
+messages_of = database_sync_to_async(_messages)
+
+
+class SeeingMemory:
+    """An arm that records the state each compose and update is given, and adds one item per turn."""
+
+    is_qc = False
+
+    def __init__(self) -> None:
+        self.composed: list[dict[str, Any]] = []
+        self.updated: list[dict[str, Any]] = []
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"items": []}
+
+    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
+        self.composed.append(state)
+        return Prompt([ChatMessage("system", "Be brief."), ChatMessage("user", session[-1].text)])
+
+    def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
+        return Prompt([ChatMessage("system", "Greet.")])
+
+    def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        self.updated.append(state)
+        return Update({"items": [*state["items"], f"turn {len(session)}"]})
+
+    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
+        self.updated.append(state)
+        return Update({"items": [*state["items"], "session end"]})

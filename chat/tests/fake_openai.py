@@ -83,6 +83,7 @@ def study_on_endpoint(settings: Any, study: Study, handler: type[H], timeout: fl
         settings.OPENAI_API_KEY = "test-key"
         settings.LLM_TIMEOUT_SECONDS = timeout
         settings.CHAT_RETRY_DELAYS = [0, 0, 0, 0]
+        settings.CHAT_RETRY_MAX_ATTEMPTS = 5
         study.arms.update(llm_backend="openai", llm_model="test-model")
         handler.plan = []
         yield handler

@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
-from chat import armjobs, leases
 from chat.models import ArmJob
 from memory import evaluation
 from memory.llm import LLM, ScriptedLLM
+from runtime import executor, leases, sweeper
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
 from studies import memorycompat
 from studies.models import Study
+from studies.tests.conftest import arm_job
 
 pytestmark = pytest.mark.django_db
 
@@ -40,13 +43,16 @@ def beats(monkeypatch: pytest.MonkeyPatch) -> list[leases.Heartbeat]:
 
 
 def take_over(job: ArmJob) -> None:
-    """Another delivery claimed the job after this run's lease lapsed (a new claim token and lease)."""
-    ArmJob.objects.filter(pk=job.pk).update(started_at=leases.later(1), lease_until=leases.later(60), done=0, step="")
+    """Another delivery claimed the job after this run's lease lapsed (its next attempt and a new lease)."""
+    Job.objects.filter(pk=job.job.pk).update(attempts=2, lease_until=leases.later(60), done=0, step="")
 
 
 def queued(study: Study, kind: str) -> ArmJob:
-    arm = study.arms.get(memory_system="none")
-    return ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config())
+    return arm_job(study.arms.get(memory_system="none"), kind)
+
+
+def run(job: ArmJob) -> None:
+    runtime_jobs.run(job.job.pk)
 
 
 def test_a_readiness_check_that_lost_its_lease_makes_no_further_llm_call(
@@ -65,7 +71,7 @@ def test_a_readiness_check_that_lost_its_lease_makes_no_further_llm_call(
         raise AssertionError("the check ran to its end")
 
     monkeypatch.setattr(memorycompat, "run_preflight", checks)
-    armjobs.run(job.pk)
+    run(job)
     job.refresh_from_db()
     assert made == [1, 2]
     assert (job.status, job.result, job.error, job.done) == ("running", None, "", 0)  # the new run's row
@@ -87,7 +93,7 @@ def test_an_evaluation_that_lost_its_lease_stops_at_its_next_progress_without_wr
         raise AssertionError("the evaluation ran to its end")
 
     monkeypatch.setattr(evaluation, "run", evaluate)
-    armjobs.run(job.pk)
+    run(job)
     job.refresh_from_db()
     assert len(made) == 2
     assert (job.status, job.done, job.step, job.result) == ("running", 0, "", None)
@@ -103,19 +109,20 @@ def test_an_evaluation_declared_lost_makes_no_further_llm_call_through_the_wrapp
         llm = kw["wrap_llm"](ScriptedLLM())
         llm.complete(HI)
         made.append(1)
-        # a page saw the lease lapse (a long pause of this worker) and failed the job
-        ArmJob.objects.filter(pk=job.pk).update(lease_until=leases.later(-1))
-        assert armjobs.fail_lost(ArmJob.objects.get(pk=job.pk))
+        # a page saw the lease lapse (a long pause of this worker) and had the sweeper take the job back
+        Job.objects.filter(pk=job.job.pk).update(lease_until=leases.later(-1))
+        assert sweeper.sweep(Job.objects.filter(pk=job.job.pk)) == [job.job.pk]
         beats[0].beat()
         llm.complete(HI)
         made.append(2)
         return {}
 
     monkeypatch.setattr(evaluation, "run", evaluate)
-    armjobs.run(job.pk)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # sent again: not run here
+    run(job)
     job.refresh_from_db()
     assert made == [1]
-    assert (job.status, job.error) == ("failed", ArmJob.LOST_ERROR)
+    assert (job.status, job.error) == ("queued", ArmJob.LOST_ERROR)  # waiting for its next attempt
 
 
 def test_a_job_that_keeps_its_lease_runs_all_its_calls_and_writes_its_progress(
@@ -131,6 +138,6 @@ def test_a_job_that_keeps_its_lease_runs_all_its_calls_and_writes_its_progress(
         return {"arm": memory_system, "ready": True, "checks": []}
 
     monkeypatch.setattr(memorycompat, "run_preflight", checks)
-    armjobs.run(job.pk)
+    run(job)
     job.refresh_from_db()
     assert (job.status, job.done, job.total, job.step, job.result["ready"]) == ("done", 3, 3, "item 3", True)

@@ -10,59 +10,22 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 
-from chat import jobs, replies, sessions
+from chat import sessions
 from chat.models import ChatSession, Message
-from chat.tests.conftest import start
+from chat.tests.conftest import HOST, ORIGIN, connect, frames, messages_of, send, socket_worker
 from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from memory.llm import LLMError, LLMTransientError
+from runtime import executor, push
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
 from studies.models import Study
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
-ORIGIN = (b"origin", b"http://testserver")
-HOST = (b"host", b"testserver")  # as a browser sends it: the origin check compares the two (evalsite.origins)
-
-
-def _worker(study: Study, pid: str = "worker1") -> tuple[bytes, int]:
-    client = Client()
-    session = start(client, study, pid)
-    client.get(f"/chat/{session.pk}/")
-    return f"sessionid={client.cookies['sessionid'].value}".encode(), session.pk
-
-
-async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = ORIGIN) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, origin, (b"cookie", cookie)])
-    connected, _ = await comm.connect()
-    assert connected
-    return comm
-
-
-async def frames(comm: WebsocketCommunicator, timeout: float = 0.5) -> str:
-    """Everything the server pushed until it goes quiet."""
-    out = [await comm.receive_from(timeout=10)]  # something always answers; then drain until quiet
-    while not await comm.receive_nothing(timeout=timeout):
-        out.append(await comm.receive_from())
-    return "".join(out)
-
-
-async def send(comm: WebsocketCommunicator, text: str, client_id: str) -> str:
-    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": client_id, "text": text}))
-    return await frames(comm)
-
-
-def _messages(session_id: int) -> list[tuple[int, str, str, str]]:
-    return list(
-        Message.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "speaker", "status", "text")
-    )
-
-
-messages_of = database_sync_to_async(_messages)
-
 
 async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_streams(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     text = "I like tea with milk and honey in the morning"
     out = await send(comm, text, "c1")
@@ -78,7 +41,7 @@ async def test_a_message_is_committed_with_its_seq_before_the_ack_and_the_reply_
 
 
 async def test_a_resend_with_the_same_client_id_is_acknowledged_but_not_stored_twice(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "hello", "same-id")
     again = await send(comm, "hello", "same-id")
@@ -88,7 +51,7 @@ async def test_a_resend_with_the_same_client_id_is_acknowledged_but_not_stored_t
 
 
 async def test_a_reconnecting_browser_gets_everything_after_its_last_seen_seq(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "first", "c1")
     await send(comm, "second", "c2")
@@ -105,13 +68,13 @@ async def test_a_reply_generated_while_the_socket_was_away_is_shown_on_reconnect
     study: Study, monkeypatch: Any
 ) -> None:
     queued: list[int] = []
-    monkeypatch.setattr(replies, "enqueue_reply", queued.append)  # hold the job until the socket is gone
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: queued.append(job_id))  # hold the job
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "are you there?", "c1")
     assert 'data-status="pending"' in out and 'class="typing"' in out
     await comm.disconnect()
-    await database_sync_to_async(replies.generate_reply)(queued[0])
+    await database_sync_to_async(runtime_jobs.run)(queued[0])
     comm = await connect(cookie, sid)
     await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
     out = await frames(comm)
@@ -128,7 +91,7 @@ async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_
     await database_sync_to_async(script)(
         [LLMTransientError("timeout"), LLMTransientError("HTTP 429"), "   ", "Hello again!"]
     )
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "hi", "c1")
     assert "Retrying (attempt 2 of 4)" in out and "Retrying (attempt 4 of 4)" in out
@@ -140,7 +103,7 @@ async def test_llm_failures_are_retried_visibly_with_backoff_and_the_message_is_
 
 async def test_when_retries_are_spent_the_worker_gets_a_retry_button_that_works(study: Study, script: Any) -> None:
     await database_sync_to_async(script)([LLMTransientError("HTTP 503")] * 4 + ["Sorry, I am back."])
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "hi", "c1")
     assert 'data-retry="2"' in out and "could not answer" in out
@@ -161,7 +124,7 @@ async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_sti
     study: Study, script: Any
 ) -> None:
     await database_sync_to_async(script)([LLMError("401 bad key"), "Fine, thanks."])
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     assert 'data-retry="2"' in await send(comm, "hi", "c1")
     assert "Fine, thanks." in await send(comm, "how are you?", "c2")
@@ -172,7 +135,7 @@ async def test_a_non_transient_llm_error_fails_at_once_and_a_new_message_can_sti
 async def test_empty_and_over_long_messages_are_refused_and_nothing_is_stored(
     study: Study, text: str, error: str
 ) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, text, "c1")
     assert 'id="chat-error"' in out and error in out
@@ -181,7 +144,7 @@ async def test_empty_and_over_long_messages_are_refused_and_nothing_is_stored(
 
 
 async def test_html_in_messages_is_escaped_on_the_socket(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "<script>alert(1)</script>", "c1")
     assert "<script>" not in out and "&lt;script&gt;" in out
@@ -189,7 +152,7 @@ async def test_html_in_messages_is_escaped_on_the_socket(study: Study) -> None:
 
 
 async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = WebsocketCommunicator(
         application, f"/ws/chat/{sid}/", headers=[(b"origin", b"https://evil.example"), (b"cookie", cookie)]
     )
@@ -198,8 +161,8 @@ async def test_a_socket_from_a_foreign_origin_is_refused(study: Study) -> None:
 
 
 async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> None:
-    _, sid = await database_sync_to_async(_worker)(study, "alice")
-    cookie_bob, _ = await database_sync_to_async(_worker)(study, "bob")
+    _, sid = await database_sync_to_async(socket_worker)(study, "alice")
+    cookie_bob, _ = await database_sync_to_async(socket_worker)(study, "bob")
     comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN, (b"cookie", cookie_bob)])
     connected, code = await comm.connect()
     assert not connected and code == 4403
@@ -208,8 +171,8 @@ async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> 
 
 
 async def test_a_second_message_while_the_reply_is_pending_is_refused(study: Study, monkeypatch: Any) -> None:
-    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id: None)
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "one", "c1")
     out = await send(comm, "two", "c2")
@@ -219,7 +182,7 @@ async def test_a_second_message_while_the_reply_is_pending_is_refused(study: Stu
 
 
 async def test_no_arm_or_memory_system_name_reaches_the_socket(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "what are you?", "c1")
     await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 0}))
@@ -230,7 +193,7 @@ async def test_no_arm_or_memory_system_name_reaches_the_socket(study: Study) -> 
 
 
 async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "hello", "c1")
     await database_sync_to_async(lambda: sessions.end_session(ChatSession.objects.get(pk=sid)))()
@@ -242,8 +205,8 @@ async def test_messages_to_an_ended_session_are_refused(study: Study) -> None:
 async def test_a_reply_whose_job_died_past_its_deadline_becomes_retryable_instead_of_pending_forever(
     study: Study, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id: None)  # the job is lost
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # the job is lost
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await send(comm, "hello?", "c1")
     await comm.disconnect()
@@ -254,8 +217,13 @@ async def test_a_reply_whose_job_died_past_its_deadline_becomes_retryable_instea
         from django.utils import timezone
 
         hour_ago = timezone.now() - timedelta(hours=1)
-        Message.objects.filter(session_id=sid, seq=2).update(
-            created_at=hour_ago, due_at=hour_ago, deadline_at=hour_ago + timedelta(seconds=90)
+        reply = Message.objects.get(session_id=sid, seq=2)
+        Message.objects.filter(pk=reply.pk).update(created_at=hour_ago)
+        Job.objects.of("chat.reply", reply.pk).update(
+            created_at=hour_ago,
+            due_at=hour_ago,
+            deadline_at=hour_ago + timedelta(seconds=90),
+            lease_until=hour_ago + timedelta(seconds=15),
         )
 
     await database_sync_to_async(age)()
@@ -270,7 +238,7 @@ async def test_streamed_pieces_are_coalesced_into_fewer_frames_and_the_final_mes
     study: Study, settings: Any
 ) -> None:
     settings.CHAT_TOKEN_FLUSH_SECONDS = 60
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     words = "one two three four five six seven eight nine ten eleven twelve"
     out = await send(comm, words, "c1")
@@ -283,7 +251,7 @@ async def test_streamed_pieces_are_coalesced_into_fewer_frames_and_the_final_mes
 async def test_end_session_unlocks_live_on_the_socket_once_the_minimum_of_user_turns_is_reached(study: Study) -> None:
     study.min_user_turns = 2
     await database_sync_to_async(study.save)()
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     out = await send(comm, "one", "c1")
     assert re.search(r'id="end-session" data-min-met="0" hx-swap-oob="true" disabled', out)
@@ -293,11 +261,11 @@ async def test_end_session_unlocks_live_on_the_socket_once_the_minimum_of_user_t
 
 
 async def test_a_ping_renews_the_sockets_group_membership_and_answers_nothing(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await comm.send_to(text_data=json.dumps({"type": "ping"}))
     assert await comm.receive_nothing(timeout=0.3)
-    await database_sync_to_async(jobs.broadcast)(sid, "<div id='probe'></div>")
+    await database_sync_to_async(push.broadcast)(sid, "<div id='probe'></div>")
     assert "probe" in await comm.receive_from(timeout=5)
     await comm.disconnect()
 
@@ -318,7 +286,7 @@ signals_of = database_sync_to_async(_signals_of)
 async def test_signals_sent_with_a_message_are_stored_clamped_and_garbage_never_loses_the_message(
     study: Study,
 ) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     payload = {"pasted": True, "paste_chars": 10**12, "typed_chars": 4, "typing_ms": 1500, "hidden_ms": 0}
     await comm.send_to(

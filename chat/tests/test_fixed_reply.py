@@ -6,8 +6,7 @@ import pytest
 from django.test import Client
 
 from chat.models import LLMCallRecord, Message
-from chat.tests.conftest import start
-from chat.tests.test_flow import say
+from chat.tests.conftest import say, start
 from memory.systems.qc import draw
 from studies.models import Study
 

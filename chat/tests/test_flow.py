@@ -8,26 +8,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from chat import assignment, turns
-from chat.forms import field_name
+from chat import assignment
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
-from chat.tests.conftest import enter, start
+from chat.tests.conftest import enter, rate_all, say, start
 from studies.models import Arm, Participant, Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def say(session: ChatSession, text: str, client_id: str | None = None) -> Message:
-    msg, _ = turns.post_user_message(session, client_id or f"c-{text}", text)
-    return msg
-
-
-def rate_all(client: Client, session: ChatSession, value: int = 70) -> Any:
-    data: dict[str, Any] = {}
-    for m in session.episode.participant.study.metrics.all():
-        data[field_name(session.pk, m)] = str(value)
-        data[f"touched_{field_name(session.pk, m)}"] = "1"
-    return client.post(f"/chat/{session.pk}/rate/", data)
 
 
 def test_a_worker_goes_through_two_episodes_with_different_arms_and_gets_the_completion_code(

@@ -25,7 +25,7 @@ def _messages() -> list[Message]:
                               ("failed", f"{PROMPT_LEAK_ERROR}: x")):  # fmt: skip
             for client_id in (None, "", "c-1<&>"):
                 out.append(Message(seq=7, speaker=speaker, status=status, error=error, text=TRICKY,
-                                   client_id=client_id, attempts=2))  # fmt: skip
+                                   client_id=client_id))  # fmt: skip
     out.append(Message(seq=3, speaker=Message.Speaker.BOT, status=Message.Status.PENDING, text=""))
     return out
 
@@ -34,11 +34,11 @@ def _messages() -> list[Message]:
 @pytest.mark.parametrize("max_attempts", [None, 4])
 def test_every_message_state_is_the_html_the_page_template_renders(retrying: bool, max_attempts: int | None) -> None:
     msgs = _messages()
+    extra = {"retrying": retrying, "attempt": 3, "max_attempts": max_attempts}
     for m in msgs:
-        expected = _template("messages-oob", messages_list=[m], retrying=retrying, max_attempts=max_attempts)
-        assert fragments.message(m, retrying=retrying, max_attempts=max_attempts) == expected
-    expected = _template("messages-oob", messages_list=msgs, retrying=retrying, max_attempts=max_attempts)
-    assert fragments.messages(msgs, retrying=retrying, max_attempts=max_attempts) == expected
+        expected = _template("messages-oob", messages_list=[m], **extra)
+        assert fragments.message(m, **extra) == expected
+    assert fragments.messages(msgs, **extra) == _template("messages-oob", messages_list=msgs, **extra)
 
 
 def test_a_streamed_token_is_the_html_the_page_template_renders() -> None:

@@ -15,9 +15,10 @@ import pytest
 from django.test import TestCase
 from django.utils import timezone
 
-from chat import jobs, pacing, replies, turns
+from chat import pacing, replies, turns
 from chat.models import ChatSession, Episode, Message
 from memory.llm import ScriptedLLM
+from runtime import push
 from studies.models import Arm, Participant, Study
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +53,7 @@ def clock(monkeypatch: pytest.MonkeyPatch, settings: Any) -> FakeClock:
 def frames(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> list[tuple[float, str]]:
     """Every frame pushed to the sockets, with the (fake) time it was pushed."""
     out: list[tuple[float, str]] = []
-    monkeypatch.setattr(jobs, "broadcast", lambda session_id, html: out.append((clock.now(), html)))
+    monkeypatch.setattr(push, "broadcast", lambda session_id, html: out.append((clock.now(), html)))
     return out
 
 

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from chat import arms, assignment, fragments, memory_updates, tasks, turns
+from chat import arms, assignment, fragments, memory_updates, turns
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
+from runtime.tasks import run_job
 from studies.models import Participant, Study
 from studies.participants import invite_url, resume_url
 
@@ -59,9 +64,13 @@ def test_the_consent_page_tells_the_gap_range_or_the_fixed_gap_between_sessions(
 
 def test_a_forged_invite_link_gets_a_clear_403_page(client: Client, study: Study) -> None:
     path = invite_url(study, "pool-17").replace("http://localhost:8000", "")
-    response = client.get(path.replace("/join/", "/join/x"))
+    token = path.rstrip("/").rsplit("/", 1)[1]
+    forged = path.replace(token, token[:-1] + ("A" if token[-1] != "A" else "B"))  # one character of the signature
+    response = client.get(forged)
     assert response.status_code == 403 and "This link is not valid" in response.content.decode()
     assert not Participant.objects.exists()
+    assert Client().get(path).status_code == 302  # the link as issued works: the forgery is what was refused
+    assert Participant.objects.filter(external_id__endswith="pool-17").exists()
 
 
 def test_an_expired_invite_link_gets_a_clear_410_page(client: Client, study: Study) -> None:
@@ -266,9 +275,9 @@ def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study
 
 
 def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_next_session_is_ready(
-    client: Client, study: Study, monkeypatch: Any
+    client: Client, study: Study, hold: Any
 ) -> None:
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)  # the update has not run yet
+    held = hold("memory")  # the update has not run yet
     study.gap_max_days = None  # a fixed week
     study.save()
     session = ended(client, study)
@@ -279,7 +288,7 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     assert response.redirect_chain[-1][0] == f"/chat/{second.pk}/wait/"
     assert "One week later…" in page and 'hx-trigger="every 1s"' in page and "start-session" not in page
     assert client.get(f"/chat/{second.pk}/").url == f"/chat/{second.pk}/wait/"  # no chatting before it is ready
-    memory_updates.update_memory(session.pk)
+    runtime_jobs.run(held[-1])  # the memory update
     poll = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     assert "<html" not in poll and 'id="start-session"' in poll and "every 1s" not in poll
 
@@ -287,9 +296,10 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
 def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
     study.arms.filter(memory_system="none").update(active=False)
     session = ended(client, study)
-    tasks.update_memory.apply(args=[session.pk])
-    tasks.update_memory.apply(args=[session.pk])
-    memory_updates.update_memory(session.pk)
+    job = Job.objects.of("chat.memory_update", session.pk).get()
+    run_job.apply(args=[job.pk])  # delivered again
+    run_job.apply(args=[job.pk])
+    memory_updates.submit_memory_update(session)  # and submitted again: a new job, which finds it done
     episode = Episode.objects.get(pk=session.episode_id)
     assert len(episode.memory_state["sessions"]) == 1  # appended once, not three times
     assert MemorySnapshot.objects.filter(session=session).count() == 1
@@ -350,17 +360,20 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
 
 
 def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
-    client: Client, study: Study, monkeypatch: Any, settings: Any
+    client: Client, study: Study, hold: Any, settings: Any
 ) -> None:
-    lost: list[int] = []
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lost.append)
+    held = hold("memory")
     session = ended(client, study)
     client.post(f"/chat/{session.pk}/rate/", ratings(session))
     second = ChatSession.objects.get(episode=session.episode, index=2)
     client.get(f"/chat/{second.pk}/wait/")
-    assert lost == [session.pk]  # only the original enqueue: not stale yet
-    settings.CHAT_STALE_UPDATE_SECONDS = 0
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", memory_updates.update_memory)
+    job = Job.objects.of("chat.memory_update", session.pk).get()
+    assert held == [job.pk]  # only the original send: not overdue yet
+    settings.CHAT_JOB_QUEUE_GRACE_SECONDS = 0  # its message was lost (a Redis restart): overdue now
+    Job.objects.filter(pk=job.pk).update(due_at=timezone.now() - timedelta(seconds=1))
+    client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"})
+    assert held == [job.pk, job.pk]  # the waiting page's poll had the sweeper send it again
+    runtime_jobs.run(job.pk)
     page = client.get(f"/chat/{second.pk}/wait/", headers={"HX-Request": "true"}).content.decode()
     second.refresh_from_db()
     assert second.status == ChatSession.Status.READY
@@ -368,7 +381,7 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
         client.get(f"/chat/{second.pk}/wait/").status_code == 200
         and "start-session" in client.get(f"/chat/{second.pk}/wait/").content.decode()
     )
-    assert page  # the poll itself still answered
+    assert 'id="start-session"' in page and "<html" not in page  # the poll answered with the ready fragment
 
 
 def test_an_expired_resume_link_gets_a_clear_410_page(client: Client, study: Study) -> None:
@@ -377,6 +390,8 @@ def test_an_expired_resume_link_gets_a_clear_410_page(client: Client, study: Stu
         path = resume_url(session.episode.participant).replace("http://localhost:8000", "")
     response = Client().get(path)
     assert response.status_code == 410 and "This link has expired" in response.content.decode()
+    fresh = resume_url(session.episode.participant).replace("http://localhost:8000", "")
+    assert Client().get(fresh).status_code == 302  # the same participant's current link works: age refused it
 
 
 def test_the_chat_page_loads_htmx_and_its_ws_extension_from_django_htmx(client: Client, study: Study) -> None:

@@ -12,11 +12,11 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from chat import jobs, replies, sessions
+from chat import replies, sessions
 from chat.models import LLMCallRecord, MemorySnapshot, Message
-from chat.tests.conftest import start
-from chat.tests.test_flow import say
+from chat.tests.conftest import reply_job, say, start
 from memory.systems.prompts import PERSONA
+from runtime import push
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit enqueues the reply job
@@ -29,7 +29,7 @@ CLEAN = "I'm doing well, thanks. How was your day?"
 def frames(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every HTML frame the reply job sends to the session's sockets."""
     sent: list[str] = []
-    monkeypatch.setattr(jobs, "broadcast", lambda session_id, html: sent.append(html))
+    monkeypatch.setattr(push, "broadcast", lambda session_id, html: sent.append(html))
     return sent
 
 
@@ -48,7 +48,8 @@ def test_a_reply_that_recites_the_prompt_is_regenerated_and_no_word_of_it_is_sho
     bot = Message.objects.get(session=session, speaker="bot")
     assert bot.status == Message.Status.COMPLETE and bot.text == CLEAN
     # the regeneration ran inside the same claimed attempt (same lease and deadline), not as a retry
-    assert bot.attempts == 1 and bot.lease_until is None
+    job = reply_job(bot)
+    assert (job.attempts, job.status, job.lease_until) == (1, "done", None)
     shown = "".join(frames)
     assert "friendly chatbot" not in shown and "casual conversation" not in shown
     calls = list(LLMCallRecord.objects.filter(session=session, purpose="reply").order_by("pk"))

@@ -23,7 +23,8 @@ from channels.db import database_sync_to_async
 from django.db import connection
 
 from chat.models import Message
-from chat.tests.test_consumer import _worker, connect
+from chat.tests.conftest import connect, socket_worker
+from runtime.models import Job
 from studies.models import Study
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -60,7 +61,7 @@ async def test_a_celery_worker_writes_the_reply_and_streams_it_to_the_socket_thr
     study: Study, reply_worker: Path, settings: Any
 ) -> None:
     settings.CHAT_JOB_MODE = "celery"
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await comm.send_to(
         text_data=json.dumps({"type": "message", "client_id": "c1", "text": "hello from the web on a sunny day in May"})
@@ -75,7 +76,7 @@ async def test_a_celery_worker_writes_the_reply_and_streams_it_to_the_socket_thr
     assert "You said: hello from the web on a sunny day in May" in frames[-1]
     msg = await database_sync_to_async(Message.objects.get)(session_id=sid, seq=2)
     assert msg.status == Message.Status.COMPLETE and msg.text == "You said: hello from the web on a sunny day in May"
-    assert "chat.tasks.generate_reply_task" in reply_worker.read_text()
+    assert "runtime.tasks.run_job" in reply_worker.read_text()
     await comm.disconnect()
 
 
@@ -137,12 +138,14 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
            "LLM_BACKEND": "openai", "LLM_MODEL": "test-model", "OPENAI_API_KEY": "test-key",
            "OPENAI_BASE_URL": f"http://127.0.0.1:{endpoint.server_port}/v1", "CHAT_JOB_LEASE_SECONDS": "3",
            "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings",
-           "CHAT_REPLY_PACING": "false"}  # fmt: skip
+           # a word a second is slow enough for the kill to land mid-stream; the speed check (which would
+           # cut such a stream 3 s in and retry it: chat/tests/test_reply_outages.py) is not what this tests
+           "CHAT_MIN_TOKENS_PER_SECOND": "0", "CHAT_REPLY_PACING": "false"}  # fmt: skip
     log = tmp_path / "workers.log"
     first = _start_worker(env, log)
     second: subprocess.Popen[bytes] | None = None
     try:
-        cookie, sid = await database_sync_to_async(_worker)(study)
+        cookie, sid = await database_sync_to_async(socket_worker)(study)
         comm = await connect(cookie, sid)
         await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "c1", "text": "Hi again"}))
         while "beforeend:#msg-2-text" not in await comm.receive_from(timeout=60):
@@ -153,18 +156,21 @@ async def test_a_reply_whose_worker_is_killed_mid_stream_is_written_by_another_w
         second = _start_worker(env, log)
         final = 'id="msg-2" data-seq="2" data-status="complete"'
         seen = ""
-        while final not in seen and time.monotonic() - killed < 60:
+        # a bound, not a timing: a new Celery worker starts in seconds on a quiet host, in a minute at load 10+
+        while final not in seen and time.monotonic() - killed < 180:
             # what the page does while a reply shows no progress: ask again
             await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
             while not await comm.receive_nothing(timeout=1):  # (a receive that times out ends the app)
                 seen += await comm.receive_from()
-        recovered = time.monotonic() - killed
-        print(f"killed worker: reply recovered {recovered:.1f} s after the kill")
+        print(f"killed worker: reply recovered {time.monotonic() - killed:.1f} s after the kill")  # bench/faults.py
         assert final in seen, log.read_text()[-3000:]
-        assert recovered < 30
+        job = await database_sync_to_async(Job.objects.get)(kind="chat.reply")
+        # taken over by the new worker (on a loaded host its own first lease can lapse too: then a third attempt,
+        # by the same worker, writes the reply; the one reply below is what must hold either way)
+        assert (job.status, job.worker.rsplit(":", 1)[1]) == ("done", str(second.pid)) and job.attempts >= 2
         bot = await database_sync_to_async(list)(Message.objects.filter(session_id=sid, speaker="bot"))
         assert len(bot) == 1 and bot[0].text == "Nice to meet you again. How was the garden this week?"
-        assert _SlowEndpoint.requests == 2  # the dead attempt and the one that wrote the reply
+        assert _SlowEndpoint.requests == job.attempts  # the dead attempt(s) and the one that wrote the reply
         await comm.disconnect()
     finally:
         for proc in (first, second):

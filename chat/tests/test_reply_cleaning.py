@@ -24,8 +24,20 @@ def test_it_strips_its_own_label_and_stops_at_an_invented_user_turn(raw: str, sh
     assert clean_reply(raw) == shown
 
 
-def test_a_reply_that_is_only_an_invented_user_turn_is_retried_not_shown(study: Any, settings: Any) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_that_is_only_an_invented_user_turn_is_retried_not_shown(client: Any, study: Any, script: Any) -> None:
+    from chat import turns
+    from chat.models import LLMCallRecord
+    from chat.tests.conftest import reply_job, start
     from memory.llm import LLMTransientError
 
     with pytest.raises(LLMTransientError):
         check_reply("User: what do you think?")
+    script(["User: what do you think?", "I think it sounds lovely."])
+    session = start(client, study)
+    turns.post_user_message(session, "c1", "We went to the sea")
+    reply = session.messages.get(seq=2)
+    assert (reply.status, reply.text) == ("complete", "I think it sounds lovely.")  # the invented turn never shown
+    assert reply_job(reply).attempts == 2
+    first = LLMCallRecord.objects.filter(message=reply).order_by("pk").first()
+    assert first is not None and first.reply == "User: what do you think?" and first.error

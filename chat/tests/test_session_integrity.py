@@ -13,14 +13,16 @@ import pytest
 from django.db.models import F
 from django.test import Client
 
-from chat import arms, errors, replies, sessions, state, turns
+from chat import arms, errors, sessions, state, turns
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.replytext import hit_token_cap
 from chat.tests.conftest import start
 from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.hygiene import end_at_sentence
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
+from runtime import executor
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,7 +49,7 @@ def test_the_server_refuses_to_end_a_session_while_the_reply_is_being_written(
     client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     session = _start(client, study)
-    monkeypatch.setattr(replies, "enqueue_reply", lambda message_id, countdown=0: None)  # still writing
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still writing
     turns.post_user_message(session, "c1", "Hello there")
     with pytest.raises(sessions.ReplyPending, match="wait for the chatbot's reply"):
         sessions.end_session(session)

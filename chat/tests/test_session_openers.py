@@ -11,8 +11,7 @@ from django.urls import reverse
 
 from chat import assignment, errors, memory_updates, turns
 from chat.models import ChatSession, Message
-from chat.tests.conftest import start
-from chat.tests.test_flow import rate_all, say
+from chat.tests.conftest import rate_all, say, start
 from memory.base import OPENER
 from studies.models import Arm, Study
 

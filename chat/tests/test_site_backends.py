@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from chat import arms
-from memory.tests.test_openai_embedder import _Embeddings, embeddings_endpoint
+from memory.tests.conftest import Embeddings, embeddings_endpoint
 
 
 def test_embedder_openai_uses_the_embedding_model_key_and_url_from_settings(settings: Any) -> None:
@@ -16,7 +16,7 @@ def test_embedder_openai_uses_the_embedding_model_key_and_url_from_settings(sett
     with embeddings_endpoint() as url:
         settings.OPENAI_BASE_URL = url
         arms.get_embedder().embed(["I have a dog named Rex."])
-    (call,) = _Embeddings.seen
+    (call,) = Embeddings.seen
     assert call["body"]["model"] == "site-embedding-model" and call["auth"] == "Bearer sk-site"
 
 

@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from chat.tests.test_consumer import _worker, connect, frames, messages_of, send
+from chat.tests.conftest import connect, frames, messages_of, send, socket_worker
 from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from studies.models import Study
 
@@ -44,7 +44,7 @@ async def still_works(comm: WebsocketCommunicator, sid: int) -> None:
     ],
 )
 async def test_a_malformed_frame_is_answered_clearly_and_stores_nothing(study: Study, frame: str) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await comm.send_input({"type": "websocket.receive", "text": frame})  # send_to refuses an empty frame
     out = await frames(comm)
@@ -55,7 +55,7 @@ async def test_a_malformed_frame_is_answered_clearly_and_stores_nothing(study: S
 
 
 async def test_a_binary_frame_is_not_called_too_long(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = await connect(cookie, sid)
     await comm.send_to(bytes_data=json.dumps({"type": "message", "client_id": "b", "text": "hi"}).encode())
     out = await frames(comm)
@@ -79,7 +79,7 @@ async def test_a_binary_frame_is_not_called_too_long(study: Study) -> None:
     ],
 )
 async def test_the_socket_origin_must_match_scheme_host_and_port(study: Study, origin: bytes, allowed: bool) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = WebsocketCommunicator(
         application, f"/ws/chat/{sid}/", headers=[(b"host", b"testserver"), (b"origin", origin), (b"cookie", cookie)]
     )
@@ -90,6 +90,6 @@ async def test_the_socket_origin_must_match_scheme_host_and_port(study: Study, o
 
 
 async def test_a_socket_without_an_origin_header_is_refused(study: Study) -> None:
-    cookie, sid = await database_sync_to_async(_worker)(study)
+    cookie, sid = await database_sync_to_async(socket_worker)(study)
     comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[(b"cookie", cookie)])
     assert (await comm.connect())[0] is False

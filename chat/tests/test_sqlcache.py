@@ -1,4 +1,4 @@
-"""chat.sqlcache: the turn's statements compiled once and run again with new values must return and
+"""infra.sqlcache: the turn's statements compiled once and run again with new values must return and
 write exactly what the ORM would (these run on SQLite here and on PostgreSQL through the chat flow tests
 marked postgres)."""
 
@@ -10,11 +10,12 @@ import pytest
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from chat import assignment, sqlcache
+from chat import assignment
 from chat.models import ChatSession, Message
+from infra import sqlcache
 from studies.models import Arm, Participant, Study
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
 
 
 def _session(name: str = "w") -> ChatSession:
@@ -97,13 +98,13 @@ def test_an_insert_writes_what_create_would_write() -> None:
 
 def test_an_update_where_is_a_compare_and_set() -> None:
     session = _session("e")
-    msg = Message.objects.create(session=session, seq=1, speaker="bot", status="pending", attempts=2)
-    held = sqlcache.Row(Message, msg.pk, status="pending", attempts=1)
-    assert held.update(status="complete", text="no") == 0  # another attempt holds it
-    held = sqlcache.Row(Message, msg.pk, status="pending", attempts=2)
-    assert held.update(status="complete", text="yes", memory_used=[{"k": 1}], lease_until=None) == 1
+    msg = Message.objects.create(session=session, seq=1, speaker="bot", status="pending", error="e")
+    held = sqlcache.Row(Message, msg.pk, status="pending", error="another")
+    assert held.update(status="complete", text="no") == 0  # the row no longer matches
+    held = sqlcache.Row(Message, msg.pk, status="pending", error="e")
+    assert held.update(status="complete", text="yes", memory_used=[{"k": 1}], reply_to=None) == 1
     assert held.update(text="again") == 0  # no longer pending
     stored = Message.objects.get(pk=msg.pk)
     assert (stored.status, stored.text, stored.memory_used) == ("complete", "yes", [{"k": 1}])
     with pytest.raises(ValueError, match="None never matches"):
-        sqlcache.update_where(Message, msg.pk, {"lease_until": None}, {"text": "x"})
+        sqlcache.update_where(Message, msg.pk, {"client_id": None}, {"text": "x"})

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -18,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 
 from chat import arms, sessions, state, turns
 from chat.models import ChatSession, Episode, Message
-from chat.tests.conftest import start
-from memory.base import ChatMessage, Prompt, Turn, Update
-from memory.llm import RecordingLLM, ScriptedLLM
+from chat.tests.conftest import SeeingMemory, start
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS
 from memory.tests.fake_llm import fake_llm
 from studies.models import Arm, Study
@@ -162,34 +160,6 @@ def test_a_write_is_cached_under_its_new_version_once_committed_and_a_rolled_bac
         raise RuntimeError("the transaction fails after the write")
     assert state.CACHE.get(episode_id, version + 2) is None
     assert state.for_reply(episode_id, version + 1) == (written, version + 1)
-
-
-class SeeingMemory:
-    """An arm that records the state each compose and update is given, and adds one item per turn."""
-
-    is_qc = False
-
-    def __init__(self) -> None:
-        self.composed: list[dict[str, Any]] = []
-        self.updated: list[dict[str, Any]] = []
-
-    def initial_state(self) -> dict[str, Any]:
-        return {"items": []}
-
-    def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
-        self.composed.append(state)
-        return Prompt([ChatMessage("system", "Be brief."), ChatMessage("user", session[-1].text)])
-
-    def compose_opening(self, state: dict[str, Any], now: datetime) -> Prompt:
-        return Prompt([ChatMessage("system", "Greet.")])
-
-    def after_turn(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
-        self.updated.append(state)
-        return Update({"items": [*state["items"], f"turn {len(session)}"]})
-
-    def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
-        self.updated.append(state)
-        return Update({"items": [*state["items"], "session end"]})
 
 
 @pytest.fixture

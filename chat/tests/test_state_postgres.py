@@ -17,10 +17,10 @@ from django.db import close_old_connections, connection
 from django.test import Client
 
 from chat import arms, state, turns
-from chat.tests.conftest import start
-from chat.tests.test_state_cache import SeeingMemory
+from chat.tests.conftest import SeeingMemory, start
 from memory.base import Update
-from memory.llm import RecordingLLM, ScriptedLLM
+from memory.llm import ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from studies.models import Study
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

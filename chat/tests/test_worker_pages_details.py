@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from chat import memory_updates, turns
+from chat import turns
 from chat.forms import field_name
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
@@ -56,11 +56,11 @@ def test_a_gap_range_is_announced_as_a_range_and_drawn_in_whole_days_within_it()
 
 
 def test_a_three_day_gap_is_what_the_worker_reads_and_what_the_bots_clock_moves_by(
-    client: Client, study: Study, monkeypatch: Any
+    client: Client, study: Study, hold: Any
 ) -> None:
     study.gap_days, study.gap_max_days = 3, None  # a fixed gap
     study.save()
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)  # keep the worker waiting
+    hold("memory")  # keep the worker waiting
     first = start(client, study)
     turns.post_user_message(first, "c1", "hello")
     assert client.post(f"/chat/{first.pk}/end/").status_code == 302
@@ -72,11 +72,11 @@ def test_a_three_day_gap_is_what_the_worker_reads_and_what_the_bots_clock_moves_
 
 
 def test_each_gap_is_drawn_stored_and_read_by_the_worker_and_the_bots_clock(
-    client: Client, study: Study, monkeypatch: Any
+    client: Client, study: Study, hold: Any
 ) -> None:
     study.sessions_per_episode = 3
     study.save()
-    monkeypatch.setattr(memory_updates, "enqueue_memory_update", lambda session_id: None)
+    hold("memory")
     gaps = set()
     for i in range(6):
         first = start(client, study, pid=f"gapper{i}")

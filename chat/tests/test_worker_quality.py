@@ -20,7 +20,7 @@ from chat.authenticity import Composition, Signals, clean_signals, summarize
 from chat.forms import field_name
 from chat.models import AttentionResponse, ChatSession, Episode, Message, MessageSignals
 from chat.quality import study_quality
-from chat.tests.conftest import start
+from chat.tests.conftest import enter, start
 from studies.models import Arm, AttentionCheck, Participant, Study
 
 pytestmark = pytest.mark.django_db
@@ -261,6 +261,24 @@ def test_an_abandoned_worker_frees_their_place_in_the_quota(client: Client, stud
     assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     Participant.objects.filter(pk=first.pk).update(abandoned_at=timezone.now())
     assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
+
+
+def test_a_worker_who_left_frees_their_place_for_the_next_without_the_periodic_sweep(
+    client: Client, study: Study
+) -> None:
+    # beat (which runs the abandonment sweep) is down: the full study's own check frees the place (issue 27)
+    study.quota = 1
+    study.save()
+    session = start(Client(), study, "first")
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        turns.post_user_message(session, "c1", "hi")  # the first worker has written: their place is taken
+    first = session.episode.participant
+    assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
+    long_ago = timezone.now() - dt.timedelta(minutes=study.abandon_after_minutes + 1)
+    Participant.objects.filter(pk=first.pk).update(last_seen_at=long_ago)  # gone, and no sweep has run
+    assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
+    assert enter(client, study, "second").consented_at is not None  # and the place is theirs at consent
+    assert timing.sweep_abandoned().participants == 1  # the first is marked when the sweep runs
 
 
 def test_declining_consent_ends_politely_and_records_nothing_but_the_decline(client: Client, study: Study) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns
 from memory.hygiene import DATA_RULE, data_block, inline_data, rejection_reason
 from memory.readiness.core import Check, Task, calibration, copies, exchanges, failed, rate, safe
 from memory.systems.common import SHORT_REPLIES, ask, aware, embed_texts, fallback, top_k, turn_time
@@ -220,6 +220,14 @@ class AMem(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"notes": [], "next_id": 0, "sessions": 0}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = []
+        for note in state.get("notes", []):
+            out.append(Stored("notes", note["content"]))
+            extra = [note.get("context", ""), *note.get("keywords", []), *note.get("tags", [])]
+            out += [Stored("note context, keywords and tags", x) for x in extra if isinstance(x, str) and x.strip()]
+        return out
 
     def search(self, notes: list[dict[str, Any]], query: str, k: int) -> list[dict[str, Any]]:
         if not notes or not query.strip() or k <= 0:

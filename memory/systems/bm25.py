@@ -12,7 +12,7 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, recent, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, recent, transcript
 from memory.hygiene import DATA_RULE, NO_RECITAL, data_block
 from memory.systems.common import SHORT_REPLIES, aware, last_user_text
 
@@ -65,6 +65,9 @@ class BM25(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"utterances": []}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return [Stored("utterance index", u["text"]) for u in state.get("utterances", [])]
 
     def retrieve(self, state: dict[str, Any], query: str) -> list[dict[str, Any]]:
         utterances = state.get("utterances", [])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns
 from memory.hygiene import data_block
 from memory.systems.prompts import MEMORY_HEADER, system_prompt
 
@@ -31,6 +31,9 @@ class FullHistory(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"sessions": []}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return [Stored("dialogue history", t["text"]) for past in state.get("sessions", []) for t in past["turns"]]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         lines: list[str] = []

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from memory import vectors
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
 from memory.readiness.core import (
     START,
@@ -332,6 +332,22 @@ class LDAgent(BaseSystem):
         }
 
     # ------------------------------------------------------------------ helpers
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = []
+        for event in state.get("long_term", []):
+            out += [
+                Stored("long-term memory", event["summary"]),
+                Stored("long-term memory topics", " ".join(event.get("topics", []))),
+            ]
+        pending = state.get("pending")
+        if pending:
+            out += [Stored("pending event summary", pending["summary"]),
+                    Stored("pending event topics", " ".join(pending.get("topics", [])))]  # fmt: skip
+        out += [Stored("short-term memory", t["text"]) for t in state.get("short_term", [])]
+        out += [Stored("user persona", p) for p in state.get("user_personas", [])]
+        out += [Stored("agent persona", p) for p in state.get("agent_personas", [])]
+        return [s for s in out if s.text.strip()]
 
     def nouns(self, text: str) -> list[str]:
         return topic_nouns(text, str(self.p["noun_extractor"]))

@@ -42,6 +42,7 @@ from memory.base import (
     OperationPairs,
     Param,
     Prompt,
+    Stored,
     Turn,
     Update,
     chat_turns,
@@ -537,6 +538,13 @@ class Mem0(BaseSystem):
         return [mem0_facts_task(self), mem0_operation_task(self)]
 
     # ------------------------------------------------------------------ reply
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = [Stored("memories", m["text"]) for m in state.get("memories", [])]
+        if state.get("summary"):
+            out.append(Stored("conversation summary", state["summary"]))
+        out += [Stored("recent messages", text) for _, text in state.get("recent", [])]
+        return out
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         memories = state.get("memories", [])

@@ -41,7 +41,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, ensure_json, transcript
+from memory.base import (
+    BaseSystem,
+    ChatMessage,
+    Param,
+    Prompt,
+    Stored,
+    Turn,
+    Update,
+    chat_turns,
+    ensure_json,
+    transcript,
+)
 from memory.hygiene import DATA_RULE, data_block, echoes_prompt, quote, rejection_reason
 from memory.llm import FINISH_LENGTH, LLMError, LLMTransientError, ToolCall
 from memory.readiness.core import START, Check, Task, calibration, failed, fallback_reasons, rate, safe, turns_of
@@ -316,6 +327,17 @@ class MemGPT(BaseSystem):
             "live_evicted": 0,  # leading turns of the current session evicted already
             "pressure_warned": False,  # the alert was given since the last flush
         }
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = [
+            Stored("core memory: persona", state.get("persona", "")),
+            Stored("core memory: human", state.get("human", "")),
+        ]
+        out += [Stored("archival memory", a["text"]) for a in state.get("archive", [])]
+        out += [Stored("message queue", m["text"]) for m in state.get("queue", [])]
+        if state.get("summary"):
+            out.append(Stored("recursive summary", state["summary"]))
+        return [s for s in out if s.text.strip()]
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         state = {**self.initial_state(), **state}

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from memory import vectors
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns, transcript
 from memory.hygiene import DATA_RULE, clean_memory_lines, data_block
 from memory.readiness.core import (
     START,
@@ -119,6 +119,9 @@ class MemoryAccumulate(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"memory": [], "sessions": 0}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return [Stored("memory sentences", m) for m in state.get("memory", [])]
 
     def memory_vectors(self, state: dict[str, Any]) -> vectors.Vectors:
         """The stored embeddings of the memory sentences (embedded only if the state has none)."""

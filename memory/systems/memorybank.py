@@ -31,7 +31,7 @@ from datetime import date, datetime
 from typing import Any
 
 from memory import vectors
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block, inline_data
 from memory.readiness.core import (
     START,
@@ -293,6 +293,17 @@ class MemoryBank(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"history": {}, "summary": {}, "personality": {}, "overall_history": "", "overall_personality": ""}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        out = []
+        for units in state.get("history", {}).values():
+            for u in units:
+                out += [Stored("dialogue history", u["query"]), Stored("dialogue history", u["response"])]
+        out += [Stored("daily event summaries", s["content"]) for s in state.get("summary", {}).values()]
+        out += [Stored("daily personality summaries", p) for p in state.get("personality", {}).values()]
+        out += [Stored("overall event summary", state.get("overall_history", "")),
+                Stored("overall personality", state.get("overall_personality", ""))]  # fmt: skip
+        return [s for s in out if isinstance(s.text, str) and s.text.strip()]
 
     def loaded(self, state: dict[str, Any], day: str) -> tuple[dict[str, Any], list[str]]:
         if not self.p["forgetting"]:

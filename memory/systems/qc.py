@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns
 from memory.systems.common import split_sentences
 from memory.systems.prompts import system_prompt
 
@@ -118,6 +118,9 @@ class QualityControl(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"seed": int(self.p["seed"]), "sessions": 0}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return []  # a seed and a session count: nothing about the user
 
     def compose(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Prompt:
         message = next((t.text for t in reversed(session) if t.speaker == "user"), "")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, recent, transcript
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, recent, transcript
 from memory.hygiene import DATA_RULE, NO_RECITAL, clean_memory_lines, data_block
 from memory.readiness.core import (
     START,
@@ -113,6 +113,9 @@ class Rsum(BaseSystem):
 
     def initial_state(self) -> dict[str, Any]:
         return {"memory": "", "sessions": 0}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return [Stored("memory", state["memory"])] if state.get("memory") else []
 
     def shown(self, memory: str) -> str:
         return memory or str(self.p["initial_memory"])

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from memory import vectors
-from memory.base import BaseSystem, ChatMessage, Param, Prompt, Turn, Update, chat_turns
+from memory.base import BaseSystem, ChatMessage, Param, Prompt, Stored, Turn, Update, chat_turns
 from memory.hygiene import clean_memory_lines, content_words, data_block, inline_data
 from memory.readiness.core import (
     START,
@@ -265,6 +265,9 @@ class ThinkInMemory(BaseSystem):
     def initial_state(self) -> dict[str, Any]:
         # thoughts: [{"text", "group"}] in insertion order; R is created at the first insert (needs d).
         return {"thoughts": [], "R": None}
+
+    def stored(self, state: dict[str, Any]) -> list[Stored]:
+        return [Stored("thoughts", t["text"]) for t in state.get("thoughts", [])]
 
     def projection(self, state: dict[str, Any], dim: int) -> np.ndarray:
         if state.get("R") is not None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from memory.base import Param, Prompt, Turn, operation_units
+from memory.base import Param, Prompt, Stored, Turn, operation_units, state_texts
 from memory.embed import HashingEmbedder
+from memory.hygiene import words
 from memory.registry import MEMORY_SYSTEMS, build_system, param_defaults
 from memory.tests.dialogue import SESSIONS, START, run_dialogue
 from memory.tests.fake_llm import fake_llm
@@ -208,6 +209,33 @@ def test_no_arm_changes_a_state_it_is_given_and_every_new_state_is_plain_json(na
     before = json.dumps(state, sort_keys=True)
     system.compose_opening(state, START + timedelta(days=60))
     assert json.dumps(state, sort_keys=True) == before, f"{name}: compose_opening changed its state"
+
+
+ROLES = {"user", "assistant", "bot"}
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_every_arm_lists_every_text_it_stores_and_nothing_else(name: str) -> None:
+    """``stored()`` is what a "forget" is checked against: a store left out would hide a fact the user asked
+    the arm to forget. Every word of every text in the state (outside vectors and bookkeeping such as dates
+    and ids) must be in the arm's listing, and every listed text must be in the state."""
+    system = build_system(name, llm=fake_llm(), embedder=HashingEmbedder())
+    result = run(name)
+    assert system.stored(system.initial_state()) == [] or name == "memgpt"  # MemGPT starts with its persona
+    for k, state in enumerate(result.states):
+        listed = system.stored(state)
+        assert all(isinstance(s, Stored) and s.store and s.text.strip() for s in listed), (name, k)
+        listed_words = set(words("\n".join(s.text for s in listed)))
+        for item in state_texts(state):
+            missing = set(words(item.text)) - listed_words - ROLES
+            assert not missing, f"{name} after session {k + 1}: {item.store} holds {sorted(missing)[:5]}, not listed"
+        everything = "\n".join(s.text for s in state_texts(state))
+        for s in listed:
+            assert all(w in everything for w in s.text.split()), (name, s)
+    if name in NO_MEMORY:
+        assert all(system.stored(s) == [] for s in result.states)
+    else:
+        assert "Rex" in " ".join(s.text for s in system.stored(result.states[0])), name
 
 
 class CountingLLM:

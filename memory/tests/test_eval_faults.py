@@ -17,9 +17,10 @@ import pytest
 
 from memory.__main__ import main
 from memory.evaluation import EvaluationStopped, Journal, run
-from memory.llm import LLMError, LLMTransientError, RetryingLLM, RetryPolicy, ScriptedLLM
+from memory.llm import LLMError, LLMTransientError, ScriptedLLM
+from memory.llmwrap import RetryingLLM, RetryPolicy
+from memory.tests.conftest import locomo_file
 from memory.tests.fake_openai import FaultyOpenAI
-from memory.tests.test_evaluation import locomo_file
 
 
 def answering(messages: list[dict[str, str]]) -> str:

@@ -22,51 +22,11 @@ from memory.evaluation import (
     token_f1,
 )
 from memory.llm import ScriptedLLM
+from memory.tests.conftest import locomo_file
+
 
 # A LoCoMo-format fixture written for these tests (the real file is CC BY-NC 4.0 and stays out of
 # the repository): two named speakers, a shared image, every category, an int answer, a ";" answer.
-LOCOMO = [
-    {
-        "sample_id": "conv-x",
-        "conversation": {
-            "speaker_a": "Ann",
-            "speaker_b": "Bo",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": [
-                {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a dog named Rex yesterday."},
-                {"speaker": "Bo", "dia_id": "D1:2", "text": "Congratulations on Rex! I bought a red kite."},
-            ],
-            "session_2_date_time": "10:04 am on 20 May, 2023",
-            "session_2": [
-                {
-                    "speaker": "Ann",
-                    "dia_id": "D2:1",
-                    "text": "Rex learned to sit.",
-                    "img_url": ["https://example.invalid/rex.jpg"],
-                    "blip_caption": "a photo of a dog sitting on a rug",
-                    "query": "dog sitting",
-                },
-                {"speaker": "Bo", "dia_id": "D2:2", "text": "Good dog. I flew my kite on 19 May."},
-            ],
-        },
-        "qa": [
-            {"question": "What is the name of Ann's dog?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
-            {"question": "When did Ann adopt Rex?", "answer": "7 May 2023", "evidence": ["D1:1"], "category": 2},
-            {"question": "What is Ann's cat called?", "adversarial_answer": "Rex", "evidence": [], "category": 5},
-            {"question": "What do Ann and Bo own?", "answer": "dog, kite", "evidence": ["D1:1"], "category": 1},
-            {"question": "Would Bo like windy days?", "answer": "Likely yes; he flies kites", "category": 3},
-            {"question": "How many dogs does Ann have?", "answer": 1, "evidence": ["D1:1"], "category": 4},
-        ],
-    }
-]
-
-
-def locomo_file(tmp_path: Path) -> Path:
-    path = tmp_path / "locomo_small.json"
-    path.write_text(json.dumps(LOCOMO), encoding="utf-8")
-    return path
-
-
 def test_the_gvd_loader_keeps_all_100_questions_and_strips_the_four_padded_names() -> None:
     dialogues = load_gvd()
     assert len(dialogues) == 15

@@ -11,17 +11,16 @@ import pytest
 
 from memory import llm as llm_module
 from memory.llm import (
-    CheckedLLM,
     Completion,
     LLMError,
     LLMTransientError,
     LocalLLM,
-    RecordingLLM,
     ReplyFirstLock,
     ScriptedLLM,
     finish_reason_of,
     mark_reply_thread,
 )
+from memory.llmwrap import CheckedLLM, RecordingLLM
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from memory.embed import make_embedder
-from memory.llm import LocalLLM, RecordingLLM
+from memory.llm import LocalLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS, build_system
 from memory.tests.dialogue import run_dialogue
 

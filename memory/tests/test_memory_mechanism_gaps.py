@@ -21,12 +21,9 @@ from memory.systems.common import iso
 from memory.systems.mem0 import apply_events, pairs_from_events
 from memory.systems.memgpt import apply_action, parse_actions
 from memory.systems.rsum import Rsum, parse_memory
+from memory.tests.conftest import exchange
 
 NOW = dt.datetime(2026, 3, 2, 18, tzinfo=dt.UTC)
-
-
-def exchange(user: str, bot: str = "I see.") -> list[Turn]:
-    return [Turn("user", user, NOW), Turn("bot", bot, NOW)]
 
 
 def core(**kw: Any) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from memory.systems.common import SHORT_REPLIES
 from memory.systems.mem0 import pairs_from_events, parse_events, parse_facts
 from memory.systems.memgpt import EDIT_SYSTEM, apply_action, render_core
 from memory.systems.rsum import P_R, Rsum, parse_memory
+from memory.tests.conftest import exchange
 
 NOW = dt.datetime(2026, 3, 2, 18, tzinfo=dt.UTC)
 
@@ -195,10 +196,6 @@ def test_rsum_a_memory_of_exactly_the_cap_is_not_trimmed() -> None:
 
 def memgpt(llm: Any = None, **params: Any) -> Any:
     return build_system("memgpt", llm=llm or ScriptedLLM(["[]"]), embedder=HashingEmbedder(), **params)
-
-
-def exchange(user: str, bot: str = "I see.", at: dt.datetime | None = NOW) -> list[Turn]:
-    return [Turn("user", user, at), Turn("bot", bot, at)]
 
 
 def test_memgpt_renders_a_missing_block_as_an_empty_block() -> None:

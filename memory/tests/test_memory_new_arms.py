@@ -17,13 +17,10 @@ from memory.systems.a_mem import evolve, note_document, parse_object
 from memory.systems.mem0 import apply_events, pairs_from_events, parse_events, parse_facts, update_memory_message
 from memory.systems.memgpt import TOOLS, apply_action, parse_actions
 from memory.systems.qc import corpus, degrade_words, draw
+from memory.tests.conftest import exchange
 from memory.tests.fake_llm import fake_llm
 
 NOW = dt.datetime(2026, 3, 2, 18, tzinfo=dt.UTC)
-
-
-def exchange(user: str, bot: str = "I see.") -> list[Turn]:
-    return [Turn("user", user, NOW), Turn("bot", bot, NOW)]
 
 
 # ------------------------------------------------------------------------------------------- mem0

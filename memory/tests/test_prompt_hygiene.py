@@ -13,12 +13,14 @@ import pytest
 from memory.base import OPENER, Prompt, Turn
 from memory.embed import HashingEmbedder
 from memory.hygiene import DATA_TAGS, strip_data_blocks
-from memory.llm import Completion, RecordingLLM, ScriptedLLM
+from memory.llm import Completion, ScriptedLLM
+from memory.llmwrap import RecordingLLM
 from memory.registry import MEMORY_SYSTEMS, build_system
 from memory.systems.memory_accumulate import MemoryAccumulate
 from memory.systems.prompts import MEMORY_HEADER
 from memory.systems.rsum import Rsum
 from memory.tests.capable_fake import echo_reply, quote_reply
+from memory.tests.conftest import exchange
 from memory.tests.dialogue import SESSIONS, START, run_dialogue
 from memory.tests.fake_llm import fake_reply
 
@@ -199,10 +201,6 @@ def test_no_prompt_of_any_arm_grows_with_the_number_of_sessions(name: str) -> No
 
 
 # ------------------------------------------------------------------------------ the newer arms' writes
-
-
-def exchange(user: str, bot: str = "I see.") -> list[Turn]:
-    return [Turn("user", user, NOW), Turn("bot", bot, NOW)]
 
 
 def test_mem0_does_not_store_its_prompts_example_facts_or_a_refusal_and_says_why() -> None:

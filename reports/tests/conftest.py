@@ -1,13 +1,18 @@
-"""Ratings for the root ``study`` fixture, built directly in the database (the chat flow is tested elsewhere)."""
+"""Ratings for the root ``study`` fixture, built directly in the database (the chat flow is tested elsewhere);
+an upload of a ratings file; a function run on another database connection."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
+from django.urls import reverse
 
 from chat.models import ChatSession, Episode, Rating
 from studies.models import Arm, Participant, Study
@@ -38,7 +43,10 @@ def add_ratings(
 
     scorer = scorer or default
     for w in range(first_worker, first_worker + workers):
-        p = Participant.objects.create(study=study, external_id=f"W{w:03d}", source=Participant.Source.INVITE)
+        # named W000… by their pseudonym (what every report shows); the raw ID is another string, never shown
+        p = Participant.objects.create(
+            study=study, external_id=f"invite:raw-{w:03d}", pseudonym=f"W{w:03d}", source=Participant.Source.INVITE
+        )
         mine = [arms[w % len(arms)]] if one_arm_per_worker else arms
         for i, arm in enumerate(mine, start=1):
             ep = Episode.objects.create(participant=p, arm=arm, index=i, status=Episode.Status.COMPLETED)
@@ -71,3 +79,56 @@ def rated_study(study: Study) -> Study:
 def researcher_client(client: Client, researcher: Any) -> Client:
     client.force_login(researcher)
     return client
+
+
+WIDE = """worker,unit,arm,session,good,bad
+w1,e1,A,1,80,10
+w1,e1,A,2,70,20
+w1,e2,B,1,40,50
+w1,e2,B,2,30,60
+w2,e3,A,1,90,5
+w2,e3,A,2,85,15
+w2,e4,B,1,20,70
+w2,e4,B,2,35,55
+"""
+
+
+def upload(client: Client, study: Study, content: bytes | str, name: str = "ratings.csv", **fields: Any) -> Any:
+    data = {
+        "name": "External",
+        "layout": "wide",
+        "worker": "worker",
+        "unit": "unit",
+        "arm": "arm",
+        "session": "",
+        "metrics": "",
+        "metric_column": "metric",
+        "score_column": "score",
+        "reverse": "",
+        "qc_arm": "",
+        "qc_metrics": "",
+        **fields,
+    }
+    raw = content.encode() if isinstance(content, str) else content
+    data["file"] = SimpleUploadedFile(name, raw, content_type="text/csv")
+    return client.post(reverse("reports:import_ratings", args=[study.slug]), data)
+
+
+def in_another_connection(fn: Any) -> Any:
+    """Run ``fn`` in a thread, which has its own database connection (as a chat socket's job does)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            out["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if "error" in out:
+        raise out["error"]
+    return out["value"]

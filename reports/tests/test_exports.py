@@ -18,12 +18,12 @@ from django.test import Client
 from django.urls import reverse
 
 from analysis.__main__ import main as analysis_cli
-from chat.models import ArmJob, Episode, Message, Rating
+from chat.models import Episode, Message, Rating
 from memory import vectors
 from memory.embed import HashingEmbedder
 from reports.tests.conftest import add_ratings
 from studies.models import Study
-from studies.tests.conftest import make_finished_episode
+from studies.tests.conftest import arm_job, make_finished_episode
 
 pytestmark = pytest.mark.django_db
 
@@ -69,7 +69,7 @@ def test_the_ratings_csv_starts_with_a_readme_and_reads_with_the_skiprows_it_nam
     assert list(table.columns) == ["worker", "episode", "arm", "memory_system", "session", "metric", "value",
                                    "reversed", "rated_at", "silent_session"]  # fmt: skip
     assert len(table) == 5 and set(table["arm"]) == {"Full history"} and table["value"].tolist() == [60, 61, 62, 63, 64]
-    assert table["worker"].iloc[0] == f"P{episode.participant_id}"
+    assert table["worker"].iloc[0] == episode.participant.pseudonym  # never the raw Prolific ID
 
 
 def test_no_export_contains_the_workers_prolific_id(study: Study, episode: Episode) -> None:
@@ -193,7 +193,7 @@ def test_every_analysis_export_of_a_pilot_study_carries_the_mark_and_the_automat
 
     result = {"arm": "none", "dataset": "gvd", "questions": 15, "model": "scripted", "overall": {"f1": 0.25, "judge": 0.5},
               "judge": {"stand_in": True}, "stand_in_model": True, "gold_note": GVD_GOLD_NOTE}  # fmt: skip
-    ArmJob.objects.create(arm=arm, kind="evaluation", status="done", config=arm.llm_config(), result=result)
+    arm_job(arm, "evaluation", status="done", result=result)
     client.force_login(researcher)
 
     def get(fmt: str) -> str:

@@ -7,12 +7,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
 from analysis.report import analyze
 from reports.models import ImportedDataset, ImportedRating
+from reports.tests.conftest import WIDE, upload
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db
@@ -32,27 +32,6 @@ JI_SYSTEM_Z = {
     "E_p": -0.217,
     "E": -0.243,
 }
-
-
-def upload(client: Client, study: Study, content: bytes | str, name: str = "ratings.csv", **fields: Any) -> Any:
-    data = {
-        "name": "External",
-        "layout": "wide",
-        "worker": "worker",
-        "unit": "unit",
-        "arm": "arm",
-        "session": "",
-        "metrics": "",
-        "metric_column": "metric",
-        "score_column": "score",
-        "reverse": "",
-        "qc_arm": "",
-        "qc_metrics": "",
-        **fields,
-    }
-    raw = content.encode() if isinstance(content, str) else content
-    data["file"] = SimpleUploadedFile(name, raw, content_type="text/csv")
-    return client.post(reverse("reports:import_ratings", args=[study.slug]), data)
 
 
 def flat(obj: Any, path: str = "") -> dict[str, Any]:
@@ -78,18 +57,6 @@ def same_numbers(a: Any, b: Any) -> bool:
 def errors(response: Any) -> str:
     assert response.status_code == 200, response.status_code
     return response.content.decode()
-
-
-WIDE = """worker,unit,arm,session,good,bad
-w1,e1,A,1,80,10
-w1,e1,A,2,70,20
-w1,e2,B,1,40,50
-w1,e2,B,2,30,60
-w2,e3,A,1,90,5
-w2,e3,A,2,85,15
-w2,e4,B,1,20,70
-w2,e4,B,2,35,55
-"""
 
 
 def test_the_import_page_is_for_researchers_only(client: Client, study: Study, outsider: Any) -> None:

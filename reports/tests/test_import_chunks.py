@@ -4,40 +4,18 @@ nothing behind."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 
 from reports import queries
 from reports.models import ImportedDataset, ImportedRating
-from reports.tests.test_import import WIDE, upload
+from reports.tests.conftest import WIDE, in_another_connection, upload
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def in_another_connection(fn: Any) -> Any:
-    """Run ``fn`` in a thread, which has its own database connection (as a chat socket's job does)."""
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn()
-        except Exception as exc:  # noqa: BLE001 - the test reports it
-            out["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def test_between_chunks_another_connection_writes_and_sees_the_committed_ratings_but_not_the_dataset(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import queue
 import threading
 import time
 from typing import Any
@@ -15,9 +14,12 @@ from django.urls import reverse
 from analysis.prereg import digest
 from reports import planning
 from reports.models import Preregistration
+from runtime import executor
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
 from studies.models import Study
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)  # the simulation is sent to its job after the commit
 
 SMALL = {  # a quick simulation: few studies, small sizes, a large effect
     "pilot": "assumed",
@@ -37,29 +39,9 @@ SMALL = {  # a quick simulation: few studies, small sizes, a large effect
 }
 
 
-class InlineQueue:
-    """Runs a queued plan at once (in its child process, as always), so a test sees its result on the next request."""
-
-    def put_nowait(self, item: tuple[Any, ...]) -> None:
-        planning._run_plan(*item)
-
-
-class IdleQueue:
-    """Takes plans and never runs them."""
-
-    def __init__(self, size: int = 100) -> None:
-        self.items: list[tuple[Any, ...]] = []
-        self.size = size
-
-    def put_nowait(self, item: tuple[Any, ...]) -> None:
-        if len(self.items) >= self.size:
-            raise queue.Full
-        self.items.append(item)
-
-
 @pytest.fixture(autouse=True)
-def _inline_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planning, "_plans", InlineQueue)
+def _inline_jobs(settings: Any) -> None:
+    settings.CHAT_JOB_MODE = "inline"  # the simulation runs in the request, so a test sees it on the next one
 
 
 def plan_url(study: Study) -> str:
@@ -112,8 +94,7 @@ def test_a_simulations_result_is_not_shown_through_another_study(researcher_clie
 def test_a_running_simulation_is_polled(
     researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    idle = IdleQueue()
-    monkeypatch.setattr(planning, "_plans", lambda: idle)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still queued
     response = researcher_client.post(plan_url(study), SMALL)
     page = researcher_client.get(response["Location"]).content.decode()
     assert "Waiting for the simulations ahead of it" in page and 'hx-trigger="every 2s"' in page
@@ -180,102 +161,99 @@ BIG = {**SMALL, "effect": 0.05, "studies": 1000, "max_workers": 2000}  # the lar
 
 
 def test_the_queue_of_plans_is_bounded_and_says_so(
-    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
-    """Issue 21: further plans queued without bound behind a plan of 10+ CPU minutes."""
-    idle = IdleQueue(size=2)
-    monkeypatch.setattr(planning, "_plans", lambda: idle)
+    """Issue 21: further plans queued without bound behind a plan of 10+ CPU minutes. The bound counts the
+    live runtime jobs of the kind (queued or running), site-wide."""
+    settings.PLAN_QUEUE = 2
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # all stay queued
     for studies in (20, 21):
         assert researcher_client.post(plan_url(study), {**SMALL, "studies": studies}).status_code == 302
     page = researcher_client.post(plan_url(study), {**SMALL, "studies": 22}).content.decode()
-    assert "The simulation could not start" in page and "are waiting already" in page
-    assert len(idle.items) == 2
+    assert "The simulation could not start" in page and "are waiting or running already" in page
+    assert Job.objects.filter(kind=planning.POWER_PLAN.name).live().count() == 2
+    key = Job.objects.filter(kind=planning.POWER_PLAN.name).first().target  # type: ignore[union-attr]
+    assert planning.cancel_plan(key)  # a cancelled one frees its place in the queue
+    assert researcher_client.post(plan_url(study), {**SMALL, "studies": 22}).status_code == 302
 
 
 def test_a_queued_plan_can_be_cancelled_and_is_then_never_run(
     researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    idle = IdleQueue()
-    monkeypatch.setattr(planning, "_plans", lambda: idle)
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still queued
     key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    page = researcher_client.get(f"{plan_url(study)}?job={key}").content.decode()
+    assert "Waiting for the simulations ahead of it" in page
     response = researcher_client.post(reverse("reports:study_plan_cancel", args=[study.slug, key]))
     assert response.status_code == 302
     assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
-    ran: list[str] = []
-    monkeypatch.setattr(planning, "_in_child", lambda key, job: ran.append(key))
-    plans: queue.Queue[Any] = queue.Queue()
-    plans.put(idle.items[0])
-    threading.Thread(target=planning._serve, args=(plans,), daemon=True).start()
-    plans.join()
-    assert ran == []
+    ran: list[int] = []
+    monkeypatch.setattr(planning, "workers_needed", lambda *args, **kwargs: ran.append(1))
+    job = Job.objects.get(kind=planning.POWER_PLAN.name, target=key)
+    runtime_jobs.run(job.pk)  # a delivery that arrives after the Cancel
+    assert ran == [] and planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+    assert "The simulation was cancelled" in researcher_client.get(f"{plan_url(study)}?job={key}").content.decode()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_running_plan_is_cancelled_at_once_and_its_process_is_gone(study: Study) -> None:
+class Stoppable:
+    """A runtime attempt as run_plan sees it: ``check`` raises JobLost once ``stopped`` (what a Cancel does to
+    the running attempt: its job failed, its heartbeat finds no row, ``attempt.check()`` raises)."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.checks = 0
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.stopped.is_set():
+            raise runtime_jobs.JobLost("cancelled")
+
+
+def _big_job(study: Study) -> Job:
+    from dataclasses import asdict
+
     from reports.forms import PlanForm
 
     form = PlanForm(BIG)
     assert form.is_valid(), form.errors
-    key = form.settings().key(study)
-    item = (key, planning.study_design(study), form.settings(), None)
-    runner = threading.Thread(target=planning._run_plan, args=item, daemon=True)
+    params = {"study": study.pk, "design": asdict(planning.study_design(study)), "settings": form.settings().as_json()}
+    return Job(kind=planning.POWER_PLAN.name, target=form.settings().key(study), params=params)
+
+
+def test_a_running_plan_stops_soon_after_its_cancel(study: Study) -> None:
+    attempt, outcome = Stoppable(), []
+
+    def run() -> None:
+        try:
+            planning.run_plan(_big_job(study), attempt)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 (what ended it is the test's subject)
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
     runner.start()
-    _wait(lambda: (planning.plan_status(key) or {}).get("status") == "running", 60)
-    children = _plan_processes()
-    assert children
+    time.sleep(2)  # well into the simulation
     started = time.monotonic()
+    attempt.stopped.set()
+    runner.join(60)
+    assert not runner.is_alive(), "the simulation ran on after its cancel"
+    assert isinstance(outcome[0], runtime_jobs.JobLost) and attempt.checks > 1
+    print(f"stopped {time.monotonic() - started:.1f} s after the cancel")
+
+
+def test_cancel_fails_the_plans_runtime_job(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
+    key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    Job.objects.filter(target=key).update(status=Job.Status.RUNNING)  # as a worker holds it
     assert planning.cancel_plan(key)
-    runner.join(30)
-    assert not runner.is_alive() and time.monotonic() - started < 15
-    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
-    _wait(lambda: not (_plan_processes() & children), 10)
+    job = Job.objects.get(target=key)
+    assert job.status == Job.Status.FAILED and job.error == planning.CANCELLED
+    assert not planning.cancel_plan(key)  # nothing live any more
 
 
-def test_a_plan_cancelled_just_as_its_run_begins_stays_cancelled(study: Study, monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench/abuse.py (power-simulations): a Cancel that arrived after the serving thread had checked the mark
-    was overwritten by "running", and the page said "Simulating" after the process was gone."""
-    from reports.forms import PlanForm
-
-    form = PlanForm(SMALL)
-    assert form.is_valid(), form.errors
-    key = form.settings().key(study)
-    planning.cache.set(planning._cache_key(key), {"status": "queued"}, 60)
-
-    def cancelled_while_starting(key: str, job: dict[str, Any]) -> None:
-        planning.cache.set(planning._cache_key(key), {"status": "running"}, 60)  # what _in_child writes first
-        assert planning.cancel_plan(key)
-        planning.cache.set(planning._cache_key(key), {"status": "running"}, 60)  # the overwrite of the race
-        return None
-
-    monkeypatch.setattr(planning, "_in_child", cancelled_while_starting)
-    planning._run_plan(key, planning.study_design(study), form.settings(), None)
-    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
-
-
-@pytest.mark.django_db(transaction=True)
 def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Study, settings: Any) -> None:
     """Issue 21: the largest allowed power simulation ran over 10 CPU-minutes without finishing."""
-    from reports.forms import PlanForm
-
     settings.PLAN_CPU_SECONDS = 5
-    form = PlanForm(BIG)
-    assert form.is_valid(), form.errors
-    key = form.settings().key(study)
-    started = time.monotonic()
-    planning._run_plan(key, planning.study_design(study), form.settings(), None)
-    state = planning.plan_status(key)
-    assert state is not None and state["status"] == "failed" and "CPU budget of 5 s" in state["message"]
-    assert time.monotonic() - started < 120  # wall time: five CPU seconds on a busy machine
-
-
-def _plan_processes() -> set[int]:
-    import multiprocessing
-
-    return {p.pid for p in multiprocessing.active_children() if p.name.startswith("memeval-plan") and p.pid}
-
-
-def _wait(condition: Any, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.1)
+    with pytest.raises(planning.PlanFailed, match="CPU budget of 5 s"):
+        planning.run_plan(_big_job(study), Stoppable())  # type: ignore[arg-type]

@@ -83,10 +83,10 @@ def rclient(researcher: User) -> Client:
 def test_the_ratings_frame_and_the_export_mark_a_silent_sessions_ratings(two_workers: Any) -> None:
     study, _ = two_workers
     frame = queries.study_ratings_frame(study)
-    pk = dict(study.participants.values_list("external_id", "pk"))  # the frame names workers P<pk>
+    names = dict(study.participants.values_list("external_id", "pseudonym"))  # workers by pseudonym, never raw IDs
     assert frame.groupby("worker")["silent_session"].all().to_dict() == {
-        f"P{pk['prolific:worker1']}": True,
-        f"P{pk['prolific:worker2']}": False,
+        names["prolific:worker1"]: True,
+        names["prolific:worker2"]: False,
     }
     from reports.exports import export_lines
 
@@ -123,6 +123,7 @@ def test_the_quality_page_lists_the_silent_sessions(two_workers: Any, rclient: C
     study, silent = two_workers
     page = rclient.get(reverse("reports:study_quality", args=[study.slug])).content.decode()
     section = page.split('id="silent-sessions"')[1].split("</section>")[0]
-    assert "0 of 2 answered" in section and "The time limit" in section and "prolific:worker1" in section
-    assert "prolific:worker2" not in section
+    names = dict(study.participants.values_list("external_id", "pseudonym"))
+    assert "0 of 2 answered" in section and "The time limit" in section and names["prolific:worker1"] in section
+    assert names["prolific:worker2"] not in section and "worker1" not in section
     assert reverse("studies:episode", args=[study.slug, silent.episode_id]) in section

@@ -60,7 +60,7 @@ def quality_study(study: Study) -> Study:
     for i, session in enumerate(
         ChatSession.objects.filter(episode__participant__study=study).select_related("episode__participant")
     ):
-        worker = session.episode.participant.external_id
+        worker = session.episode.participant.pseudonym
         seconds = 10 if (worker == "W002" and session.episode.index == 1 and session.index == 1) else 600 + i % 7
         session.started_at, session.ended_at = start, start + dt.timedelta(seconds=seconds)
         session.save(update_fields=["started_at", "ended_at"])
@@ -68,8 +68,8 @@ def quality_study(study: Study) -> Study:
         if session.index == 1 and session.episode.index == 1:
             value = 20 if worker == "W001" else 80
             AttentionResponse.objects.create(session=session, item=check, value=value, passed=check.passes(value))
-    Episode.objects.filter(participant__external_id="W003", index=3).update(status=Episode.Status.ACTIVE)
-    Participant.objects.exclude(external_id="W003").update(completed_at=timezone.now())
+    Episode.objects.filter(participant__pseudonym="W003", index=3).update(status=Episode.Status.ACTIVE)
+    Participant.objects.exclude(pseudonym="W003").update(completed_at=timezone.now())
     return study
 
 
@@ -77,19 +77,14 @@ def _url(study: Study, name: str, *args: Any) -> str:
     return reverse(f"reports:{name}", args=[study.slug, *args])
 
 
-def pseudonym(external_id: str) -> str:
-    """The worker as the analysis and its exports name them: ``P<participant id>``."""
-    return f"P{Participant.objects.get(external_id=external_id).pk}"
-
-
 def test_the_ratings_frame_carries_one_boolean_column_per_signal(quality_study: Study) -> None:
     frame = queries.study_ratings_frame(quality_study)
     assert list(SIGNAL_COLUMNS) == [c for c in frame.columns if c in SIGNAL_COLUMNS]
     flagged = {c: sorted(set(frame.loc[frame[c], "worker"])) for c in SIGNAL_COLUMNS}
-    assert flagged["flag_paste"] == [pseudonym("W000")] and flagged["authenticity_flagged"] == [pseudonym("W000")]
-    assert flagged["attention_failed"] == [pseudonym("W001")]
-    assert flagged["too_fast"] == [pseudonym("W002")]
-    assert flagged["unfinished"] == [pseudonym("W003")]
+    assert flagged["flag_paste"] == ["W000"] and flagged["authenticity_flagged"] == ["W000"]
+    assert flagged["attention_failed"] == ["W001"]
+    assert flagged["too_fast"] == ["W002"]
+    assert flagged["unfinished"] == ["W003"]
     too_fast_rows = frame[frame["too_fast"]]
     assert set(too_fast_rows["session"]) == {1} and too_fast_rows["unit"].nunique() == 1  # only that session
 
@@ -152,20 +147,17 @@ def test_the_quality_page_flags_the_careless_workers_and_links_their_episodes(
     researcher_client: Client, quality_study: Study
 ) -> None:
     page = researcher_client.get(_url(quality_study, "study_quality")).content.decode()
-    by_pseudonym = {
-        r.split('data-worker="')[1].split('"')[0]: r for r in page.split("<tr id=")[1:] if 'data-worker="' in r
-    }
-    rows = {p.external_id: by_pseudonym[f"P{p.pk}"] for p in Participant.objects.filter(study=quality_study)}
-    assert len(rows) == 8 and all(ext in row for ext, row in rows.items())  # the researcher sees the real id too
+    rows = {r.split('data-worker="')[1].split('"')[0]: r for r in page.split("<tr id=")[1:] if 'data-worker="' in r}
+    assert len(rows) == 8
     assert 'class="flagged"' in rows["W000"] and "of the text was pasted" in rows["W000"]
     assert "failed 1 of 1 attention check(s)" in rows["W001"]
     assert "1 session(s) too fast" in rows["W002"]
     assert 'class="flagged"' not in rows["W004"] and "nothing" in rows["W004"]
     assert 'badge ok">pass' in rows["W004"]  # the QC test, from the analysis
-    episode = Episode.objects.filter(participant__external_id="W001").first()
+    episode = Episode.objects.filter(participant__pseudonym="W001").first()
     assert episode is not None and reverse("studies:episode", args=[quality_study.slug, episode.pk]) in rows["W001"]
     only = researcher_client.get(_url(quality_study, "study_quality") + "?flagged=1").content.decode()
-    assert f'data-worker="{pseudonym("W004")}"' not in only and f'data-worker="{pseudonym("W000")}"' in only
+    assert 'data-worker="W004"' not in only and 'data-worker="W000"' in only
 
 
 def test_the_quality_page_is_for_researchers_only(client: Client, quality_study: Study, outsider: Any) -> None:
@@ -213,7 +205,7 @@ def test_the_analysis_exports_name_workers_by_pseudonym_never_by_prolific_id(
         assert "5f1e2d3c4b5a6978879" not in body and "prolific:" not in body, what
     data = researcher_client.get(_url(quality_study, "study_export", "data")).content.decode()
     workers = {row["worker"] for row in csv.DictReader(io.StringIO(data))}
-    assert workers == {f"P{pk}" for pk in Participant.objects.filter(study=quality_study).values_list("pk", flat=True)}
+    assert workers == set(Participant.objects.filter(study=quality_study).values_list("pseudonym", flat=True))
 
 
 def test_before_any_qc_rating_the_dashboard_runs_without_the_qc_test_and_says_it_is_waiting(

@@ -104,6 +104,8 @@
     document.body.addEventListener("htmx:wsOpen", (evt) => {
       socket = evt.detail.socketWrapper;
       conn.textContent = "Connected"; conn.className = "conn ok";
+      // The session starts with the message box focused (a keyboard or screen-reader user types at once).
+      if (!document.activeElement || document.activeElement === document.body) text.focus();
       // A placeholder we hold may be stale: drop it and let the server replay its current state.
       box.querySelectorAll('.msg[data-status="pending"]').forEach((el) => el.remove());
       socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));

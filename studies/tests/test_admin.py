@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from studies.models import Arm, Metric, Participant, Study
-from studies.tests.test_study_form import _RenderedForm
+from studies.tests.conftest import RenderedForm
 
 pytestmark = pytest.mark.django_db
 
@@ -370,7 +370,7 @@ def test_a_researcher_a_study_is_shared_with_cannot_make_themselves_its_creator_
     url = reverse("admin:studies_study_change", args=[study.pk])
     page = client.get(url).content.decode()
     assert 'name="created_by"' not in page and 'name="shared_with"' not in page
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(page)
     saved = client.post(url, {**form.data, "created_by": str(other.pk), "shared_with": []})
     assert saved.status_code == 302, saved.context["adminform"].form.errors if saved.context else saved  # it saved

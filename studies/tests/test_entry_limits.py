@@ -69,6 +69,30 @@ def test_using_a_workers_prolific_id_first_does_not_lock_the_worker_out(study: S
     assert again.status_code == 409 and "already started this study in another browser" in again.content.decode()
 
 
+def test_a_workers_link_to_a_later_wave_continues_their_participation(study: Study) -> None:
+    """A study in waves (prolific/): each wave is a Prolific study of its own, so the worker comes back with
+    another STUDY_ID and another SESSION_ID; that is the same participation, not a second person's."""
+    from prolific.models import Wave
+
+    for n in (1, 2):
+        Wave.objects.create(study=study, number=n, prolific_study_id=f"wave-{n}")
+    pid, worker = "5f1e2d3c4b5a69788796a5b4", Client()
+    worker.get(f"/s/{study.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": "wave-1", "SESSION_ID": "sub-1"})
+    consent(worker, study)
+    first = Participant.objects.get(external_id=f"prolific:{pid}")
+    response = worker.get(f"/s/{study.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": "wave-2", "SESSION_ID": "sub-2"})
+    assert response.status_code == 302 and worker.session["memeval.participants"] == {str(study.pk): first.pk}
+    # in a browser that is not theirs, the wave-2 link meets "already started", as the worker's own link does
+    elsewhere = Client().get(f"/s/{study.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": "wave-2", "SESSION_ID": "sub-3"})
+    assert elsewhere.status_code == 409
+    # another submission to the same wave, or to a Prolific study that is no wave of this one, is someone else's
+    for study_id, session_id in (("wave-1", "sub-4"), ("not-a-wave", "sub-5")):
+        other = Client()
+        other.get(f"/s/{study.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": study_id, "SESSION_ID": session_id})
+        assert other.session["memeval.participants"][str(study.pk)] != first.pk
+    assert Participant.objects.filter(external_id__startswith=f"prolific:{pid}").count() == 3
+
+
 class FakeProlific:
     """GET /api/v1/submissions/<id>/ of Prolific's API: the submissions it knows, 404 otherwise."""
 

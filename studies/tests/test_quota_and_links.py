@@ -63,7 +63,7 @@ def test_invented_ids_that_consent_but_never_start_a_session_do_not_fill_the_quo
 def test_a_place_reserved_by_opening_the_chat_is_given_back_when_nobody_writes(study: Study) -> None:
     from chat.models import ChatSession
     from chat.turns import post_user_message
-    from studies.models import PLACE_RESERVED_MINUTES
+    from studies.places import PLACE_RESERVED_MINUTES
 
     study.quota = 1
     study.save()

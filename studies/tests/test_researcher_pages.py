@@ -63,7 +63,7 @@ def test_the_study_page_never_shows_the_raw_prolific_id(
 ) -> None:
     body = rclient.get(reverse("studies:detail", args=[study.slug])).content.decode()
     assert "PID-SECRET-123" not in body
-    assert f"P{finished_episode.participant_id}" in body
+    assert finished_episode.participant.pseudonym in body
 
 
 def test_closing_and_reopening_a_study(rclient: Client, study: Study) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from django.urls import reverse
 from chat.models import Episode
 from studies.forms import check_params
 from studies.models import Participant, Study
+from studies.tests.conftest import ARMS, STUDY, RenderedForm, edit_data, formset
 
 pytestmark = pytest.mark.django_db
 
@@ -20,54 +20,6 @@ pytestmark = pytest.mark.django_db
 def rclient(client: Client, researcher: Any) -> Client:
     client.force_login(researcher)
     return client
-
-
-def formset(prefix: str, rows: list[dict[str, Any]], initial: int = 0) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        f"{prefix}-TOTAL_FORMS": len(rows),
-        f"{prefix}-INITIAL_FORMS": initial,
-        f"{prefix}-MIN_NUM_FORMS": 0,
-        f"{prefix}-MAX_NUM_FORMS": 1000,
-    }
-    for i, row in enumerate(rows):
-        for key, value in row.items():
-            if value is True:
-                data[f"{prefix}-{i}-{key}"] = "on"
-            elif value is not False and value is not None:
-                data[f"{prefix}-{i}-{key}"] = value
-    return data
-
-
-STUDY = {
-    "name": "Memory pilot",
-    "sessions_per_episode": 3,
-    "gap_days": 7,
-    "gap_max_days": 14,
-    "bot_opens_sessions": "on",
-    "min_user_turns": 4,
-    "episodes_per_worker": 2,
-    "max_message_chars": 2000,
-    "max_messages_per_minute": 12,
-    "max_turns_per_session": 60,
-    "max_stored_chars": 200_000,
-    "simulated_start": "2026-01-05 10:00",
-    "instructions": "Chat.",
-    "consent_text": "OK?",
-    "completion_code": "ABC123",
-    "invite_max_age_days": 30,
-    "add_default_metrics": "on",
-}
-ARMS = [
-    {"name": "No memory", "memory_system": "none", "params": "{}", "llm_backend": "", "llm_model": "", "active": True},
-    {
-        "name": "Full",
-        "memory_system": "full_history",
-        "params": '{"max_history_tokens": 900}',
-        "llm_backend": "openai",
-        "llm_model": "gpt-4o-mini",
-        "active": True,
-    },
-]
 
 
 def post_new(
@@ -175,61 +127,11 @@ def _episode(study: Study) -> Episode:
     return Episode.objects.create(participant=p, arm=study.arms.get(memory_system="full_history"), index=1)
 
 
-def _edit_data(
-    study: Study, arm_overrides: dict[str, Any], extra_arms: tuple[dict[str, Any], ...] = ()
-) -> dict[str, Any]:
-    """The edit form as the page would post it, unchanged except for ``arm_overrides`` (applied to
-    the full_history arm) and ``extra_arms``."""
-    arms = []
-    for a in study.arms.all():
-        row = {
-            "id": a.pk,
-            "name": a.name,
-            "memory_system": a.memory_system,
-            "params": "{}",
-            "llm_backend": a.llm_backend,
-            "active": True,
-        }
-        if a.memory_system == "full_history":
-            row.update(arm_overrides)
-        arms.append(row)
-    initial_arms = len(arms)
-    arms += extra_arms
-    metrics = [
-        {
-            "id": m.pk,
-            "key": m.key,
-            "statement": m.statement,
-            "low_label": m.low_label,
-            "high_label": m.high_label,
-            "order": m.order,
-        }
-        for m in study.metrics.all()
-    ]
-    design = {
-        "sessions_per_episode": study.sessions_per_episode,
-        "episodes_per_worker": study.episodes_per_worker,
-        "gap_days": study.gap_days,
-        "gap_max_days": "" if study.gap_max_days is None else study.gap_max_days,
-        "simulated_start": study.simulated_start.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    if study.bot_opens_sessions:
-        design["bot_opens_sessions"] = "on"
-    data = {
-        **STUDY,
-        **design,
-        "add_default_metrics": None,
-        **formset("arms", arms, initial=initial_arms),
-        **formset("metrics", metrics, initial=len(metrics)),
-    }
-    return {k: v for k, v in data.items() if v is not None}
-
-
 def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
     Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)  # an open study gets no new QC arm
     study.refresh_from_db()
     summaries = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
-    data = {**_edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
+    data = {**edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 302
     study.refresh_from_db()
@@ -239,7 +141,7 @@ def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, stu
 
 def test_an_arm_with_episodes_cannot_change_its_memory_system(rclient: Client, study: Study) -> None:
     _episode(study)
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"memory_system": "none"}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"memory_system": "none"}))
     assert response.status_code == 400
     assert "This arm already has episodes: its memory_system cannot change" in response.content.decode()
     assert study.arms.filter(memory_system="full_history").exists()
@@ -249,10 +151,10 @@ def test_an_arm_with_episodes_cannot_be_deleted_but_can_be_deactivated(rclient: 
     _episode(study)
     study.arms.create(name="Third", memory_system="none")  # two arms stay active for 2 episodes per worker
     url = reverse("studies:edit", args=[study.slug])
-    response = rclient.post(url, _edit_data(study, {"DELETE": True}))
+    response = rclient.post(url, edit_data(study, {"DELETE": True}))
     assert response.status_code == 400
     assert "has episodes and cannot be deleted" in response.content.decode()
-    response = rclient.post(url, _edit_data(study, {"active": False}))
+    response = rclient.post(url, edit_data(study, {"active": False}))
     assert response.status_code == 302
     assert not study.arms.get(memory_system="full_history").active
 
@@ -269,7 +171,7 @@ def test_the_new_study_page_lists_every_memory_system_and_its_parameters(rclient
 
 def test_the_design_is_frozen_once_workers_have_started(rclient: Client, study: Study) -> None:
     _episode(study)
-    data = _edit_data(study, {})
+    data = edit_data(study, {})
     data["gap_days"] = 3
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
     assert response.status_code == 400
@@ -290,7 +192,7 @@ def test_two_arms_of_a_study_cannot_share_a_name(rclient: Client) -> None:
 
 def test_deactivating_an_arm_is_refused_when_too_few_would_remain(rclient: Client, study: Study) -> None:
     _episode(study)
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"active": False}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"active": False}))
     assert response.status_code == 400
     assert "2 episodes per worker need at least 2 active arms" in response.content.decode()
 
@@ -303,7 +205,7 @@ def test_a_longest_gap_shorter_than_the_shortest_is_refused(rclient: Client) -> 
 
 def test_the_gap_range_and_the_bot_opener_are_part_of_the_frozen_design(rclient: Client, study: Study) -> None:
     _episode(study)
-    data = _edit_data(study, {})
+    data = edit_data(study, {})
     data["gap_max_days"] = 21
     data.pop("bot_opens_sessions", None)
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
@@ -318,52 +220,9 @@ def test_the_turn_limit_cannot_be_below_the_minimum_of_user_turns(rclient: Clien
     assert post_new(rclient, study={"min_user_turns": 5, "max_turns_per_session": 5}).status_code == 302
 
 
-class _RenderedForm(HTMLParser):
-    """The fields a browser would post from the rendered edit page (template rows left out)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.data: dict[str, str] = {}
-        self._template = 0
-        self._select: str | None = None
-        self._textarea: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        self._template += tag == "template"
-        if self._template or not a.get("name") and tag != "option":
-            return
-        if tag == "input" and a.get("type") in ("checkbox", "radio"):
-            if "checked" in a:
-                self.data[a["name"]] = a.get("value") or "on"
-        elif tag == "input" and a.get("type") not in ("submit", "button"):
-            self.data[a["name"]] = a.get("value", "")
-        elif tag == "select":
-            self._select = a["name"]
-            self.data[a["name"]] = ""
-        elif tag == "option" and self._select and "selected" in a:
-            self.data[self._select] = a.get("value", "")
-        elif tag == "textarea":
-            self._textarea = a["name"]
-            self.data[a["name"]] = ""
-
-    def handle_endtag(self, tag: str) -> None:
-        self._template -= tag == "template"
-        if tag == "select":
-            self._select = None
-        if tag == "textarea":
-            if self._textarea:  # the browser drops the newline Django writes after <textarea>
-                self.data[self._textarea] = self.data[self._textarea].removeprefix("\n")
-            self._textarea = None
-
-    def handle_data(self, data: str) -> None:
-        if self._textarea and not self._template:
-            self.data[self._textarea] += data
-
-
 def test_saving_an_open_study_as_rendered_ignores_the_blank_extra_arm_row(rclient: Client, study: Study) -> None:
     url = reverse("studies:edit", args=[study.slug])
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(rclient.get(url).content.decode())
     assert form.data["arms-TOTAL_FORMS"] == "3" and form.data["arms-2-params"] == "{}"  # the blank extra row
     form.data["name"] = "Renamed"
@@ -375,7 +234,7 @@ def test_saving_an_open_study_as_rendered_ignores_the_blank_extra_arm_row(rclien
 
 def test_a_blank_arm_row_with_parameters_typed_in_is_still_checked(rclient: Client, study: Study) -> None:
     url = reverse("studies:edit", args=[study.slug])
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(rclient.get(url).content.decode())
     form.data["arms-2-params"] = '{"k": 3'
     response = rclient.post(url, form.data)
@@ -400,7 +259,7 @@ def test_an_arm_without_episodes_is_deleted_only_when_the_study_is_not_open_for_
     Study.objects.filter(pk=study.pk).update(status=status, pilot=pilot)
     study.refresh_from_db()
     study.arms.create(name="Third", memory_system="none", llm_backend="scripted")
-    response = rclient.post(reverse("studies:edit", args=[study.slug]), _edit_data(study, {"DELETE": True}))
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), edit_data(study, {"DELETE": True}))
     refused = status == Study.Status.OPEN and not pilot
     assert response.status_code == (400 if refused else 302)
     assert study.arms.filter(memory_system="full_history").exists() == refused

@@ -10,10 +10,9 @@ from django.urls import reverse
 
 from annotation.models import Queue
 from chat.models import ArmJob, Episode
-from reports import exports
-from reports.models import ImportedDataset, Preregistration
-from reports.reporting import FORMATS, PLOT_NAMES
+from reports.models import ImportedDataset
 from studies.models import Study
+from studies.tests.conftest import study_urls
 
 pytestmark = pytest.mark.django_db
 
@@ -23,47 +22,6 @@ def owned(study: Study, owner: User) -> Study:
     study.created_by = owner
     study.save(update_fields=["created_by"])
     return study
-
-
-def study_urls(study: Study, episode: Episode) -> list[tuple[str, str]]:
-    """Every URL that shows or changes one study: pages, edits, dashboard, transcripts, readiness and evaluation
-    jobs, worker quality, analysis, plan, exports and data downloads."""
-    slug = study.slug
-    dataset = ImportedDataset.objects.create(study=study, name="imported")
-    prereg = Preregistration.objects.create(study=study, content={}, sha256="0" * 64)
-    urls = [
-        ("get", reverse("studies:detail", args=[slug])),
-        ("get", reverse("studies:edit", args=[slug])),
-        ("post", reverse("studies:edit", args=[slug])),
-        ("post", reverse("studies:status", args=[slug])),
-        ("post", reverse("studies:default_metrics", args=[slug])),
-        ("post", reverse("studies:invite", args=[slug])),
-        ("post", reverse("studies:share", args=[slug])),
-        ("post", reverse("studies:check_arms", args=[slug])),  # readiness checks and automatic evaluation
-        ("get", reverse("studies:readiness", args=[slug])),
-        ("get", reverse("reports:study_quality", args=[slug])),
-        ("get", reverse("studies:episode", args=[slug, episode.pk])),
-        ("get", reverse("reports:study_analysis", args=[slug])),
-        ("get", reverse("reports:import_ratings", args=[slug])),
-        ("post", reverse("reports:import_ratings", args=[slug])),
-        ("get", reverse("reports:dataset_analysis", args=[slug, dataset.pk])),
-        ("post", reverse("reports:dataset_delete", args=[slug, dataset.pk])),
-        ("get", reverse("reports:study_plan", args=[slug])),
-        ("post", reverse("reports:study_plan", args=[slug])),
-        ("get", reverse("reports:study_plan_job", args=[slug, "some-key"])),
-        ("post", reverse("reports:study_register", args=[slug])),
-        ("get", reverse("reports:preregistration", args=[slug, prereg.pk])),
-    ]
-    for fmt in FORMATS:
-        urls.append(("get", reverse("reports:study_export", args=[slug, fmt])))
-        urls.append(("get", reverse("reports:dataset_export", args=[slug, dataset.pk, fmt])))
-    for what in exports.WHAT:
-        for fmt in exports.FORMATS:
-            urls.append(("get", reverse("reports:study_data_export", args=[slug, what, fmt])))
-    for name in PLOT_NAMES:
-        urls.append(("get", reverse("reports:study_plot", args=[slug, name])))
-        urls.append(("get", reverse("reports:dataset_plot", args=[slug, dataset.pk, name])))
-    return urls
 
 
 def admin_urls(study: Study, episode: Episode) -> list[str]:
@@ -123,13 +81,13 @@ def test_only_the_creator_can_change_who_a_study_is_shared_with(
     third = User.objects.create_user("tess", password="pw", is_staff=True)
     client.force_login(owner)
     page = client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
-    assert "Save sharing" in page and "oscar" in page and "tess" in page
+    assert "Save the team" in page and "oscar" in page and "tess" in page
     response = client.post(reverse("studies:share", args=[owned.slug]), {"shared_with": [other.pk]})
     assert response.status_code == 302
     assert list(owned.shared_with.all()) == [other]
 
     client.force_login(other)  # shared with: sees the study, but cannot re-share it
-    assert "Save sharing" not in client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
+    assert "Save the team" not in client.get(reverse("studies:detail", args=[owned.slug])).content.decode()
     assert client.post(reverse("studies:share", args=[owned.slug]), {"shared_with": [third.pk]}).status_code == 403
     assert list(owned.shared_with.all()) == [other]
 

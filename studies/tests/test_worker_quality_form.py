@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from studies.forms import qc_design_problem
 from studies.models import Study
-from studies.tests.test_study_form import ARMS, STUDY, formset
+from studies.tests.conftest import ARMS, STUDY, formset
 
 pytestmark = pytest.mark.django_db
 
@@ -83,14 +83,14 @@ def test_a_form_posted_without_the_new_fields_keeps_their_defaults(rclient: Clie
 def _press_add_attention(page: str) -> dict[str, str]:
     """The form a browser posts after "Add an attention check" (the page's script clones the template row with
     the next form number and bumps TOTAL_FORMS) when the researcher changes nothing in the new row."""
-    from studies.tests.test_study_form import _RenderedForm
+    from studies.tests.conftest import RenderedForm
 
-    form = _RenderedForm()
+    form = RenderedForm()
     form.feed(page)
     data = dict(form.data)
     total = int(data["attention-TOTAL_FORMS"])
     row = page.split('<template id="attention-empty">', 1)[1].split("</template>", 1)[0]
-    added = _RenderedForm()
+    added = RenderedForm()
     added.feed(row.replace("__prefix__", str(total)))
     assert f"attention-{total}-statement" in added.data and added.data[f"attention-{total}-target"] == "80"
     data.update(added.data)
@@ -145,11 +145,9 @@ def test_reply_pacing_is_on_by_default_and_its_schedule_is_saved_with_the_study(
 def test_the_pacing_cannot_change_once_workers_have_started(rclient: Client, study: Study) -> None:
     from chat.models import Episode
     from studies.models import Participant
-    from studies.tests.test_study_form import _edit_data
+    from studies.tests.conftest import edit_data
 
     p = Participant.objects.create(study=study, external_id="w", source="invite")
     Episode.objects.create(participant=p, arm=study.arms.first(), index=1)
-    response = rclient.post(
-        reverse("studies:edit", args=[study.slug]), {**_edit_data(study, {}), "pace_min_seconds": 9}
-    )
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), {**edit_data(study, {}), "pace_min_seconds": 9})
     assert response.status_code == 400 and "cannot change any more" in response.content.decode()

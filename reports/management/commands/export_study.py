@@ -1,4 +1,4 @@
-"""``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls --format csv|jsonl [--out PATH]``."""
+"""``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls|personas|probes --format csv|jsonl [--out PATH]``."""
 
 from __future__ import annotations
 

@@ -56,10 +56,20 @@ class Command(BaseCommand):
             f"{'created' if created else 'kept'} {simulated.name!r} (closed, simulated data); "
             f"queue {queue.name!r}: {queue.items.count()} items"
         )
+        items, judges = demo.seed_judge_demo(simulated, created_by=researcher)
+        self.stdout.write(
+            f"judge sample of {simulated.name!r}: {items} sessions, {demo.JUDGE_ANNOTATORS} simulated annotators each; "
+            f"{judges} simulated judges added (Automatic judges page)"
+        )
         quality, created = demo.seed_quality_study(created_by=researcher)
         self.stdout.write(
             f"{'created' if created else 'kept'} {quality.name!r} (closed, simulated data: QC arm, attention checks, "
             f"careless workers {', '.join(demo.CARELESS)})"
+        )
+        cards_study, created = demo.seed_persona_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {cards_study.name!r} (open: persona cards with an update, a forget "
+            f"and a probe; worker link /s/{cards_study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
         )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "

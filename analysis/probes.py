@@ -1,0 +1,388 @@
+"""What the bot remembered: the statistics of persona-card probes, beside the sliders.
+
+Input: one row per scored probe (memory/cardeval.py and the platform's probing write them), with the columns
+of :data:`COLUMNS`. A probe counts only when the worker did what the card asked (``told``: the fact or its
+update was said, the forget asked for); the others are counted and left out.
+
+Per arm, and per arm and session, three rates (:data:`METRICS`):
+
+- ``recall``: probes of current and updated facts whose answer gives the current value;
+- ``stale_rate``: probes of updated facts whose answer gives an old value and not the current one;
+- ``deletion_honoured``: probes of forgotten facts absent from the answer and from every store of the arm.
+
+Each rate is first taken per unit (episode; per episode and session for the session table), then averaged
+over the arm's workers: a worker's units in one arm are averaged first, so the 95% t-interval over workers is
+a worker-clustered interval (in memeval a worker meets an arm in one episode, so a unit is a worker). Arms are
+compared on the per-unit rates with the sliders' test (default ``cluster-t``: worker-clustered CR2 standard
+errors, so a worker's episodes in different arms are not taken as independent) and Holm-corrected within each
+family of one rate (whole episode, or one session), as the sliders' ``metric`` families. Every probe test is
+**exploratory** (``role``), unless the pre-registration lists the rate among its primary comparisons.
+
+Also: the memory gain (recall over the probes that neither the ``none`` arm nor a closed-book prompt answered),
+the correlation of objective recall with the memorability rating (does the worker notice?), and the
+failure-stage counts per arm.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.spec import ALPHA, CONFIDENCE, RatingsError
+from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm
+
+COLUMNS = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
+           "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+METRICS: dict[str, str] = {
+    "recall": "share of probes of current and updated facts whose answer gives the current value",
+    "stale_rate": "share of probes of updated facts whose answer gives an old value and not the current one",
+    "deletion_honoured": "share of probes of forgotten facts absent from the answer and from every store of the arm",
+    "dependent_consistent": "share of probes of dependent facts (the pet's name after the pet changed or was "
+    "forgotten) scored correct",
+}
+_SOURCE = {"recall": "recalled", "stale_rate": "stale", "deletion_honoured": "deletion_honoured",
+           "dependent_consistent": "correct"}  # fmt: skip
+_KINDS = {"recall": ("current", "updated"), "stale_rate": ("updated",), "deletion_honoured": ("forgotten",),
+          "dependent_consistent": ("current", "updated", "forgotten")}  # fmt: skip
+STAGES = ("extraction", "update", "retrieval", "generation")
+MODES = ("snapshot", "inline")
+
+
+def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """The probes as a frame with the canonical columns; raises :class:`RatingsError` naming what is missing."""
+    frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    missing = [c for c in ("worker", "unit", "arm", "session", "kind") if c not in frame.columns]
+    if missing:
+        raise RatingsError(f"the probe table lacks column(s) {', '.join(missing)}")
+    defaults = {"mode": "snapshot", "recalled": None, "stale": None, "deletion_honoured": None, "correct": None,
+                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False}  # fmt: skip
+    for col, value in defaults.items():
+        if col not in frame.columns:
+            frame[col] = value
+    bad = sorted(set(frame["kind"].dropna()) - {"current", "updated", "forgotten"})
+    if bad:
+        raise RatingsError(f"unknown probe kind(s) {bad}: current, updated or forgotten")
+    try:
+        frame["session"] = pd.to_numeric(frame["session"]).astype(int)
+    except (TypeError, ValueError) as exc:
+        raise RatingsError(f"probe sessions must be whole numbers ({exc})") from exc
+    for col, absent in (("told", True), ("dependent", False), ("answerable_without_memory", False)):
+        frame[col] = [_flag(v, absent) for v in frame[col]]
+        frame[col] = frame[col].astype(bool)
+    for col in _SOURCE.values():
+        frame[col] = frame[col].map(lambda v: math.nan if v is None or v != v else float(bool(v)))  # noqa: PLR0124
+    return frame[list(COLUMNS)]
+
+
+def _flag(value: Any, absent: bool) -> bool:
+    """A boolean cell, ``absent`` where it is missing (None or NaN)."""
+    return absent if value is None or value != value else bool(value)  # noqa: PLR0124
+
+
+def _rates(frame: pd.DataFrame, by: list[str], *, needed_only: bool = False) -> pd.DataFrame:
+    """Per group (unit, or unit and session): each rate over the group's probes of its kinds (NaN: none)."""
+    out: list[pd.DataFrame | pd.Series[Any]] = []
+    for name, source in _SOURCE.items():
+        rows = frame[frame["kind"].isin(_KINDS[name])]
+        if name == "dependent_consistent":
+            rows = rows[rows["dependent"]]
+        if needed_only:
+            rows = rows[~rows["answerable_without_memory"]]
+        out.append(rows.groupby(by, sort=True)[source].mean().rename(name))
+    keys = frame.groupby(by, sort=True)[["worker", "arm"]].first()
+    return keys.join(out, how="left").reset_index()
+
+
+def _ci_table(rates: pd.DataFrame, by: list[str], metrics: Sequence[str]) -> dict[Any, dict[str, Any]]:
+    """Worker-clustered means: units averaged per worker first, then a t-interval over the workers."""
+    per_worker = rates.groupby([*by, "worker"], sort=True)[list(metrics)].mean().reset_index()
+    table = grouped_mean_ci(per_worker, by, list(metrics), CONFIDENCE)
+    units = rates.groupby(by, sort=True)[list(metrics)].count()
+    out: dict[Any, dict[str, Any]] = {}
+    for key in table.index:
+        row = table.loc[key]
+        out[key] = {
+            m: {
+                "mean": _num(row[m]),
+                "ci95": [_num(row[f"{m}_lo"]), _num(row[f"{m}_hi"])],
+                "n_workers": int(row[f"{m}_n"]),
+                "n_units": int(units.loc[key, m]),
+            }
+            for m in metrics
+        }
+    return out
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _pairwise(rates: pd.DataFrame, arms: list[str], test: str, session: Any = None) -> list[dict[str, Any]]:
+    out = []
+    metrics = list(METRICS)
+    for a, b in combinations(arms, 2):
+        ra, rb = rates[rates["arm"] == a], rates[rates["arm"] == b]
+        results = compare_columns(
+            ra[metrics].to_numpy(dtype=float), rb[metrics].to_numpy(dtype=float), test,  # type: ignore[arg-type]
+            ra["worker"].to_numpy(), rb["worker"].to_numpy(),
+        )  # fmt: skip
+        for m, res in zip(metrics, results, strict=True):
+            entry = {"metric": m, "a": a, "b": b, "test": test, "scale": "rate", "sample": "units", **res}
+            if session is not None:
+                entry["session"] = session
+            out.append(entry)
+    return out
+
+
+def _families(entries: list[dict[str, Any]], primary: Sequence[str]) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        scope = f"session {e['session']}: " if "session" in e else ""
+        e["family"] = f"probes {scope}{e['metric']}"
+        is_primary = e["metric"] in primary and "session" not in e
+        e["role"] = "primary" if is_primary else "exploratory"
+        groups.setdefault(e["family"], []).append(e)
+    out = []
+    for fid, members in groups.items():
+        for e, p in zip(members, holm([_p(e) for e in members]), strict=True):
+            e["p_holm"] = _num(p)
+        out.append({"id": fid, "kind": "probe metric", "tests": sum(1 for e in members if not math.isnan(_p(e))),
+                    "significant": sum(1 for e in members if e["p_holm"] is not None and e["p_holm"] < ALPHA)})  # fmt: skip
+    return out
+
+
+def _p(entry: Mapping[str, Any]) -> float:
+    p = entry.get("p")
+    return math.nan if p is None else float(p)
+
+
+def _section(frame: pd.DataFrame, arms: list[str], test: str, primary: Sequence[str]) -> dict[str, Any]:
+    unit_rates = _rates(frame, ["unit"])
+    session_rates = _rates(frame, ["unit", "session"])
+    needed = _rates(frame, ["unit"], needed_only=True)
+    by_arm_table = _ci_table(unit_rates, ["arm"], list(METRICS))
+    gain = _ci_table(needed.rename(columns={"recall": "memory_gain"}), ["arm"], ["memory_gain"])
+    by_arm = {}
+    for a in arms:
+        rows = frame[frame["arm"] == a]
+        by_arm[a] = {
+            **by_arm_table.get(a, dict.fromkeys(METRICS)),
+            "memory_gain": gain.get(a, {}).get("memory_gain"),
+            "n_probes": int(len(rows)),
+            "n_units": int(rows["unit"].nunique()),
+            "n_workers": int(rows["worker"].nunique()),
+            "answerable_without_memory": int(rows["answerable_without_memory"].sum()),
+            "stages": {s: int((rows["stage"] == s).sum()) for s in STAGES},
+        }
+    by_session = []
+    table = _ci_table(session_rates, ["arm", "session"], list(METRICS))
+    for (a, s), cells in sorted(table.items(), key=lambda kv: (arms.index(kv[0][0]), kv[0][1])):
+        by_session.append({"arm": a, "session": int(s), **cells})
+    whole = _pairwise(unit_rates, arms, test)
+    per_session: list[dict[str, Any]] = []
+    for _, rows in session_rates.groupby("session", sort=True):
+        per_session += _pairwise(rows, arms, test, session=int(rows["session"].iloc[0]))
+    families = _families([*whole, *per_session], primary)
+    return {
+        "n_probes": int(len(frame)),
+        "by_arm": by_arm,
+        "by_arm_session": by_session,
+        "pairwise": whole,
+        "pairwise_by_session": per_session,
+        "families": families,
+    }
+
+
+def _notice(frame: pd.DataFrame, ratings: pd.DataFrame | None, metric: str) -> dict[str, Any] | None:
+    """Recall of the memory a session started from (the snapshot after the session before) against the
+    worker's rating of that session on ``metric``, per (unit, session); and per unit (means)."""
+    if ratings is None or ratings.empty or metric not in ratings.columns:
+        return None
+    snap = frame[(frame["mode"] == "snapshot") & frame["kind"].isin(_KINDS["recall"])]
+    recall = snap.groupby(["unit", "session"], sort=True)["recalled"].mean().reset_index()
+    recall["session"] = recall["session"] + 1  # the memory after session k is what session k + 1 starts from
+    rated = ratings[["unit", "session", metric]].dropna()
+    pairs = recall.merge(rated, on=["unit", "session"], how="inner")
+    per_unit = pairs.groupby("unit")[["recalled", metric]].mean()
+    return {
+        "metric": metric,
+        "what": f"recall of the memory each session started from (probed after the session before) against the "
+        f"{metric} rating of that session",
+        "sessions": correlate(pairs["recalled"], pairs[metric]),
+        "units": correlate(per_unit["recalled"], per_unit[metric]),
+    }
+
+
+def analyze_probes(
+    rows: pd.DataFrame | Iterable[Mapping[str, Any]],
+    *,
+    arms: Sequence[str] | None = None,
+    test: str = "cluster-t",
+    ratings: pd.DataFrame | None = None,
+    rating_metric: str = "memorability",
+    primary: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The probe report: per mode (``snapshot``: after each session, from the stored memory; ``inline``: asked
+    by the worker in the chat), per arm and per arm and session, the three rates with worker-clustered 95% CIs,
+    pairwise tests with Holm families, the memory gain, the stage counts; and the correlation of snapshot recall
+    with the ``rating_metric`` rating (``ratings``: one row per rated session with ``unit``, ``session`` and the
+    metric). ``primary`` names rates the pre-registration made primary (else every probe test is exploratory).
+    The result is JSON-ready (keys in docs/analysis.md)."""
+    frame = probe_frame(rows)
+    untold = frame[~frame["told"]]
+    kept = frame[frame["told"]]
+    names = list(arms) if arms is not None else sorted(kept["arm"].dropna().unique().tolist())
+    out: dict[str, Any] = {
+        "metrics": dict(METRICS),
+        "test": test,
+        "role": "exploratory unless pre-registered",
+        "primary": list(primary),
+        "arms": names,
+        "n_probes": int(len(kept)),
+        "n_untold": int(len(untold)),
+        "untold_note": "probes of facts the worker did not bring up (or a forget not asked for) are left out",
+        "n_units": int(kept["unit"].nunique()),
+        "n_workers": int(kept["worker"].nunique()),
+        "modes": {},
+    }
+    for mode in MODES:
+        rows_of = kept[kept["mode"] == mode]
+        if not rows_of.empty:
+            out["modes"][mode] = _section(rows_of, [a for a in names if a in set(rows_of["arm"])], test, primary)
+    out["recall_vs_rating"] = _notice(kept, ratings, rating_metric)
+    safe: dict[str, Any] = _json_safe(out)
+    return safe
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN (a correlation of a constant, a rate with no probe) as None, so the result is strict JSON."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+def stage_table(result: Mapping[str, Any], mode: str = "snapshot") -> list[dict[str, Any]]:
+    """Failed probes per arm and stage (rows for a table or CSV)."""
+    section = result.get("modes", {}).get(mode)
+    if not section:
+        return []
+    return [{"arm": a, **row["stages"], "failed": sum(row["stages"].values())} for a, row in section["by_arm"].items()]
+
+
+def rate_rows(result: Mapping[str, Any], mode: str = "snapshot") -> list[dict[str, Any]]:
+    """Per arm and per arm and session: each rate with its CI (flat rows for a table or CSV)."""
+    section = result.get("modes", {}).get(mode)
+    if not section:
+        return []
+    out = []
+    for a, row in section["by_arm"].items():
+        out.append({"arm": a, "session": "all", **_flat(row)})
+    for row in section["by_arm_session"]:
+        out.append({"arm": row["arm"], "session": row["session"], **_flat(row)})
+    return out
+
+
+def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for m in [*METRICS, "memory_gain"]:
+        cell = row.get(m)
+        flat[m] = cell["mean"] if cell else None
+        flat[f"{m}_ci95"] = cell["ci95"] if cell else [None, None]
+        flat[f"{m}_units"] = cell["n_units"] if cell else 0
+    return flat
+
+
+def to_markdown(result: Mapping[str, Any]) -> str:
+    """The probe report as Markdown tables: per mode, the rates per arm and session (mean [95% CI]) and the
+    failure stages per arm."""
+
+    def cell(v: Any, ci: Any) -> str:
+        if v is None:
+            return "–"
+        lo, hi = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+        return f"{v:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+
+    lines = ["## What the bot remembered (persona-card probes)", "",
+             f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
+             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+    rates = [*METRICS, "memory_gain"]
+    for mode in MODES:
+        if mode not in result.get("modes", {}):
+            continue
+        lines += ["", f"### {mode} probes", "", "| arm | session | " + " | ".join(rates) + " |",
+                  "|---|---|" + "---|" * len(rates)]  # fmt: skip
+        for row in rate_rows(result, mode):
+            cells = [cell(row[m], row[f"{m}_ci95"]) for m in rates]
+            lines.append(f"| {row['arm']} | {row['session']} | " + " | ".join(cells) + " |")
+        lines += ["", "| arm | " + " | ".join(STAGES) + " | failed |", "|---|" + "---|" * (len(STAGES) + 1)]
+        for s in stage_table(result, mode):
+            lines.append(f"| {s['arm']} | " + " | ".join(str(s[k]) for k in STAGES) + f" | {s['failed']} |")
+    notice = result.get("recall_vs_rating")
+    if notice and notice.get("sessions"):
+        r = notice["sessions"].get("pearson_r")
+        lines += ["", f"Recall against {notice['metric']}: Pearson r = {'–' if r is None else f'{r:.2f}'} "
+                  f"over {notice['sessions'].get('n', 0)} rated sessions."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+_TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
+_BOOL_COLUMNS = ("recalled", "stale", "deletion_honoured", "correct", "answerable_without_memory", "told", "dependent")
+
+
+def read_probe_table(path: str | Path) -> pd.DataFrame:
+    """A probe table from a file: memeval's ``probes`` export (CSV after its ``#`` header lines, or JSON lines
+    after its ``{"header": ...}`` line) or any CSV with the columns of :func:`probe_frame`. Text booleans
+    (``True``/``false``/``1``/empty) become booleans or None; a file that cannot be read is a
+    :class:`RatingsError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RatingsError(f"{path} cannot be read: {exc}") from exc
+    lines = text.splitlines()
+    if p.suffix == ".jsonl":
+        try:
+            records = [json.loads(line) for line in lines if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise RatingsError(f"{path} is not JSON lines: {exc}") from exc
+        frame = pd.DataFrame([r for r in records if isinstance(r, dict) and "header" not in r])
+    else:
+        skip = 0
+        first = re.match(r"# (\d+) header lines", lines[0]) if lines else None
+        if first:
+            skip = int(first.group(1))
+        try:
+            frame = pd.read_csv(io.StringIO(text), skiprows=skip, dtype=str, keep_default_na=False)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise RatingsError(f"{path} is not a readable CSV file: {exc}") from exc
+        for col in _BOOL_COLUMNS:
+            if col in frame.columns:
+                frame[col] = frame[col].map(_text_bool)
+        if "stage" in frame.columns:
+            frame["stage"] = frame["stage"].map(lambda s: s or None)
+    if "unit" not in frame.columns and "episode" in frame.columns:
+        frame["unit"] = frame["episode"].astype(str)
+    return frame
+
+
+def _text_bool(value: Any) -> bool | None:
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if text in ("", "none", "nan"):
+        return None
+    raise RatingsError(f"{value!r} is not a boolean (true, false, 1, 0 or empty)")

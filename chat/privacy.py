@@ -1,0 +1,184 @@
+"""A worker's personal data: deleted everywhere, pseudonymised after the study's retention period, and the raw ID
+shown to the study's owner only (docs/privacy.md).
+
+Workers are named by :attr:`studies.models.Participant.pseudonym` in every export and report; the raw Prolific ID
+(``Participant.external_id``) stays in the database only to recognise a returning worker. Three operations change
+that, each leaving a :class:`studies.models.PrivacyEvent` that names the worker by pseudonym only:
+
+* :func:`erase_participant` (``manage.py delete_participant``, the quality page's button): the participant row and
+  everything under it (episodes with their memory states, sessions, messages and their composition signals, ratings,
+  attention answers, memory snapshots, LLM-call records), the admin's log entries about them, and the annotation
+  items made from their snapshots (``annotation`` listens to the snapshots' deletion).
+* :func:`sweep_retention` (Celery beat, ``manage.py sweep_retention``): past ``Study.retention_days`` after a
+  worker's last visit, their raw IDs are dropped (:func:`pseudonymise`) and, when the study says so, their
+  transcripts deleted too (:func:`delete_transcripts`; ratings stay).
+* :func:`reveal_raw_id`: the owner asks for one worker's raw ID.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from studies.audit import PrivacyEvent
+from studies.models import Participant, Study
+from studies.signals import participant_erasing
+
+
+def footprint(participant: Participant) -> dict[str, int]:
+    """How many rows of each kind hold this worker's data (what a deletion removes)."""
+    sessions = ChatSession.objects.filter(episode__participant=participant)
+    return {
+        "episodes": Episode.objects.filter(participant=participant).count(),
+        "sessions": sessions.count(),
+        "messages": Message.objects.filter(session__in=sessions).count(),
+        "ratings": Rating.objects.filter(session__in=sessions).count(),
+        "attention_responses": AttentionResponse.objects.filter(session__in=sessions).count(),
+        "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).count(),
+        "llm_calls": LLMCallRecord.objects.filter(session__in=sessions).count(),
+    }
+
+
+def _forget_admin_log(participant: Participant) -> int:
+    """The admin's log entries about this worker's rows (their text may quote a message or an ID)."""
+    sessions = ChatSession.objects.filter(episode__participant=participant)
+    objects: list[tuple[type[Any], Any]] = [
+        (Participant, [participant.pk]),
+        (Episode, Episode.objects.filter(participant=participant).values_list("pk", flat=True)),
+        (ChatSession, sessions.values_list("pk", flat=True)),
+        (Message, Message.objects.filter(session__in=sessions).values_list("pk", flat=True)),
+        (MemorySnapshot, MemorySnapshot.objects.filter(session__in=sessions).values_list("pk", flat=True)),
+    ]
+    q = Q(pk__in=[])
+    for model, pks in objects:
+        q |= Q(content_type=ContentType.objects.get_for_model(model), object_id__in=[str(pk) for pk in pks])
+    deleted, _ = LogEntry.objects.filter(q).delete()
+    return deleted
+
+
+def erase_participant(participant: Participant, *, via: str, by: Any = None, reason: str = "") -> PrivacyEvent:
+    """Delete the worker everywhere (see the module's docstring) in one transaction; the audit record remains."""
+    with transaction.atomic():
+        participant = Participant.objects.select_for_update().select_related("study").get(pk=participant.pk)
+        counts = footprint(participant)
+        counts["admin_log_entries"] = _forget_admin_log(participant)
+        study, pseudonym = participant.study, participant.pseudonym
+        participant_erasing.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
+        participant.delete()  # cascades; annotation deletes the items made from the snapshots (annotation.privacy)
+        return PrivacyEvent.objects.create(
+            study=study,
+            study_slug=study.slug,
+            pseudonym=pseudonym,
+            action=PrivacyEvent.Action.DELETED,
+            by=by if getattr(by, "pk", None) else None,
+            via=via,
+            reason=reason[:500],
+            counts=counts,
+        )
+
+
+def pseudonymise(participant: Participant) -> None:
+    """Drop the worker's raw IDs (Prolific PID, study and session ids, invite id): from now on the pseudonym is all
+    there is (the admin's log entries about them go too: an older one may quote the raw ID). A worker who opens the
+    study link again afterwards is a new participant."""
+    _forget_admin_log(participant)
+    Participant.objects.filter(pk=participant.pk).update(
+        external_id=f"erased:{participant.pseudonym}",
+        prolific_study_id="",
+        prolific_session_id="",
+        pseudonymised_at=timezone.now(),
+    )
+
+
+def delete_transcripts(participant: Participant) -> dict[str, int]:
+    """Delete what the worker wrote and what was made of it (messages, memory states and snapshots, LLM-call
+    records, and through the snapshots the annotation items); sessions, ratings and attention answers stay."""
+    sessions = ChatSession.objects.filter(episode__participant=participant)
+    counts = {
+        "llm_calls": LLMCallRecord.objects.filter(session__in=sessions).delete()[0],
+        "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).delete()[0],
+        "messages": Message.objects.filter(session__in=sessions).delete()[0],
+    }
+    counts["memory_states"] = Episode.objects.filter(participant=participant).update(
+        memory_state={},
+        state_version=F("state_version") + 1,  # a stale writer's compare-and-set fails (chat.state)
+    )
+    return counts
+
+
+@dataclass
+class RetentionResult:
+    pseudonymised: int = 0
+    transcripts_deleted: int = 0
+
+
+def sweep_retention(now: dt.datetime | None = None) -> RetentionResult:
+    """Apply every study's retention period to the workers last seen longer ago than it (idempotent: each worker
+    once). Each worker in its own transaction, so a long sweep never holds the database."""
+    now = now or timezone.now()
+    result = RetentionResult()
+    for study in Study.objects.filter(retention_days__isnull=False):
+        due = study.participants.filter(
+            pseudonymised_at__isnull=True, last_seen_at__lt=now - dt.timedelta(days=study.retention_days or 0)
+        )
+        for participant in due.iterator():
+            with transaction.atomic():
+                counts: dict[str, int] = {}
+                action = PrivacyEvent.Action.PSEUDONYMISED
+                if study.retention_action == "delete_transcripts":
+                    counts = delete_transcripts(participant)
+                    action = PrivacyEvent.Action.TRANSCRIPTS_DELETED
+                    result.transcripts_deleted += 1
+                pseudonymise(participant)
+                result.pseudonymised += 1
+                PrivacyEvent.objects.create(
+                    study=study,
+                    study_slug=study.slug,
+                    pseudonym=participant.pseudonym,
+                    action=action,
+                    via="retention sweep",
+                    reason=f"{study.retention_days} days after the last visit",
+                    counts=counts,
+                )
+    return result
+
+
+def reveal_raw_id(participant: Participant, user: Any) -> str:
+    """The worker's raw ID for the study's owner (anyone else: PermissionDenied); the look is recorded."""
+    if not participant.study.is_owner(user):
+        raise PermissionDenied("Only the study's owner sees raw worker IDs.")
+    PrivacyEvent.objects.create(
+        study=participant.study,
+        study_slug=participant.study.slug,
+        pseudonym=participant.pseudonym,
+        action=PrivacyEvent.Action.REVEALED,
+        by=user,
+        via="quality page",
+    )
+    if participant.pseudonymised_at is not None:
+        return ""
+    return participant.raw_id
+
+
+def find_participant(study: Study, who: str) -> Participant | None:
+    """A worker of ``study`` by pseudonym, raw Prolific ID, or stored ID (``prolific:…``, ``invite:…``)."""
+    who = who.strip()
+    return (
+        study.participants.filter(
+            Q(pseudonym=who.upper())
+            | Q(external_id=who)
+            | Q(external_id=f"prolific:{who}")
+            | Q(external_id=f"invite:{who}")
+        )
+        .order_by("pk")
+        .first()
+    )

@@ -1,0 +1,84 @@
+"""What the bot remembered (``analysis.probes``'s result) laid out as rows for the dashboard. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.probes import METRICS, STAGES, stage_table
+from reports.tables import ci, num, pval
+
+MODE_TITLES = {
+    "snapshot": "Asked of the stored memory after each session (offline, the arm's own reply path)",
+    "inline": "Asked by the worker in the chat (probe tasks)",
+}
+RATE_TITLES = {
+    "recall": "Recall of current facts",
+    "stale_rate": "Stale-fact rate",
+    "deletion_honoured": "Deletion honoured",
+    "dependent_consistent": "Dependent facts consistent",
+    "memory_gain": "Memory gain",
+}
+STAGE_TITLES = {
+    "extraction": "never written (extraction)",
+    "update": "overwritten or not updated (update)",
+    "retrieval": "stored, not retrieved (retrieval)",
+    "generation": "retrieved, not used (generation)",
+}
+
+
+def _cell(cell: Any) -> dict[str, str]:
+    if not cell or cell.get("mean") is None:
+        return {"mean": "–", "ci": "", "n": ""}
+    return {"mean": num(cell["mean"], 2), "ci": ci(cell.get("ci95"), 2), "n": str(cell.get("n_units", ""))}
+
+
+def _rate_row(label: str, session: Any, row: dict[str, Any], rates: list[str]) -> dict[str, Any]:
+    return {"arm": label, "session": session, "cells": [_cell(row.get(m)) for m in rates]}
+
+
+def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per mode: the rates per arm and per arm and session (mean [95% CI], units), the pairwise tests with
+    Holm, the failure-stage table; and recall against the memorability rating. None: no probes."""
+    if probes is None:
+        return None
+    if "error" in probes:
+        return {"error": probes["error"]}
+    sections = []
+    for mode, title in MODE_TITLES.items():
+        sec = probes["modes"].get(mode)
+        if not sec:
+            continue
+        rates = [*METRICS, "memory_gain"] if mode == "snapshot" else list(METRICS)
+        rows = [_rate_row(arm, "all", row, rates) for arm, row in sec["by_arm"].items()]
+        rows += [_rate_row(r["arm"], r["session"], r, rates) for r in sec["by_arm_session"]]
+        tests = [
+            {
+                "metric": RATE_TITLES[e["metric"]], "session": e.get("session", "all"), "a": e["a"], "b": e["b"],
+                "diff": num(e.get("mean_diff"), 2, signed=True), "ci": ci(e.get("mean_diff_ci95"), 2),
+                "p": pval(e.get("p")), "p_holm": pval(e.get("p_holm")), "role": e.get("role", ""),
+                "significant": e.get("p_holm") is not None and e["p_holm"] < 0.05,
+            }
+            for e in [*sec["pairwise"], *sec["pairwise_by_session"]]
+            if e.get("p") is not None
+        ]  # fmt: skip
+        stages = [
+            {"arm": r["arm"], "counts": [r[s] for s in STAGES], "failed": r["failed"],
+             "flagged": sec["by_arm"][r["arm"]]["answerable_without_memory"], "n": sec["by_arm"][r["arm"]]["n_probes"]}
+            for r in stage_table(probes, mode)
+        ]  # fmt: skip
+        sections.append({"mode": mode, "title": title, "rates": [RATE_TITLES[m] for m in rates], "rows": rows,
+                         "tests": tests, "stages": stages, "n_probes": sec["n_probes"]})  # fmt: skip
+    notice = probes.get("recall_vs_rating")
+    notice_row = None
+    if notice:
+        s = notice.get("sessions") or {}
+        notice_row = {"what": notice["what"], "n": s.get("n"), "r": num(s.get("pearson_r"), 2),
+                      "rho": num(s.get("spearman_rho"), 2), "p": pval(s.get("pearson_p"))}  # fmt: skip
+    return {
+        "sections": sections,
+        "stage_titles": [STAGE_TITLES[s] for s in STAGES],
+        "n_probes": probes["n_probes"],
+        "n_untold": probes["n_untold"],
+        "untold_note": probes["untold_note"],
+        "notice": notice_row,
+    }

@@ -1,0 +1,18 @@
+"""Signals of the studies app, for the apps above it.
+
+``participant_erasing``: sent with ``participants`` (a queryset) just before those participants are deleted with
+everything they made (chat.privacy.erase_participant, studies.preview.end_previews). A model above chat that keeps a
+protected reference to their rows (pairwise's judgements point at episodes) deletes what refers to them here: the
+deletion's protection check runs before Django's own pre_delete signals."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+participant_erasing = Signal()
+
+#: ``later_wave``: sent with ``study``, ``recorded`` (the Prolific STUDY_ID a participant's first link carried) and
+#: ``arriving`` (the STUDY_ID of a link with the same Prolific ID but another submission); a receiver answers True
+#: when ``arriving`` is a later wave of the same study (prolific/entry.py: ``prolific.Wave``). Then the new
+#: submission continues that participation (studies/entry.py) instead of starting one of its own.
+later_wave = Signal()

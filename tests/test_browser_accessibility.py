@@ -1,0 +1,94 @@
+"""Issue 26, item 6: every worker page checked by axe-core (axe-playwright-python, which ships axe.min.js) in
+headless Chromium against a real server: the consent page, a chat session, the rating page, the wait page, the
+completion page and the declined page, with no serious or critical violation; each step has its own page title."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.live import free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+
+pytestmark = [pytest.mark.browser]
+
+SETUP = """
+from studies.models import Arm, Study
+s = Study.objects.create(name="Accessible study", slug="a11y", status="open", sessions_per_episode=2,
+    episodes_per_worker=1, min_user_turns=1, completion_code="A11Y2026", gap_days=7, gap_max_days=None)
+s.add_default_metrics()
+Arm.objects.create(study=s, name="Echo", memory_system="none", llm_backend="scripted")
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    env = site_env(tmp_path_factory.mktemp("a11y-browser") / "db.sqlite3", LLM_BACKEND="scripted")
+    prepare_site(env, SETUP)
+    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
+    with serving(runserver_command(port), env, port):
+        yield f"http://127.0.0.1:{port}"
+
+
+def serious(page: Any) -> list[str]:
+    """axe-core's serious and critical violations on the page, as readable lines."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page)
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in results.response["violations"]
+        if v.get("impact") in ("serious", "critical")
+    ]
+
+
+def test_every_worker_page_passes_axe_core(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+        page.set_default_timeout(20_000)
+        found: dict[str, list[str]] = {}
+        titles: dict[str, str] = {}
+
+        def check(step: str) -> None:
+            found[step] = serious(page)
+            titles[step] = page.title()
+
+        page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y1&STUDY_ID=st&SESSION_ID=se")
+        check("consent")
+        page.check('input[name="agree"]')
+        page.click("text=Start")
+        for k in (1, 2):
+            if "/wait/" in page.url:
+                check("wait")
+                page.click("#start-session")
+            page.wait_for_url("**/chat/*/")
+            page.wait_for_selector("#conn.ok", timeout=15_000)
+            assert page.evaluate("document.activeElement && document.activeElement.id") == "text", "focus on the box"
+            page.keyboard.type("Hello there, this is an accessibility check.")
+            page.keyboard.press("Enter")
+            page.wait_for_selector('.msg[data-status="complete"]:last-child', timeout=30_000)
+            check(f"session {k}")
+            page.click("#end-session")
+            page.wait_for_url("**/rate/")
+            check("rating")
+            sliders = page.locator('input[type="range"]')
+            for i in range(sliders.count()):
+                sliders.nth(i).focus()
+                page.keyboard.press("End")
+            page.click("#submit-ratings")
+            page.wait_for_url(lambda url: "/wait/" in url or "/done/" in url)
+        check("done")
+        page = browser.new_context().new_page()  # another worker declines consent
+        page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y2&STUDY_ID=st&SESSION_ID=se")
+        page.click("#decline")
+        page.wait_for_url("**/declined/")
+        check("declined")
+        browser.close()
+        problems = {step: v for step, v in found.items() if v}
+        assert not problems, problems
+        assert len(set(titles.values())) == len(titles), titles  # each step its own title

@@ -1,0 +1,106 @@
+"""Issue 26's preview in headless Chromium against a real server: a researcher previews a draft study as a worker
+(consent, a session with each arm in turn, the ratings, the wait page, the completion page) under a banner that
+says nothing is recorded; the study page then counts no participant, and ending the preview deletes it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+
+pytestmark = [pytest.mark.browser]
+
+SETUP = """
+from django.contrib.auth.models import User
+from studies.models import Arm, Study
+olga = User.objects.create_user("olga", password="olga-pw-2026", is_staff=True)
+s = Study.objects.create(name="Draft memory study", slug="draft", status="draft", sessions_per_episode=2,
+    episodes_per_worker=1, min_user_turns=1, completion_code="PREV2026", created_by=olga, gap_days=7, gap_max_days=None)
+s.add_default_metrics()
+Arm.objects.create(study=s, name="Echo A", memory_system="none", llm_backend="scripted")
+Arm.objects.create(study=s, name="Echo B", memory_system="full_history", llm_backend="scripted")
+"""
+ENV: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    ENV.update(site_env(tmp_path_factory.mktemp("preview-browser") / "db.sqlite3", LLM_BACKEND="scripted"))
+    prepare_site(ENV, SETUP)
+    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
+    with serving(runserver_command(port), ENV, port):
+        yield f"http://127.0.0.1:{port}"
+
+
+def _db(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True
+    )
+    return out.stdout.decode().strip().splitlines()[-1]
+
+
+def _session(page: Any) -> None:
+    """One session as a worker: a message, the reply, end, rate every slider."""
+    page.wait_for_selector("#conn.ok", timeout=15_000)
+    assert page.locator("#preview-banner").is_visible()
+    page.click("#text")
+    page.keyboard.type("Hello, I am previewing this study.")
+    page.keyboard.press("Enter")
+    page.wait_for_selector('#msg-2[data-status="complete"], #msg-3[data-status="complete"]', timeout=30_000)
+    page.click("#end-session")
+    page.wait_for_url("**/rate/")
+    sliders = page.locator('input[type="range"]')
+    for i in range(sliders.count()):
+        sliders.nth(i).focus()
+        page.keyboard.press("End")
+    page.click("#submit-ratings")
+
+
+def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+        page.set_default_timeout(20_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server}/studies/draft/")
+        page.fill("input[name=username]", "olga")
+        page.fill("input[name=password]", "olga-pw-2026")
+        page.click("form button.button")
+        page.click("#start-preview")
+        assert "nothing is recorded" in page.locator("#preview-banner").inner_text()
+        page.check('input[name="agree"]')
+        page.click("text=Start")
+        seen = 0
+        for _ in range(4):  # two arms x two sessions, a wait page before each later session and new arm
+            if "/wait/" in page.url:
+                page.click("#start-session")
+            page.wait_for_url("**/chat/*/")
+            _session(page)
+            seen += 1
+            page.wait_for_url(lambda url: "/wait/" in url or "/done/" in url)
+        assert seen == 4 and "/done/" in page.url
+        assert "PREV2026" in page.content() and page.locator("#preview-banner").is_visible()
+        arms = _db(
+            "from chat.models import Episode; "
+            "print(sorted(Episode.objects.filter(participant__source='preview').values_list('arm__name', flat=True)))"
+        )
+        assert arms == "['Echo A', 'Echo B']"
+
+        page.goto(f"{server}/studies/draft/")
+        assert page.locator("dt:text('Participants') + dd").inner_text() == "0"
+        page.goto(f"{server}/s/draft/done/")
+        page.locator("#preview-banner button").click()
+        page.wait_for_url("**/studies/draft/")
+        assert "Preview ended" in page.content()
+        assert _db("from studies.models import Participant; print(Participant.objects.count())") == "0"
+        assert not errors, errors
+        browser.close()

@@ -1,0 +1,309 @@
+"""Privacy by default (issue 26, docs/privacy.md): pseudonyms in every export and report, the raw ID for the study's
+owner only, a worker deleted everywhere with an audit record, and each study's retention period.
+
+The data is made the way workers make it: two workers enter by the Prolific link, consent, chat with a scripted LLM
+(jobs inline), end and rate their sessions; a memory-update arm's snapshot feeds an annotation queue that an
+annotator labels. The deletion test then reads every table of the database, row by row, for the deleted worker's
+Prolific ID and for what they wrote, and finds the other worker's (so the search itself is shown to work)."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import User
+from django.contrib.contenttypes.models import ContentType
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from annotation import exports as annotation_exports
+from annotation import services
+from annotation.models import Item, Label, Queue
+from annotation.sources import pull_from_study
+from chat import assignment, turns
+from chat.forms import field_name
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.privacy import sweep_retention
+from chat.tests.conftest import enter
+from pairwise.models import Comparison, Judge, Judgement, Vote
+from reports.exports import export_lines
+from reports.queries import study_ratings_frame
+from studies.audit import PrivacyEvent
+from studies.models import Arm, Participant, Study
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# What each worker writes: words found nowhere else, so a hit anywhere is their data.
+SAID = {
+    "PIDALICE5f3a9c": "My hedgehog Quillington lives in Tromsofjord",
+    "PIDBOB77e21d": "My parrot Featherbyx sings in Oaxacantla",
+}
+PAIRS = [{"i": 0, "j": 0, "m": "Has a hedgehog", "s": "Hedgehog is called Quillington", "op": "UPDATE"}]
+
+
+@pytest.fixture(autouse=True)
+def _inline_jobs(settings: Any) -> None:
+    settings.CHAT_JOB_MODE = "inline"
+    settings.CHAT_RETRY_DELAYS = [0, 0, 0]
+    settings.CHAT_TOKEN_FLUSH_SECONDS = 0
+
+
+def rate_all(client: Client, session: ChatSession) -> None:
+    data: dict[str, str] = {}
+    for m in session.episode.participant.study.metrics.all():
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = "70", "1"
+    assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
+
+
+def work(study: Study, pid: str) -> Participant:
+    """A worker's first session through the real pages and workflows: two messages, the end, the ratings."""
+    client = Client()
+    participant = enter(client, study, pid)
+    client.get(f"/s/{study.slug}/next/", follow=True)
+    session = assignment.current_session(participant)
+    assert session is not None
+    client.get(f"/chat/{session.pk}/")
+    turns.post_user_message(session, f"c1-{len(pid)}", SAID[pid])
+    turns.post_user_message(session, f"c2-{len(pid)}", f"{SAID[pid]} again")
+    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
+    rate_all(client, session)
+    return participant
+
+
+@pytest.fixture
+def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
+    """Two workers' data in every table it reaches: chat, ratings, memory, LLM calls, an annotation queue with a label
+    on each worker's item, and an admin log entry about each worker."""
+    Arm.objects.filter(study=study, memory_system="none").update(active=False)  # both workers meet full_history
+    workers = {pid: work(study, pid) for pid in SAID}
+    # a memory-update arm's finished snapshot of each worker's session feeds the pairs queue (annotation.sources)
+    update_arm = Arm.objects.create(study=study, name="Updates", memory_system="memory_update", llm_backend="scripted")
+    for pid, participant in workers.items():
+        episode = Episode.objects.create(participant=participant, arm=update_arm, index=2)
+        chat = ChatSession.objects.create(episode=episode, index=1, simulated_start=timezone.now())
+        Message.objects.create(session=chat, seq=1, speaker="user", text=SAID[pid] + " (second arm)")
+        episode.memory_state = {"facts": [SAID[pid]]}
+        episode.save()
+        pairs = [{**PAIRS[0], "s": SAID[pid]}]
+        MemorySnapshot.objects.create(
+            session=chat, status="done", state={"facts": [SAID[pid]]}, trace={"operations": pairs}
+        )
+    queue = Queue.objects.create(name="ops", kind=Queue.Kind.PAIRS, study=study, labels_per_item=1, gold_min_votes=1)
+    assert pull_from_study(queue) == 2
+    for _ in range(2):
+        a = services.claim_next_item(queue, annotator)
+        assert a is not None
+        services.submit_label(a.pk, annotator=annotator, op="FUSION", fused_text=a.item.payload["s"] + " (fused)")
+    assert Label.objects.filter(item__queue=queue).count() == 2
+    # a pairwise comparison (ACUTE-Eval) judged the two workers' episodes side by side, with a reason that quotes them
+    alice_ep, bob_ep = (Episode.objects.get(participant=p, arm=update_arm) for p in workers.values())
+    comparison = Comparison.objects.create(study=study, name="acute")
+    judge = Judge.objects.create(comparison=comparison, source="prolific", external_id="prolific:JUDGE1")
+    judged = Judgement.objects.create(
+        judge=judge, position=1, left=alice_ep, right=bob_ep, left_arm=update_arm, right_arm=update_arm, status="done"
+    )
+    Vote.objects.create(judgement=judged, question="engaging", side="left", reason="Quillington the hedgehog was fun")
+    admin = User.objects.create_superuser("site-admin", password="pw-for-tests-only")
+    for participant in workers.values():
+        LogEntry.objects.create(
+            user=admin,
+            content_type=ContentType.objects.get_for_model(Participant),
+            object_id=str(participant.pk),
+            object_repr=repr(participant.external_id),  # as an older admin wrote it: the raw ID
+            action_flag=CHANGE,
+        )
+    return workers
+
+
+def rows_containing(needle: str) -> list[str]:
+    """Every table of the database, every row, every column as text: where ``needle`` occurs."""
+    hits = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names(cursor):
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            for row in cursor.fetchall():
+                for value in row:
+                    text = value.decode("utf-8", "replace") if isinstance(value, bytes | memoryview) else str(value)
+                    if isinstance(value, dict | list):
+                        text = json.dumps(value, ensure_ascii=False)
+                    if needle in text:
+                        hits.append(f"{table}: {text[:120]}")
+    return hits
+
+
+def every_export(study: Study) -> str:
+    text = "".join(
+        line
+        for what in ("ratings", "transcripts", "memory", "llm-calls")
+        for line in export_lines(study, what, "jsonl")
+    )
+    text += study_ratings_frame(study).to_csv()
+    for queue in Queue.objects.filter(study=study):
+        text += json.dumps(list(annotation_exports.gold_pairs(queue)))
+    return text
+
+
+def test_exports_and_reports_name_workers_by_a_pseudonym_never_the_raw_id(study: Study, two_workers: Any) -> None:
+    text = every_export(study)
+    for pid, participant in two_workers.items():
+        assert pid not in text
+        assert participant.pseudonym in text and participant.pseudonym.startswith("W-")
+    # one map across the kinds: each file names the worker with the same pseudonym
+    alice = two_workers["PIDALICE5f3a9c"]
+    for what in ("ratings", "transcripts", "memory", "llm-calls"):
+        assert alice.pseudonym in "".join(export_lines(study, what, "jsonl")), what
+    assert alice.pseudonym in set(study_ratings_frame(study)["worker"])
+    items = Item.objects.filter(queue__study=study)
+    assert {i.meta["worker"] for i in items} == {p.pseudonym for p in two_workers.values()}
+
+
+def test_the_same_prolific_worker_has_another_pseudonym_in_another_study(study: Study, researcher: User) -> None:
+    other = Study.objects.create(name="Other", status=Study.Status.OPEN, created_by=researcher)
+    a = enter(Client(), study, "PIDSAME")
+    b = enter(Client(), other, "PIDSAME")
+    assert a.pseudonym != b.pseudonym
+
+
+def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study, two_workers: Any) -> None:
+    alice_pid, bob_pid = "PIDALICE5f3a9c", "PIDBOB77e21d"
+    alice, bob = two_workers[alice_pid], two_workers[bob_pid]
+    # the search finds both before (it is a search that can fail)
+    for pid in (alice_pid, bob_pid):
+        assert rows_containing(pid) and rows_containing(SAID[pid].split()[2])
+    assert LLMCallRecord.objects.filter(session__episode__participant=alice).exists()
+    out = io.StringIO()
+    call_command("delete_participant", study.slug, alice_pid, "--reason", "withdrew consent", stdout=out)
+    assert f"Deleted worker {alice.pseudonym}" in out.getvalue()
+
+    for needle in (alice_pid, SAID[alice_pid], "Quillington", "Tromsofjord"):
+        assert rows_containing(needle) == [], needle
+    assert not Participant.objects.filter(pk=alice.pk).exists()
+    text = every_export(study)
+    assert alice.pseudonym not in text and "Quillington" not in text
+    # the other worker is untouched
+    assert rows_containing(bob_pid) and rows_containing("Featherbyx")
+    assert bob.pseudonym in text and Rating.objects.filter(session__episode__participant=bob).count() == 5
+    assert Item.objects.filter(queue__study=study).count() == 1
+    assert not Judgement.objects.exists() and not Vote.objects.exists()  # the pair showed her episode
+    # the audit: by pseudonym, with what went, never the raw ID
+    event = PrivacyEvent.objects.get(action=PrivacyEvent.Action.DELETED)
+    assert (event.pseudonym, event.study_slug, event.reason) == (alice.pseudonym, study.slug, "withdrew consent")
+    assert event.counts["messages"] >= 5 and event.counts["ratings"] == 5 and event.counts["llm_calls"] >= 2
+    assert event.counts["memory_snapshots"] == 2 and event.counts["admin_log_entries"] == 1
+
+
+def test_delete_participant_command_errors_and_dry_run(study: Study, two_workers: Any) -> None:
+    alice = two_workers["PIDALICE5f3a9c"]
+    with pytest.raises(CommandError, match="No study"):
+        call_command("delete_participant", "no-such-study", "x")
+    with pytest.raises(CommandError, match="No worker"):
+        call_command("delete_participant", study.slug, "PIDNOBODY")
+    out = io.StringIO()
+    call_command("delete_participant", study.slug, alice.pseudonym.lower(), "--dry-run", stdout=out)
+    assert "Would delete worker" in out.getvalue() and "5 ratings" in out.getvalue()
+    assert Participant.objects.filter(pk=alice.pk).exists() and not PrivacyEvent.objects.exists()
+
+
+def test_only_the_owner_sees_a_raw_id_and_deletes_a_worker_from_the_quality_page(
+    client: Client, study: Study, two_workers: Any, other: User
+) -> None:
+    alice = two_workers["PIDALICE5f3a9c"]
+    study.shared_with.add(other)  # a researcher the study is shared with: sees the study, not the raw IDs
+    raw_url = f"/studies/{study.slug}/workers/{alice.pseudonym}/raw-id/"
+    delete_url = f"/studies/{study.slug}/workers/{alice.pseudonym}/delete/"
+    client.force_login(other)
+    page = client.get(f"/studies/{study.slug}/quality/").content.decode()
+    assert alice.pseudonym in page and "PIDALICE5f3a9c" not in page and "Show raw ID" not in page
+    assert client.post(raw_url).status_code == 403
+    assert client.post(delete_url, {"confirm": alice.pseudonym}).status_code == 403
+    assert Participant.objects.filter(pk=alice.pk).exists() and not PrivacyEvent.objects.exists()
+
+    client.force_login(study.created_by)
+    page = client.get(f"/studies/{study.slug}/quality/").content.decode()
+    assert "Show raw ID" in page and "PIDALICE5f3a9c" not in page  # not until asked
+    response = client.post(raw_url)
+    assert response.status_code == 200 and "PIDALICE5f3a9c" in response.content.decode()
+    assert PrivacyEvent.objects.get().action == PrivacyEvent.Action.REVEALED
+    assert client.post(f"/studies/{study.slug}/workers/W-NOSUCH/raw-id/").status_code == 404
+    assert client.get(raw_url).status_code == 405
+
+    confirm = client.get(delete_url).content.decode()
+    assert "5 ratings" in confirm and "Type" in confirm
+    assert client.post(delete_url, {"confirm": "W-WRONG"}).status_code == 400
+    assert Participant.objects.filter(pk=alice.pk).exists()
+    response = client.post(delete_url, {"confirm": alice.pseudonym, "reason": "asked by email"}, follow=True)
+    page = response.content.decode()
+    assert response.status_code == 200 and f"Worker {alice.pseudonym} was deleted everywhere" in page
+    assert not Participant.objects.filter(pk=alice.pk).exists()
+    event = PrivacyEvent.objects.get(action=PrivacyEvent.Action.DELETED)
+    assert event.by == study.created_by and event.via == "quality page"
+    assert 'id="privacy-audit"' in page and "asked by email" in page and "PIDALICE5f3a9c" not in page
+
+
+def test_the_admin_shows_no_raw_id_and_cannot_delete_a_worker_without_the_audit(
+    client: Client, study: Study, two_workers: Any
+) -> None:
+    alice = two_workers["PIDALICE5f3a9c"]
+    client.force_login(User.objects.get(username="site-admin"))
+    listing = client.get("/admin/studies/participant/").content.decode()
+    assert alice.pseudonym in listing and "PIDALICE5f3a9c" not in listing
+    change = client.get(f"/admin/studies/participant/{alice.pk}/change/").content.decode()
+    assert "PIDALICE5f3a9c" not in change
+    assert client.post(f"/admin/studies/participant/{alice.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Participant.objects.filter(pk=alice.pk).exists()
+
+
+@pytest.mark.parametrize("action", ["pseudonymise", "delete_transcripts"])
+def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_past_the_period(
+    study: Study, two_workers: Any, action: str
+) -> None:
+    alice, bob = two_workers["PIDALICE5f3a9c"], two_workers["PIDBOB77e21d"]
+    study.retention_days, study.retention_action = 30, action
+    study.save()
+    Participant.objects.filter(pk=alice.pk).update(last_seen_at=timezone.now() - timezone.timedelta(days=31))
+    Participant.objects.filter(pk=bob.pk).update(last_seen_at=timezone.now() - timezone.timedelta(days=29))
+    result = sweep_retention()
+    assert (result.pseudonymised, result.transcripts_deleted) == (1, 1 if action == "delete_transcripts" else 0)
+    assert rows_containing("PIDALICE5f3a9c") == []
+    assert rows_containing("PIDBOB77e21d")  # not yet due
+    alice.refresh_from_db()
+    assert alice.pseudonymised_at is not None and alice.prolific_session_id == ""
+    ratings = Rating.objects.filter(session__episode__participant=alice).count()
+    assert ratings == 5  # ratings stay either way
+    if action == "delete_transcripts":
+        for needle in ("Quillington", "Tromsofjord"):
+            # a pairwise judge's reason is the judge's words (it stays, like the ratings); the worker's are gone
+            assert [h for h in rows_containing(needle) if not h.startswith("pairwise_vote:")] == [], needle
+        assert not Item.objects.filter(meta__worker=alice.pseudonym).exists()
+        assert Episode.objects.filter(participant=alice).exclude(memory_state={}).count() == 0
+    else:
+        assert Message.objects.filter(session__episode__participant=alice).exists()
+    assert alice.pseudonym in "".join(export_lines(study, "ratings", "jsonl"))
+    event = PrivacyEvent.objects.get()
+    assert event.pseudonym == alice.pseudonym and event.via == "retention sweep"
+    assert sweep_retention().pseudonymised == 0  # once per worker
+    out = io.StringIO()
+    call_command("sweep_retention", stdout=out)
+    assert "Pseudonymised 0 worker(s)" in out.getvalue()
+
+
+def test_retention_is_set_on_the_edit_page_and_shown_on_the_quality_page(client: Client, study: Study) -> None:
+    from studies.forms import StudyForm
+
+    form = StudyForm(instance=study)
+    assert "retention_days" in form.fields and "retention_action" in form.fields
+    data = {**{k: v for k, v in form.initial.items() if v is not None and not isinstance(v, list)}}
+    data.update(retention_days="90", retention_action="delete_transcripts")
+    bound = StudyForm(data, instance=study)
+    assert bound.is_valid(), bound.errors
+    bound.save()
+    study.refresh_from_db()
+    assert (study.retention_days, study.retention_action) == (90, "delete_transcripts")
+    client.force_login(study.created_by)
+    page = client.get(f"/studies/{study.slug}/quality/").content.decode()
+    assert "90 days after a worker's last visit" in page and "transcripts deleted" in page
