@@ -86,9 +86,9 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     # never a study that cannot run): the admin shows the status but does not change it, so it cannot open a
     # study that page would refuse, nor clear a pilot's mark. A new study starts as a draft.
     readonly_fields = ["created_at", "status", "pilot"]
-    # Who owns a study and who it is shared with are the creator's (or a superuser's) to change, as on the study
+    # Who owns a study and who it is shared with (editors, viewers) are the creator's (or a superuser's) to change, as on the study
     # page: a researcher it is shared with could otherwise make themselves its creator and lock the owner out.
-    OWNERSHIP_FIELDS = ["created_by", "shared_with"]
+    OWNERSHIP_FIELDS = ["created_by", "shared_with", "viewers"]
     inlines = [ArmInline, MetricInline, AttentionCheckInline]
     filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
