@@ -47,4 +47,7 @@ RUN DEBUG=false SECRET_KEY=collectstatic-only python manage.py collectstatic --n
  && chown -R memeval:memeval /app/staticfiles
 USER memeval
 EXPOSE 8000
-CMD ["daphne", "--bind", "0.0.0.0", "--port", "8000", "--proxy-headers", "evalsite.asgi:application"]
+# No --proxy-headers: daphne would take the client's address from the first X-Forwarded-For entry, which any
+# client writes. The application reads that header only from the proxies named in TRUSTED_PROXIES
+# (evalsite/clientaddr.py).
+CMD ["daphne", "--bind", "0.0.0.0", "--port", "8000", "evalsite.asgi:application"]

@@ -40,6 +40,19 @@ def _fast_offline_settings(settings: Any) -> None:
     settings.RUNTIME_SWEEP_SECONDS = 0
     # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
     settings.CHAT_REPLY_PACING = False
+    # every test client is 127.0.0.1: the limits by address are tested where they are set (studies/tests/test_entry_limits.py, chat/tests/test_call_ceiling.py)
+    settings.NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE = 0
+    settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE = 0
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> Any:
+    """The limits count in Django's cache (infra/ratelimit.py): no count may carry over to the next test."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -243,13 +243,16 @@ def power_curve(
     test: Test = DEFAULT_TEST,
     family: Family = "metric",
     seed: int = 1,
+    check: Callable[[], None] | None = None,
 ) -> list[PowerPoint]:
-    """Power (first arm Holm-significantly better than the second on the overall score) for each worker count."""
+    """Power (first arm Holm-significantly better than the second on the overall score) for each worker count.
+    ``check``: called after every block of simulated studies (it raises to stop the simulation)."""
     out = []
     for n in workers:
         d = replace(design, workers=int(n))
         cal = calibrate(d, components, effect=effect, studies=studies, tests=[test], family=family, sessions=False,
-                        mixedlm=False, seed=seed, null=False, overall_only=True)  # fmt: skip
+                        mixedlm=False, seed=seed, null=False, overall_only=True,
+                        progress=(lambda _step: check()) if check else None)  # fmt: skip
         rate = cal.tests[0].power or Rate(0, 0)
         out.append(PowerPoint(int(n), rate.value, rate.ci, rate.n))
     return out
@@ -310,6 +313,7 @@ def workers_needed(
     max_workers: int = 400,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Plan:
     """The number of workers whose power reaches ``target``, from simulations of the design at a few sizes.
 
@@ -319,7 +323,8 @@ def workers_needed(
     curve through all of them (:func:`fit_power_curve`) smooths the Monte-Carlo noise (a single size's power,
     from 100 studies, is uncertain by about +-0.08); the answer is where it crosses the target. When no curve can
     be fitted, the answer is interpolated between the two sizes around the target. The curve lists the simulated
-    sizes with their power and 95% interval.
+    sizes with their power and 95% interval. ``check``: called after every block of simulated studies (it raises
+    to stop the search: a CPU budget, a cancelled job).
     """
     if effect <= 0:
         raise ValueError("the smallest effect of interest must be positive")
@@ -334,7 +339,7 @@ def workers_needed(
     def power_at(n: int) -> float:
         if n not in tried:
             (tried[n],) = power_curve(design, components, effect, [n], studies=studies, test=test, family=family,
-                                      seed=seed)  # fmt: skip
+                                      seed=seed, check=check)  # fmt: skip
             if progress:
                 progress(f"{n} workers: power {tried[n].power:.2f}")
         return tried[n].power

@@ -360,7 +360,7 @@ def read_probe_table(path: str | Path) -> pd.DataFrame:
         frame = pd.DataFrame([r for r in records if isinstance(r, dict) and "header" not in r])
     else:
         skip = 0
-        first = re.match(r"# (\d+) header lines", lines[0]) if lines else None
+        first = re.match(r"\"?# (\d+) header lines", lines[0]) if lines else None  # a quoted cell, or not
         if first:
             skip = int(first.group(1))
         try:

@@ -19,6 +19,7 @@ from annotation.forms import AdjudicationForm, ImportForm, PairLabelForm, QueueF
 from annotation.models import OPERATIONS, PAIR_LABELS, Assignment, Item, Queue
 from annotation.services import AnnotationError
 from annotation.sources import add_items, items_from_study, pull_from_study
+from infra.streaming import streaming_response
 from pairwise.models import Comparison
 from studies.limits import accepts_upload
 from studies.models import Study
@@ -347,6 +348,4 @@ def export_summaries(request: AuthenticatedHttpRequest, pk: int) -> StreamingHtt
 
 
 def _jsonl_response(rows: Any, filename: str) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(exports.jsonl(rows), content_type="application/jsonl; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+    return streaming_response(exports.jsonl(rows), content_type="application/jsonl; charset=utf-8", filename=filename)

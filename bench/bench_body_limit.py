@@ -3,9 +3,10 @@
 Starts daphne on loopback twice: once with the application as deployed (``evalsite.asgi:application``:
 the limit inside daphne, evalsite/serverlimit.py, and in front of Django, evalsite/bodylimit.py) and once
 with the bare Django application (``bench/plain_asgi.py``, how it was before the limits). Each time it
-sends, one at a time, a large POST to the login page (anonymous, urlencoded) and a
-large CSV upload to the ratings import page (a logged-in researcher with a valid CSRF token), and prints
-the status, the time until the answer and daphne's peak resident memory (VmHWM) after each request.
+sends, one at a time, a large POST to the login page (anonymous, urlencoded), the same CSV upload to the
+ratings import page anonymously, and a large CSV upload there as a logged-in researcher (with a valid CSRF
+token and the upload grant of the session: studies/limits.py), and prints the status, the time until the
+answer and daphne's peak resident memory (VmHWM) after each request.
 
     .venv/bin/python bench/bench_body_limit.py [--mb 200]
 """
@@ -43,6 +44,7 @@ def researcher_cookies() -> tuple[str, str]:
     from django.contrib.auth.models import User
     from django.contrib.sessions.backends.db import SessionStore
 
+    from studies.limits import GRANT_COOKIE, grant_for
     from studies.models import Study
 
     user = User.objects.create_user("bench", password="x", is_staff=True, is_superuser=True)
@@ -54,7 +56,8 @@ def researcher_cookies() -> tuple[str, str]:
     store.create()
     token = secrets.token_urlsafe(48)[:64].ljust(64, "a")
     token = "".join(c if c.isalnum() else "a" for c in token)
-    return f"sessionid={store.session_key}; csrftoken={token}", token
+    grant = grant_for(str(store.session_key))  # what the browser gets at login: it may send large files
+    return f"sessionid={store.session_key}; csrftoken={token}; {GRANT_COOKIE}={grant}", token
 
 
 def body(size: int, prefix: bytes = b"", suffix: bytes = b"") -> Iterator[bytes]:
@@ -114,6 +117,9 @@ def run(app: str, size: int, env: dict[str, str], cookie: str, token: str) -> li
         tail = f"\r\n--{boundary}--\r\n".encode()
         chunks = list(body(size))[1:-1]
         length = len(head) + sum(len(c) for c in chunks) + len(tail)
+        anonymous = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+        status, seconds = send(port, "/studies/bench/analysis/import/", iter([head, *chunks, tail]), length, anonymous)
+        rows.append(("ratings import, anonymous", status, seconds, peak_rss_mb(server.pid)))
         headers = {
             "Content-Type": f"multipart/form-data; boundary={boundary}",
             "Cookie": cookie,
@@ -121,7 +127,7 @@ def run(app: str, size: int, env: dict[str, str], cookie: str, token: str) -> li
             "Referer": f"http://127.0.0.1:{port}/",
         }
         status, seconds = send(port, "/studies/bench/analysis/import/", iter([head, *chunks, tail]), length, headers)
-        rows.append(("ratings import, multipart", status, seconds, peak_rss_mb(server.pid)))
+        rows.append(("ratings import, researcher", status, seconds, peak_rss_mb(server.pid)))
     return rows
 
 

@@ -8,12 +8,13 @@ from typing import Any
 
 from django.conf import settings
 
+from chat import budget
 from memory.base import MemorySystem
 from memory.embed import Embedder, make_embedder
 from memory.llm import LLM, make_llm
-from memory.llmwrap import RecordingLLM, ReusingLLM
+from memory.llmwrap import CheckedLLM, RecordingLLM, ReusingLLM
 from memory.registry import build_system
-from studies.models import Arm
+from studies.models import Arm, Study
 
 
 def build_llm(arm: Arm) -> LLM:
@@ -53,11 +54,21 @@ def get_embedder() -> Embedder:
         return _EMBEDDERS[key]
 
 
-def build_arm(arm: Arm, *, reuse: list[dict[str, Any]] | None = None) -> tuple[MemorySystem, RecordingLLM]:
-    """The arm's memory system, built on a recording wrapper of its LLM. ``reuse``: the recorded calls of
-    an earlier attempt of the same job, whose finished answers are used again instead of calling the
-    model (:class:`memory.llmwrap.ReusingLLM`)."""
-    inner = build_llm(arm)
-    llm = RecordingLLM(ReusingLLM(inner, earlier=reuse) if reuse else inner)
+def build_arm(
+    arm: Arm, *, study: Study | None = None, memory: bool = False, reuse: list[dict[str, Any]] | None = None
+) -> tuple[MemorySystem, RecordingLLM]:
+    """The arm's memory system, built on a recording wrapper of its LLM. Every call of the model first takes
+    a slot of the LLM call ceilings (chat/budget.py), waiting for one up to ``budget.REPLY_WAIT_SECONDS`` (a
+    memory update: ``MEMORY_WAIT_SECONDS``). ``study``: the arm's study, when the caller has it loaded
+    already. ``reuse``: the recorded calls of an earlier attempt of the same job, whose finished answers are
+    used again instead of calling the model (:class:`memory.llmwrap.ReusingLLM`; they take no slot)."""
+    study = study if study is not None else arm.study
+    study_id, per_study = study.pk, budget.study_limit(study)
+
+    def take_slot() -> None:
+        budget.acquire(study_id, per_study, wait=budget.MEMORY_WAIT_SECONDS if memory else budget.REPLY_WAIT_SECONDS)
+
+    guarded = CheckedLLM(build_llm(arm), check=take_slot)
+    llm = RecordingLLM(ReusingLLM(guarded, earlier=reuse) if reuse else guarded)
     system = build_system(arm.memory_system, llm=llm, embedder=get_embedder(), **(arm.params or {}))
     return system, llm

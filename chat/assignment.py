@@ -14,6 +14,7 @@ from chat import arms as arm_systems
 from chat import personas
 from chat.errors import ChatError
 from chat.models import ChatSession, Episode
+from chat.timing import sweep_abandoned
 from studies.models import Arm, Participant, Study
 
 A = TypeVar("A", bound=Arm)
@@ -23,13 +24,34 @@ class NoArmAvailable(ChatError):
     pass
 
 
+class StudyFull(ChatError):
+    """Every place of the quota is taken: a new worker's first session cannot open."""
+
+
+FULL_TEXT = "All places in this study have been taken. Thank you for your interest."
+
+
+def _take_place(participant: Participant, study: Study) -> None:
+    """Reserve a place for a worker whose first session is about to open (the study row is locked by the
+    caller). Workers away longer than the study allows are marked first, so a place they held is free and
+    they cannot come back over the quota. Raises :class:`StudyFull`."""
+    if study.quota is not None:
+        sweep_abandoned(study_id=study.pk)
+        if study.is_full():
+            raise StudyFull(FULL_TEXT)
+    participant.started_at = timezone.now()
+    participant.save(update_fields=["started_at"])
+
+
 def assign_episode(participant: Participant) -> Episode:
     """Start the participant's next episode with an arm drawn at random among the least-used arms.
 
     Balanced over active + completed episodes of the study; an arm the participant already had is
     never drawn again. The study row is locked while counting, so two workers starting at the same
     moment see each other's episodes (on PostgreSQL; SQLite serialises writers anyway).
-    Raises :class:`NoArmAvailable` when the participant has used every active arm.
+    A worker's first episode reserves their place in the quota (:func:`_take_place`; ``studies.models``,
+    ``ParticipantQuerySet.taking_a_place``). Raises :class:`NoArmAvailable` when the participant has used
+    every active arm, :class:`StudyFull` when a first episode finds every place taken.
     """
     with transaction.atomic():
         study = Study.objects.select_for_update().get(pk=participant.study_id)
@@ -37,6 +59,8 @@ def assign_episode(participant: Participant) -> Episode:
         if current:
             return current
         used = set(participant.episodes.values_list("arm_id", flat=True))
+        if not used and participant.started_at is None:  # the first episode: its first session takes a place
+            _take_place(participant, study)
         arms = list(
             study.arms.filter(active=True)
             .exclude(pk__in=used)
@@ -55,7 +79,7 @@ def assign_episode(participant: Participant) -> Episode:
             raise NoArmAvailable("There is no further conversation for you in this study.")
         least = min(a.n for a in arms)
         arm = random.choice([a for a in arms if a.n == least])
-        system, _ = arm_systems.build_arm(arm)
+        system, _ = arm_systems.build_arm(arm, study=study)
         index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
         episode = Episode.objects.create(
             participant=participant, arm=arm, index=index, memory_state=system.initial_state(),

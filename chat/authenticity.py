@@ -33,6 +33,9 @@ MAX_PASTE_BLOCKED = 1000
 # --- flags (docs/worker-quality.md, "Authenticity signals")
 PASTE_SHARE_FLAG = 0.25  # a quarter or more of everything the worker sent was pasted
 UNTYPED_SHARE_FLAG = 0.25  # a quarter or more appeared without being typed or pasted (a script, an extension)
+# A quarter or more of the worker's messages came without signals or with unreadable ones: the study's chat
+# page always sends them, so these messages came from something else (a script talking to the socket).
+UNMEASURED_SHARE_FLAG = 0.25
 SWITCH_HIDDEN_MS = 2000  # "left the tab, came back and pasted": hidden at least 2 s while composing, then pasted
 # 15 characters per second is 180 words per minute (5 characters a word): Dhakal et al. (CHI 2018, 136 million
 # keystrokes of 168,000 people) found an average of 52 wpm and their fastest typists around 120 wpm (10 c/s).
@@ -44,12 +47,15 @@ FLAG_LABELS = {
     "switch_paste": "pasted after leaving the tab while composing",
     "typing_speed": f"median typing speed above {TYPING_CPS_FLAG:g} characters per second",
     "untyped": f"{UNTYPED_SHARE_FLAG:.0%} or more of the text was neither typed nor pasted",
+    "unmeasured": f"{UNMEASURED_SHARE_FLAG:.0%} or more of the messages came without authenticity signals or with "
+    "unreadable ones (not sent by the study's chat page)",
 }
 
 
 @dataclass(frozen=True)
 class Signals:
-    """One message's composition, validated (see :func:`clean_signals`)."""
+    """One message's composition, validated (see :func:`clean_signals`); ``malformed``: the browser sent
+    something unreadable (every count 0, the message unmeasured)."""
 
     pasted: bool
     paste_chars: int
@@ -57,6 +63,7 @@ class Signals:
     typing_ms: int
     hidden_ms: int
     paste_blocked: int = 0
+    malformed: bool = False
 
 
 def _count(raw: Mapping[str, Any], key: str, high: int) -> int | None:
@@ -104,6 +111,12 @@ def store_signals(message: Message, signals: Signals) -> MessageSignals:
     return sqlcache.insert(MessageSignals(message=message, **_fields(signals)))
 
 
+def store_malformed(message: Message) -> MessageSignals:
+    """Record that the browser sent signals :func:`clean_signals` could not read: the message is unmeasured,
+    and that it came with something unreadable is itself a signal (flag ``unmeasured``)."""
+    return sqlcache.insert(MessageSignals(message=message, malformed=True))
+
+
 def _fields(signals: Signals) -> dict[str, Any]:
     return {
         "pasted": signals.pasted,
@@ -132,6 +145,7 @@ class AuthenticitySummary:
 
     messages: int = 0
     measured: int = 0
+    malformed: int = 0  # messages whose signals could not be read (the others unmeasured had none)
     chars: int = 0
     pasted_chars: int = 0
     untyped_chars: int = 0
@@ -150,6 +164,10 @@ class AuthenticitySummary:
         return self.untyped_chars / self.chars if self.chars else None
 
     @property
+    def unmeasured_share(self) -> float | None:
+        return (self.messages - self.measured) / self.messages if self.messages else None
+
+    @property
     def flagged(self) -> bool:
         return bool(self.flags)
 
@@ -165,6 +183,9 @@ def summarize(messages: Iterable[Composition]) -> AuthenticitySummary:
         out.messages += 1
         s = m.signals
         if s is None:
+            continue
+        if getattr(s, "malformed", False):
+            out.malformed += 1
             continue
         out.measured += 1
         out.chars += m.length
@@ -189,4 +210,6 @@ def summarize(messages: Iterable[Composition]) -> AuthenticitySummary:
         out.flags.append("typing_speed")
     if out.untyped_share is not None and out.untyped_share >= UNTYPED_SHARE_FLAG:
         out.flags.append("untyped")
+    if out.unmeasured_share is not None and out.unmeasured_share >= UNMEASURED_SHARE_FLAG:
+        out.flags.append("unmeasured")
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -32,6 +33,7 @@ from chat.models import ChatSession
 from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from chat.turns import post_user_message
+from infra.ratelimit import Window
 from runtime import executor, push
 from runtime.layers import LeanWebsocketConsumer
 from studies.participants import participant_ids_in_session
@@ -40,6 +42,18 @@ T = TypeVar("T")
 
 MAX_FRAME_CHARS = 64_000
 NOT_UNDERSTOOD = "The chat could not understand your browser; please reload."
+# Resume and retry requests (each replays messages or enqueues a reply) per chat session and per client
+# address in any minute. The page sends a resume on every (re)connect and every 10 s while a reply shows no
+# progress, a retry when the worker presses Retry: a handful a minute.
+REQUESTS = Window("chat-socket-requests")
+REQUESTS_PER_SESSION_PER_MINUTE = 12
+REQUESTS_PER_ADDRESS_PER_MINUTE = 60
+PING_SECONDS = 10.0
+# A socket told it asks too often gets no answer to further resume or retry frames for this long: neither the
+# limit's counters nor a thread are touched, and nothing is sent (the refusals' own answers were most of the
+# bytes a flood of resumes got back).
+QUIET_SECONDS = 5.0
+TOO_OFTEN = "The chat is asking the server too often; please wait a minute (or reload the page)."
 
 
 def _refuse_constant(name: str) -> Any:
@@ -98,10 +112,14 @@ class ChatConsumer(LeanWebsocketConsumer):
     with ``executor.keep_connections()``, so it needs no database hop per message (``LeanWebsocketConsumer``)."""
 
     session_id: int
+    client: str = "unknown"
     group: str = ""
+    last_ping: float = -PING_SECONDS
+    quiet_until: float = 0.0
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        self.client = str((self.scope.get("client") or ["unknown"])[0])  # evalsite.clientaddr settled it
         if not await _db(self._owned)():
             await self.close(code=4403)  # before accept: the handshake is refused
             return
@@ -132,18 +150,34 @@ class ChatConsumer(LeanWebsocketConsumer):
             await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
             return
         kind = str(data.get("type") or "message")
-        if kind in ("ping", "resume") and self.group:
-            await self.channel_layer.group_add(self.group, self.channel_name)
         if kind == "ping":
+            if self.group and self._ping_due():
+                await self.channel_layer.group_add(self.group, self.channel_name)
             return
+        if kind in ("resume", "retry") and time.monotonic() < self.quiet_until:
+            return  # refused a moment ago: not counted, not answered
         html = await _db(self._handle)(kind, data)
+        if html == fragments.error(TOO_OFTEN):
+            self.quiet_until = time.monotonic() + QUIET_SECONDS
+        elif kind == "resume" and self.group:
+            await self.channel_layer.group_add(self.group, self.channel_name)
         if html:
             await self.send(text_data=html)
+
+    def _ping_due(self) -> bool:
+        """Pings renew the group membership (the page sends one a minute): more than one per 10 s does nothing."""
+        now = time.monotonic()
+        if now - self.last_ping < PING_SECONDS:
+            return False
+        self.last_ping = now
+        return True
 
     def _handle(self, kind: str, data: dict[str, Any]) -> str:
         try:
             if kind == "message":
                 return self._message(data)
+            if kind in ("resume", "retry") and not self._may_ask():
+                return fragments.error(TOO_OFTEN)
             session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
             if kind == "resume":
                 return self._state(session, whole_number(data.get("last_seq")))
@@ -161,7 +195,12 @@ class ChatConsumer(LeanWebsocketConsumer):
         happens after the commit and before the reply is enqueued, so the reply cannot overtake it.
         Only a resend is answered here, from the database."""
         client_id, text = text_field(data.get("client_id")), text_field(data.get("text"))
-        msg, created = post_user_message(self.session_id, client_id, text, raw_signals=data.get("signals"))
+        try:
+            msg, created = post_user_message(
+                self.session_id, client_id, text, raw_signals=data.get("signals"), client=self.client
+            )
+        except ChatError as exc:  # not stored: the page puts the text back in the box
+            return fragments.error(str(exc), refused=client_id[:64])
         if created:
             return ""
         session = ChatSession.objects.select_related("episode__participant__study").get(pk=self.session_id)
@@ -170,6 +209,16 @@ class ChatConsumer(LeanWebsocketConsumer):
         counts = turn_counts(session)
         html += fragments.controls(counts.answered, study.min_user_turns, pending=counts.pending, failed=counts.failed)
         return fragments.clear_error() + html
+
+    def _may_ask(self) -> bool:
+        """Whether this session and this client address may send another resume or retry this minute."""
+        ticket = REQUESTS.take(f"s{self.session_id}", REQUESTS_PER_SESSION_PER_MINUTE)
+        if ticket is None:
+            return False
+        if REQUESTS.hit(f"a{self.client}", REQUESTS_PER_ADDRESS_PER_MINUTE):
+            return True
+        REQUESTS.give_back(ticket)
+        return False
 
     def _state(self, session: ChatSession, last_seq: int) -> str:
         study = session.episode.participant.study

@@ -128,8 +128,13 @@ def token(seq: int, piece: str) -> str:
     return _TOKEN.fill((), lambda: {"seq": _Int(int(seq), 0), "piece": _str(1)}, [str(int(seq)), _esc(piece)])
 
 
-def error(text: str) -> str:
-    """The error line under the transcript (an empty text clears it; the ``error`` partial, out of band)."""
+def error(text: str, *, refused: str = "") -> str:
+    """The error line under the transcript (an empty text clears it; the ``error`` partial, out of band).
+    ``refused``: the client id of a message the server did not take; the page puts its text back in the box."""
+    if refused:
+        return _ERROR.fill(
+            "refused", lambda: {"error": _str(0), "oob": True, "refused": _str(1)}, [_esc(text), _esc(refused)]
+        )
     return _ERROR.fill((), lambda: {"error": _str(0), "oob": True}, [_esc(text)])
 
 

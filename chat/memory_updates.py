@@ -95,7 +95,8 @@ def update_memory(job: Job, attempt: Attempt, handed: Any = None) -> None:
         attempt.check()
         try:
             if llm is None:
-                system, llm = arms.build_arm(episode.arm, reuse=earlier) if earlier else arms.build_arm(episode.arm)
+                study = episode.participant.study
+                system, llm = arms.build_arm(episode.arm, study=study, memory=True, reuse=earlier or None)
             update = system.end_session(current, turns, now)
             new_state, trace = update.state, dict(update.trace or {})
         except Exception as exc:  # any failure of the arm: LLM errors, bad output, bugs

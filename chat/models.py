@@ -184,6 +184,9 @@ class MessageSignals(models.Model):
     typing_ms = models.PositiveIntegerField(default=0)
     hidden_ms = models.PositiveIntegerField(default=0)
     paste_blocked = models.PositiveSmallIntegerField(default=0, help_text="Pastes refused (block paste is on).")
+    # The browser sent signals that are not what the chat page sends (not numbers, wrong types): the message
+    # counts as unmeasured, and a worker with many such messages is flagged (chat.authenticity, "unmeasured").
+    malformed = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"signals of message {self.message_id}"

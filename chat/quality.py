@@ -37,7 +37,8 @@ SIGNAL_COLUMNS: dict[str, str] = {
     "flag_switch_paste": "the worker pasted after leaving the tab while composing",
     "flag_typing_speed": "the worker's median typing speed is above the threshold",
     "flag_untyped": "the worker's text was largely neither typed nor pasted",
-    "authenticity_flagged": "any of the four authenticity flags",
+    "flag_unmeasured": "many of the worker's messages came without authenticity signals or with unreadable ones",
+    "authenticity_flagged": "any of the five authenticity flags",
     "too_fast": "the rated session was more than 3 SD faster than the study's other sessions",
     "silent_session": "the rated session ended with fewer answered turns than the minimum, replies having failed "
     "(row filter, applied by default)",
@@ -96,6 +97,8 @@ class WorkerQuality:
     authenticity: AuthenticitySummary = field(default_factory=AuthenticitySummary)
     sessions: list[SessionTiming] = field(default_factory=list)
     qc: dict[str, Any] | None = None  # from the analysis: {"passed", "p", "reason"}, None without a QC test
+    # Other participations of the same Prolific ID (another submission claimed it: studies/entry.py)
+    same_pid: list[Participant] = field(default_factory=list)
 
     @property
     def worker(self) -> str:
@@ -135,6 +138,12 @@ class WorkerQuality:
         out += self.authenticity.flag_labels()
         if self.too_fast_sessions:
             out.append(f"{self.too_fast_sessions} session(s) too fast")
+        if self.same_pid:
+            others = ", ".join(f"{p.pseudonym} (submission {p.prolific_session_id or 'none'})" for p in self.same_pid)
+            out.append(
+                f"Prolific ID also used by {others}: check on Prolific which submission "
+                f"({self.participant.prolific_session_id or 'none'} here) is this worker's"
+            )
         return out
 
     def columns(self) -> dict[str, bool]:
@@ -146,6 +155,7 @@ class WorkerQuality:
             "flag_switch_paste": "switch_paste" in flags,
             "flag_typing_speed": "typing_speed" in flags,
             "flag_untyped": "untyped" in flags,
+            "flag_unmeasured": "unmeasured" in flags,
             "authenticity_flagged": bool(flags),
         }
 
@@ -171,6 +181,13 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     records = {
         p.pk: WorkerQuality(p) for p in Participant.objects.real().filter(study=study).order_by("created_at", "pk")
     }
+    by_pid: dict[str, list[Participant]] = defaultdict(list)
+    for r in records.values():
+        if r.participant.source == Participant.Source.PROLIFIC:
+            by_pid[r.participant.prolific_pid].append(r.participant)
+    for claims in by_pid.values():
+        for p in claims if len(claims) > 1 else []:
+            records[p.pk].same_pid = [q for q in claims if q.pk != p.pk]
     preview = {"participant__source": Participant.Source.PREVIEW}  # a researcher's preview is not a worker
     for ep in (
         Episode.objects.filter(participant__study=study).exclude(**preview).select_related("arm").order_by("index")
@@ -201,10 +218,14 @@ def study_quality(study: Study) -> list[WorkerQuality]:
             "signals__typing_ms",
             "signals__hidden_ms",
             "signals__paste_blocked",
+            "signals__malformed",
         )
     )
-    for pk, length, sig_id, *fields in msgs:
-        sig = Signals(bool(fields[0]), *(int(v) for v in fields[1:])) if sig_id is not None else None
+    for pk, length, sig_id, pasted, paste_chars, typed, typing_ms, hidden_ms, blocked, malformed in msgs:
+        sig = None
+        if sig_id is not None:
+            counts = (int(paste_chars), int(typed), int(typing_ms), int(hidden_ms), int(blocked))
+            sig = Signals(bool(pasted), *counts, malformed=bool(malformed))
         compositions[pk].append(Composition(int(length), sig))
     for pk, comps in compositions.items():
         records[pk].authenticity = summarize(comps)
@@ -229,7 +250,8 @@ def study_quality(study: Study) -> list[WorkerQuality]:
 
 
 def signal_columns(records: list[WorkerQuality]) -> tuple[dict[str, dict[str, bool]], set[int], set[int]]:
-    """Worker-level columns by external id, the ids of too-fast sessions and of unfinished episodes."""
+    """Worker-level columns by pseudonym (``Participant.pseudonym``), the ids of too-fast sessions and of unfinished
+    episodes."""
     by_worker = {r.worker: r.columns() for r in records}
     fast = {s.session_id for r in records for s in r.sessions if s.too_fast}
     unfinished = {e.pk for r in records for e in r.episodes if e.status != Episode.Status.COMPLETED}

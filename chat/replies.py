@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from chat import arms, fragments, memory_updates, pacing, records, replytext, state
+from chat import arms, budget, fragments, memory_updates, pacing, records, replytext, state
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: The clock of a stream's speed checks (monotonic: a step of the wall clock neither cuts nor stretches one).
 clock = time.monotonic
+#: A reply that found the LLM call ceiling reached (chat/budget.py) goes back to the queue at least this long.
+CEILING_RETRY_SECONDS = 5.0
 
 
 def reply_deadline_seconds() -> float:
@@ -60,7 +62,7 @@ def reply_policy() -> kinds.RetryPolicy:
     most = int(getattr(settings, "CHAT_RETRY_MAX_ATTEMPTS", 0) or 0)  # 0: the deadline is the only limit
     return kinds.RetryPolicy(
         max_attempts=most or None, backoff=delays, jitter=float(settings.CHAT_RETRY_JITTER),
-        deadline=reply_deadline_seconds(), transient=(LLMTransientError,),
+        deadline=reply_deadline_seconds(), transient=(LLMTransientError, budget.CallLimitReached),
     )  # fmt: skip
 
 
@@ -204,7 +206,9 @@ def _reply_attempt(
     session = msg.session
     episode = session.episode
     try:
-        system, llm = arms.build_arm(episode.arm)
+        system, llm = arms.build_arm(episode.arm, study=episode.participant.study)
+    except DatabaseError:
+        raise
     except Exception as exc:  # a misconfigured arm (unknown backend, missing model): retrying cannot help
         log.exception("reply %s: the arm of session %s could not be built", msg.pk, session.pk)
         raise ReplyFailed(f"{type(exc).__name__}: {exc}") from exc
@@ -251,6 +255,17 @@ def _reply_attempt(
         if llm.calls and (not llm.calls[-1].error or isinstance(exc, StreamTooSlow)):
             llm.calls[-1].error = str(exc)  # the stream "succeeded" (or was closed) but was unusable
         records.store_llm_calls(session.pk, msg.pk, llm.drain())
+        raise
+    except budget.CallLimitReached as exc:
+        # The LLM call ceiling (chat/budget.py): no call was made. The reply goes back to the queue for a
+        # slot (a transient error of the reply's policy, waiting at least CEILING_RETRY_SECONDS), until its
+        # deadline.
+        records.store_llm_calls(session.pk, msg.pk, llm.drain())
+        left = attempt.remaining()
+        if left is not None and left <= CEILING_RETRY_SECONDS:  # no slot before the deadline: the reply was too slow
+            raise DeadlineExceeded(DEADLINE_ERROR) from exc
+        log.info("reply %s waits for the LLM call limit: %s", msg.pk, exc)
+        exc.retry_after = CEILING_RETRY_SECONDS
         raise
     except PromptLeakError:
         raise

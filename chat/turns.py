@@ -10,21 +10,25 @@ run in this process it is stored already claimed and handed the rows it needs (r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from chat import fragments, limits, replies
-from chat.authenticity import Signals, clean_signals, store_signals
+from chat import budget, fragments, limits, replies
+from chat.authenticity import Signals, clean_signals, store_malformed, store_signals
 from chat.errors import ChatError
 from chat.models import ChatSession, Message
 from chat.sessions import opens_with_bot, rate_first_text
 from chat.transcript import reply_pending
 from infra import sqlcache
+from infra.ratelimit import Window
 from memory.base import Turn
 from runtime import push
+from studies.models import Participant, Study
+from studies.places import PLACE_RESERVED_MINUTES
 
 
 def _lock_query() -> sqlcache.CachedQuery:
@@ -70,6 +74,28 @@ _SESSION_MESSAGES = sqlcache.CachedQuery(
 )
 
 
+def _hold_place(participant: Participant, now: datetime) -> None:
+    """The worker's first message: from now on they hold their place in the quota. The place was reserved
+    when their first session opened; if that was longer ago than ``PLACE_RESERVED_MINUTES`` (or never, for a
+    participant made before places were reserved) it is taken now only if one is free."""
+    reserved = participant.started_at is not None and now - participant.started_at < timedelta(
+        minutes=PLACE_RESERVED_MINUTES
+    )
+    if not reserved:
+        study = Study.objects.select_for_update().get(pk=participant.study_id)
+        if study.is_full(now):
+            raise ChatError(
+                "All places in this study have been taken while you were away. Thank you for your interest"
+                + (
+                    "; please return the study on Prolific."
+                    if participant.source == Participant.Source.PROLIFIC
+                    else "."
+                )
+            )
+    participant.first_message_at = now
+    Participant.objects.filter(pk=participant.pk).update(first_message_at=now)
+
+
 @dataclass(frozen=True)
 class _Checks:
     """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
@@ -89,6 +115,9 @@ def _lock_session(session_id: int, since: datetime) -> tuple[ChatSession, _Check
     return session, _Checks(values["unrated_index"], values["recent_elsewhere"], values["stored_elsewhere"])
 
 
+MESSAGES_BY_ADDRESS = Window("chat-messages")  # per client address, in any minute
+
+
 def post_user_message(
     session: ChatSession | int,
     client_id: str,
@@ -96,6 +125,7 @@ def post_user_message(
     *,
     signals: Signals | None = None,
     raw_signals: object = None,
+    client: str = "",
 ) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
@@ -105,6 +135,12 @@ def post_user_message(
     ``signals`` (how the message was composed, already cleaned by ``chat.authenticity.clean_signals``),
     or ``raw_signals`` as the browser sent them (cleaned here against the study's message limit), are
     stored with a new message as a related row; they never make a message fail.
+
+    Limits besides the participant's own (chat/limits.py): messages per client address (``client``, the
+    socket's address) in any minute, ``CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE``; and the LLM call ceilings
+    (chat/budget.py): while the site's or the study's is reached, a message to an arm that calls an LLM is
+    refused (nothing stored). A worker's first message holds their place in the quota
+    (``Participant.first_message_at``); one whose reservation lapsed gets the place only if one is free.
 
     After the commit, the new message and the pending placeholder are pushed to every socket of the
     session (the sender's acknowledgement, and the worker's other tabs) before the reply is enqueued,
@@ -166,6 +202,15 @@ def post_user_message(
             )
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
+        if not locked.episode.arm.is_qc and not budget.has_room(study):
+            raise ChatError(budget.BUSY_TEXT)
+        if participant.first_message_at is None:
+            _hold_place(participant, now)
+        if not MESSAGES_BY_ADDRESS.hit(client or "unknown", settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE):
+            raise ChatError(
+                "Too many messages are coming from your connection right now. Please wait a minute, then send "
+                "your message again."
+            )
         seq = (rows[-1][1] if rows else 0) + 1
         user = sqlcache.insert(
             Message(
@@ -184,6 +229,8 @@ def post_user_message(
         )
         if signals is None and raw_signals is not None:
             signals = clean_signals(raw_signals, max_chars=int(study.max_message_chars))
+            if signals is None:  # sent, but not what the chat page sends: unmeasured, and flagged as such
+                store_malformed(user)
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
             store_signals(user, signals)
         at = locked.simulated_start

@@ -35,6 +35,12 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
         return render(
             request, "studies/worker/message.html", {"study": study, "title": "This study is closed", "text": str(exc)}
         )
+    except assignment.StudyFull as exc:
+        prolific = participant.source == participant.Source.PROLIFIC
+        text = str(exc) + (" Please return the study on Prolific." if prolific else "")
+        return render(
+            request, "studies/worker/message.html", {"study": study, "title": "This study is full", "text": text}
+        )
     if session is None:
         return redirect("chat:done", study.slug)
     if assignment.at_wave_end(participant, session):

@@ -9,7 +9,9 @@ is read, and Django sees a disconnect).
 
 The limit is ``settings.MAX_REQUEST_BYTES``, or ``settings.MAX_UPLOAD_BYTES`` plus
 ``settings.MAX_REQUEST_BYTES`` (the form around the file) for the views marked with
-``studies.limits.accepts_upload``.
+``studies.limits.accepts_upload`` when the request carries a researcher's upload grant
+(``studies.limits.may_upload``: a signed cookie, checked without the database). Anyone else gets the
+ordinary limit on those pages too.
 
 What it cannot do: daphne (Twisted) receives the whole body into a temporary file *before* it calls the
 application, so with daphne this saves the server's memory and time (no copy into Django, no parsing)
@@ -23,9 +25,10 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from django.conf import settings
+from django.http.cookie import parse_cookie
 from django.urls import Resolver404, resolve
 
-from studies.limits import is_upload_view
+from studies.limits import is_upload_view, may_upload
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,6 +49,12 @@ def size_label(n: int) -> str:
     return f"{n / 2**20:.1f} MB" if n >= 2**20 else f"{n // 1024} kB"
 
 
+def request_cookies(scope: Scope) -> dict[str, str]:
+    """The cookies of an ASGI scope's ``Cookie`` headers."""
+    raw = "; ".join(v.decode("latin1") for k, v in scope.get("headers", []) if k.lower() == b"cookie")
+    return parse_cookie(raw) if raw else {}
+
+
 def body_limit(scope: Scope) -> int:
     """The most bytes this request's body may have."""
     path = scope.get("path", "")
@@ -56,7 +65,7 @@ def body_limit(scope: Scope) -> int:
         view = resolve(path).func
     except Resolver404:
         return int(settings.MAX_REQUEST_BYTES)
-    if is_upload_view(view):
+    if is_upload_view(view) and may_upload(request_cookies(scope)):
         return int(settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES)
     return int(settings.MAX_REQUEST_BYTES)
 

@@ -16,6 +16,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
+from evalsite.clientaddr import parse_networks
 from evalsite.env import Env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -61,6 +62,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "studies.limits.UploadGrantMiddleware",  # a researcher's browser may send files (the body limit's grant)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -134,10 +136,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # _prepared_cursor). Off for a pooler that cannot keep prepared statements (PgBouncer < 1.21).
 ANNOTATION_PREPARED_STATEMENTS = env.boolean("ANNOTATION_PREPARED_STATEMENTS", True)
 
-# --- channels and Celery: Redis from REDIS_URL, else in-memory layer and eager tasks
+# --- channels, Celery and the cache: Redis from REDIS_URL, else in-memory layer, eager tasks, process memory
 REDIS_URL = env.text("REDIS_URL")
 _eager = env.boolean("CELERY_TASK_ALWAYS_EAGER", False)  # parsed even where it is forced, so a typo still shows
 if REDIS_URL:
+    # One cache for every web process and worker: the limits by address, study and site count together
+    # (infra/ratelimit.py), and a power simulation's status is seen by whichever web process the page polls.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     # group_expiry: a socket that died with its server (a daphne restart) leaves its session's group after
     # this long; live pages renew their membership every minute (static/js/chat.js pings).
     CHANNEL_LAYERS = {
@@ -300,16 +305,46 @@ if not DEBUG:
 # --- limits on what one request may send (evalsite/bodylimit.py refuses more with 413 before reading it)
 MAX_REQUEST_BYTES = int(env.number("MAX_REQUEST_MB", 2.5, minimum=0.001) * 2**20)  # any request body
 MAX_UPLOAD_BYTES = int(env.number("MAX_UPLOAD_MB", 50.0, minimum=0.001) * 2**20)  # a file to a page that takes one
+# Slow clients (evalsite/serverlimit.py): a request's line and headers must arrive within this many seconds, its
+# body within as long again plus a second per HTTP_BODY_MIN_BYTES_PER_SECOND bytes; later it gets 408.
+HTTP_READ_TIMEOUT_SECONDS = env.number("HTTP_READ_TIMEOUT_SECONDS", 20.0, minimum=1.0)
+HTTP_BODY_MIN_BYTES_PER_SECOND = env.number("HTTP_BODY_MIN_BYTES_PER_SECOND", 1024.0, minimum=1.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES  # the form fields of a request, files not counted
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440  # Django's default: larger bodies and files are spooled to disk
 
-# --- login throttling (django-axes): a username + IP pair is locked out after this many failures in a row
+# --- the client's address (evalsite/clientaddr.py): X-Forwarded-For is read only from these proxies
+# (addresses or networks, e.g. 172.16.0.0/12 for a proxy on the Docker host); empty = no proxy, the
+# connection's own address is the client's and the header is ignored.
+TRUSTED_PROXIES = env.strings("TRUSTED_PROXIES")
+try:
+    parse_networks(TRUSTED_PROXIES)
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"TRUSTED_PROXIES: {_exc}") from None
+
+# --- login throttling (django-axes): a username + address pair is locked out after this many failures in a
+# row; a browser that has logged in as that user before (a signed device cookie) has its own count, so
+# failures from elsewhere never lock its owner out (evalsite/lockout.py)
 AXES_FAILURE_LIMIT = env.integer("LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = dt.timedelta(minutes=env.number("LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.01))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "evalsite.lockout.locked_out"  # 429, the wait and why
+AXES_WHITELIST_CALLABLE = "evalsite.lockout.known_device"
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]  # the address evalsite.clientaddr settled, never a header
 AXES_VERBOSE = False
+
+# --- limits by client address, by study and for the whole site (docs/operations.md, "Abuse limits");
+# 0 turns a limit off. Per study (the study form): new participants a minute, LLM calls a minute.
+NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE = env.integer("NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE", 5, minimum=0)
+CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE = env.integer("CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE", 60, minimum=0)
+# The operator's cost guard: LLM calls of the live chat (replies, memory updates) in any 60 s, all studies.
+LLM_CALLS_PER_MINUTE = env.integer("LLM_CALLS_PER_MINUTE", 600, minimum=0)
+# PROLIFIC_API_TOKEN and PROLIFIC_API_URL (above, with the prolific app's settings) also check the submission in a
+# worker's link with Prolific's API before a participant is made (studies/prolific.py).
+# Power simulations (reports/planning.py, runtime jobs of lane "plan"): each ended at this CPU budget (of the thread
+# that runs it); at most PLAN_QUEUE queued or running on the site, more are refused.
+PLAN_CPU_SECONDS = env.integer("PLAN_CPU_SECONDS", 300, minimum=5)
+PLAN_QUEUE = env.integer("PLAN_QUEUE", 3, minimum=1)
 
 # --- static files
 STATIC_URL = "static/"

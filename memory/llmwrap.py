@@ -40,6 +40,11 @@ class _Wrapping:
     def supports_tools(self) -> bool:
         return bool(getattr(self.inner, "supports_tools", False))
 
+    @property
+    def in_process(self) -> bool:
+        """The innermost LLM's (``memory.llm.LocalLLM.in_process``), through any number of wrappers."""
+        return bool(getattr(self.inner, "in_process", False))
+
     def _inner_complete(
         self, messages: Messages, max_tokens: int, temperature: float, purpose: str, tools: Tools | None
     ) -> Completion:

@@ -275,7 +275,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index")
         )
-        for s in snapshots.iterator(chunk_size=200):
+        for s in snapshots.iterator(chunk_size=50):
             ep = s.session.episode
             state = vectors.redacted(s.state)
             yield {
@@ -321,7 +321,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm", "session__episode__participant", "message")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "id")
         )
-        for c in calls.iterator(chunk_size=500):
+        for c in calls.iterator(chunk_size=100):
             ep = c.session.episode
             yield {
                 **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, c.session.index),
@@ -345,6 +345,17 @@ def _who(worker: str, episode: int, arm: str, system: str, session: int) -> dict
 def _csv_line(values: list[Any]) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def _header_line(text: str) -> str:
+    """One README line of a CSV export: one physical line (every kind of line break in researcher-typed text,
+    ``\\r`` and Unicode's included, becomes a space, so ``skiprows=N`` counts right) and one quoted CSV cell
+    starting with ``#``, so no part of a name a researcher typed (``=HYPERLINK(...)`` after a comma, a semicolon
+    or a tab) becomes a cell of its own that a spreadsheet would run, whatever separator it assumes."""
+    flat = " ".join(f"# {text}".replace("\t", " ").splitlines())
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL).writerow([flat])
     return buf.getvalue()
 
 
@@ -375,9 +386,9 @@ def export_lines(study: Study, what: str, fmt: str) -> Iterator[str]:
         return
     readme = _readme_lines(h)
     n = len(readme) + 1
-    yield f"# {n} header lines (this README); read the table with pandas.read_csv(path, skiprows={n})\n"
+    yield _header_line(f"{n} header lines (this README); read the table with pandas.read_csv(path, skiprows={n})")
     for line in readme:
-        yield "# " + line.replace("\n", " ") + "\n"
+        yield _header_line(line)
     yield _csv_line(columns)
     for record in _records(study, what):
         yield _csv_line([_csv_value(record[c]) for c in columns])

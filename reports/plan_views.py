@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,6 +23,7 @@ def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None
     state = planning.plan_status_for(study, job) if job else None
     return {
         "study": study,
+        "plan_cpu_minutes": max(1, round(settings.PLAN_CPU_SECONDS / 60)),
         "design": planning.study_design(study),
         "form": form,
         "job": job if state is not None else None,
@@ -49,7 +51,7 @@ def plan(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             key = planning.start_plan(study, form.settings())
-        except (RatingsError, ImportedDataset.DoesNotExist) as exc:
+        except (RatingsError, ImportedDataset.DoesNotExist, planning.PlanBusy) as exc:
             form.add_error(None, f"The simulation could not start: {exc}")
         else:
             return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")
@@ -65,6 +67,18 @@ def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
         raise Http404("no such simulation (it may have expired)")
     ctx = _context(request, study, PlanForm(datasets=_datasets(study)), key)
     return render(request, "reports/plan.html#result", ctx)
+
+
+@require_POST
+@researcher_required
+def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
+    """Stop a queued or running power simulation of this study."""
+    study = study_for(request, slug)
+    if planning.plan_status_for(study, key) is None:
+        raise Http404("no such simulation (it may have expired)")
+    if planning.cancel_plan(key):
+        messages.info(request, "The simulation was cancelled.")
+    return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")
 
 
 @require_POST

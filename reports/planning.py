@@ -8,6 +8,12 @@ in the embedded default, the ``long`` queue in production), never the request: u
 view shares one thread, and a long request would hold up every other page; nor a thread of the web process,
 whose Python would hold the interpreter lock from the workers' replies. The job's target is a key derived
 from the study and the settings, its result the plan, and the page polls for it.
+
+Bounded three ways (issue 21): at most ``PLAN_QUEUE`` simulations are queued or running on the site (counted
+over the live runtime jobs of the kind; more are refused with :class:`PlanBusy`); each is ended at its CPU
+budget, ``PLAN_CPU_SECONDS`` of the CPU time of the thread that runs it (:class:`plan_runner.Budget`, checked
+as the simulation goes); and the researcher can cancel one (:func:`cancel_plan` fails the job, and its run
+stops at its next check, writing nothing).
 """
 
 from __future__ import annotations
@@ -19,13 +25,14 @@ from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings as site
 from django.utils import timezone
 
 from analysis.planning import estimate_components, workers_needed
 from analysis.prereg import analysis_settings, build_preregistration
 from analysis.spec import Family, RatingsError, Test
 from analysis.synthetic import StudyDesign, VarianceComponents
-from reports import queries
+from reports import plan_runner, queries
 from reports.models import ImportedDataset, Preregistration
 from reports.reporting import Source, analysis_frame, qc_waiting, without_qc
 from runtime import jobs, kinds
@@ -36,6 +43,11 @@ from studies.models import Study
 log = logging.getLogger(__name__)
 
 PLAN_SECONDS = 24 * 3600  # how long a finished plan is reused for the same study and settings
+CANCELLED = "cancelled"  # the error of a plan's job that the researcher cancelled
+
+
+class PlanBusy(Exception):
+    """``PLAN_QUEUE`` plans are queued or running already: the page asks to try again later (or to cancel one)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,8 @@ def pilot_source(study: Study, pilot: str) -> Source:
 
 def start_plan(study: Study, settings: PlanSettings) -> str:
     """Submit the power simulation unless it is queued, running or done (within :data:`PLAN_SECONDS`); returns
-    the key to poll with :func:`plan_status`. A pilot dataset that does not exist is refused here."""
+    the key to poll with :func:`plan_status`. A pilot dataset that does not exist is refused here;
+    :class:`PlanBusy` when ``PLAN_QUEUE`` simulations are queued or running on the site already."""
     key = settings.key(study)
     if settings.pilot.startswith("dataset:"):
         ImportedDataset.objects.get(study=study, pk=int(settings.pilot.removeprefix("dataset:")))
@@ -99,9 +112,24 @@ def start_plan(study: Study, settings: PlanSettings) -> str:
     fresh = timezone.now() - timedelta(seconds=PLAN_SECONDS)
     if latest is not None and (not latest.finished or (latest.status == Job.Status.DONE and latest.created_at > fresh)):
         return key
+    bound = int(site.PLAN_QUEUE)
+    if Job.objects.filter(kind=POWER_PLAN.name).live().count() >= bound:
+        raise PlanBusy(
+            f"{bound} power simulations are waiting or running already. Please try again in a few minutes, or "
+            "cancel one of yours."
+        )
     params = {"study": study.pk, "design": asdict(study_design(study)), "settings": settings.as_json()}
     jobs.submit(POWER_PLAN, key, scope=f"study:{study.pk}", label="power simulation", params=params)
     return key
+
+
+def cancel_plan(key: str) -> bool:
+    """Stop a queued or running plan, wherever it runs: its job fails with :data:`CANCELLED` (a queued one is
+    then never run; a running one loses its lease and stops at its next check, writing nothing)."""
+    job = Job.objects.of(POWER_PLAN.name, key).live().order_by("-created_at", "-id").first()
+    if job is None:
+        return False
+    return jobs.fail(POWER_PLAN, job, CANCELLED, match={"status": job.status, "attempts": job.attempts})
 
 
 def plan_status(key: str) -> dict[str, Any] | None:
@@ -113,7 +141,11 @@ def plan_status(key: str) -> dict[str, Any] | None:
     if job.status == Job.Status.DONE:
         return {"status": "done", **(job.result or {})}
     if job.status == Job.Status.FAILED:
+        if job.error == CANCELLED:
+            return {"status": "cancelled", "message": CANCELLED}
         return {"status": "failed", "message": job.error}
+    if job.status == Job.Status.QUEUED:
+        return {"status": "queued"}
     return {"status": "running", "done": job.done, "total": job.total}
 
 
@@ -127,9 +159,12 @@ class PlanFailed(Exception):
 
 
 def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
-    """The power simulation of a ``reports.power_plan`` job: its result is the plan and the pilot's estimate."""
+    """The power simulation of a ``reports.power_plan`` job: its result is the plan and the pilot's estimate.
+    It stops at its CPU budget (``PLAN_CPU_SECONDS``: :class:`PlanFailed`) and when its job is cancelled or
+    taken back (``attempt.check()``: :class:`runtime.jobs.JobLost`), checked as the simulation goes."""
     settings = PlanSettings.from_json(job.params["settings"])
     design = StudyDesign(**job.params["design"])
+    budget = plan_runner.Budget(float(site.PLAN_CPU_SECONDS), attempt.check)
     try:
         components, notes, pilot_info = settings.components, [], None
         if settings.pilot != "assumed":
@@ -143,7 +178,7 @@ def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
             estimate = estimate_components(frame, spec)
             components, notes, pilot_info = estimate.components, estimate.notes, estimate.as_dict()
         effect = settings.effect / components.latent_sd if settings.effect_unit == "points" else settings.effect
-        attempt.check()
+        budget.check()
         plan = workers_needed(
             design,
             components,
@@ -153,7 +188,10 @@ def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
             test=settings.test,
             family=settings.family,
             max_workers=settings.max_workers,
+            check=budget.check,
         )
+    except plan_runner.OverBudget as exc:
+        raise PlanFailed(str(exc)) from exc
     except (RatingsError, ValueError, Study.DoesNotExist, ImportedDataset.DoesNotExist) as exc:
         raise PlanFailed(str(exc)) from exc
     except jobs.JobLost:

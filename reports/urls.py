@@ -23,6 +23,7 @@ urlpatterns = [
     path("studies/<slug:slug>/data/<str:what>.<str:fmt>", views.study_data_export, name="study_data_export"),
     path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),
     path("studies/<slug:slug>/plan/<str:key>/", plan_views.plan_job, name="study_plan_job"),
+    path("studies/<slug:slug>/plan/<str:key>/cancel/", plan_views.plan_cancel, name="study_plan_cancel"),
     path("studies/<slug:slug>/preregistrations/", plan_views.register, name="study_register"),
     path("studies/<slug:slug>/preregistrations/<int:pk>.json", plan_views.preregistration_file, name="preregistration"),
 ]

@@ -15,6 +15,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
 from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
+from infra.streaming import streaming_response
 from reports import exports, pairwise_views, probetables, queries, tables
 from reports.forms import (
     DEFAULT_EXCLUSIONS,
@@ -322,6 +323,8 @@ def study_data_export(request: HttpRequest, slug: str, what: str, fmt: str) -> S
         exports.check(what, fmt)
     except exports.ExportError as exc:
         raise Http404(str(exc)) from exc
-    response = StreamingHttpResponse(exports.export_lines(study, what, fmt), content_type=exports.FORMATS[fmt])
-    response["Content-Disposition"] = f'attachment; filename="{exports.filename(study, what, fmt)}"'
-    return response
+    return streaming_response(
+        exports.export_lines(study, what, fmt),
+        content_type=exports.FORMATS[fmt],
+        filename=exports.filename(study, what, fmt),
+    )

@@ -86,6 +86,9 @@ class StudyAdmin(admin.ModelAdmin[Study]):
     # never a study that cannot run): the admin shows the status but does not change it, so it cannot open a
     # study that page would refuse, nor clear a pilot's mark. A new study starts as a draft.
     readonly_fields = ["created_at", "status", "pilot"]
+    # Who owns a study and who it is shared with (editors, viewers) are the creator's (or a superuser's) to change, as on the study
+    # page: a researcher it is shared with could otherwise make themselves its creator and lock the owner out.
+    OWNERSHIP_FIELDS = ["created_by", "shared_with", "viewers"]
     inlines = [ArmInline, MetricInline, AttentionCheckInline]
     filter_horizontal = ["shared_with"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
@@ -116,6 +119,11 @@ class StudyAdmin(admin.ModelAdmin[Study]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Study]:
         return super().get_queryset(request).filter(pk__in=Study.objects.visible_to(request.user).values("pk"))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Study | None = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        owner = obj.can_share(request.user) if obj is not None else bool(getattr(request.user, "is_superuser", False))
+        return fields if owner else [*fields, *self.OWNERSHIP_FIELDS]
 
     def save_model(self, request: HttpRequest, obj: Study, form: Any, change: bool) -> None:
         if obj.created_by_id is None and isinstance(request.user, User):  # the admin is staff-only

@@ -363,6 +363,13 @@ class BaseArmFormSet(DesignFormSet):
         # An open study's arms are its design while workers are drawn to them (the admin refuses the same).
         gated = bool(study.pk) and study.is_open_for_real
         for form in self.forms:
+            if gated and self._becomes_qc(form):
+                # A QC arm needs no readiness check, so the open gate let it through; but turning an arm into
+                # the degraded bot (or adding one) changes the design under the workers (the admin refuses too).
+                raise ValidationError(
+                    f"Arm “{form.cleaned_data.get('name') or form.instance.name}” cannot become a quality-control arm "
+                    "while the study is open (not a pilot): close the study first."
+                )
             if not self._deleting_saved(form):
                 continue
             if form.instance.episodes.exists():
@@ -374,6 +381,12 @@ class BaseArmFormSet(DesignFormSet):
                     f"Arm “{form.instance.name}” cannot be deleted while the study is open (not a pilot): untick "
                     "“active” to stop drawing it, or close the study first."
                 )
+
+    def _becomes_qc(self, form: forms.ModelForm[Any]) -> bool:
+        """A kept form whose arm would be a QC arm and was not one before (changed, or new)."""
+        if form not in self._kept_forms() or not arm_is_qc(str(form.cleaned_data.get("memory_system") or "")):
+            return False
+        return not (form.instance.pk and arm_is_qc(Arm.objects.get(pk=form.instance.pk).memory_system))
 
     def active_arm_count(self) -> int:
         return sum(1 for f in self._kept_forms() if f.cleaned_data.get("active"))

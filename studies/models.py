@@ -22,6 +22,7 @@ from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
 from studies.audit import PrivacyEvent  # noqa: F401  (a model of this app: registered here)
 from studies.cardbank import CardBank
+from studies.places import ParticipantQuerySet
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -197,7 +198,24 @@ class Study(models.Model):
         default=2, validators=[MinValueValidator(1)], help_text="Each with a different arm (needs that many arms)."
     )
     quota = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Maximum participants who consented; empty = no limit."
+        null=True,
+        blank=True,
+        help_text="Maximum participants who have started chatting (a place is held from the first session on, "
+        "and given back when they are away longer than 'abandoned after'); empty = no limit.",
+    )
+    # Limits by study (docs/operations.md, "Abuse limits"): how fast new participants may arrive, and the
+    # researcher's cost guard on the LLM (the site's LLM_CALLS_PER_MINUTE applies as well).
+    max_new_participants_per_minute = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="New participants (first visits of a study link) in any minute; more wait a minute.",
+    )
+    max_llm_calls_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="LLM calls of this study's chats (replies, memory updates) in any minute; empty = only the "
+        "site's limit. Over it a worker's message waits: they are asked to send it again in a moment.",
     )
     completion_code = models.CharField(max_length=64, default=new_completion_code)
     prolific_completion_url = models.URLField(
@@ -338,23 +356,22 @@ class Study(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("studies:detail", args=[self.slug])
 
-    def is_full(self) -> bool:
-        """Whether every place of the quota is taken by a participant who consented and still holds it: a worker
-        who declined never consented, and one the abandonment sweep marked (``chat.timing``) frees their place.
+    def places_taken(self, now: dt.datetime | None = None) -> int:
+        """Participants who hold a place against the quota now (:meth:`ParticipantQuerySet.taking_a_place`)."""
+        return self.participants.taking_a_place(self, now).count()
 
-        When the places look all taken, :data:`quota_reached` is sent first (chat runs the abandonment sweep
-        for this study), so a place held by a worker who left is freed for the one asking now, not at the
-        next run of a periodic sweep (Celery beat may be down)."""
-        if self.quota is None:
-            return False
-
-        def taken() -> int:
-            return self.participants.holding_a_place().filter(consented_at__isnull=False).count()
-
-        if taken() < self.quota:
+    def is_full(self, now: dt.datetime | None = None) -> bool:
+        """Whether every place of the quota is taken (:meth:`places_taken`), after :data:`quota_reached` (chat's
+        abandonment sweep of this study) when they look so: a place of a worker who left is freed at once."""
+        if self.quota is None or self.places_taken(now) < self.quota:
             return False
         freed = sum(int(n or 0) for _receiver, n in quota_reached.send(sender=Study, study=self))
-        return not freed or taken() >= self.quota
+        return not freed or self.places_taken(now) >= self.quota
+
+    def new_participants_last_minute(self, now: dt.datetime | None = None) -> int:
+        """Participants made in the last 60 s (the study's ``max_new_participants_per_minute``)."""
+        since = (now or timezone.now()) - dt.timedelta(minutes=1)
+        return self.participants.filter(created_at__gte=since).count()
 
     def is_visible_to(self, user: Any) -> bool:
         """Whether this user may see and change the study (see :meth:`StudyQuerySet.visible_to`)."""
@@ -645,19 +662,9 @@ class AttentionCheck(models.Model):
 
     @property
     def key(self) -> str:
-        """The rating form's field name: looks like a metric's to the worker, never collides with one (slugs
-        have no dot)."""
+        """A label for the researcher's side (never on the worker's page: the rating form names every slider
+        alike, ``chat.forms.field_name``)."""
         return f"check.{self.pk}"
-
-
-class ParticipantQuerySet(models.QuerySet["Participant"]):
-    def holding_a_place(self) -> ParticipantQuerySet:
-        """Participants who count against the quota: not declined, not abandoned."""
-        return self.filter(declined_at__isnull=True, abandoned_at__isnull=True)
-
-    def real(self) -> ParticipantQuerySet:
-        """Workers, not a researcher's preview (studies/preview.py)."""
-        return self.exclude(source=Participant.Source.PREVIEW)
 
 
 class Participant(models.Model):
@@ -675,8 +682,14 @@ class Participant(models.Model):
     pseudonymised_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices)
     prolific_study_id = models.CharField(max_length=128, blank=True)
+    # The Prolific submission (SESSION_ID) whose link made this participant: a PID belongs to a submission
+    # (studies/entry.py); checked against Prolific's API when PROLIFIC_API_TOKEN is set (None: not checked).
     prolific_session_id = models.CharField(max_length=128, blank=True)
+    prolific_verified = models.BooleanField(null=True, blank=True)
     consented_at = models.DateTimeField(null=True, blank=True)
+    # The quota (Study.is_full): when the first session opened (a place is reserved), and the first message
+    started_at = models.DateTimeField(null=True, blank=True)
+    first_message_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
     # One participant, one browser: another browser needs the signed resume link or this code.
@@ -705,11 +718,10 @@ class Participant(models.Model):
 
     def give_consent(self) -> bool:
         """Record the worker's consent (the first time counts; consent after a decline withdraws the decline);
-        False when the study is full.
+        False when the study is full now.
 
-        The quota counts consented participants who still hold a place (not abandoned): opening the study link
-        makes a participant but takes no place, so invented Prolific IDs cannot fill a study. The study row is
-        locked while the places are counted, so two workers consenting at once cannot both take the last place."""
+        Consent takes no place (:meth:`ParticipantQuerySet.taking_a_place`): the place is reserved when the first
+        session opens (``chat.assignment``). Refusing here only spares a worker consenting to a full study."""
         if self.consented_at is not None and self.declined_at is None:
             return True
         with transaction.atomic():
@@ -733,6 +745,12 @@ class Participant(models.Model):
         if now - self.last_seen_at >= LAST_SEEN_RESOLUTION:
             self.last_seen_at = now
             Participant.objects.filter(pk=self.pk).update(last_seen_at=now)
+
+    @property
+    def prolific_pid(self) -> str:
+        """The Prolific ID (``external_id`` is ``prolific:<PID>``, or ``prolific:<PID>/<SESSION_ID>`` for a
+        second submission that claimed the same PID: studies/entry.py)."""
+        return self.external_id.removeprefix("prolific:").split("/", 1)[0]
 
     @property
     def resume_code_display(self) -> str:

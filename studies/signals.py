@@ -15,3 +15,9 @@ from django.dispatch import Signal
 
 participant_erasing = Signal()
 transcripts_deleting = Signal()
+
+#: ``later_wave``: sent with ``study``, ``recorded`` (the Prolific STUDY_ID a participant's first link carried) and
+#: ``arriving`` (the STUDY_ID of a link with the same Prolific ID but another submission); a receiver answers True
+#: when ``arriving`` is a later wave of the same study (prolific/entry.py: ``prolific.Wave``). Then the new
+#: submission continues that participation (studies/entry.py) instead of starting one of its own.
+later_wave = Signal()

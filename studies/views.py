@@ -7,6 +7,7 @@ snapshots are for staff only (workers have no login; annotators are not staff).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,6 +270,15 @@ def study_set_status(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect(study)
 
 
+_WHOLE = re.compile(r"[0-9]{1,9}")  # a whole number as a form sends it: ASCII digits, not a 5,000-digit one
+
+
+def _bad_request(request: HttpRequest, study: Study, text: str) -> HttpResponse:
+    """The study page again, with what was wrong in the form, as a 400."""
+    messages.error(request, text)
+    return render(request, "studies/researcher/detail.html", _study_context(request, study), status=400)
+
+
 @require_POST
 @researcher_required
 def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
@@ -281,15 +291,19 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect(study)
     arms = study.arms.filter(active=True)
     if request.POST.get("arm"):
-        arms = study.arms.filter(pk=request.POST["arm"]) if request.POST["arm"].isdigit() else study.arms.none()
+        # plain digits only: "²".isdigit() is true and int() of 5,000 digits raises (both answered 500)
+        if not _WHOLE.fullmatch(request.POST["arm"]):
+            return _bad_request(request, study, "No such arm in this study.")
+        arms = study.arms.filter(pk=int(request.POST["arm"]))
     options: dict[str, Any] = {}
     if kind == ArmJob.Kind.EVALUATION:
         options = {"dataset": "gvd"}
-        limit = request.POST.get("max_questions", "")
+        limit = request.POST.get("max_questions", "").strip()
         if limit:
-            if not limit.isdigit() or int(limit) < 1:
-                messages.error(request, "Questions per dialogue must be a whole number of at least 1 (or empty: all).")
-                return redirect(study)
+            if not _WHOLE.fullmatch(limit) or int(limit) < 1:
+                return _bad_request(
+                    request, study, "Questions per dialogue must be a whole number of at least 1 (or empty: all)."
+                )
             options["max_questions"] = int(limit)
     started = [armjobs.start(arm, kind, options) for arm in arms]
     if not started:
@@ -435,10 +449,9 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
     participants = study.participants.real().aggregate(
         total=Count("id"),
         consented=Count("id", filter=Q(consented_at__isnull=False)),
-        # what the quota counts (Study.is_full): consented and still holding the place (not abandoned)
-        places=Count("id", filter=Q(consented_at__isnull=False, declined_at__isnull=True, abandoned_at__isnull=True)),
         completed=Count("id", filter=Q(completed_at__isnull=False)),
     )
+    participants["places"] = study.places_taken()  # what the quota counts (Study.is_full)
     episodes = (
         Episode.objects.filter(participant__study=study)
         .exclude(participant__source=Participant.Source.PREVIEW)

@@ -85,7 +85,9 @@ def _episode(page: Any, careless: bool, rng: random.Random) -> None:
         legend = page.locator("fieldset").nth(i).locator("legend").inner_text()
         if careless:
             value = rng.randint(0, 100) if "set this slider" not in legend else 30
-        elif "set this slider to 80" in legend:
+        elif (
+            "set this slider to" in legend
+        ):  # the target, 80, is drawn (a person reads it; the page's text has no digit)
             value = 80
         else:
             value = 15 + i if qc_bot else 75 + i

@@ -76,3 +76,15 @@ def test_daphne_refuses_a_chunked_body_as_soon_as_it_passes_the_limit(daphne: in
     chunk = b"%x\r\n" % (256 * 1024) + b"y" * (256 * 1024) + b"\r\n"
     answer = answer_before_the_body_ends(daphne, head, chunk * 6)  # 1.5 MB, limit 1 MB, no final chunk
     assert answer.startswith(b"HTTP/1.1 413") and b"Request too large" in answer
+
+
+def test_daphne_refuses_an_anonymous_post_to_the_import_page_at_the_ordinary_limit(daphne: int) -> None:
+    """Issue 21: the upload limit was chosen by URL alone; a request without a researcher's upload grant gets
+    the ordinary limit on the upload pages too, before its body arrives."""
+    head = (
+        b"POST /studies/any-study/analysis/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+        + b"boundary=x\r\n"
+        + f"Content-Length: {10 * MB}\r\n\r\n".encode()
+    )
+    answer = answer_before_the_body_ends(daphne, head, b"x" * 1024)
+    assert answer.startswith(b"HTTP/1.1 413") and b"1.0 MB" in answer

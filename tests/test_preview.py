@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from chat import assignment, turns
+from chat.forms import field_name
 from chat.models import Episode, Rating
 from chat.quality import study_quality
 from reports.exports import export_lines
@@ -52,7 +53,7 @@ def walk_through(client: Client, study: Study) -> Participant:
         assert client.post(f"/chat/{session.pk}/end/").status_code == 302
         data = {}
         for m in study.metrics.all():
-            data[m.key], data[f"touched_{m.key}"] = "60", "1"
+            data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = "60", "1"
         assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
         arms.append(session.episode.arm.name)
     assert sorted(set(arms)) == ["Full history", "No memory"] and len(arms) == 4  # every arm, every session

@@ -26,6 +26,7 @@ from annotation import services
 from annotation.models import Item, Label, Queue
 from annotation.sources import pull_from_study
 from chat import assignment, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from chat.privacy import sweep_retention
 from chat.tests.conftest import enter
@@ -55,7 +56,7 @@ def _inline_jobs(settings: Any) -> None:
 def rate_all(client: Client, session: ChatSession) -> None:
     data: dict[str, str] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = "70", "1"
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = "70", "1"
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
 
 

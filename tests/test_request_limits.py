@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from evalsite.asgi import application
 from evalsite.bodylimit import body_limit
+from studies.limits import GRANT_COOKIE, grant_for, may_upload
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -96,28 +97,68 @@ async def test_a_small_body_still_reaches_django(settings: Any) -> None:
     assert await upload.run() == 403  # Django's own answer: the CSRF check, so the body got through
 
 
-async def test_pages_that_take_a_file_get_the_upload_limit_and_others_do_not(settings: Any) -> None:
-    def limit(path: str) -> int:
-        return body_limit({"type": "http", "path": path})
+def granted(session_key: str = "k" * 32) -> list[tuple[bytes, bytes]]:
+    """The cookies of a researcher's browser: its session and the upload grant of that session."""
+    return [(b"cookie", f"sessionid={session_key}; {GRANT_COOKIE}={grant_for(session_key)}".encode())]
 
-    assert (
-        limit(reverse("reports:import_ratings", args=["s"])) == settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
-    )
-    assert limit(reverse("annotation:queue_create")) == settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
-    assert limit(reverse("annotation:queue_import", args=[1])) > settings.MAX_UPLOAD_BYTES
+
+async def test_pages_that_take_a_file_get_the_upload_limit_for_researchers_only(settings: Any) -> None:
+    def limit(path: str, headers: list[tuple[bytes, bytes]] | None = None) -> int:
+        return body_limit({"type": "http", "path": path, "headers": headers or []})
+
+    upload = settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES
+    assert limit(reverse("reports:import_ratings", args=["s"]), granted()) == upload
+    assert limit(reverse("annotation:queue_create"), granted()) == upload
+    assert limit(reverse("annotation:queue_import", args=[1]), granted()) > settings.MAX_UPLOAD_BYTES
     for path in (
         "/accounts/login/",
         reverse("studies:create"),
         "/no/such/page/",
         reverse("annotation:draft", args=[1]),
     ):
-        assert limit(path) == settings.MAX_REQUEST_BYTES
+        assert limit(path, granted()) == settings.MAX_REQUEST_BYTES
+    # anonymous, a forged grant, or a grant of another session: the ordinary limit, on the upload pages too
+    path = reverse("reports:import_ratings", args=["s"])
+    assert limit(path) == settings.MAX_REQUEST_BYTES
+    assert (
+        limit(path, [(b"cookie", f"sessionid=abc; {GRANT_COOKIE}=forged:sig".encode())]) == settings.MAX_REQUEST_BYTES
+    )
+    other = [(b"cookie", f"sessionid=another-session; {GRANT_COOKIE}={grant_for('k' * 32)}".encode())]
+    assert limit(path, other) == settings.MAX_REQUEST_BYTES
+
+
+async def test_an_anonymous_post_to_the_import_page_never_gets_the_upload_limit(settings: Any) -> None:
+    """Issue 21: the 52.5 MB limit was chosen by URL: an anonymous 50 MB POST to the import page cost the server
+    575-625 MB before the login check turned it away."""
+    path = reverse("reports:import_ratings", args=["any-study"])
+    upload = Upload(path, endless(), [(b"content-length", str(10 * MB).encode())])
+    assert await upload.run() == 413
+    assert upload.chunks_read == 0 and "2.5 MB" in upload.body
+
+
+async def test_a_researchers_browser_gets_the_upload_grant_and_loses_it_at_logout(settings: Any) -> None:
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import User
+    from django.test import AsyncClient
+
+    await sync_to_async(User.objects.create_user)("rita", password="pw", is_staff=True)
+    await sync_to_async(User.objects.create_user)("anna", password="pw")  # not a researcher
+    client = AsyncClient()
+    response = await client.post("/accounts/login/", {"username": "rita", "password": "pw"})
+    assert response.status_code == 302 and GRANT_COOKIE in response.cookies
+    cookies = {k: v.value for k, v in client.cookies.items()}
+    assert may_upload(cookies)
+    await client.post("/accounts/logout/")
+    assert not may_upload({k: v.value for k, v in client.cookies.items()})
+    annotator = AsyncClient()
+    await annotator.post("/accounts/login/", {"username": "anna", "password": "pw"})
+    assert GRANT_COOKIE not in annotator.cookies or not annotator.cookies[GRANT_COOKIE].value
 
 
 async def test_an_upload_over_the_upload_limit_is_refused_before_it_is_read(settings: Any) -> None:
     path = reverse("reports:import_ratings", args=["any-study"])
     too_big = settings.MAX_UPLOAD_BYTES + settings.MAX_REQUEST_BYTES + 1
-    upload = Upload(path, endless(), [(b"content-length", str(too_big).encode())])
+    upload = Upload(path, endless(), [(b"content-length", str(too_big).encode()), *granted()])
     assert await upload.run() == 413
     assert upload.chunks_read == 0
     assert "52.5 MB" in upload.body  # the file and the form around it

@@ -215,7 +215,7 @@ def test_the_gold_export_downloads_jsonl(client, researcher, pair_queue, make_an
             services.submit_label(a.pk, annotator=user, op="REPLACE")
     login(client, researcher)
     response = client.get(reverse("annotation:export_gold", args=[pair_queue.pk]))
-    rows = [json.loads(x) for x in b"".join(response.streaming_content).decode().splitlines()]
+    rows = [json.loads(x) for x in b"".join(response).decode().splitlines()]
     assert len(rows) == 4 and rows[0] == {
         "input": "sentence 1: memory 0 sentence 2: summary 0",
         "target": "2",

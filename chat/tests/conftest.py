@@ -14,6 +14,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from chat import arms, assignment, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Message
 from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.llm import ScriptedLLM
@@ -108,8 +109,8 @@ def rate_all(client: Client, session: ChatSession, value: int = 70) -> Any:
     """Post the rating page of ``session`` with every slider at ``value`` (and moved)."""
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key] = str(value)
-        data[f"touched_{m.key}"] = "1"
+        data[field_name(session.pk, m)] = str(value)
+        data[f"touched_{field_name(session.pk, m)}"] = "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 

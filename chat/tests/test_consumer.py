@@ -270,13 +270,13 @@ async def test_a_ping_renews_the_sockets_group_membership_and_answers_nothing(st
     await comm.disconnect()
 
 
-def _signals_of(session_id: int) -> list[tuple[bool, int, int, int]]:
+def _signals_of(session_id: int) -> list[tuple[bool, int, int, int, bool]]:
     from chat.models import MessageSignals
 
     return list(
         MessageSignals.objects.filter(message__session_id=session_id)
         .order_by("message__seq")
-        .values_list("pasted", "paste_chars", "typed_chars", "typing_ms")
+        .values_list("pasted", "paste_chars", "typed_chars", "typing_ms", "malformed")
     )
 
 
@@ -300,6 +300,7 @@ async def test_signals_sent_with_a_message_are_stored_clamped_and_garbage_never_
     )
     second = await frames(comm)
     assert 'data-client-id="s2"' in second and "could not understand" not in second
-    assert (await signals_of(sid)) == [(True, study.max_message_chars, 4, 1500)]
+    # the garbage is recorded as unreadable (flag "unmeasured"), never as a measurement
+    assert (await signals_of(sid)) == [(True, study.max_message_chars, 4, 1500, False), (False, 0, 0, 0, True)]
     assert [m[3] for m in await messages_of(sid) if m[1] == "user"] == ["hello", "again"]
     await comm.disconnect()

@@ -50,6 +50,8 @@ def test_the_error_line_is_the_html_the_page_template_renders() -> None:
     for text in ("", "Your message is too long.", TRICKY):
         assert fragments.error(text) == _template("error", error=text, oob=True)
     assert fragments.clear_error() == _template("error", error="", oob=True)
+    for refused in ("c-1", TRICKY):  # a message the server did not take: the page puts it back in the box
+        assert fragments.error("Busy.", refused=refused) == _template("error", error="Busy.", oob=True, refused=refused)
 
 
 def test_the_controls_are_the_html_the_page_template_renders() -> None:

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from chat import arms, assignment, fragments, memory_updates, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
 from chat.tests.conftest import enter, start
 from runtime import jobs as runtime_jobs
@@ -32,12 +33,13 @@ def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
     return session
 
 
-def ratings(study: Study, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+def ratings(session: ChatSession, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+    """The rating form's data for every metric (``overrides`` by metric key; None leaves a metric out)."""
     data = {}
-    for m in study.metrics.all():
-        data[m.key] = value
-        data[f"touched_{m.key}"] = touched
-    data.update(overrides)
+    for m in session.episode.participant.study.metrics.all():
+        name = field_name(session.pk, m)
+        data[name] = overrides.get(m.key, value)
+        data[f"touched_{name}"] = touched
     return {k: v for k, v in data.items() if v is not None}
 
 
@@ -109,7 +111,8 @@ def test_the_same_prolific_id_from_a_second_browser_gets_a_page_explaining_how_t
 ) -> None:
     session = ended(client, study)
     again = Client()
-    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    # the worker's own Prolific link (the same submission) in another browser
+    response = again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1", "STUDY_ID": "st", "SESSION_ID": "se"})
     assert response.status_code == 409
     assert "already started this study in another browser" in response.content.decode()
     assert again.get(f"/s/{study.slug}/next/").status_code == 404  # not bound: no takeover
@@ -123,7 +126,7 @@ def test_a_second_browser_continues_with_the_resume_code_and_a_wrong_code_is_ref
     session = ended(client, study)
     participant = session.episode.participant
     again = Client()
-    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1"})
+    again.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "worker1", "STUDY_ID": "st", "SESSION_ID": "se"})
     wrong = again.post(f"/s/{study.slug}/resume-code/", {"pid": "worker1", "code": "2222-2222"})
     assert wrong.status_code == 403 and "not right" in wrong.content.decode()
     code = participant.resume_code_display.lower()  # typed by a person: case and dash do not matter
@@ -150,7 +153,7 @@ def test_a_closed_study_shows_a_clear_page_to_new_workers(client: Client, study:
 def test_a_full_quota_shows_a_clear_page(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     response = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"})
     assert "This study is full" in response.content.decode()
     assert Participant.objects.count() == 1
@@ -188,7 +191,8 @@ def test_the_rating_page_has_one_labelled_slider_per_metric_starting_at_50(clien
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():
         assert m.statement in page
-        assert f'name="{m.key}" id="r-{m.key}" value="50"' in page
+        name = field_name(session.pk, m)
+        assert f'name="{name}" id="r-{name}" value="50"' in page
     assert page.count('type="range" min="0" max="100"') == 5
     assert "Strongly disagree" in page and "Strongly agree" in page
 
@@ -198,9 +202,10 @@ def test_a_screen_reader_hears_the_slider_end_labels(client: Client, study: Stud
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     assert 'aria-hidden="true">Strongly' not in page
     for m in study.metrics.all():
-        assert f'aria-describedby="low-{m.key} high-{m.key}"' in page
-        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
-        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+        name = field_name(session.pk, m)
+        assert f'aria-describedby="low-{name} high-{name}"' in page
+        assert f'<span class="end low" id="low-{name}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{name}">{m.high_label}</span>' in page
 
 
 def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(client: Client, study: Study) -> None:
@@ -211,8 +216,8 @@ def test_without_javascript_the_ratings_can_be_saved_by_confirming_each_slider(c
     # what a browser without JavaScript posts: the untouched hidden field, then the ticked box
     data: dict[str, Any] = {}
     for m in study.metrics.all():
-        data[m.key] = "35"
-        data[f"touched_{m.key}"] = ["", "1"]
+        data[field_name(session.pk, m)] = "35"
+        data[f"touched_{field_name(session.pk, m)}"] = ["", "1"]
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
     assert sorted(Rating.objects.filter(session=session).values_list("value", flat=True)) == [35] * 5
 
@@ -234,35 +239,35 @@ def test_invalid_slider_values_are_rejected_with_a_clear_message(
     client: Client, study: Study, value: str, message: str
 ) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, value))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, value))
     assert response.status_code == 400 and message in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_a_missing_slider_is_rejected(client: Client, study: Study) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, memorability=None))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, memorability=None))
     assert response.status_code == 400 and "Please rate this statement" in response.content.decode()
 
 
 def test_a_slider_that_was_never_moved_is_rejected(client: Client, study: Study) -> None:
     session = ended(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study, "50", touched=""))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session, "50", touched=""))
     assert response.status_code == 400 and "Please move this slider" in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_ratings_for_a_session_not_yet_ended_are_rejected(client: Client, study: Study) -> None:
     session = start(client, study)
-    response = client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    response = client.post(f"/chat/{session.pk}/rate/", ratings(session))
     assert response.status_code == 400 and "has not ended yet" in response.content.decode()
     assert not Rating.objects.exists()
 
 
 def test_a_double_submission_of_ratings_counts_once(client: Client, study: Study) -> None:
     session = ended(client, study)
-    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "60")).status_code == 302
-    assert client.post(f"/chat/{session.pk}/rate/", ratings(study, "90")).status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(session, "60")).status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", ratings(session, "90")).status_code == 302
     assert sorted(Rating.objects.values_list("value", flat=True)) == [60] * 5
 
 
@@ -276,7 +281,7 @@ def test_the_worker_waits_one_week_later_with_a_progress_indicator_until_the_nex
     study.gap_max_days = None  # a fixed week
     study.save()
     session = ended(client, study)
-    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    client.post(f"/chat/{session.pk}/rate/", ratings(session))
     response = client.get(f"/s/{study.slug}/next/", follow=True)
     page = response.content.decode()
     second = ChatSession.objects.get(episode=session.episode, index=2)
@@ -306,8 +311,8 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
 ) -> None:
     real_build = arms.build_arm
 
-    def broken(arm: Any) -> Any:
-        system, llm = real_build(arm)
+    def broken(arm: Any, **kwargs: Any) -> Any:
+        system, llm = real_build(arm, **kwargs)
 
         def fail(*args: Any) -> Any:
             raise ValueError("the model returned nonsense")
@@ -346,7 +351,7 @@ def test_no_worker_page_names_the_arm_or_its_memory_system(client: Client, study
             pages.append(client.get(f"/chat/{session.pk}/", follow=True).content.decode())
             turns.post_user_message(session, f"c{session.pk}", "hi")
             pages.append(client.post(f"/chat/{session.pk}/end/", follow=True).content.decode())
-            pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(study), follow=True).content.decode())
+            pages.append(client.post(f"/chat/{session.pk}/rate/", ratings(session), follow=True).content.decode())
     pages.append(client.get(f"/s/{study.slug}/done/").content.decode())
     assert study.completion_code in pages[-1]
     for page in pages:
@@ -359,7 +364,7 @@ def test_a_lost_memory_update_is_enqueued_again_while_the_worker_waits(
 ) -> None:
     held = hold("memory")
     session = ended(client, study)
-    client.post(f"/chat/{session.pk}/rate/", ratings(study))
+    client.post(f"/chat/{session.pk}/rate/", ratings(session))
     second = ChatSession.objects.get(episode=session.episode, index=2)
     client.get(f"/chat/{second.pk}/wait/")
     job = Job.objects.of("chat.memory_update", session.pk).get()

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from chat import assignment, personas, probing, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, LLMCallRecord, ProbeResult
 from chat.tests.conftest import enter
 from memory.llm import LLMTransientError
@@ -70,7 +71,7 @@ def play_session(client: Client, session: ChatSession, *, skip: tuple[str, ...] 
     assert client.post(f"/chat/{session.pk}/end/").status_code == 302
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = "60", "1"
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = "60", "1"
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
 
 

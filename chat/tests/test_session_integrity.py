@@ -14,6 +14,7 @@ from django.db.models import F
 from django.test import Client
 
 from chat import arms, errors, sessions, state, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.replytext import hit_token_cap
 from chat.tests.conftest import start
@@ -37,7 +38,7 @@ def _start(client: Client, study: Study) -> ChatSession:
 def _rate_all(client: Client, session: ChatSession) -> Any:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = "60", "1"
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = "60", "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 
@@ -191,7 +192,7 @@ def _start_with_an_empty_list(client: Client, study: Study) -> ChatSession:
 @pytest.fixture
 def list_memory(monkeypatch: pytest.MonkeyPatch) -> ListMemory:
     system = ListMemory()
-    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm, **_: (system, RecordingLLM(ScriptedLLM(["Nice."]))))
     return system
 
 

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chat import replies, turns
+from chat.forms import field_name
 from chat.models import ChatSession, Message, Rating
 from chat.tests.conftest import start
 from memory.llm import LLMError
@@ -34,7 +35,8 @@ def say(session: ChatSession, text: str) -> Message:
 def rate(client: Client, session: ChatSession, value: int = 60) -> Any:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = value, "1"
+        name = field_name(session.pk, m)  # the rating form's field names (chat.forms.field_name)
+        data[name], data[f"touched_{name}"] = value, "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 

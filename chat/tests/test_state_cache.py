@@ -165,7 +165,7 @@ def test_a_write_is_cached_under_its_new_version_once_committed_and_a_rolled_bac
 @pytest.fixture
 def seeing(monkeypatch: pytest.MonkeyPatch) -> SeeingMemory:
     system = SeeingMemory()
-    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm, **_: (system, RecordingLLM(ScriptedLLM(["Nice."] * 50))))
     return system
 
 

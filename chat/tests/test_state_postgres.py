@@ -74,7 +74,7 @@ def test_a_state_written_by_another_process_is_read_again_by_this_one(
     next reply and reads the new state (it is never served the state it cached before)."""
     assert connection.vendor == "postgresql", "run with scripts/with-services.sh"
     system = SeeingMemory()
-    monkeypatch.setattr(arms, "build_arm", lambda arm: (system, RecordingLLM(ScriptedLLM(["Nice."] * 10))))
+    monkeypatch.setattr(arms, "build_arm", lambda arm, **_: (system, RecordingLLM(ScriptedLLM(["Nice."] * 10))))
     session = start(client, study)
     turns.post_user_message(session, "c1", "Hello")  # this process caches the version it wrote
     _, version = state.read(session.episode_id)

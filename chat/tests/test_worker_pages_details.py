@@ -11,6 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from chat import turns
+from chat.forms import field_name
 from chat.models import ChatSession
 from chat.tests.conftest import enter, start
 from studies.models import Participant, Study
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def rate(client: Client, session: ChatSession) -> None:
     data: dict[str, Any] = {}
     for m in session.episode.participant.study.metrics.all():
-        data[m.key] = "70"
-        data[f"touched_{m.key}"] = "1"
+        data[field_name(session.pk, m)] = "70"
+        data[f"touched_{field_name(session.pk, m)}"] = "1"
     assert client.post(f"/chat/{session.pk}/rate/", data).status_code == 302
 
 
@@ -98,9 +99,10 @@ def test_each_slider_shows_its_current_value_and_both_labelled_ends(client: Clie
     client.post(f"/chat/{session.pk}/end/")
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     for m in study.metrics.all():
-        assert f'<output id="v-{m.key}" for="r-{m.key}">50</output>' in page
-        assert f'<span class="end low" id="low-{m.key}">{m.low_label}</span>' in page
-        assert f'<span class="end high" id="high-{m.key}">{m.high_label}</span>' in page
+        name = field_name(session.pk, m)
+        assert f'<output id="v-{name}" for="r-{name}">50</output>' in page
+        assert f'<span class="end low" id="low-{name}">{m.low_label}</span>' in page
+        assert f'<span class="end high" id="high-{name}">{m.high_label}</span>' in page
 
 
 def test_a_prolific_worker_is_sent_back_to_the_studys_own_completion_url(client: Client, study: Study) -> None:
@@ -125,7 +127,7 @@ def test_the_closed_and_full_pages_are_clear_and_never_name_the_study(client: Cl
     study.name = "Full history vs no memory"
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     full = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"})
     assert full.status_code == 200 and "This study is full" in full.content.decode()
     study.status = Study.Status.CLOSED
@@ -139,7 +141,7 @@ def test_the_closed_and_full_pages_are_clear_and_never_name_the_study(client: Cl
 def test_the_full_page_asks_only_prolific_workers_to_return_the_study_on_prolific(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    enter(Client(), study, "first")
+    start(Client(), study, "first")
     prolific = client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     assert "This study is full" in prolific and "return the study on Prolific" in prolific
     invited = Client().get(invite_url(study, "lab-9").replace("http://localhost:8000", "")).content.decode()

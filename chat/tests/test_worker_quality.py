@@ -17,20 +17,23 @@ from django.utils import timezone
 
 from chat import assignment, errors, timing, turns
 from chat.authenticity import Composition, Signals, clean_signals, summarize
+from chat.forms import field_name
 from chat.models import AttentionResponse, ChatSession, Episode, Message, MessageSignals
+from chat.quality import study_quality
 from chat.tests.conftest import enter, start
 from studies.models import Arm, AttentionCheck, Participant, Study
 
 pytestmark = pytest.mark.django_db
 
 
-def _rate_all(client: Client, session: ChatSession, value: int = 60, **extra: Any) -> Any:
+def _rate_all(client: Client, session: ChatSession, value: int = 60, checks: dict[Any, int] | None = None) -> Any:
+    """Post every metric at ``value`` and each attention check in ``checks`` (check: value)."""
     study = session.episode.participant.study
     data: dict[str, Any] = {}
     for m in study.metrics.all():
-        data[m.key], data[f"touched_{m.key}"] = value, "1"
-    for key, v in extra.items():
-        data[key], data[f"touched_{key}"] = v, "1"
+        data[field_name(session.pk, m)], data[f"touched_{field_name(session.pk, m)}"] = value, "1"
+    for check, v in (checks or {}).items():
+        data[field_name(session.pk, check)], data[f"touched_{field_name(session.pk, check)}"] = v, "1"
     return client.post(f"/chat/{session.pk}/rate/", data)
 
 
@@ -99,10 +102,10 @@ def test_an_attention_check_appears_among_the_sliders_of_its_session_and_is_stor
     session = start(client, study)
     _chat_and_end(client, session)
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
-    assert "please set this slider to 80" in page
-    keys = [m.key for m in study.metrics.all()]
-    assert page.index(f'name="{keys[0]}"') < page.index(f'name="{check.key}"')  # never the first slider
-    response = _rate_all(client, session, **{check.key: 31})
+    assert "please set this slider to" in page and "80" not in page.split("please set this slider to")[1][:40]
+    first = field_name(session.pk, study.metrics.first())
+    assert page.index(f'name="{first}"') < page.index(f'name="{field_name(session.pk, check)}"')  # never the first
+    response = _rate_all(client, session, checks={check: 31})
     assert response.status_code == 302
     answer = AttentionResponse.objects.get(session=session)
     assert (answer.value, answer.passed) == (31, False)
@@ -116,7 +119,7 @@ def test_an_attention_check_passes_within_its_tolerance_and_is_required_like_a_s
     session = start(client, study)
     _chat_and_end(client, session)
     assert _rate_all(client, session).status_code == 400  # the check's slider was not moved
-    assert _rate_all(client, session, **{check.key: 84}).status_code == 302
+    assert _rate_all(client, session, checks={check: 84}).status_code == 302
     assert AttentionResponse.objects.get(session=session).passed
 
 
@@ -254,7 +257,7 @@ def test_the_sweep_marks_a_worker_gone_too_long_as_abandoned_and_tells_them_if_t
 def test_an_abandoned_worker_frees_their_place_in_the_quota(client: Client, study: Study) -> None:
     study.quota = 1
     study.save()
-    first = enter(Client(), study, "first")
+    first = start(Client(), study, "first").episode.participant  # the first session opened: a place is taken
     assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     Participant.objects.filter(pk=first.pk).update(abandoned_at=timezone.now())
     assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
@@ -266,14 +269,16 @@ def test_a_worker_who_left_frees_their_place_for_the_next_without_the_periodic_s
     # beat (which runs the abandonment sweep) is down: the full study's own check frees the place (issue 27)
     study.quota = 1
     study.save()
-    first = enter(Client(), study, "first")
+    session = start(Client(), study, "first")
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        turns.post_user_message(session, "c1", "hi")  # the first worker has written: their place is taken
+    first = session.episode.participant
     assert "full" in client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).content.decode()
     long_ago = timezone.now() - dt.timedelta(minutes=study.abandon_after_minutes + 1)
     Participant.objects.filter(pk=first.pk).update(last_seen_at=long_ago)  # gone, and no sweep has run
     assert client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "second"}).status_code == 302
-    first.refresh_from_db()
-    assert first.abandoned_at is not None
     assert enter(client, study, "second").consented_at is not None  # and the place is theirs at consent
+    assert timing.sweep_abandoned().participants == 1  # the first is marked when the sweep runs
 
 
 def test_declining_consent_ends_politely_and_records_nothing_but_the_decline(client: Client, study: Study) -> None:
@@ -327,3 +332,29 @@ def test_the_researchers_episode_page_shows_each_messages_signals_and_the_attent
     page = client.get(f"/studies/{study.slug}/episodes/{session.episode_id}/").content.decode()
     assert "pasted 12 chars" in page and "typed 0 chars in 3 s" in page
     assert "<strong>20</strong> (target 80 ± 5)" in page and "failed" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_messages_without_or_with_unreadable_signals_are_a_flag_of_their_own(study: Study) -> None:
+    """Issue 21: messages sent without authenticity signals, or with unparsable ones, were stored as unmeasured
+    and never flagged, so a scripted worker avoided every flag."""
+    study.max_messages_per_minute = 100
+    study.save()
+    measured = {"pasted": False, "paste_chars": 0, "typed_chars": 20, "typing_ms": 8000, "hidden_ms": 0}
+    plans = {
+        "typed": [measured] * 4,
+        "script": [None] * 4,  # no signals at all
+        "garbage": [{"typed_chars": "lots"}, {"pasted": "no"}, [1, 2], measured],  # 3 of 4 unreadable
+        "one-glitch": [measured, measured, measured, measured, None],  # 1 of 5: below the threshold
+    }
+    for name, signals in plans.items():
+        session = start(Client(), study, name)
+        for i, raw in enumerate(signals):
+            turns.post_user_message(session.pk, f"{name}-{i}", "x" * 20, raw_signals=raw)
+    records = {r.participant.prolific_pid: r for r in study_quality(study)}
+    assert [n for n, r in records.items() if "unmeasured" in r.authenticity.flags] == ["script", "garbage"]
+    assert records["garbage"].authenticity.malformed == 3
+    assert MessageSignals.objects.filter(malformed=True).count() == 3
+    columns = records["script"].columns()
+    assert columns["flag_unmeasured"] and columns["authenticity_flagged"]
+    assert "without authenticity signals" in " ".join(records["script"].reasons())

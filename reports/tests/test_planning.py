@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from analysis.prereg import digest
 from reports import planning
 from reports.models import Preregistration
 from runtime import executor
+from runtime import jobs as runtime_jobs
+from runtime.models import Job
 from studies.models import Study
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the simulation is sent to its job after the commit
@@ -93,7 +97,8 @@ def test_a_running_simulation_is_polled(
     monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still queued
     response = researcher_client.post(plan_url(study), SMALL)
     page = researcher_client.get(response["Location"]).content.decode()
-    assert "Simulating studies of this design" in page and 'hx-trigger="every 2s"' in page
+    assert "Waiting for the simulations ahead of it" in page and 'hx-trigger="every 2s"' in page
+    assert 'id="cancel-plan"' in page
 
 
 def test_the_pilot_can_be_the_studys_own_ratings(researcher_client: Client, rated_study: Study) -> None:
@@ -150,3 +155,105 @@ def test_a_registration_is_frozen_hashed_and_checked_by_the_analysis(
     assert export["preregistration"]["matches"] and export["preregistration"]["sha256"] == entry.sha256
     other = " ".join(researcher_client.get(analysis_url + "?test=welch").content.decode().split())
     assert "the analysis departs from it (test: registered &#x27;cluster-t&#x27;, used &#x27;welch&#x27;)" in other
+
+
+BIG = {**SMALL, "effect": 0.05, "studies": 1000, "max_workers": 2000}  # the largest the form allows
+
+
+def test_the_queue_of_plans_is_bounded_and_says_so(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Issue 21: further plans queued without bound behind a plan of 10+ CPU minutes. The bound counts the
+    live runtime jobs of the kind (queued or running), site-wide."""
+    settings.PLAN_QUEUE = 2
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # all stay queued
+    for studies in (20, 21):
+        assert researcher_client.post(plan_url(study), {**SMALL, "studies": studies}).status_code == 302
+    page = researcher_client.post(plan_url(study), {**SMALL, "studies": 22}).content.decode()
+    assert "The simulation could not start" in page and "are waiting or running already" in page
+    assert Job.objects.filter(kind=planning.POWER_PLAN.name).live().count() == 2
+    key = Job.objects.filter(kind=planning.POWER_PLAN.name).first().target  # type: ignore[union-attr]
+    assert planning.cancel_plan(key)  # a cancelled one frees its place in the queue
+    assert researcher_client.post(plan_url(study), {**SMALL, "studies": 22}).status_code == 302
+
+
+def test_a_queued_plan_can_be_cancelled_and_is_then_never_run(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)  # still queued
+    key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    page = researcher_client.get(f"{plan_url(study)}?job={key}").content.decode()
+    assert "Waiting for the simulations ahead of it" in page
+    response = researcher_client.post(reverse("reports:study_plan_cancel", args=[study.slug, key]))
+    assert response.status_code == 302
+    assert planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+    ran: list[int] = []
+    monkeypatch.setattr(planning, "workers_needed", lambda *args, **kwargs: ran.append(1))
+    job = Job.objects.get(kind=planning.POWER_PLAN.name, target=key)
+    runtime_jobs.run(job.pk)  # a delivery that arrives after the Cancel
+    assert ran == [] and planning.plan_status(key) == {"status": "cancelled", "message": "cancelled"}
+    assert "The simulation was cancelled" in researcher_client.get(f"{plan_url(study)}?job={key}").content.decode()
+
+
+class Stoppable:
+    """A runtime attempt as run_plan sees it: ``check`` raises JobLost once ``stopped`` (what a Cancel does to
+    the running attempt: its job failed, its heartbeat finds no row, ``attempt.check()`` raises)."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self.checks = 0
+
+    def check(self) -> None:
+        self.checks += 1
+        if self.stopped.is_set():
+            raise runtime_jobs.JobLost("cancelled")
+
+
+def _big_job(study: Study) -> Job:
+    from dataclasses import asdict
+
+    from reports.forms import PlanForm
+
+    form = PlanForm(BIG)
+    assert form.is_valid(), form.errors
+    params = {"study": study.pk, "design": asdict(planning.study_design(study)), "settings": form.settings().as_json()}
+    return Job(kind=planning.POWER_PLAN.name, target=form.settings().key(study), params=params)
+
+
+def test_a_running_plan_stops_soon_after_its_cancel(study: Study) -> None:
+    attempt, outcome = Stoppable(), []
+
+    def run() -> None:
+        try:
+            planning.run_plan(_big_job(study), attempt)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 (what ended it is the test's subject)
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    time.sleep(2)  # well into the simulation
+    started = time.monotonic()
+    attempt.stopped.set()
+    runner.join(60)
+    assert not runner.is_alive(), "the simulation ran on after its cancel"
+    assert isinstance(outcome[0], runtime_jobs.JobLost) and attempt.checks > 1
+    print(f"stopped {time.monotonic() - started:.1f} s after the cancel")
+
+
+def test_cancel_fails_the_plans_runtime_job(
+    researcher_client: Client, study: Study, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
+    key = researcher_client.post(plan_url(study), SMALL)["Location"].split("job=")[1].split("#")[0]
+    Job.objects.filter(target=key).update(status=Job.Status.RUNNING)  # as a worker holds it
+    assert planning.cancel_plan(key)
+    job = Job.objects.get(target=key)
+    assert job.status == Job.Status.FAILED and job.error == planning.CANCELLED
+    assert not planning.cancel_plan(key)  # nothing live any more
+
+
+def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Study, settings: Any) -> None:
+    """Issue 21: the largest allowed power simulation ran over 10 CPU-minutes without finishing."""
+    settings.PLAN_CPU_SECONDS = 5
+    with pytest.raises(planning.PlanFailed, match="CPU budget of 5 s"):
+        planning.run_plan(_big_job(study), Stoppable())  # type: ignore[arg-type]

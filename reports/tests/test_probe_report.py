@@ -81,14 +81,14 @@ def test_the_persona_and_probe_exports_carry_the_cards_events_and_every_probe(
     add_ratings(study, workers=2)
     add_probes(study)
     lines = researcher_client.get(f"/studies/{study.slug}/data/probes.jsonl")
-    body = b"".join(lines.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
+    body = b"".join(lines).decode().splitlines()  # the download streams (infra/streaming.py)
     header, records = json.loads(body[0])["header"], [json.loads(x) for x in body[1:]]
     assert "stage" in header["columns"] and len(records) == ProbeResult.objects.count()
     forgotten = next(r for r in records if r["kind"] == "forgotten" and r["arm"] == "Full history")
     assert forgotten["deleted_in_stores"] == ["conversation"] and forgotten["stage"] == "update"
     assert records[0]["card"] == "c01" and records[0]["gold"] == {"value": "Porto", "aliases": []}
     personas = researcher_client.get(f"/studies/{study.slug}/data/personas.csv")
-    text = b"".join(personas.streaming_content).decode()  # type: ignore[attr-defined]
+    text = b"".join(personas).decode()
     assert '"{""facts"": {}, ""id"": ""c01""}"' in text
 
 
@@ -101,7 +101,7 @@ def test_the_probes_export_is_analysed_by_the_cli_as_on_the_dashboard(
     add_probes(study)
     for what in ("probes", "ratings"):
         body = researcher_client.get(f"/studies/{study.slug}/data/{what}.csv")
-        (tmp_path / f"{what}.csv").write_bytes(b"".join(body.streaming_content))  # type: ignore[attr-defined]
+        (tmp_path / f"{what}.csv").write_bytes(b"".join(body))
     out = tmp_path / "probes.json"
     code = main(["probes", str(tmp_path / "probes.csv"), "--ratings", str(tmp_path / "ratings.csv"), "--out", str(out)])
     assert code == 0

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db.models import Value
+from django.db.models.functions import Concat
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -189,6 +191,21 @@ def test_the_data_export_neutralises_a_formula_like_arm_name_and_the_cli_command
     assert cli["qc"]["arm"] == "'=QC bot" and dashboard["qc"]["arm"] == "=QC bot"
     for key in ("workers_total", "workers_passed"):  # the same numbers; only the label has the spreadsheet quote
         assert cli["qc"][key] == dashboard["qc"][key]
+
+
+def test_the_analysis_exports_name_workers_by_pseudonym_never_by_prolific_id(
+    researcher_client: Client, quality_study: Study
+) -> None:
+    """Issue 21: the analysis exports carried raw ``prolific:<PID>`` values; the data downloads use pseudonyms."""
+    Participant.objects.filter(study=quality_study).update(
+        source=Participant.Source.PROLIFIC, external_id=Concat(Value("prolific:5f1e2d3c4b5a6978879"), "id")
+    )
+    for what in ("data", "json", "md", "tex", "html", "csv"):
+        body = researcher_client.get(_url(quality_study, "study_export", what)).content.decode()
+        assert "5f1e2d3c4b5a6978879" not in body and "prolific:" not in body, what
+    data = researcher_client.get(_url(quality_study, "study_export", "data")).content.decode()
+    workers = {row["worker"] for row in csv.DictReader(io.StringIO(data))}
+    assert workers == set(Participant.objects.filter(study=quality_study).values_list("pseudonym", flat=True))
 
 
 def test_before_any_qc_rating_the_dashboard_runs_without_the_qc_test_and_says_it_is_waiting(

@@ -153,6 +153,16 @@
       showError("");
       send.disabled = true;
     });
+    // A message the server did not take (a limit, the site busy) comes back as an error that names it:
+    // its text goes back into the box (unless the worker typed something new) and it leaves the outbox.
+    document.body.addEventListener("htmx:wsAfterMessage", () => {
+      const e = errorBox();
+      const id = e && e.dataset.refused;
+      if (id && outbox.has(id)) {
+        if (!(text.value || "").trim()) text.value = outbox.get(id).text;
+        outbox.delete(id);
+      }
+    });
     document.body.addEventListener("htmx:wsAfterMessage", refresh);
     box.addEventListener("click", (evt) => {
       const btn = evt.target.closest("button[data-retry]");

@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from studies.models import Arm, Metric, Participant, Study
+from studies.tests.conftest import RenderedForm
 
 pytestmark = pytest.mark.django_db
 
@@ -350,3 +351,30 @@ def test_a_reply_update_between_the_admins_read_and_its_save_is_kept(
     finished_episode.refresh_from_db()
     assert finished_episode.status == Episode.Status.ABANDONED
     assert (finished_episode.memory_state, finished_episode.state_version) == ({"facts": ["meanwhile"]}, start + 1)
+
+
+def test_a_researcher_a_study_is_shared_with_cannot_make_themselves_its_creator_in_the_admin(
+    client: Client, owner: Any, other: Any, study: Study
+) -> None:
+    """Issue 21: in the admin, a researcher a study was shared with could make themselves its creator and lock
+    the owner out."""
+    from django.contrib.auth.models import Permission
+
+    study.created_by = owner
+    study.save()
+    study.shared_with.add(other)
+    perms = Permission.objects.filter(codename__in=["change_study", "view_study"])
+    for user in (owner, other):
+        user.user_permissions.add(*perms)
+    client.force_login(other)
+    url = reverse("admin:studies_study_change", args=[study.pk])
+    page = client.get(url).content.decode()
+    assert all(f'name="{f}"' not in page for f in ("created_by", "shared_with", "viewers"))
+    form = RenderedForm()
+    form.feed(page)
+    saved = client.post(url, {**form.data, "created_by": str(other.pk), "shared_with": []})
+    assert saved.status_code == 302, saved.context["adminform"].form.errors if saved.context else saved  # it saved
+    study.refresh_from_db()
+    assert study.created_by == owner and list(study.shared_with.all()) == [other]
+    client.force_login(owner)
+    assert 'name="created_by"' in client.get(url).content.decode()  # the creator still decides

@@ -479,6 +479,44 @@ def test_a_check_requested_while_the_broker_is_down_stays_queued_and_is_sent_whe
     assert job.status == ArmJob.Status.DONE
 
 
+@pytest.mark.parametrize("value", ["²", "٣", "9" * 5000, "1e3", " 7x"])
+def test_absurd_numbers_in_the_check_and_evaluation_forms_get_a_clear_400(
+    rclient: Client, draft: Study, value: str
+) -> None:
+    """Issue 21: a 5,000-digit or a "²" value in the staff readiness or evaluation form answered 500."""
+    url = reverse("studies:check_arms", args=[draft.slug])
+    response = rclient.post(url, {"kind": "readiness", "arm": value})
+    assert response.status_code == 400 and "No such arm in this study." in response.content.decode()
+    response = rclient.post(url, {"kind": "evaluation", "max_questions": value})
+    assert response.status_code == 400 and "at least 1" in response.content.decode()
+    assert ArmJob.objects.count() == 0
+
+
+def test_an_open_studys_arm_cannot_be_switched_to_the_qc_bot_from_the_study_page(rclient: Client, draft: Study) -> None:
+    """Issue 21: the QC arm needs no readiness check, so the open gate let an arm become the degraded bot on an
+    open non-pilot study (the admin forbids it)."""
+
+    make_ready(draft)
+    rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "open"})
+    assert status_of(draft) == ("open", False)
+    url = reverse("studies:edit", args=[draft.slug])
+    form = RenderedForm()
+    form.feed(rclient.get(url).content.decode())
+    i = next(k.split("-")[1] for k, v in form.data.items() if k.endswith("-memory_system") and v == "full_history")
+    response = rclient.post(url, {**form.data, f"arms-{i}-memory_system": "qc", f"arms-{i}-params": "{}"})
+    assert response.status_code == 400
+    assert "cannot become a quality-control arm while the study is open" in response.content.decode()
+    assert not draft.arms.filter(memory_system="qc").exists()
+    # closed (or a pilot), the change is the researcher's to make
+    rclient.post(reverse("studies:status", args=[draft.slug]), {"status": "closed"})
+    form = RenderedForm()
+    form.feed(rclient.get(url).content.decode())
+    assert (
+        rclient.post(url, {**form.data, f"arms-{i}-memory_system": "qc", f"arms-{i}-params": "{}"}).status_code == 302
+    )
+    assert draft.arms.filter(memory_system="qc").exists()
+
+
 # ------------------------------------------------------------------ readiness that answers in minutes
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.core import signing
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chat.models import Episode, MemorySnapshot
 from memory import vectors
@@ -40,6 +41,8 @@ def test_the_study_page_counts_episodes_per_arm_and_status(
     other = Participant.objects.create(study=study, external_id="w2", source="invite")
     Episode.objects.create(participant=other, arm=none_arm, index=1, status=Episode.Status.COMPLETED)
     Episode.objects.create(participant=other, arm=finished_episode.arm, index=2, status=Episode.Status.ABANDONED)
+    now = timezone.now()  # the first worker has written in a session: they hold a place (the quota's count)
+    Participant.objects.filter(pk=finished_episode.participant_id).update(started_at=now, first_message_at=now)
     response = rclient.get(reverse("studies:detail", args=[study.slug]))
     rows = {row.arm.name: row for row in response.context["arm_rows"]}
     assert rows["Full history"].counts == {"active": 1, "completed": 0, "abandoned": 1}

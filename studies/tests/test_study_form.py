@@ -128,6 +128,8 @@ def _episode(study: Study) -> Episode:
 
 
 def test_editing_a_study_updates_its_fields_and_adds_an_arm(rclient: Client, study: Study) -> None:
+    Study.objects.filter(pk=study.pk).update(status=Study.Status.CLOSED)  # an open study gets no new QC arm
+    study.refresh_from_db()
     summaries = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
     data = {**edit_data(study, {}, extra_arms=(summaries,)), "name": "Renamed", "sessions_per_episode": 3}
     response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
