@@ -284,7 +284,8 @@ def test_the_live_study_points_of_issue_20(server: str) -> None:
         page.screenshot(path=str(ARTIFACTS / "silent-session-dashboard.png"), full_page=True)
         page.goto(f"{server}/studies/silent/quality/")
         listed = page.locator("#silent-sessions").inner_text()
-        assert "prolific:silent-1" in listed and "0 of 2 answered" in listed and "answered-1" not in listed
+        # workers by pseudonym (docs/privacy.md): the silent worker's one row, not the answered worker's
+        assert listed.count("W-") == 1 and "0 of 2 answered" in listed and "prolific:" not in listed
         page.screenshot(path=str(ARTIFACTS / "silent-session-quality.png"), full_page=True)
         # 3. the latency per arm on the paced study's dashboard
         page.goto(f"{server}/studies/paced/analysis/")

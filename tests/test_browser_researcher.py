@@ -104,7 +104,11 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     _login(phone, live_server.url)
     phone.goto(f"{live_server.url}{created.get_absolute_url()}")
     width = phone.evaluate("document.documentElement.scrollWidth")
-    assert width <= 390, f"the study page scrolls sideways on a phone ({width}px)"
+    wide = phone.evaluate(
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 390 && !e.closest('table'))"
+        ".slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + (e.id || '') + ' ' + Math.round(e.getBoundingClientRect().right))"
+    )
+    assert width <= 390, f"the study page scrolls sideways on a phone ({width}px): {wide}"
     phone.screenshot(path=str(ARTIFACTS / "researcher-browser-study-phone.png"), full_page=True)
 
 

@@ -24,8 +24,13 @@ def test_daphne_request_hooks_of_evalsite_serverlimit() -> None:
 
     for hook in ("gotLength", "handleContentChunk", "process"):
         assert callable(getattr(WebRequest, hook))
+    from daphne.http_protocol import HTTPFactory
+
+    assert callable(HTTPFactory.buildProtocol)
     serverlimit.install()
-    assert WebRequest.gotLength.__name__ == "limited_got_length"  # installed over daphne's
+    # installed over daphne's: the body limit, then the slow-client deadlines around it (headers_in)
+    assert WebRequest.gotLength.__name__ == "headers_in"
+    assert HTTPFactory.buildProtocol.__name__ == "build_protocol"
     assert "_path" in inspect.getsource(__import__("twisted.web.http", fromlist=["HTTPChannel"]).HTTPChannel)
 
 
