@@ -105,8 +105,12 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     phone.goto(f"{live_server.url}{created.get_absolute_url()}")
     width = phone.evaluate("document.documentElement.scrollWidth")
     wide = phone.evaluate(
-        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 390 && !e.closest('table'))"
-        ".slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + (e.id || '') + ' ' + Math.round(e.getBoundingClientRect().right))"
+        "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 390 && !e.closest('.table-scroll'))"
+        ".slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + getComputedStyle(e).position + ' ' + (e.id || '') + ' ' + Math.round(e.getBoundingClientRect().right))"
+    ) + phone.evaluate(
+        "(() => { let e = document.querySelector('table.readiness'), out = []; while (e) { const s = getComputedStyle(e);"
+        " out.push(e.tagName + '.' + e.className + ' w=' + Math.round(e.getBoundingClientRect().width) + ' ox=' + s.overflowX"
+        " + ' d=' + s.display); e = e.parentElement; } return out; })()"
     )
     assert width <= 390, f"the study page scrolls sideways on a phone ({width}px): {wide}"
     phone.screenshot(path=str(ARTIFACTS / "researcher-browser-study-phone.png"), full_page=True)
