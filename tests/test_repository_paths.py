@@ -43,13 +43,14 @@ def code_files() -> list[Path]:
 
 
 def test_the_detector_finds_the_paths_it_is_for_and_leaves_system_and_url_paths_alone() -> None:
+    root = "/"  # the examples are assembled, so that this file holds no absolute path of its own
     bad = [
-        'JI = Path("/work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")',
-        '    GVD = Path("/work/shared/data/memorybank-gvd/memory_bank_en.json")',
-        "default=str(DEFAULT if DEFAULT.exists() else '/home/alice/data/x.json')",
+        f'JI = Path("{root}work/shared/data/ji2022-dialogue-eval/ratings_free_run1.csv")',
+        f'    GVD = Path("{root}work/shared/data/memorybank-gvd/memory_bank_en.json")',
+        f"default=str(DEFAULT if DEFAULT.exists() else '{root}home/alice/data/x.json')",
         'GVD = Path(__file__).resolve().parents[3] / "shared" / "data" / "memorybank-gvd"',
         "python bench/x.py --gvd ../shared/data/memorybank-gvd/memory_bank_en.json",
-        "open('/Users/bob/ratings.csv')",
+        f"open('{root}Users/bob/ratings.csv')",
     ]
     good = [
         'chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)',
