@@ -166,6 +166,14 @@ CELERY_TASK_ACKS_LATE = True  # a task whose worker dies is redelivered; tasks a
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# No remote control (celery inspect/control: memeval never uses it). Its mailbox is a Redis pub/sub connection
+# beside the tasks' BRPOP: when a Redis restart reached it first, the consumer's close read the dead BRPOP,
+# left the channel half closed and the next close crashed the worker's consumer (kombu 5.7: AttributeError
+# in _connparams; "Unrecoverable error") so it consumed nothing more. With only the BRPOP connection, a broker
+# loss is seen there and the consumer reconnects. docker-compose's workers also run --without-gossip
+# --without-mingle --without-heartbeat (gossip is another pub/sub consumer). runtime/tasks.py: the ack of a
+# task delivered before the reconnect.
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 # Each lane of the job runtime (runtime/kinds.py) is a queue of its own, so a reply never waits behind a memory
 # update, a readiness check or a simulation: docker-compose runs one worker per queue; a plain
 # `celery -A evalsite worker` consumes them all.

@@ -3,19 +3,61 @@
 Retries never sleep in a worker: a failed attempt is queued again with a countdown (runtime/jobs.py).
 A database error that kept the attempt from recording its outcome is retried here with back-off (the
 claim was given back, or its lease lapses).
+
+A job's task is acknowledged late (``CELERY_TASK_ACKS_LATE``), on the broker connection it was delivered on.
+A reply that streams across a Redis restart finishes after the worker's consumer reconnected: its delivery's
+connection is closed, and kombu's Redis transport, asked to ack on it, raised AttributeError (not a connection
+error, so Celery did not catch it). :class:`JobRequest` skips the ack of such a delivery: the runtime's job row,
+not the broker message, says the job is done, and a message of a closed connection is gone with the restart
+or restored after the visibility timeout, when its second run does nothing.
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import shared_task
+from celery.worker.request import Request
 from django.db import DatabaseError
 
 from runtime import jobs, sweeper
 
+log = logging.getLogger(__name__)
+
+
+def delivery_gone(message: Any) -> bool:
+    """True when the broker connection a message was delivered on is closed (kombu's public attributes: a
+    channel's ``closed``, its transport's ``client``, None once the connection is released)."""
+    channel = getattr(message, "channel", None)
+    if channel is None or getattr(channel, "closed", False):
+        return True
+    transport = getattr(channel, "connection", None)
+    return transport is None or getattr(transport, "client", None) is None
+
+
+class JobRequest(Request):  # type: ignore[misc]
+    """Celery's request, except that the ack (or reject) of a delivery whose connection is closed is skipped
+    rather than raised into the worker's event loop."""
+
+    def acknowledge(self) -> None:
+        if not self.acknowledged and delivery_gone(self.message):
+            log.info("task %s: its broker connection closed before the ack (a broker restart); not acked", self.id)
+            self.acknowledged = True
+            return
+        super().acknowledge()
+
+    def reject(self, requeue: bool = False) -> None:
+        if not self.acknowledged and delivery_gone(self.message):
+            log.info("task %s: its broker connection closed before the reject; the sweeper sends it again", self.id)
+            self.acknowledged = True
+            return
+        super().reject(requeue=requeue)
+
 
 @shared_task(
     acks_late=True, ignore_result=True, autoretry_for=(DatabaseError,), max_retries=8,
-    retry_backoff=2, retry_backoff_max=30, retry_jitter=True,
+    retry_backoff=2, retry_backoff_max=30, retry_jitter=True, Request="runtime.tasks:JobRequest",
 )  # fmt: skip
 def run_job(job_id: int) -> None:
     """One attempt of a job (a second delivery of a running job does nothing)."""

@@ -180,3 +180,15 @@ def test_the_workers_can_be_scaled_in_place_but_beat_cannot() -> None:
         assert "ports" not in SERVICES[name] and "container_name" not in SERVICES[name]
     compose_text = (ROOT / "docker-compose.yml").read_text()
     assert "--scale worker=" in compose_text and "Never scale beat" in compose_text
+
+
+def test_the_workers_open_no_broker_pub_sub_connection() -> None:
+    """Issue 27: a Redis restart seen first on a pub/sub connection (remote control's mailbox, gossip) stopped
+    the worker's consumer. memeval uses none of them: remote control is off in the settings, gossip, mingle and
+    heartbeat on every worker's command line (bench/faults.py starts its workers the same way)."""
+    from django.conf import settings
+
+    assert settings.CELERY_WORKER_ENABLE_REMOTE_CONTROL is False
+    for name in ("worker", "memory-worker", "long-worker"):
+        command = SERVICES[name]["command"]
+        assert {"--without-gossip", "--without-mingle", "--without-heartbeat"} <= set(command), name
