@@ -6,9 +6,13 @@ An ended session's update is submitted in the transaction that ends it (:func:`s
 runs once however often it is delivered (the runtime's claim), and is retried by the runtime with the
 kind's policy (:func:`memory_policy`: ``CHAT_MEMORY_RETRY_DELAYS`` for up to ``CHAT_MEMORY_RETRY_SECONDS``,
 the same in every deployment); a retry reuses the LLM calls an earlier attempt finished
-(:class:`memory.llmwrap.ReusingLLM`), so an embedding outage does not repeat them. When its time is spent, the previous state is kept and the next session is made ready anyway
-(:func:`_failed`). A waiting page asks the runtime's sweeper to take back an update whose job is gone
-(:func:`recover_stale_update`).
+(:class:`memory.llmwrap.ReusingLLM`), so an embedding outage does not repeat them. When its time is spent, the
+previous state is kept and the update waits for a person (:func:`_failed`): the next session does not start on
+a memory that lacks this session. The study page lists it (:func:`waiting_for_decision`) with two buttons for
+its owner and editors: retry now (:func:`retry_now`: a new job with a new retry time) or skip this session's
+update (:func:`skip_update`: the next session starts on the memory before it, and the snapshot says so, with
+who decided and when). The worker's waiting page says what is happening (:func:`wait_reason`). A waiting page
+asks the runtime's sweeper to take back an update whose job is gone (:func:`recover_stale_update`).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from chat import arms, probing, records, state
+from chat.errors import ChatError
 from chat.models import ChatSession, Episode, MemorySnapshot, Message
 from chat.transcript import turns_of
 from memory.base import MemorySystem, Turn
@@ -39,7 +45,8 @@ def memory_policy() -> kinds.RetryPolicy:
     repeating, with jitter; an endpoint's ``Retry-After`` is the least wait) until
     ``CHAT_MEMORY_RETRY_SECONDS`` (15 min) after the session ended. Meanwhile the next session waits (it is
     not started on a memory that lacks this one) and the study page lists the update as waiting to retry;
-    ``CHAT_MEMORY_RETRY_MAX_ATTEMPTS`` (tests) limits the attempts too."""
+    after it, as waiting for a decision (:func:`_failed`). ``CHAT_MEMORY_RETRY_MAX_ATTEMPTS`` (tests) limits
+    the attempts too."""
     delays = tuple(float(x) for x in settings.CHAT_MEMORY_RETRY_DELAYS)
     most = int(getattr(settings, "CHAT_MEMORY_RETRY_MAX_ATTEMPTS", 0) or 0)
     return kinds.RetryPolicy(
@@ -138,21 +145,111 @@ def _next_session_ready(session: ChatSession) -> None:
 
 
 def _failed(job: Job, error: str) -> None:
-    """The update's attempts are spent (inside the job's failing transaction): the previous state is
-    kept as the snapshot's, with the error, and the next session is made ready anyway (the worker is
-    never stuck)."""
+    """The update's retry time is spent (inside the job's failing transaction): the previous state is kept
+    as the snapshot's, with the error, and the update waits for a researcher's decision (the study page's
+    retry and skip buttons). The next session stays waiting: it does not start silently on a memory that
+    lacks this session."""
     session = ChatSession.objects.select_related("episode").get(pk=int(job.target))
     snap, _ = MemorySnapshot.objects.get_or_create(session=session)
-    if snap.status == MemorySnapshot.Status.DONE:
+    if snap.status in (MemorySnapshot.Status.DONE, MemorySnapshot.Status.SKIPPED):
         return
     current, _version = state.read(session.episode_id)
     snap.state, snap.status, snap.finished_at = current, MemorySnapshot.Status.FAILED, timezone.now()
     snap.error = (snap.error or error)[:2000]
     snap.trace = snap.trace or {"llm_calls": []}
     snap.save()
-    _next_session_ready(session)
-    probing.submit_probes(session)  # the memory kept from before is probed too
-    log.warning("memory update of session %s failed; keeping the previous state: %s", session.pk, snap.error)
+    log.warning("memory update of session %s failed; waiting for a researcher's decision: %s", session.pk, snap.error)
+
+
+def _next_started() -> Exists:
+    """A snapshot's next session has started (an update that failed before decisions existed let it go on)."""
+    return Exists(
+        ChatSession.objects.filter(
+            episode_id=OuterRef("session__episode_id"), index=OuterRef("session__index") + 1
+        ).exclude(status=ChatSession.Status.PREPARING)
+    )
+
+
+def waiting_for_decision(study_id: int) -> list[MemorySnapshot]:
+    """The study's memory updates whose retry time ran out and whose next session waits, oldest first (the
+    study page's list)."""
+    return list(
+        MemorySnapshot.objects.filter(
+            status=MemorySnapshot.Status.FAILED, session__episode__participant__study_id=study_id
+        )
+        .exclude(_next_started())
+        .select_related("session__episode__participant", "session__episode__arm")
+        .defer("state", "trace")
+        .order_by("finished_at", "id")
+    )
+
+
+class NotWaiting(ChatError):
+    """A decision on a memory update that is not waiting for one (already retried, skipped or done)."""
+
+
+def _decide(study_id: int, snapshot_id: int, user: Any, action: str) -> MemorySnapshot:
+    """Lock the failed update's snapshot of this study and record the decision (who and when) on it."""
+    snap = (
+        MemorySnapshot.objects.select_for_update()
+        .filter(session__episode__participant__study_id=study_id)
+        .select_related("session__episode")
+        .get(pk=snapshot_id)
+    )
+    if snap.status != MemorySnapshot.Status.FAILED:
+        raise NotWaiting(
+            f"This memory update is not waiting for a decision (it is {snap.get_status_display().lower()})."
+        )
+    if MemorySnapshot.objects.filter(pk=snap.pk).filter(_next_started()).exists():
+        raise NotWaiting("This memory update is not waiting for a decision: the next session has started.")
+    decision = {"action": action, "by": user.get_username(), "user_id": user.pk, "at": timezone.now().isoformat()}
+    snap.decisions = [*(snap.decisions or []), decision]
+    return snap
+
+
+def retry_now(study_id: int, snapshot_id: int, user: Any) -> Job:
+    """A researcher's "retry now": the update runs again as a new job with the kind's whole retry time
+    (reusing the LLM calls earlier attempts finished); the next session keeps waiting for it."""
+    with transaction.atomic():
+        snap = _decide(study_id, snapshot_id, user, "retry")
+        snap.status, snap.finished_at = MemorySnapshot.Status.PENDING, None
+        snap.save(update_fields=["status", "finished_at", "decisions"])
+        job = submit_memory_update(snap.session)
+    log.info("memory update of session %s: retried by %s", snap.session_id, user.get_username())
+    return job
+
+
+def skip_update(study_id: int, snapshot_id: int, user: Any) -> MemorySnapshot:
+    """A researcher's "skip this session's memory update": the snapshot keeps the memory before the session
+    (status skipped, with who decided and when) and the next session starts on it."""
+    with transaction.atomic():
+        snap = _decide(study_id, snapshot_id, user, "skip")
+        snap.status, snap.finished_at = MemorySnapshot.Status.SKIPPED, timezone.now()
+        snap.save(update_fields=["status", "finished_at", "decisions"])
+        _next_session_ready(snap.session)
+        probing.submit_probes(snap.session)  # the memory the next session starts on is probed too
+    log.warning("memory update of session %s: skipped by %s", snap.session_id, user.get_username())
+    return snap
+
+
+def wait_reason(next_session: ChatSession) -> str:
+    """Why a worker's next session is not ready yet, for the waiting page: "" (the update is running as
+    usual), "retrying" (an attempt failed: the model's service is not answering and it is tried again) or
+    "decision" (its retry time ran out: the study team decides)."""
+    if next_session.status != ChatSession.Status.PREPARING:
+        return ""
+    snap = (
+        MemorySnapshot.objects.filter(
+            session__episode_id=next_session.episode_id, session__index=next_session.index - 1
+        )
+        .only("status", "error", "attempts")
+        .first()
+    )
+    if snap is None:
+        return ""
+    if snap.status == MemorySnapshot.Status.FAILED:
+        return "decision"
+    return "retrying" if snap.status == MemorySnapshot.Status.PENDING and snap.error else ""
 
 
 def recover_stale_update(next_session: ChatSession) -> bool:

@@ -234,7 +234,8 @@ class MemorySnapshot(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
         DONE = "done", "Done"
-        FAILED = "failed", "Failed"
+        FAILED = "failed", "Failed"  # its retry time ran out: waiting for a researcher's decision
+        SKIPPED = "skipped", "Skipped"  # a researcher decided the next sessions go on without it
 
     session = models.OneToOneField(ChatSession, related_name="snapshot", on_delete=models.CASCADE)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
@@ -246,6 +247,9 @@ class MemorySnapshot(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # The update is a job of the runtime (kind "chat.memory_update", target the session's id:
     # chat/memory_updates.py), whose row holds its lease; ``attempts`` is the attempt that wrote this.
+    # A failed update's decisions ("retry" or "skip"), each {"action", "by" (username), "user_id", "at" (ISO)}:
+    # the study page's buttons (chat/memory_updates.py: retry_now, skip_update).
+    decisions = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return f"memory after session {self.session_id} ({self.status})"

@@ -227,8 +227,9 @@ def _row(session: ChatSession, item: dict[str, Any], *, told: bool, message: Mes
 
 
 def unprobed_sessions(study_id: int | None = None) -> list[int]:
-    """Ended sessions of persona episodes whose memory update is over and that have no probe yet."""
-    qs = ChatSession.objects.filter(snapshot__status__in=[MemorySnapshot.Status.DONE, MemorySnapshot.Status.FAILED],
+    """Ended sessions of persona episodes whose memory update is over (done, or skipped by a researcher) and that
+    have no probe yet."""
+    qs = ChatSession.objects.filter(snapshot__status__in=[MemorySnapshot.Status.DONE, MemorySnapshot.Status.SKIPPED],
                                     probes__isnull=True).exclude(episode__persona={})  # fmt: skip
     if study_id is not None:
         qs = qs.filter(episode__participant__study_id=study_id)

@@ -203,6 +203,7 @@ def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
         _ctx(
             session,
             ready=session.status == ChatSession.Status.READY,
+            reason=memory_updates.wait_reason(session),  # "", "retrying" or "decision": said in plain words
             resume_link=request.build_absolute_uri(resume_url(session.episode.participant)),
         ),
     )

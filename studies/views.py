@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from chat import armjobs
+from chat import armjobs, memory_updates
 from chat.models import ArmJob, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
 from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
@@ -329,7 +329,34 @@ def study_jobs(request: HttpRequest, slug: str) -> HttpResponse:
     """The study's background jobs alone (htmx polls it while one is live)."""
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
     armjobs.redispatch_overdue(study)
-    return render(request, "studies/researcher/detail.html#jobs", _jobs_context(study))
+    context = {**_jobs_context(study), "can_change": study.can_change(request.user)}
+    return render(request, "studies/researcher/detail.html#jobs", context)
+
+
+@require_POST
+@researcher_required
+def memory_decision(request: HttpRequest, slug: str, pk: int, action: str) -> HttpResponse:
+    """The owner's or an editor's decision on a memory update whose retry time ran out (a viewer gets 403):
+    ``retry`` runs it again now, ``skip`` lets the next session start on the memory before that session."""
+    study = study_for(request, slug)  # a POST: owner or editor only
+    if action not in ("retry", "skip"):
+        raise Http404("No such decision.")
+    try:
+        if action == "retry":
+            memory_updates.retry_now(study.pk, pk, request.user)
+            messages.success(request, "The memory update runs again now; the worker's next session waits for it.")
+        else:
+            snap = memory_updates.skip_update(study.pk, pk, request.user)
+            messages.success(
+                request,
+                f"Memory update after session {snap.session.index} skipped: the worker's next session starts on the "
+                "memory before that session (the episode page says so).",
+            )
+    except MemorySnapshot.DoesNotExist as exc:
+        raise Http404("No such memory update in this study.") from exc
+    except memory_updates.NotWaiting as exc:
+        messages.error(request, str(exc))
+    return redirect(reverse("studies:detail", args=[study.slug]) + "#jobs")
 
 
 @dataclass
@@ -437,6 +464,7 @@ def _jobs_context(study: Study) -> dict[str, Any]:
     label = {name: declared[name].label if name in declared else name for name in counts}
     return {
         "study": study,
+        "memory_decisions": memory_updates.waiting_for_decision(study.pk),
         "live_jobs": live,
         "failed_jobs": failed,
         "finished_jobs": finished,
@@ -474,6 +502,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "shared_with": study.shared_with.order_by("username"),
         "viewers": study.viewers.order_by("username"),
         "my_role": study.role_of(request.user),
+        "can_change": study.can_change(request.user),
         "team_form": TeamInviteForm(),
         "invitations": study.invitations.select_related("accepted_by")[:20] if study.can_share(request.user) else [],
         "team_link": _team_link(request, study),
@@ -601,7 +630,17 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
     if snapshot.status == MemorySnapshot.Status.PENDING:
         return "The memory update after this session is still running; its memory appears here when it is done."
     if snapshot.status == MemorySnapshot.Status.FAILED:
-        return "The memory update failed (above): the next session starts from the memory before this session."
+        return (
+            "The memory update failed (above) for its whole retry time: the next session waits for a decision "
+            "(retry now, or skip it) under Background jobs on the study page."
+        )
+    if snapshot.status == MemorySnapshot.Status.SKIPPED:
+        skip = next((d for d in reversed(snapshot.decisions or []) if d.get("action") == "skip"), {})
+        return (
+            f"The memory update failed (above) and was skipped by {skip.get('by', 'a researcher')} at "
+            f"{str(skip.get('at', ''))[:16].replace('T', ' ')} UTC: the memory after this session is the memory before "
+            "it, so the sessions after it started on a memory that lacks this session."
+        )
     if memory_system == "none":
         return "This arm keeps no memory."
     return "The memory is empty after this session."

@@ -306,7 +306,7 @@ def test_the_memory_update_is_idempotent(client: Client, study: Study) -> None:
     assert MemorySnapshot.objects.get(session=session).status == MemorySnapshot.Status.DONE
 
 
-def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continues(
+def test_a_failed_memory_update_keeps_the_previous_state_and_the_next_session_waits_for_a_decision(
     client: Client, study: Study, monkeypatch: Any
 ) -> None:
     real_build = arms.build_arm
@@ -326,7 +326,8 @@ def test_a_failed_memory_update_keeps_the_previous_state_and_the_worker_continue
     snapshot = MemorySnapshot.objects.get(session=session)
     assert snapshot.status == MemorySnapshot.Status.FAILED and "nonsense" in snapshot.error
     assert Episode.objects.get(pk=session.episode_id).memory_state == before
-    assert ChatSession.objects.get(episode=session.episode, index=2).status == ChatSession.Status.READY
+    # issue 27: not silently on a memory that lacks session 1 (chat/tests/test_memory_decisions.py: the decision)
+    assert ChatSession.objects.get(episode=session.episode, index=2).status == ChatSession.Status.PREPARING
 
 
 # ------------------------------------------------------------------------- what workers see

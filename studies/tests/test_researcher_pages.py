@@ -232,14 +232,20 @@ def test_the_episode_page_shows_ld_agents_events_and_personas_as_tables_and_list
     assert "1 x 256 float16 vectors" in body and snapshot.state["vectors"]["data"] not in body
 
 
-@pytest.mark.parametrize("status", [MemorySnapshot.Status.PENDING, MemorySnapshot.Status.FAILED])
+@pytest.mark.parametrize(
+    "status", [MemorySnapshot.Status.PENDING, MemorySnapshot.Status.FAILED, MemorySnapshot.Status.SKIPPED]
+)
 def test_the_episode_page_does_not_say_the_arm_keeps_no_memory_while_its_update_is_pending_or_failed(
     rclient: Client, study: Study, finished_episode: Episode, status: str
 ) -> None:
     MemorySnapshot.objects.filter(session__episode=finished_episode).update(status=status, state={}, trace={})
     body = rclient.get(reverse("studies:episode", args=[study.slug, finished_episode.pk])).content.decode()
     assert "keeps no memory" not in body
-    expected = "still running" if status == MemorySnapshot.Status.PENDING else "the next session starts from the memory"
+    expected = {
+        MemorySnapshot.Status.PENDING: "still running",
+        MemorySnapshot.Status.FAILED: "the next session waits for a decision",
+        MemorySnapshot.Status.SKIPPED: "started on a memory that lacks this session",
+    }[status]
     assert expected in body
 
 
