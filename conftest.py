@@ -47,12 +47,17 @@ def _fast_offline_settings(settings: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def _empty_cache() -> Any:
-    """The limits count in Django's cache (infra/ratelimit.py): no count may carry over to the next test."""
+    """The limits count in Django's cache, or without Redis in infra/ratelimit.py's own counters: no count may
+    carry over to the next test."""
     from django.core.cache import cache
 
+    from infra import ratelimit
+
     cache.clear()
+    ratelimit.LOCAL.clear()
     yield
     cache.clear()
+    ratelimit.LOCAL.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -1,40 +1,40 @@
 """Limits that keep one participant from hurting a study (issue 11): messages per minute, user turns
 per session and characters stored over the whole study, all per participant and set per study
 (``Study.max_messages_per_minute``, ``Study.max_turns_per_session``, ``Study.max_stored_chars``). Checked inside :func:`chat.turns.post_user_message`, under the
-session's row lock, before anything is stored; the worker is told which limit they hit."""
+session's row lock, before anything is stored; the worker is told which limit they hit.
+
+The messages per minute are counted in a window of infra/ratelimit.py (:data:`MESSAGES_BY_PARTICIPANT`), on the
+clock every process shares (Redis's, or the one process's monotonic clock), not from the messages' stored
+times: those are each web process's wall clock, and a step of it refused an active worker (a step back: the
+minute before held ten minutes of messages) or let a burst through (a step forward; issue 27)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, QuerySet, Subquery, Sum
+from django.db.models import QuerySet, Subquery, Sum
 from django.db.models.functions import Length
-from django.utils import timezone
 
 from chat.models import Message
+from infra.ratelimit import Window
 from studies.models import Study
+
+MESSAGES_BY_PARTICIPANT = Window("chat-participant-messages")  # all their sessions, in any minute
 
 
 class LimitReached(Exception):
     """A message refused by a limit; the text is for the worker."""
 
 
-def check_can_post(study: Study, *, turns: int, recent: int, stored: int, new_chars: int = 0) -> None:
+def check_can_post(study: Study, *, turns: int, stored: int, new_chars: int = 0) -> None:
     """Raise :class:`LimitReached` if the participant may not send another message of ``new_chars``
-    characters now. ``turns``: their user messages in this session; ``recent``: their user messages
-    (all sessions) in the last minute (:func:`window_start`); ``stored``: the characters of all their
+    characters now. ``turns``: their user messages in this session; ``stored``: the characters of all their
     user messages. The caller counts them under the session's row lock (one query with the transcript,
-    see ``chat.turns.post_user_message``)."""
+    see ``chat.turns.post_user_message``). The messages per minute: :func:`take_minute_place`."""
     if turns >= study.max_turns_per_session:
         raise LimitReached(
             f"This session has reached its limit of {study.max_turns_per_session} messages. "
             "Please end the session to continue."
-        )
-    if recent >= study.max_messages_per_minute:
-        raise LimitReached(
-            f"You are sending messages very quickly (the limit is {study.max_messages_per_minute} a minute). "
-            "Please wait a moment, then send your message again."
         )
     if stored + new_chars > study.max_stored_chars:
         raise LimitReached(
@@ -43,9 +43,18 @@ def check_can_post(study: Study, *, turns: int, recent: int, stored: int, new_ch
         )
 
 
-def window_start(now: datetime | None = None) -> datetime:
-    """The start of the messages-per-minute window."""
-    return (now or timezone.now()) - timedelta(minutes=1)
+def take_minute_place(study: Study, participant_id: int) -> str:
+    """Count the participant's message in their messages per minute (every session of theirs), or raise
+    :class:`LimitReached` when the last minute already holds ``Study.max_messages_per_minute`` of them.
+    Returns the ticket to give back (:data:`MESSAGES_BY_PARTICIPANT`'s ``give_back``) if a later check refuses
+    the message."""
+    ticket = MESSAGES_BY_PARTICIPANT.take(str(participant_id), int(study.max_messages_per_minute))
+    if ticket is None:
+        raise LimitReached(
+            f"You are sending messages very quickly (the limit is {study.max_messages_per_minute} a minute). "
+            "Please wait a moment, then send your message again."
+        )
+    return ticket
 
 
 def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
@@ -53,12 +62,6 @@ def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
     return Message.objects.filter(
         session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER
     ).exclude(session_id=session_ref)
-
-
-def recent_elsewhere(session_ref: Any, participant_ref: Any, since: datetime) -> Subquery:
-    """Subquery: the participant's user messages in other sessions since ``since``."""
-    rows = other_sessions(session_ref, participant_ref).filter(created_at__gte=since).order_by()
-    return Subquery(rows.values("speaker").annotate(n=Count("pk")).values("n")[:1])
 
 
 def stored_elsewhere(session_ref: Any, participant_ref: Any) -> Subquery:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import BooleanField, ExpressionWrapper, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from chat import budget, fragments, limits, replies
@@ -37,7 +37,7 @@ def _lock_query() -> sqlcache.CachedQuery:
     the participant's user messages in other sessions (limits). The episode's memory state is deferred:
     the reply takes it from chat.state's cache by ``state_version`` (it can be large)."""
 
-    def build(session_id: int, since: datetime) -> QuerySet[ChatSession]:
+    def build(session_id: int) -> QuerySet[ChatSession]:
         query = (
             ChatSession.objects.select_for_update(of=("self",))
             .select_related("episode__participant__study", "episode__arm")
@@ -48,7 +48,6 @@ def _lock_query() -> sqlcache.CachedQuery:
                     .order_by("index")
                     .values("index")[:1]
                 ),
-                recent_elsewhere=limits.recent_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id"), since),
                 stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
             )
             .filter(pk=session_id)
@@ -56,21 +55,19 @@ def _lock_query() -> sqlcache.CachedQuery:
         )
         return query
 
-    return sqlcache.CachedQuery(build, session_id=int, since=datetime)
+    return sqlcache.CachedQuery(build, session_id=int)
 
 
 _LOCK = _lock_query()
 
-# (pk, seq, speaker, status, client_id, text, sent since the minute's start) of a session's messages
+# (pk, seq, speaker, status, client_id, text) of a session's messages
 _SESSION_MESSAGES = sqlcache.CachedQuery(
-    lambda session_id, since: (
+    lambda session_id: (
         Message.objects.filter(session_id=session_id)
-        .annotate(recent=ExpressionWrapper(Q(created_at__gte=since), output_field=BooleanField()))
         .order_by("seq")
-        .values_list("pk", "seq", "speaker", "status", "client_id", "text", "recent")
+        .values_list("pk", "seq", "speaker", "status", "client_id", "text")
     ),
     session_id=int,
-    since=datetime,
 )
 
 
@@ -101,18 +98,17 @@ class _Checks:
     """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
 
     unrated_index: int | None  # the first earlier session of the episode not yet rated
-    recent_elsewhere: int | None  # the participant's user messages in other sessions in the last minute
     stored_elsewhere: int | None  # and their characters, in all other sessions
 
 
-def _lock_session(session_id: int, since: datetime) -> tuple[ChatSession, _Checks]:
+def _lock_session(session_id: int) -> tuple[ChatSession, _Checks]:
     """The session row locked, loaded by :func:`_lock_query` (compiled once per process)."""
-    found = _LOCK.objects(session_id=session_id, since=since)
+    found = _LOCK.objects(session_id=session_id)
     if not found:
         raise ChatSession.DoesNotExist(f"no chat session {session_id}")
     session: ChatSession = found[0]
     values = session.__dict__
-    return session, _Checks(values["unrated_index"], values["recent_elsewhere"], values["stored_elsewhere"])
+    return session, _Checks(values["unrated_index"], values["stored_elsewhere"])
 
 
 MESSAGES_BY_ADDRESS = Window("chat-messages")  # per client address, in any minute
@@ -158,14 +154,13 @@ def post_user_message(
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
     now = timezone.now()
-    since = limits.window_start(now)
     with transaction.atomic():
         # the reply takes the state from chat.state's cache by state_version (read only on a miss)
-        locked, checks = _lock_session(session_id, since)
+        locked, checks = _lock_session(session_id)
         participant = locked.episode.participant
         participant.touch(now)
-        # (pk, seq, speaker, status, client_id, text, sent in the last minute): read after the lock, so exact
-        rows = _SESSION_MESSAGES.rows(session_id=session_id, since=since)
+        # (pk, seq, speaker, status, client_id, text): read after the lock, so exact
+        rows = _SESSION_MESSAGES.rows(session_id=session_id)
         existing = next((r[0] for r in rows if r[4] == client_id), None)
         if existing is not None:
             return Message.objects.get(pk=existing), False
@@ -196,7 +191,6 @@ def post_user_message(
             limits.check_can_post(
                 study,
                 turns=len(mine),
-                recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
                 stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
                 new_chars=len(text),
             )
@@ -206,7 +200,12 @@ def post_user_message(
             raise ChatError(budget.BUSY_TEXT)
         if participant.first_message_at is None:
             _hold_place(participant, now)
+        try:  # on the limits' shared clock (infra/ratelimit.py), not this process's wall clock
+            minute = limits.take_minute_place(study, participant.pk)
+        except limits.LimitReached as exc:
+            raise ChatError(str(exc)) from exc
         if not MESSAGES_BY_ADDRESS.hit(client or "unknown", settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE):
+            limits.MESSAGES_BY_PARTICIPANT.give_back(minute)
             raise ChatError(
                 "Too many messages are coming from your connection right now. Please wait a minute, then send "
                 "your message again."

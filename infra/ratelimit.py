@@ -10,15 +10,120 @@ processes racing for the last place cannot both get it (at worst both are refuse
 The window covers ``buckets + 1`` buckets of ``seconds / buckets`` each, so an event leaves it between
 ``seconds`` and ``seconds + seconds / buckets`` after it happened: any span of ``seconds`` holds at most
 ``limit`` admitted events (a plain per-minute counter would let ``2 x limit`` through across a minute's edge).
+
+The buckets are counted on one clock for every process (:func:`clock`): Redis's own (``TIME``) with Redis,
+this process's monotonic clock without (one process). Not each process's wall clock: a step of it (+600 s)
+moved that process to buckets nobody had counted in, letting a burst through, and a step back brought it to
+buckets of ten minutes before (issue 27). The counts expire on the same clock: in Redis by Redis (keys with a
+time to live), without Redis in :class:`LocalCounts` (Django's local-memory cache expires keys on the wall
+clock, so a step forward emptied every window).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
+
+log = logging.getLogger(__name__)
+
+_clients: dict[str, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _redis(url: str) -> Any:
+    with _clients_lock:
+        if url not in _clients:
+            import redis
+
+            _clients[url] = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        return _clients[url]
+
+
+def clock() -> float:
+    """Seconds on the clock the limits count on. With ``REDIS_URL`` (the cache is Redis, shared by every web
+    process and worker): the Redis server's ``TIME``, the same for all of them whatever their own clocks do.
+    Without (the embedded default: one process, whose cache is its memory): ``time.monotonic()``, which no
+    step of the wall clock moves. Redis unreachable: this process's wall clock (its scale is Redis's; the
+    cache is unreachable too, so the limit counts nothing meanwhile)."""
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return time.monotonic()
+    try:
+        seconds, micros = _redis(url).time()
+    except Exception:  # noqa: BLE001 (redis' errors)
+        log.warning("Redis TIME failed: the limits count on this process's clock meanwhile", exc_info=True)
+        return time.time()
+    return float(seconds) + float(micros) / 1e6
+
+
+class LocalCounts:
+    """The counters of the embedded default (one process, no Redis): what :class:`Window` uses of Django's cache
+    (``add``, ``incr``, ``set``, ``get_many``, ``decr``), with keys expiring on the monotonic clock."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, tuple[int, float]] = {}  # key: (count, expires on the monotonic clock)
+        self._lock = threading.Lock()
+        self._pruned = 0.0
+
+    def _get(self, key: str, now: float) -> int | None:
+        found = self._values.get(key)
+        if found is None or found[1] <= now:
+            return None
+        return found[0]
+
+    def _prune(self, now: float) -> None:
+        if now - self._pruned > 60:
+            self._pruned = now
+            for key in [k for k, (_, ends) in self._values.items() if ends <= now]:
+                del self._values[key]
+
+    def add(self, key: str, value: int, timeout: float) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._prune(now)
+            if self._get(key, now) is not None:
+                return False
+            self._values[key] = (value, now + timeout)
+            return True
+
+    def set(self, key: str, value: int, timeout: float) -> None:
+        with self._lock:
+            self._values[key] = (value, time.monotonic() + timeout)
+
+    def incr(self, key: str, delta: int = 1) -> int:
+        with self._lock:
+            value = self._get(key, time.monotonic())
+            if value is None:
+                raise ValueError(f"no key {key}")
+            self._values[key] = (value + delta, self._values[key][1])
+            return value + delta
+
+    def decr(self, key: str) -> int:
+        return self.incr(key, -1)
+
+    def get_many(self, keys: list[str]) -> dict[str, int]:
+        with self._lock:
+            now = time.monotonic()
+            return {k: v for k in keys if (v := self._get(k, now)) is not None}  # type: ignore[misc]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+
+
+LOCAL = LocalCounts()
+
+
+def store() -> Any:
+    """Where the windows count: Django's cache (Redis) with ``REDIS_URL``, :data:`LOCAL` without."""
+    return cache if getattr(settings, "REDIS_URL", "") else LOCAL
 
 
 @dataclass(frozen=True)
@@ -40,8 +145,8 @@ class Window:
 
     def count(self, key: str, now: float | None = None) -> int:
         """Events admitted for ``key`` in the window now."""
-        _, keys = self._keys(key, time.time() if now is None else now)
-        return sum(int(v or 0) for v in cache.get_many(keys).values())
+        _, keys = self._keys(key, clock() if now is None else now)
+        return sum(int(v or 0) for v in store().get_many(keys).values())
 
     def has_room(self, key: str, limit: int, now: float | None = None) -> bool:
         """Whether :meth:`hit` would admit an event now (it may not, a moment later)."""
@@ -56,21 +161,22 @@ class Window:
         """Un-count an event :meth:`take` admitted (its ticket), e.g. when a second limit refused it."""
         if ticket:
             with contextlib.suppress(ValueError):  # expired meanwhile: nothing left to take back
-                cache.decr(ticket)
+                store().decr(ticket)
 
     def take(self, key: str, limit: int, now: float | None = None) -> str | None:
         """:meth:`hit`, returning a ticket for :meth:`give_back` when admitted (``""`` without a limit) and
         None when the window is full."""
         if limit <= 0:
             return ""
-        current, keys = self._keys(key, time.time() if now is None else now)
+        current, keys = self._keys(key, clock() if now is None else now)
         timeout = int(self.seconds + 2 * self.step) + 1
-        cache.add(current, 0, timeout)
+        counts = store()
+        counts.add(current, 0, timeout)
         try:
-            cache.incr(current)
+            counts.incr(current)
         except ValueError:  # expired between add and incr
-            cache.set(current, 1, timeout)
-        total = sum(int(v or 0) for v in cache.get_many(keys).values())
+            counts.set(current, 1, timeout)
+        total = sum(int(v or 0) for v in counts.get_many(keys).values())
         if total > limit:
             self.give_back(current)
             return None
@@ -78,9 +184,9 @@ class Window:
 
     def retry_after(self, key: str, now: float | None = None) -> int:
         """Seconds until the oldest bucket with events leaves the window (a hint for "try again in ...")."""
-        now = time.time() if now is None else now
+        now = clock() if now is None else now
         _, keys = self._keys(key, now)
-        values = cache.get_many(keys)
+        values = store().get_many(keys)
         for i, k in enumerate(keys):
             if int(values.get(k) or 0):
                 first = (int(now // self.step) - self.buckets + i) * self.step
