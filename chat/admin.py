@@ -67,7 +67,7 @@ class RatingInline(EvidenceInline):
 class MemorySnapshotInline(EvidenceInline):
     model = MemorySnapshot
     template = "admin/edit_inline/stacked.html"  # state and trace are long JSON
-    fields = ["status", "state", "trace", "error", "attempts", "created_at", "finished_at"]
+    fields = ["status", "state", "trace", "error", "attempts", "created_at", "finished_at", "decisions"]
 
 
 class LLMCallInline(EvidenceInline):

@@ -111,7 +111,7 @@ class LocalCounts:
     def get_many(self, keys: list[str]) -> dict[str, int]:
         with self._lock:
             now = time.monotonic()
-            return {k: v for k in keys if (v := self._get(k, now)) is not None}  # type: ignore[misc]
+            return {k: v for k in keys if (v := self._get(k, now)) is not None}
 
     def clear(self) -> None:
         with self._lock:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.worker.request import Request
 from django.db import DatabaseError
 
@@ -36,7 +36,7 @@ def delivery_gone(message: Any) -> bool:
     return transport is None or getattr(transport, "client", None) is None
 
 
-class JobRequest(Request):  # type: ignore[misc]
+class JobRequest(Request):
     """Celery's request, except that the ack (or reject) of a delivery whose connection is closed is skipped
     rather than raised into the worker's event loop."""
 
@@ -55,9 +55,15 @@ class JobRequest(Request):  # type: ignore[misc]
         super().reject(requeue=requeue)
 
 
+class JobTask(Task):  # type: ignore[type-arg]
+    """The job task's class: its requests are :class:`JobRequest` (Celery's ``Task.Request``)."""
+
+    Request = "runtime.tasks:JobRequest"
+
+
 @shared_task(
-    acks_late=True, ignore_result=True, autoretry_for=(DatabaseError,), max_retries=8,
-    retry_backoff=2, retry_backoff_max=30, retry_jitter=True, Request="runtime.tasks:JobRequest",
+    base=JobTask, acks_late=True, ignore_result=True, autoretry_for=(DatabaseError,), max_retries=8,
+    retry_backoff=2, retry_backoff_max=30, retry_jitter=True,
 )  # fmt: skip
 def run_job(job_id: int) -> None:
     """One attempt of a job (a second delivery of a running job does nothing)."""

@@ -635,7 +635,7 @@ def _memory_note(snapshot: MemorySnapshot, memory_system: str) -> str:
             "(retry now, or skip it) under Background jobs on the study page."
         )
     if snapshot.status == MemorySnapshot.Status.SKIPPED:
-        skip = next((d for d in reversed(snapshot.decisions or []) if d.get("action") == "skip"), {})
+        skip: dict[str, Any] = next((d for d in reversed(snapshot.decisions or []) if d.get("action") == "skip"), {})
         return (
             f"The memory update failed (above) and was skipped by {skip.get('by', 'a researcher')} at "
             f"{str(skip.get('at', ''))[:16].replace('T', ' ')} UTC: the memory after this session is the memory before "
