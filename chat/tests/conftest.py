@@ -51,6 +51,25 @@ def start(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
     return session
 
 
+def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
+    """Enter, open the first session, send one message and end the session (it waits for its rating)."""
+    session = start(client, study, pid)
+    turns.post_user_message(session, "c1", "Hello <b>bot</b>")
+    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
+    session.refresh_from_db()
+    return session
+
+
+def ratings(session: ChatSession, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
+    """The rating form's data for every metric (``overrides`` by metric key; None leaves a metric out)."""
+    data = {}
+    for m in session.episode.participant.study.metrics.all():
+        name = field_name(session.pk, m)
+        data[name] = overrides.get(m.key, value)
+        data[f"touched_{name}"] = touched
+    return {k: v for k, v in data.items() if v is not None}
+
+
 @pytest.fixture
 def script(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``script(replies)``: every arm's LLM becomes one ScriptedLLM with these replies/exceptions."""

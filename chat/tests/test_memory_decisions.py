@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from chat import arms, memory_updates
 from chat.models import ChatSession, Episode, MemorySnapshot
-from chat.tests.test_pages import ended, ratings
+from chat.tests.conftest import ended, ratings
 from runtime.models import Job
 from studies.models import Study
 

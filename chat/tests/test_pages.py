@@ -15,7 +15,7 @@ from django.utils import timezone
 from chat import arms, assignment, fragments, memory_updates, turns
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, MemorySnapshot, Rating
-from chat.tests.conftest import enter, start
+from chat.tests.conftest import ended, enter, ratings, start
 from runtime import jobs as runtime_jobs
 from runtime.models import Job
 from runtime.tasks import run_job
@@ -23,24 +23,6 @@ from studies.models import Participant, Study
 from studies.participants import invite_url, resume_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def ended(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
-    session = start(client, study, pid)
-    turns.post_user_message(session, "c1", "Hello <b>bot</b>")
-    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
-    session.refresh_from_db()
-    return session
-
-
-def ratings(session: ChatSession, value: Any = "60", touched: str = "1", **overrides: Any) -> dict[str, Any]:
-    """The rating form's data for every metric (``overrides`` by metric key; None leaves a metric out)."""
-    data = {}
-    for m in session.episode.participant.study.metrics.all():
-        name = field_name(session.pk, m)
-        data[name] = overrides.get(m.key, value)
-        data[f"touched_{name}"] = touched
-    return {k: v for k, v in data.items() if v is not None}
 
 
 # ------------------------------------------------------------------------------------ links
