@@ -10,6 +10,14 @@ connection is closed, and kombu's Redis transport, asked to ack on it, raised At
 error, so Celery did not catch it). :class:`JobRequest` skips the ack of such a delivery: the runtime's job row,
 not the broker message, says the job is done, and a message of a closed connection is gone with the restart
 or restored after the visibility timeout, when its second run does nothing.
+
+An ack that fails because the broker is down (Celery logs "Couldn't ack" and goes on) left kombu's channel
+counting the message as unacknowledged: with every pool process busy when Redis died, the prefetch window
+never freed, kombu kept the consumer's BRPOP paused, never saw the dead connection and the worker consumed
+nothing more. :func:`free_prefetch_slot` takes the message off the channel's count without the broker. It is
+a private internal of kombu (docs/architecture.md, "Private internals"; pinned by
+tests/test_private_internals.py): the virtual transport's ``QoS.ack`` called past the Redis transport's
+override, which would ask Redis first.
 """
 
 from __future__ import annotations
@@ -36,16 +44,31 @@ def delivery_gone(message: Any) -> bool:
     return transport is None or getattr(transport, "client", None) is None
 
 
+def free_prefetch_slot(message: Any) -> None:
+    """Take a message whose ack failed off its channel's count of unacknowledged messages, without the broker
+    (kombu's virtual ``QoS.ack``; the Redis transport's own asks Redis first)."""
+    from kombu.transport.virtual import QoS
+
+    qos = getattr(message.channel, "qos", None)
+    if isinstance(qos, QoS):
+        QoS.ack(qos, message.delivery_tag)
+
+
 class JobRequest(Request):
     """Celery's request, except that the ack (or reject) of a delivery whose connection is closed is skipped
-    rather than raised into the worker's event loop."""
+    rather than raised into the worker's event loop, and an ack the broker did not take frees its prefetch
+    slot."""
 
     def acknowledge(self) -> None:
         if not self.acknowledged and delivery_gone(self.message):
             log.info("task %s: its broker connection closed before the ack (a broker restart); not acked", self.id)
             self.acknowledged = True
             return
-        super().acknowledge()
+        done = self.acknowledged
+        super().acknowledge()  # Celery's: a broker error is logged ("Couldn't ack") and not raised
+        if not done and not self.message.acknowledged:
+            log.warning("task %s: its ack failed (broker unreachable); its prefetch slot is freed", self.id)
+            free_prefetch_slot(self.message)
 
     def reject(self, requeue: bool = False) -> None:
         if not self.acknowledged and delivery_gone(self.message):

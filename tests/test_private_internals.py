@@ -93,3 +93,15 @@ def test_matplotlib_internals_of_analysis_plots() -> None:
     code = "import analysis.plots\nfrom matplotlib.lines import Line2D\nprint(Line2D.set.__doc__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "Properties: see the matplotlib documentation." in out  # matplotlib still builds them with kwdoc
+
+
+def test_kombu_internals_of_runtime_tasks() -> None:
+    """runtime/tasks.py: a failed ack's prefetch slot freed with the virtual transport's ``QoS.ack`` (the Redis
+    transport's override asks Redis first; its channel counts unacknowledged messages in the virtual QoS)."""
+    assert version("kombu") in {"5.7.0"}, "re-check runtime/tasks.py (free_prefetch_slot) against this kombu"
+    from kombu.transport import redis as kombu_redis
+    from kombu.transport.virtual import QoS
+
+    assert issubclass(kombu_redis.QoS, QoS)
+    assert "super().ack(delivery_tag)" in inspect.getsource(kombu_redis.QoS.ack)  # Redis first, then the count
+    assert "_delivered" in inspect.getsource(QoS.can_consume)  # the count the prefetch window reads

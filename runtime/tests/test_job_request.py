@@ -67,3 +67,21 @@ def test_a_reject_of_a_released_connection_is_skipped(delivered: tuple[Connectio
     request = request_for(message)
     request.reject(requeue=True)
     assert request.acknowledged and not message.acknowledged
+
+
+def test_an_ack_the_broker_did_not_take_frees_its_prefetch_slot(
+    delivered: tuple[Connection, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conn, message = delivered
+    qos = message.channel.qos
+    qos.prefetch_count = 1  # the one slot this delivery holds
+    assert not qos.can_consume()
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(message.channel, "basic_ack", down)  # Redis is down: Celery logs "Couldn't ack"
+    request = request_for(message)
+    request.acknowledge()
+    assert request.acknowledged and not message.acknowledged
+    assert qos.can_consume()  # else the consumer waits for a slot that never frees (its BRPOP stays paused)
