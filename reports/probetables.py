@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.probes import METRICS, STAGES, stage_table
+from analysis.probes import METRICS, STAGES, scoring_text, stage_table
 from reports.tables import ci, num, pval
 
 MODE_TITLES = {
@@ -67,7 +67,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
             for r in stage_table(probes, mode)
         ]  # fmt: skip
         sections.append({"mode": mode, "title": title, "rates": [RATE_TITLES[m] for m in rates], "rows": rows,
-                         "tests": tests, "stages": stages, "n_probes": sec["n_probes"]})  # fmt: skip
+                         "tests": tests, "stages": stages, "n_probes": sec["n_probes"],
+                         "n_judged": sec.get("n_judged", 0), "n_not_admitted": sec.get("n_not_admitted", 0)})  # fmt: skip
     notice = probes.get("recall_vs_rating")
     notice_row = None
     if notice:
@@ -81,4 +82,6 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
         "n_untold": probes["n_untold"],
         "untold_note": probes["untold_note"],
         "notice": notice_row,
+        "scoring": scoring_text(probes),
+        "judge": probes.get("judge"),
     }

@@ -48,6 +48,8 @@ class Source:
     # persona-card probes (one row per scored probe, analysis.probes.COLUMNS): what the bot remembered
     probes: list[dict[str, Any]] = field(default_factory=list)
     latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
+    # the judge whose verdicts score the free-text probes (reports.probejudging, without its verdicts), or None
+    probe_judge: dict[str, Any] | None = None
 
 
 def source_spec(
@@ -132,9 +134,11 @@ def probe_report(source: Source, test: str, preregistration: Any = None) -> dict
     if isinstance(preregistration, dict):
         primary = [m for m in (preregistration.get("probes") or {}).get("primary", []) if m in probe_metrics()]
     try:
-        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
+        result = analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
     except (RatingsError, ValueError) as exc:
         return {"error": str(exc)}
+    result["judge"] = source.probe_judge  # who scored the free-text facts, with its admission figures
+    return result
 
 
 def probe_metrics() -> list[str]:
@@ -313,6 +317,8 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
         parts.append("--exclude " + ",".join(spec.exclude))
     if spec.exclude_rows:
         parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    if spec.include_non_blind:
+        parts.append("--include-non-blind")
     if spec.covariates:
         parts.append("--covariates " + ",".join(spec.covariates))
     return " ".join(parts) + " --format md"
