@@ -71,8 +71,9 @@ def probe_admission(judge: Judge, queue: Queue | None, *, n_boot: int = 2000) ->
         return None
     verdicts = probe_verdicts(judge)
     arms = dict(zip(humans["item"], humans["arm"], strict=True))
-    judged = [{"item": item, "arm": arms[item], "rater": JUDGE, "score": 100.0 * verdicts[int(item[6:])]}
-              for item in arms if verdicts.get(int(item[6:])) is not None]  # fmt: skip
+    labels = {item: verdicts.get(int(item.removeprefix("probe-"))) for item in arms}
+    judged = [{"item": item, "arm": arms[item], "rater": JUDGE, "score": 100.0 if label else 0.0}
+              for item, label in labels.items() if label is not None]  # fmt: skip
     table = pd.concat([humans, pd.DataFrame(judged, columns=["item", "arm", "rater", "score"])], ignore_index=True)
     result = admission(table, epsilon=judge.epsilon, n_boot=n_boot)
     result["prompt"] = load("probe", "standard").name

@@ -48,6 +48,7 @@ class StudyProbeJudging:
         queue = sample_queue(study)
         tested = [(judge, probe_admission(judge, queue, n_boot=0)) for judge in judges]
         admitted = [(j, a) for j, a in tested if a and a["admitted"]]
+        admission: dict[str, Any] | None
         if admitted:
             judge, admission = max(
                 admitted, key=lambda ja: (ja[1].get("alt_test") or {}).get("advantage_probability") or 0
