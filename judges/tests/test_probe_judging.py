@@ -97,6 +97,7 @@ def _run(study: Study, server: Any, name: str, capture: Any) -> Judge:
 
 
 @pytest.mark.django_db
+@pytest.mark.usefixtures("each_database")  # the JSON lookups (meta has_key, item free_text) differ on PostgreSQL
 def test_free_text_probe_answers_are_judged_admitted_and_counted_in_the_report_only_then(
     probe_sample: Queue, fake_judges: dict[str, Any], django_capture_on_commit_callbacks: Any, client: Client,
     researcher: User,
