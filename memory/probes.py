@@ -35,9 +35,9 @@ from typing import Any
 
 from memory.base import Stored
 from memory.cards import Probe, Value, mentions, mentions_any, normalize
-from memory.evalscore import parse_label
+from memory.evalscore import ask_label
 from memory.judgeprompts import Prompt, load
-from memory.llm import LLM, LLMError, LLMTransientError
+from memory.llm import LLM
 
 #: The free-text rubric: the prompt file ``memory/data/judge_prompts/probe-standard-v1.txt`` (memory/judgeprompts.py);
 #: every judged item records its name and SHA-256 and the judge's model.
@@ -90,14 +90,8 @@ def free_text_verdict(
 ) -> tuple[int | None, str]:
     """The judge's label of one probe answer (1 CORRECT, 0 WRONG, None when unreadable or the call failed for
     good) and its raw reply. A transient error propagates (the caller retries)."""
-    text = prompt.render(question=question, gold=gold, stale="; ".join(stale) or "(none)", answer=answer)
-    try:
-        reply = judge.complete([{"role": "user", "content": text}], max_tokens=160, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return None, f"judge error: {exc}"
-    return parse_label(reply), reply
+    return ask_label(judge, prompt.render(question=question, gold=gold, stale="; ".join(stale) or "(none)",
+                                          answer=answer))  # fmt: skip
 
 
 def judge_free_text(judge: LLM, probe: Probe, answer: str) -> Judged:

@@ -26,9 +26,9 @@ from typing import Any
 from memory import leniency
 from memory.evaljournal import EvaluationStopped, Journal
 from memory.evalreport import EXCLUDED_FROM_HEADLINE
-from memory.evalscore import ABSTENTION_PROMPT, JUDGE_PROMPT, parse_label
+from memory.evalscore import ABSTENTION_PROMPT, JUDGE_PROMPT, ask_label
 from memory.judgeprompts import Prompt, load, of_text
-from memory.llm import LLM, LLMError, LLMTransientError
+from memory.llm import LLM, LLMError
 
 RUBRICS = ("standard", "lenient", "strict")  # the answer-*-v1.txt prompt files
 RUN_RUBRIC = "mem0"  # the run's own judge prompt (mem0's ACCURACY_PROMPT)
@@ -70,13 +70,7 @@ class Variant:
 
 
 def _label(judge: LLM, text: str) -> tuple[int | None, str]:
-    try:
-        reply = judge.complete([{"role": "user", "content": text}], max_tokens=160, purpose="rejudge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return None, f"judge error: {exc}"
-    return parse_label(reply), reply
+    return ask_label(judge, text, purpose="rejudge")
 
 
 def _control_labeller(variant: Variant, model: LLM) -> Callable[[leniency.ControlCase], int | None]:
