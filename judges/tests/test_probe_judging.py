@@ -36,7 +36,8 @@ RIGHT = {"No memory": 0.2, "Full history": 0.5, "Memory bank": 0.8}  # share of 
 def _item(slot: str, gold: str, *, free_text: bool, stale: str = "") -> dict[str, Any]:
     return {"card": "c01", "slot": slot, "kind": "updated" if stale else "current", "question": f"What is my {slot}?",
             "gold": {"value": gold, "aliases": []}, "stale_values": [{"value": stale, "aliases": []}] if stale else [],
-            "free_text": free_text, "dependent": False, "stale_mentioned": False, "scored_by": "match (no judge)"}  # fmt: skip
+            "free_text": free_text, "dependent": False, "stale_mentioned": False,
+            "scored_by": "match (no judge)" if free_text else "match", "match": "none" if free_text else "exact"}  # fmt: skip
 
 
 @pytest.fixture
@@ -146,6 +147,10 @@ def test_free_text_probe_answers_are_judged_admitted_and_counted_in_the_report_o
     assert "winning rate 1.00" in scoring and "from the judge: 60" in page
     export = client.get(reverse("reports:study_export", args=[study.slug, "md"])).content.decode()
     assert "by the judge agreeing" in export
+    # the episode page says how each probe was scored: matched (exact), and each judge's verdict with its prompt
+    episode = verdicts.select_related("probe__session").first().probe.session.episode_id  # type: ignore[union-attr]
+    page = client.get(reverse("studies:episode", args=[study.slug, episode])).content.decode()
+    assert "match (exact)" in page and f"judge agreeing (agreeing, {prompt.name} {prompt.sha256[:12]}): " in page
 
     # only the random judge: the plan's probes are listed as not admitted and kept out of recall
     good.delete()
