@@ -229,13 +229,20 @@ def analyze_probes(
     ratings: pd.DataFrame | None = None,
     rating_metric: str = "memorability",
     primary: Sequence[str] = (),
+    alpha: float = ALPHA,
 ) -> dict[str, Any]:
     """The probe report: per mode (``snapshot``: after each session, from the stored memory; ``inline``: asked
     by the worker in the chat), per arm and per arm and session, the three rates with worker-clustered 95% CIs,
     pairwise tests with Holm families, the memory gain, the stage counts; and the correlation of snapshot recall
     with the ``rating_metric`` rating (``ratings``: one row per rated session with ``unit``, ``session`` and the
-    metric). ``primary`` names rates the pre-registration made primary (else every probe test is exploratory).
-    The result is JSON-ready (keys in docs/analysis.md)."""
+    metric). ``primary`` names rates the pre-registration made primary (else every probe test is exploratory):
+    their whole-episode tests, in every mode, form the probes' primary family, Holm-corrected together
+    (``p_holm_primary``) and significant below ``alpha`` (the registration's). The result is JSON-ready (keys in
+    docs/analysis.md)."""
+    unknown = [m for m in primary if m not in METRICS]
+    if unknown:
+        raise RatingsError(f"unknown probe rate(s) {', '.join(unknown)} among the primary ones (one of "
+                           f"{', '.join(METRICS)})")  # fmt: skip
     frame = probe_frame(rows)
     untold = frame[~frame["told"]]
     kept = frame[frame["told"]]
@@ -257,9 +264,40 @@ def analyze_probes(
         rows_of = kept[kept["mode"] == mode]
         if not rows_of.empty:
             out["modes"][mode] = _section(rows_of, [a for a in names if a in set(rows_of["arm"])], test, primary)
+    out["primary_family"] = _primary_family(out["modes"], primary, alpha)
     out["recall_vs_rating"] = _notice(kept, ratings, rating_metric)
     safe: dict[str, Any] = _json_safe(out)
     return safe
+
+
+def _primary_family(modes: Mapping[str, Any], primary: Sequence[str], alpha: float) -> dict[str, Any]:
+    """Mark every probe test primary or not, and Holm-correct the primary ones (the whole-episode tests of the
+    rates ``primary`` names, in every mode) as one family: ``primary`` (bool) and ``p_holm_primary`` (None for
+    exploratory tests, whose ``p_holm`` is corrected within their own rate's family only)."""
+    chosen: list[dict[str, Any]] = []
+    for section in modes.values():
+        for e in [*section["pairwise"], *section["pairwise_by_session"]]:
+            e["primary"] = e["role"] == "primary"
+            e["p_holm_primary"] = None
+            if e["primary"]:
+                chosen.append(e)
+    for e, p in zip(chosen, holm([_p(e) for e in chosen]), strict=True):
+        e["p_holm_primary"] = _num(p)
+    return {
+        "id": "probes primary",
+        "rates": list(primary),
+        "modes": [m for m in modes if any(e["primary"] for e in modes[m]["pairwise"])],
+        "tests": sum(1 for e in chosen if not math.isnan(_p(e))),
+        "significant": sum(1 for e in chosen if e["p_holm_primary"] is not None and e["p_holm_primary"] < alpha),
+        "alpha": alpha,
+        "correction": "holm",
+        "description": (
+            "pre-registered primary probe rates: " + ", ".join(primary) + "; their whole-episode tests in every "
+            "mode are Holm-corrected as one family (separate from the sliders' primary family)"
+            if primary
+            else "no probe rate is pre-registered as primary: every probe test is exploratory"
+        ),
+    }
 
 
 def _json_safe(x: Any) -> Any:
@@ -317,6 +355,18 @@ def to_markdown(result: Mapping[str, Any]) -> str:
     lines = ["## What the bot remembered (persona-card probes)", "",
              f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
              f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+    family = result.get("primary_family") or {}
+    if family.get("rates"):
+        lines += ["", f"**Primary (pre-registered):** {family['description']}; {family.get('significant', 0)} of "
+                  f"{family.get('tests', 0)} significant at alpha = {family.get('alpha', ALPHA)}.", "",
+                  "| mode | rate | arms | difference | p | p (Holm, primary family) |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for mode in MODES:
+            for e in (result.get("modes", {}).get(mode) or {}).get("pairwise", []):
+                if e.get("primary"):
+                    diff = e.get("mean_diff")
+                    lines.append(f"| {mode} | {e['metric']} | {e['a']} vs {e['b']} | "
+                                 f"{'–' if diff is None else f'{diff:+.2f}'} | {_pv(e.get('p'))} | "
+                                 f"{_pv(e.get('p_holm_primary'))} |")  # fmt: skip
     rates = [*METRICS, "memory_gain"]
     for mode in MODES:
         if mode not in result.get("modes", {}):
@@ -335,6 +385,10 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         lines += ["", f"Recall against {notice['metric']}: Pearson r = {'–' if r is None else f'{r:.2f}'} "
                   f"over {notice['sessions'].get('n', 0)} rated sessions."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _pv(p: Any) -> str:
+    return "–" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
 
 
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}

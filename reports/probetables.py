@@ -44,6 +44,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
     if "error" in probes:
         return {"error": probes["error"]}
     sections = []
+    family = probes.get("primary_family") or {}
+    alpha = float(family.get("alpha") or 0.05)
     for mode, title in MODE_TITLES.items():
         sec = probes["modes"].get(mode)
         if not sec:
@@ -56,7 +58,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
                 "metric": RATE_TITLES[e["metric"]], "session": e.get("session", "all"), "a": e["a"], "b": e["b"],
                 "diff": num(e.get("mean_diff"), 2, signed=True), "ci": ci(e.get("mean_diff_ci95"), 2),
                 "p": pval(e.get("p")), "p_holm": pval(e.get("p_holm")), "role": e.get("role", ""),
-                "significant": e.get("p_holm") is not None and e["p_holm"] < 0.05,
+                "p_holm_primary": pval(e.get("p_holm_primary")) if e.get("primary") else "",
+                "significant": _significant(e, alpha),
             }
             for e in [*sec["pairwise"], *sec["pairwise_by_session"]]
             if e.get("p") is not None
@@ -81,4 +84,13 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
         "n_untold": probes["n_untold"],
         "untold_note": probes["untold_note"],
         "notice": notice_row,
-    }
+        "primary": {"description": family.get("description", ""), "tests": family.get("tests", 0),
+                    "significant": family.get("significant", 0), "alpha": alpha, "rates": family.get("rates", [])},
+    }  # fmt: skip
+
+
+def _significant(entry: dict[str, Any], alpha: float) -> bool:
+    """A primary test by the primary family's Holm and alpha; an exploratory one within its own rate's family."""
+    if entry.get("primary"):
+        return entry.get("p_holm_primary") is not None and entry["p_holm_primary"] < alpha
+    return entry.get("p_holm") is not None and entry["p_holm"] < 0.05

@@ -16,11 +16,12 @@ import pandas as pd
 
 from analysis import writers
 from analysis.data import RatingsError
+from analysis.prereg import probe_primary
 from analysis.probes import METRICS as PROBE_METRICS
 from analysis.probes import analyze_probes
 from analysis.probes import to_markdown as probes_markdown
 from analysis.report import run as run_analysis
-from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
+from analysis.spec import ALPHA, DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -129,10 +130,12 @@ def probe_report(source: Source, test: str, preregistration: Any = None) -> dict
         if not wide.empty:
             ratings = wide.rename(columns={"score": "memorability"})[["unit", "session", "memorability"]]
     primary: list[str] = []
+    alpha = ALPHA
     if isinstance(preregistration, dict):
-        primary = [m for m in (preregistration.get("probes") or {}).get("primary", []) if m in probe_metrics()]
+        primary = [m for m in probe_primary(preregistration) if m in probe_metrics()]
+        alpha = float((preregistration.get("analysis") or {}).get("alpha") or ALPHA)
     try:
-        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
+        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary, alpha=alpha)
     except (RatingsError, ValueError) as exc:
         return {"error": str(exc)}
 
