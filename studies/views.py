@@ -322,7 +322,7 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
             request, "No such arm in this study." if request.POST.get("arm") else "This study has no active arm."
         )
     else:
-        what = ArmJob.Kind(kind).label if kind != ArmJob.Kind.READINESS else "Readiness checks"
+        what = ArmJob.Kind(kind).label
         messages.success(request, f"{what} started for {', '.join(j.arm.name for j in started)}.")
     return redirect(reverse("studies:detail", args=[study.slug]) + "#readiness")
 

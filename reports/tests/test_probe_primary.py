@@ -79,7 +79,7 @@ def test_the_registration_page_makes_probe_rates_primary_and_the_report_marks_an
     assert all(e["p"] is not None for e in chosen)
     # one Holm correction over the two primary tests (the primary family), not each within its own rate
     assert [e["p_holm_primary"] for e in chosen] == [pytest.approx(p) for p in holm([e["p"] for e in chosen])]
-    assert chosen[0]["p_holm_primary"] != pytest.approx(chosen[0]["p_holm"])
+    assert any(e["p_holm_primary"] != pytest.approx(e["p_holm"]) for e in chosen)  # the smaller p is doubled
     others = [e for e in [*snap["pairwise"], *snap["pairwise_by_session"]] if e not in chosen]
     assert others and all(e["role"] == "exploratory" and e["p_holm_primary"] is None for e in others)
     family = probes["primary_family"]
