@@ -68,7 +68,7 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
         record = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
         if kind == ArmJob.Kind.CARDS:
             cardjobs.seed_journal(record)  # go on where a failed run on the same configuration stopped
-        kind_of = {ArmJob.Kind.READINESS: CHECK, ArmJob.Kind.CARDS: CARD_EVALUATION}.get(kind, EVALUATION)
+        kind_of = {ArmJob.Kind.READINESS.value: CHECK, ArmJob.Kind.CARDS.value: CARD_EVALUATION}.get(kind, EVALUATION)
         scope, label = f"study:{arm.study_id}", f"{ArmJob.Kind(kind).label.lower()} of arm {arm.name}"
         whole = kind == ArmJob.Kind.READINESS and _answer_at_once(record)
         if whole:  # the whole check needed no model: done, nothing queued
