@@ -107,12 +107,16 @@ def test_without_a_registration_of_probe_rates_every_probe_test_is_exploratory(
     assert "No probe rate is pre-registered as primary" in dashboard
 
 
-def test_a_study_without_persona_cards_offers_no_probe_rates_and_ignores_them(
+def test_only_a_study_with_persona_cards_offers_probe_rates_and_another_ignores_them(
     study: Study, researcher_client: Client
 ) -> None:
     assert "Primary probe rates" not in researcher_client.get(f"/studies/{study.slug}/plan/").content.decode()
     register(researcher_client, study, probe_primary=["recall"])
     assert "probes" not in Preregistration.objects.get(study=study).content
+    study.persona_cards = True
+    study.save(update_fields=["persona_cards"])
+    page = researcher_client.get(f"/studies/{study.slug}/plan/").content.decode()
+    assert "Primary probe rates" in page and 'name="probe_primary" value="recall"' in page
 
 
 def test_an_unknown_probe_rate_is_refused_and_nothing_is_registered(
