@@ -307,15 +307,21 @@ def study_spec(study: Study) -> AnalysisSpec | None:
     return replace(spec, exclude_rows=DEFAULT_ROW_FILTERS, covariates=(LATENCY_COVARIATE,))
 
 
-def automatic_scores(study: Study) -> list[dict[str, Any]]:
-    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+def latest_finished(study: Study, kind: str) -> dict[int, ArmJob]:
+    """The newest finished arm job of ``kind`` of each arm of ``study``, by arm id, in arm order."""
     latest: dict[int, ArmJob] = {}
     for job in (
-        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, job__status=ArmJob.Status.DONE)
+        ArmJob.objects.filter(arm__study=study, kind=kind, job__status=ArmJob.Status.DONE)
         .select_related("arm", "job")
         .order_by("arm_id", "-job__finished_at", "-id")
     ):
         latest.setdefault(job.arm_id, job)
+    return latest
+
+
+def automatic_scores(study: Study) -> list[dict[str, Any]]:
+    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+    latest = latest_finished(study, ArmJob.Kind.EVALUATION)
     rows = []
     for job in latest.values():
         result = job.result or {}
@@ -360,13 +366,7 @@ def offline_card_probes(study: Study) -> dict[str, list[dict[str, Any]]]:
     and event script the study has now). Empty lists for a study without persona cards."""
     if not study.persona_cards:
         return {"offline": [], "offline_runs": []}
-    latest: dict[int, ArmJob] = {}
-    for job in (
-        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.CARDS, job__status=ArmJob.Status.DONE)
-        .select_related("arm", "job")
-        .order_by("arm_id", "-job__finished_at", "-id")
-    ):
-        latest.setdefault(job.arm_id, job)
+    latest = latest_finished(study, ArmJob.Kind.CARDS)
     try:
         bank_sha, script = study.persona_bank().sha256, study.persona_script().as_dict()
     except cards.CardError:

@@ -120,6 +120,15 @@ def test_it_runs_against_the_arms_openai_compatible_endpoint(
     assert len(server.log) >= run.result["probes"] and all(fault == "ok" for fault, _ in server.log)
 
 
+def cards_played(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the cards the runs play from now on (memory.cardeval.run_card), in order."""
+    calls: list[str] = []
+    real = cardeval.run_card
+    monkeypatch.setattr(cardeval, "run_card", lambda system, llm, plan, **kw: calls.append(plan.card.id)
+                        or real(system, llm, plan, **kw))  # fmt: skip
+    return calls
+
+
 class FailAfterFirstCard:
     """Wraps the arms' model (through chat.armjobs.guard): once the journal holds a finished card, every call
     fails, as an endpoint that goes down half-way through a run."""
@@ -169,10 +178,7 @@ def test_a_run_started_again_after_a_failure_skips_the_cards_it_finished_and_kee
 
     monkeypatch.setattr(FailAfterFirstCard, "down", False)
     monkeypatch.setattr(cardjobs.StoredJournal, "flush", flush)
-    calls: list[str] = []
-    real = cardeval.run_card
-    monkeypatch.setattr(cardeval, "run_card", lambda system, llm, plan, **kw: calls.append(plan.card.id)
-                        or real(system, llm, plan, **kw))  # fmt: skip
+    calls = cards_played(monkeypatch)
     start_cards(rclient, card_study, django_capture_on_commit_callbacks, max_cards="2", arm=str(arm.pk))
     again = ArmJob.objects.filter(kind="cards").order_by("-id").first()
     assert again is not None and again.pk != failed.pk and again.status == "done", again.error
@@ -206,10 +212,7 @@ def test_a_run_whose_worker_died_goes_on_from_its_own_journal(
                      wrap_llm=lambda llm: _fails_in_card(llm, partial))  # fmt: skip
     lost.refresh_from_db()
     assert lost.kept_cards == 1
-    calls: list[str] = []
-    real = cardeval.run_card
-    monkeypatch.setattr(cardeval, "run_card", lambda system, llm, plan, **kw: calls.append(plan.card.id)
-                        or real(system, llm, plan, **kw))  # fmt: skip
+    calls = cards_played(monkeypatch)
     with django_capture_on_commit_callbacks(execute=True):
         rclient.get(reverse("studies:readiness", args=[card_study.slug]))  # the poll has the sweeper take it back
     lost.refresh_from_db()
