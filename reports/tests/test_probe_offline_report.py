@@ -18,7 +18,7 @@ from reports.tests.conftest import add_ratings
 from reports.tests.test_probe_primary import add_varied_probes
 from studies.models import Arm, Study
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
 
 
 @pytest.fixture
