@@ -174,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     pro.add_argument("--primary", type=_list, default=[], help="rates the pre-registration made primary")
     pro.add_argument("--prereg", type=Path, metavar="PREREG.json",
                      help="a pre-registration: its probes.primary rates and its alpha (instead of --primary)")  # fmt: skip
+    pro.add_argument("--offline", action="append", default=[], metavar="ARM=RESULT.json",
+                     help="an offline card evaluation of live arm ARM (`memory eval ... --dataset cards --format json "
+                     "--out RESULT.json`), set beside the live probes; repeat per arm")  # fmt: skip
     pro.add_argument("--format", choices=("json", "md"), default="json")
     pro.add_argument("--out", type=Path, help="write here instead of stdout")
     _design_arguments(
@@ -408,8 +411,9 @@ def _probes(args: argparse.Namespace) -> int:
     frame = read_probe_table(args.probes)
     if "unit" in frame.columns:
         frame["unit"] = frame["unit"].astype(str)
+    offline = _offline_results(args.offline)
     result = analyze_probes(frame, test=args.test, ratings=ratings, rating_metric=args.rating_metric,
-                            primary=primary, alpha=alpha)  # fmt: skip
+                            primary=primary, alpha=alpha, offline=offline)  # fmt: skip
     text = json.dumps(result, indent=1, allow_nan=False) + "\n" if args.format == "json" else to_markdown(result)
     if args.out:
         try:
@@ -419,6 +423,30 @@ def _probes(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _offline_results(given: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The probes of ``--offline ARM=RESULT.json`` files (memory eval's JSON report of a cards run) as rows."""
+    from analysis.probes import offline_rows
+
+    if not given:
+        return None
+    rows: list[dict[str, Any]] = []
+    for spec in given:
+        arm, sep, path = spec.partition("=")
+        if not sep or not arm or not path:
+            raise RatingsError(f"--offline {spec!r}: write ARM=RESULT.json (the live arm's name, then the file)")
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RatingsError(f"--offline {path} cannot be read as JSON: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("dataset") != "cards" or not isinstance(doc.get("items"), list):
+            raise RatingsError(f"--offline {path} is not a cards run (memory eval ARM --dataset cards --format json)")
+        try:
+            rows += offline_rows(doc["items"], arm)
+        except (KeyError, TypeError) as exc:
+            raise RatingsError(f"--offline {path}: a probe lacks {exc}") from exc
+    return rows
 
 
 def _prereg(args: argparse.Namespace) -> int:

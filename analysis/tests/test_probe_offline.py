@@ -118,3 +118,26 @@ def test_the_probe_report_carries_the_offline_section_and_its_markdown_and_html(
     assert "Agreement of the orderings: recall 1.00 [" in md and "(3 arms)" in md
     html = to_html(result)
     assert 'id="probes-offline"' in html and "recall offline" in html and "Kendall" in html
+
+
+def test_the_cli_sets_memory_evals_cards_reports_beside_the_live_probes(tmp_path: Any) -> None:
+    from analysis.__main__ import main
+
+    probes = tmp_path / "probes.csv"
+    pd.DataFrame(live()).to_csv(probes, index=False)
+    files = []
+    for arm, p in {"A": 0.9, "B": 0.5, "C": 0.2}.items():
+        report = tmp_path / f"{arm}.json"  # what `memory eval MEMORY --dataset cards --format json --out` writes
+        report.write_text(json.dumps({"arm": "memory_system", "dataset": "cards", "items": cardeval_items(arm, p)}))
+        files += ["--offline", f"{arm}={report}"]
+    out = tmp_path / "out.json"
+    assert main(["probes", str(probes), *files, "--out", str(out)]) == 0
+    cli = json.loads(out.read_text())["offline"]
+    expected = compare_offline(live(), offline({"A": 0.9, "B": 0.5, "C": 0.2}))
+    assert cli["modes"]["snapshot"]["by_arm"] == expected["modes"]["snapshot"]["by_arm"]
+    assert cli["modes"]["snapshot"]["agreement"]["recall"]["tau"] == pytest.approx(1.0)
+    gvd = tmp_path / "gvd.json"
+    gvd.write_text(json.dumps({"dataset": "gvd", "items": []}))
+    assert main(["probes", str(probes), "--offline", f"A={gvd}"]) == 2  # not a cards run
+    assert main(["probes", str(probes), "--offline", str(gvd)]) == 2  # no arm name
+    assert main(["probes", str(probes), "--offline", f"A={tmp_path / 'missing.json'}"]) == 2
