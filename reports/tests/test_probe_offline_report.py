@@ -14,8 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from chat.models import ArmJob
-from reports.tests.conftest import add_ratings
-from reports.tests.test_probe_primary import add_varied_probes
+from reports.tests.conftest import add_ratings, add_varied_probes
 from studies.models import Arm, Study
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
