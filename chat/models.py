@@ -75,8 +75,9 @@ class ChatSession(models.Model):
     # report by default (the ratings frame's ``silent_session`` column) and listed on the quality page.
     silent = models.BooleanField(default=False)
     # A bot turn of the session named an arm, a vendor or memory tools, or leaked JSON or a prompt (the blinding
-    # scan, judges/blinding.py, sets it when it runs): its ratings are excluded from every report by default (the
-    # ratings frame's ``non_blind`` column; analysis's include_non_blind keeps them) and counted per arm.
+    # scan, judges/blinding.py, sets it: a job once the session's chat is over, and the researcher's scan): its
+    # ratings are excluded from every report by default (the ratings frame's ``non_blind`` column; analysis's
+    # include_non_blind keeps them) and counted per arm.
     non_blind = models.BooleanField(default=False)
 
     class Meta:

@@ -25,6 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from chat import signals as chat_signals
 from chat.models import Episode
 from chat.quality import WorkerQuality, study_quality
 from prolific import client as api
@@ -75,9 +76,10 @@ def release(participant: Participant, now: dt.datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         marked = Participant.objects.filter(pk=participant.pk, abandoned_at__isnull=True).update(abandoned_at=now)
-        episodes = Episode.objects.filter(participant=participant, status=Episode.Status.ACTIVE).update(
-            status=Episode.Status.ABANDONED
-        )
+        active = Episode.objects.filter(participant=participant, status=Episode.Status.ACTIVE)
+        left = list(active.values_list("pk", flat=True))
+        episodes = active.update(status=Episode.Status.ABANDONED)
+        chat_signals.abandoned_chats_ended(left)  # a session left chatting is over (the blinding scan reads it)
     return bool(marked or episodes)
 
 
