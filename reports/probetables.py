@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.probes import COMPARED, METRICS, STAGES, agreement_text, scoring_text, side_by_side, stage_table
+from analysis.probes import (
+    COMPARED,
+    METRICS,
+    STAGES,
+    agreement_text,
+    left_out_text,
+    scoring_text,
+    side_by_side,
+    stage_table,
+)
 from reports.tables import ci, num, pval
 
 MODE_TITLES = {
@@ -120,6 +129,7 @@ def _offline(probes: dict[str, Any], mode: str) -> dict[str, Any] | None:
         else [],
         "stand_in": [r["arm"] for r in offline.get("runs") or [] if r.get("stand_in_model")],
         "outdated": [r["arm"] for r in offline.get("runs") or [] if not r.get("current", True)],
+        "left_out": left_out_text(offline),
     }
 
 
