@@ -207,6 +207,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     msgs = (
         Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
         .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+        .exclude(session__episode__side="b")  # side B's copies of a side-by-side message: measured once, on A
         .order_by("session_id", "seq")
         .values_list(
             "session__episode__participant_id",

@@ -525,3 +525,35 @@ def seed_persona_study(created_by: Any = None) -> tuple[Study, bool]:
         Arm.objects.create(study=study, name="No memory", memory_system="none")
         Arm.objects.create(study=study, name="Full history", memory_system="full_history")
     return study, True
+
+
+SIDE_BY_SIDE_SLUG = "demo-side-by-side"
+
+
+def seed_side_by_side_study(created_by: Any = None) -> tuple[Study, bool]:
+    """The open live side-by-side demo (chat/sidebyside.py): every message goes to two arms at once, bots A and B,
+    and the worker votes after each of two sessions; the votes feed the pairwise leaderboard."""
+    existing = Study.objects.filter(slug=SIDE_BY_SIDE_SLUG).first()
+    if existing is not None:
+        return existing, False
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=SIDE_BY_SIDE_SLUG,
+            name="Demo: live side by side",
+            status=Study.Status.OPEN,
+            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
+            side_by_side=True,
+            sessions_per_episode=2,
+            episodes_per_worker=1,
+            min_user_turns=2,
+            gap_days=7,
+            gap_max_days=None,
+            completion_code="SIDE1234",
+            created_by=created_by,
+            description="Workers chat with two bots at once (A and B: no memory and the full history, sides drawn per "
+            "episode) and vote after each session; the votes appear on the pairwise leaderboard, marked live.",
+        )
+        study.add_default_metrics()
+        Arm.objects.create(study=study, name="No memory", memory_system="none")
+        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+    return study, True

@@ -44,6 +44,8 @@ STUDY_FIELDS = [
     "session_time_limit_minutes",
     "abandon_after_minutes",
     "block_paste",
+    "side_by_side",
+    "side_by_side_sliders",
     "prolific_decline_code",
     "persona_cards",
     "card_bank",
@@ -75,6 +77,9 @@ STUDY_FROZEN_FIELDS = (
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
+    # live side by side: one data set is either one chatbot per episode or two
+    "side_by_side",
+    "side_by_side_sliders",
 )
 
 # Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
@@ -156,6 +161,8 @@ class StudyForm(forms.ModelForm[Study]):
             "session_time_limit_minutes": "Time limit per session (minutes)",
             "abandon_after_minutes": "Abandoned after (minutes away)",
             "block_paste": "Block pasting into the chat",
+            "side_by_side": "Live side by side (two chatbots, A and B, and a vote per session)",
+            "side_by_side_sliders": "Side by side: also rate each chatbot on the sliders",
             "prolific_decline_code": "Prolific code for declined consent",
             "persona_cards": "Workers chat as persona cards",
             "card_bank": "Card bank",

@@ -246,6 +246,16 @@ class Study(models.Model):
     block_paste = models.BooleanField(
         default=False, help_text="Refuse pasting into the chat box (the worker is told why)."
     )
+    # Live side by side (chat/sidebyside.py, docs/pairwise.md): two arms per episode, one vote per session.
+    side_by_side = models.BooleanField(
+        default=False,
+        help_text="Live side by side: each message goes to two arms at once, shown as chatbots A and B (each with its "
+        "own memory over the episode's sessions); the worker votes A, B, tie or both bad after each session, with a "
+        "one-line reason. The pair of arms is drawn per episode (balanced; the QC arm is not drawn).",
+    )
+    side_by_side_sliders = models.BooleanField(
+        default=False, help_text="Live side by side: the worker also rates each chatbot on the study's sliders."
+    )
     # Reply pacing (chat/pacing.py): blinding by timing. Off for studies made before it (their design stays).
     pace_replies = models.BooleanField(
         default=True,

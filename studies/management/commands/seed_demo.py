@@ -71,6 +71,11 @@ class Command(BaseCommand):
             f"{'created' if created else 'kept'} {cards_study.name!r} (open: persona cards with an update, a forget "
             f"and a probe; worker link /s/{cards_study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
         )
+        side_by_side, created = demo.seed_side_by_side_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {side_by_side.name!r} (open: two bots A and B, a vote per session; "
+            f"worker link /s/{side_by_side.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
+        )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
             f"{DEMO_PASSWORD}. Worker link: /s/{study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1"
