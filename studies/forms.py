@@ -525,6 +525,24 @@ def qc_design_problem(*, qc_arms: int, episodes_per_worker: int, sessions: int, 
     return ""
 
 
+def side_by_side_problem(*, side_by_side: bool, real_arms: int, qc_arms: int, episodes_per_worker: int) -> str:
+    """Why a live side-by-side design cannot run (chat/sidebyside.py), or "" when it can: each of a worker's
+    episodes is a pair of arms they have not met, and the QC arm is never drawn."""
+    if not side_by_side:
+        return ""
+    if qc_arms:
+        return (
+            "A live side-by-side study draws no quality-control arm (a worker would see it beside a real arm every "
+            "session): make the QC arm inactive, or judge it in an ACUTE-Eval comparison's check pairs."
+        )
+    if real_arms < 2 * episodes_per_worker:
+        return (
+            f"Live side by side: {episodes_per_worker} episode(s) per worker need {2 * episodes_per_worker} active "
+            f"arms (each episode is a pair of arms the worker has not met); this study has {real_arms}."
+        )
+    return ""
+
+
 def check_design(
     study_form: StudyForm,
     arms: BaseArmFormSet,
@@ -545,6 +563,13 @@ def check_design(
         ok = False
     if metrics.metric_count() == 0 and not data.get("add_default_metrics"):
         study_form.add_error(None, "Add at least one metric (or the five default ones).")
+        ok = False
+    pair_problem = side_by_side_problem(
+        side_by_side=bool(data.get("side_by_side")), real_arms=active - arms.active_qc_arm_count(),
+        qc_arms=arms.active_qc_arm_count(), episodes_per_worker=per_worker or 1,
+    )  # fmt: skip
+    if pair_problem:
+        study_form.add_error("side_by_side", pair_problem)
         ok = False
     sessions = data.get("sessions_per_episode")
     if per_worker and sessions:
@@ -589,6 +614,13 @@ def open_problems(study: Study) -> list[str]:
     )
     if qc:
         problems.append(qc[0].lower() + qc[1:].rstrip("."))
+    qc_arms = study.arms.filter(active=True, is_qc=True).count()
+    pair = side_by_side_problem(
+        side_by_side=study.side_by_side, real_arms=active - qc_arms, qc_arms=qc_arms,
+        episodes_per_worker=study.episodes_per_worker,
+    )  # fmt: skip
+    if pair:
+        problems.append(pair[0].lower() + pair[1:].rstrip("."))
     return problems
 
 
