@@ -22,7 +22,7 @@ from django.test import Client
 from chat import arms, assignment, replies, sidebyside
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, Message, Rating, SideBySideVote
-from chat.tests.conftest import HOST, ORIGIN, enter
+from chat.tests.conftest import HOST, ORIGIN, start
 from memory.llm import LLMError, ScriptedLLM
 from runtime import executor
 from studies.models import Arm, Participant, Study
@@ -62,13 +62,8 @@ def signed(monkeypatch: pytest.MonkeyPatch) -> dict[str, ScriptedLLM]:
 
 
 def open_pair(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
-    """Enter, consent and open the first side-by-side page: side A's session (both sides started)."""
-    participant = enter(client, study, pid)
-    response = client.get(f"/s/{study.slug}/next/", follow=True)
-    assert response.status_code == 200
-    session = assignment.current_session(participant)
-    assert session is not None
-    return session
+    """Enter, consent and open the first side-by-side page: side A's session (the conftest's ``start``)."""
+    return start(client, study, pid)
 
 
 def vote_data(winner: str = "a", reason: str = "It remembered my dog.") -> dict[str, str]:
