@@ -311,6 +311,7 @@ def test_the_study_can_ask_for_each_sides_sliders_with_the_vote(client: Client, 
     b = sidebyside.twin_session(session)
     page = client.get(f"/chat/{session.pk}/rate/").content.decode()
     assert "Chatbot A" in page and "Chatbot B" in page and page.count('type="range"') == 10
+    assert "Alpha" not in page and "Beta" not in page and "history" not in page  # the vote page names no arm
     assert client.post(f"/chat/{session.pk}/rate/", vote_data()).status_code == 400  # the sliders are required
     data = vote_data()
     for s, value in ((session, 80), (b, 30)):

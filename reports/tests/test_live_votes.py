@@ -3,6 +3,7 @@ ACUTE-Eval's, marked ``live``, and the leaderboard of both sources together and 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -58,3 +59,11 @@ def test_live_votes_land_beside_acute_votes_marked_live_and_the_leaderboard_show
     assert "No pairwise votes yet." in acute
     csv = researcher_client.get(f"/studies/{pair_study.slug}/analysis/pairwise/export/csv/").content.decode()
     assert csv.count("\nlive,") == 8
+    # the researcher's other pages of a side-by-side study: the study, its analysis (with the leaderboard plot),
+    # worker quality (side B's copies of the messages are not measured twice)
+    for path in ("", "analysis/", "quality/", "analysis/pairwise/leaderboard.svg"):
+        assert researcher_client.get(f"/studies/{pair_study.slug}/{path}").status_code == 200, path
+    assert (
+        json.loads(researcher_client.get(f"/studies/{pair_study.slug}/analysis/pairwise/export/json/").content)["votes"]
+        == 8
+    )
