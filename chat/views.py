@@ -128,8 +128,10 @@ def _to_side_a(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
         try:
             return view(request, session_id)
         except _SideB as side_b:
-            return redirect(request.resolver_match.view_name if request.resolver_match else "chat:session",
-                            side_b.lead.pk)  # fmt: skip
+            name = request.resolver_match.view_name if request.resolver_match else ""
+            return redirect(
+                name if name in ("chat:session", "chat:rate", "chat:wait") else "chat:session", side_b.lead.pk
+            )
 
     return wrapped
 

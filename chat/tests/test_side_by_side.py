@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -230,6 +231,26 @@ def test_a_session_is_votable_only_when_both_sides_answered_and_a_failed_side_is
     assert Message.objects.filter(session=session, speaker="bot").count() == 1  # side A untouched
     assert client.post(f"/chat/{session.pk}/end/").status_code == 302
     assert client.post(f"/chat/{session.pk}/rate/", vote_data("b")).status_code == 302
+
+
+def test_both_sides_share_one_clock_and_the_time_limit_ends_both(
+    client: Client, pair_study: Study, signed: Any
+) -> None:
+    pair_study.session_time_limit_minutes = 5
+    pair_study.min_user_turns = 3  # waived by the time limit
+    pair_study.save()
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    sidebyside.post_to_both(session.pk, "c1", "Hello")
+    session.refresh_from_db()
+    b = sidebyside.twin_session(session)
+    assert b.started_at == session.started_at  # one page, one start
+    ChatSession.objects.filter(pk__in=[session.pk, b.pk]).update(started_at=session.started_at - timedelta(minutes=6))
+    response = client.get(f"/chat/{session.pk}/")
+    assert response.status_code == 302 and response["Location"].endswith(f"/chat/{session.pk}/rate/")
+    statuses = ChatSession.objects.filter(pk__in=[session.pk, b.pk]).values_list("status", "ended_by")
+    assert set(statuses) == {(ChatSession.Status.RATING, ChatSession.EndedBy.TIME_LIMIT)}
+    assert client.post(f"/chat/{b.pk}/end/").status_code == 302  # side B's end: to side A's chat page, not a 405
 
 
 def test_a_message_counts_once_toward_the_workers_limits(client: Client, pair_study: Study, signed: Any) -> None:
