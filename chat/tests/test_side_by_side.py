@@ -23,60 +23,12 @@ from django.test import Client
 from chat import arms, assignment, replies, sidebyside
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, Message, Rating, SideBySideVote
-from chat.tests.conftest import HOST, ORIGIN, start
+from chat.tests.conftest import HOST, ORIGIN, SIGN, open_pair, play_session, vote_data
 from memory.llm import LLMError, ScriptedLLM
 from runtime import executor
 from studies.models import Arm, Participant, Study
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def pair_study(study: Study) -> Study:
-    """The conftest's study, side by side, with two arms that both keep the whole history."""
-    study.side_by_side = True
-    study.episodes_per_worker = 1
-    study.save()
-    study.arms.all().delete()
-    for name in ("Alpha history", "Beta history"):
-        Arm.objects.create(study=study, name=name, memory_system="full_history", llm_backend="scripted")
-    return study
-
-
-SIGN = {"Alpha history": "Zebra", "Beta history": "Quokka", "Gamma": "Lemur"}  # each arm's word
-
-
-@pytest.fixture
-def signed(monkeypatch: pytest.MonkeyPatch) -> dict[str, ScriptedLLM]:
-    """Each arm's LLM replies "<its word> here (n)." (:data:`SIGN`): the LLMs by arm name, to read what each was
-    sent."""
-    llms: dict[str, ScriptedLLM] = {}
-
-    def build(arm: Arm) -> ScriptedLLM:
-        if arm.name not in llms:
-            count = iter(range(1, 1000))
-            llms[arm.name] = ScriptedLLM(lambda messages, word=SIGN[arm.name]: f"{word} here ({next(count)}).")
-        return llms[arm.name]
-
-    monkeypatch.setattr(arms, "build_llm", build)
-    return llms
-
-
-def open_pair(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
-    """Enter, consent and open the first side-by-side page: side A's session (the conftest's ``start``)."""
-    return start(client, study, pid)
-
-
-def vote_data(winner: str = "a", reason: str = "It remembered my dog.") -> dict[str, str]:
-    return {"winner": winner, "reason": reason}
-
-
-def play_session(client: Client, session: ChatSession, words: list[str], winner: str = "a") -> None:
-    client.get(f"/chat/{session.pk}/")
-    for i, text in enumerate(words):
-        sidebyside.post_to_both(session.pk, f"c{session.pk}-{i}", text)
-    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
-    assert client.post(f"/chat/{session.pk}/rate/", vote_data(winner)).status_code == 302
 
 
 # ---------------------------------------------------------------------------------------------- drawing

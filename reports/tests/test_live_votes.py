@@ -11,12 +11,12 @@ from django.test import Client
 
 from chat import assignment
 from chat.models import SideBySideVote
-from chat.tests import test_side_by_side as side_by_side
-from chat.tests.test_side_by_side import open_pair, play_session
+from chat.tests import conftest as chat_conftest
+from chat.tests.conftest import open_pair, play_session
 from studies.models import Study
 
-pair_study = side_by_side.pair_study  # the chat tests' fixtures: a side-by-side study, one scripted LLM per arm
-signed = side_by_side.signed
+pair_study = chat_conftest.pair_study  # the chat conftest's fixtures: a side-by-side study, one scripted LLM per arm
+signed = chat_conftest.signed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
