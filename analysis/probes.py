@@ -41,7 +41,11 @@ from analysis.spec import ALPHA, CONFIDENCE, RatingsError
 from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm
 
 COLUMNS = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
-           "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+           "stage", "answerable_without_memory", "told", "dependent", "scored_by")  # fmt: skip
+#: ``scored_by`` of a probe whose answer needs a judge (a free-text fact) and has no admitted judge's verdict: its
+#: scores are empty (kept out of every rate) and it is counted apart
+NOT_ADMITTED = "not admitted"
+JUDGE = "judge"
 METRICS: dict[str, str] = {
     "recall": "share of probes of current and updated facts whose answer gives the current value",
     "stale_rate": "share of probes of updated facts whose answer gives an old value and not the current one",
@@ -64,7 +68,8 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
     if missing:
         raise RatingsError(f"the probe table lacks column(s) {', '.join(missing)}")
     defaults = {"mode": "snapshot", "recalled": None, "stale": None, "deletion_honoured": None, "correct": None,
-                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False}  # fmt: skip
+                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False,
+                "scored_by": "match"}  # fmt: skip
     for col, value in defaults.items():
         if col not in frame.columns:
             frame[col] = value
@@ -78,6 +83,7 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
     for col, absent in (("told", True), ("dependent", False), ("answerable_without_memory", False)):
         frame[col] = [_flag(v, absent) for v in frame[col]]
         frame[col] = frame[col].astype(bool)
+    frame["scored_by"] = [str(v) if isinstance(v, str) and v else "match" for v in frame["scored_by"]]
     for col in _SOURCE.values():
         frame[col] = frame[col].map(lambda v: math.nan if v is None or v != v else float(bool(v)))  # noqa: PLR0124
     return frame[list(COLUMNS)]
@@ -194,6 +200,8 @@ def _section(frame: pd.DataFrame, arms: list[str], test: str, primary: Sequence[
     families = _families([*whole, *per_session], primary)
     return {
         "n_probes": int(len(frame)),
+        "n_judged": int((frame["scored_by"] == JUDGE).sum()),
+        "n_not_admitted": int((frame["scored_by"] == NOT_ADMITTED).sum()),
         "by_arm": by_arm,
         "by_arm_session": by_session,
         "pairwise": whole,
@@ -262,6 +270,14 @@ def analyze_probes(
         "n_probes": int(len(kept)),
         "n_untold": int(len(untold)),
         "untold_note": "probes of facts the worker did not bring up (or a forget not asked for) are left out",
+        "scoring": {
+            "match": int((~kept["scored_by"].isin([JUDGE, NOT_ADMITTED])).sum()),
+            "judge": int((kept["scored_by"] == JUDGE).sum()),
+            "not_admitted": int((kept["scored_by"] == NOT_ADMITTED).sum()),
+            "note": "match: the card's value or one of its aliases in the answer (exact or alias); judge: a free-text "
+            "fact scored by an automatic judge admitted on the study's probe answers; not admitted: a free-text fact "
+            "with no admitted judge's verdict, kept out of every rate",
+        },
         "n_units": int(kept["unit"].nunique()),
         "n_workers": int(kept["worker"].nunique()),
         "modes": {},
@@ -471,6 +487,35 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def scoring_text(result: Mapping[str, Any]) -> str:
+    """How the probes were scored: by matching, by an admitted judge (with its admission figures), and how many
+    free-text answers had no admitted judge's verdict (kept out of recall). ``result["judge"]``, when the caller
+    adds it, names the judge: ``judge``, ``model``, ``prompt``, ``prompt_sha256``, ``admitted``, ``admission``
+    (``items``, ``annotators``, ``winning_rate``, ``alpha_humans``, ``alpha_judge_vs_mean``), ``reasons``."""
+    scoring = result.get("scoring") or {}
+    judge = result.get("judge") or {}
+    text = f"Scored by matching the card's values (exact or alias): {scoring.get('match', 0)}"
+    name = ""
+    if judge:
+        name = (f"judge {judge.get('judge')} ({judge.get('model')}, {judge.get('prompt')} sha256 "
+                f"{str(judge.get('prompt_sha256', ''))[:12]})")  # fmt: skip
+    if scoring.get("judge"):
+        a = judge.get("admission") or {}
+
+        def f(x: Any) -> str:
+            return "–" if x is None else f"{x:.2f}"
+
+        text += (f"; by the {name}, admitted on {a.get('items')} probe answers of the judge sample with "
+                 f"{a.get('annotators')} annotators (alt-test winning rate {f(a.get('winning_rate'))}, "
+                 f"Krippendorff's alpha humans {f(a.get('alpha_humans'))}, judge vs their mean "
+                 f"{f(a.get('alpha_judge_vs_mean'))}): {scoring['judge']}")  # fmt: skip
+    if scoring.get("not_admitted"):
+        why = f" ({name}: {'; '.join(judge.get('reasons') or [])})" if judge else " (no judge has scored them)"
+        text += (f"; free-text answers not admitted, kept out of every rate: {scoring['not_admitted']} (no verdict "
+                 f"of an admitted judge{why})")  # fmt: skip
+    return text + "."
+
+
 def to_markdown(result: Mapping[str, Any]) -> str:
     """The probe report as Markdown tables: per mode, the rates per arm and session (mean [95% CI]) and the
     failure stages per arm."""
@@ -483,7 +528,8 @@ def to_markdown(result: Mapping[str, Any]) -> str:
 
     lines = ["## What the bot remembered (persona-card probes)", "",
              f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
-             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers.",
+             "", scoring_text(result)]  # fmt: skip
     family = result.get("primary_family") or {}
     if family.get("rates"):
         lines += ["", f"**Primary (pre-registered):** {family['description']}; {family.get('significant', 0)} of "

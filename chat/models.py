@@ -92,6 +92,10 @@ class ChatSession(models.Model):
     # session ends and again when it is rated (chat.sessions.is_silent); its ratings are excluded from every
     # report by default (the ratings frame's ``silent_session`` column) and listed on the quality page.
     silent = models.BooleanField(default=False)
+    # A bot turn of the session named an arm, a vendor or memory tools, or leaked JSON or a prompt (the blinding
+    # scan, judges/blinding.py, sets it when it runs): its ratings are excluded from every report by default (the
+    # ratings frame's ``non_blind`` column; analysis's include_non_blind keeps them) and counted per arm.
+    non_blind = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]

@@ -42,11 +42,13 @@ SIGNAL_COLUMNS: dict[str, str] = {
     "too_fast": "the rated session was more than 3 SD faster than the study's other sessions",
     "silent_session": "the rated session ended with fewer answered turns than the minimum, replies having failed "
     "(row filter, applied by default)",
+    "non_blind": "a bot turn of the rated session named an arm, a vendor or memory tools, or leaked JSON or a "
+    "prompt (the blinding scan; row filter, applied by default)",
 }
-ROW_FILTERS = ("unfinished", "silent_session")
+ROW_FILTERS = ("unfinished", "silent_session", "non_blind")
 # Applied by every report unless the researcher turns them off: a silent session's ratings judge a chatbot that
-# hardly spoke (chat.sessions.is_silent), not its memory.
-DEFAULT_ROW_FILTERS = ("silent_session",)
+# hardly spoke (chat.sessions.is_silent), not its memory; a non-blind session's worker may have been told the arm.
+DEFAULT_ROW_FILTERS = ("silent_session", "non_blind")
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """The blinding-breach scan of a study: every bot turn of every session through analysis.blinding.
 
 The study's arm names and memory-system keys are what the scanner looks for besides vendor names,
-memory-tool words, JSON and prompt fragments. A session with a breach is non-blind: the human-automatic
-table leaves it out by default and counts it per arm, and the judges page lists it with the turn's text.
+memory-tool words, JSON and prompt fragments. A session with a breach is non-blind: the scan sets
+``ChatSession.non_blind``, so the study's analysis (dashboard, exports, the human-automatic table) leaves its
+ratings out by default as a row filter and counts it per arm, and the judges page lists it with the turn's text.
 The scan is idempotent (a breach is stored once per message, kind and term) and cheap (regular expressions).
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from django.db import transaction
+
 from analysis.blinding import Scanner
-from chat.models import Message
+from chat.models import ChatSession, Message
 from judges.models import BlindingBreach
 from memory.registry import MEMORY_SYSTEMS
 from studies.models import Study
@@ -44,22 +47,29 @@ def scan_study(study: Study) -> int:
                     excerpt=breach.excerpt,
                 )
             )  # fmt: skip
-    before = BlindingBreach.objects.filter(session__episode__participant__study=study).count()
-    BlindingBreach.objects.bulk_create(new, ignore_conflicts=True)
-    return BlindingBreach.objects.filter(session__episode__participant__study=study).count() - before
+    breaches = BlindingBreach.objects.filter(session__episode__participant__study=study)
+    with transaction.atomic():
+        before = breaches.count()
+        BlindingBreach.objects.bulk_create(new, ignore_conflicts=True)
+        found = breaches.count() - before
+        # the flag the analysis filters on: exactly the sessions with a stored breach
+        flagged = breaches.values("session_id")
+        sessions = ChatSession.objects.filter(episode__participant__study=study)
+        sessions.filter(pk__in=flagged, non_blind=False).update(non_blind=True)
+        sessions.filter(non_blind=True).exclude(pk__in=flagged).update(non_blind=False)
+    return found
 
 
 def non_blind_sessions(study: Study) -> set[int]:
+    """The study's sessions marked non-blind by the last scan."""
     return set(
-        BlindingBreach.objects.filter(session__episode__participant__study=study).values_list("session_id", flat=True)
+        ChatSession.objects.filter(episode__participant__study=study, non_blind=True).values_list("pk", flat=True)
     )
 
 
 def non_blind_per_arm(study: Study) -> dict[str, int]:
-    rows = (
-        BlindingBreach.objects.filter(session__episode__participant__study=study)
-        .order_by()
-        .values_list("session_id", "session__episode__arm__name")
-        .distinct()
+    """Non-blind sessions per arm (arms without one left out)."""
+    rows = ChatSession.objects.filter(episode__participant__study=study, non_blind=True).values_list(
+        "episode__arm__name", flat=True
     )
-    return dict(Counter(arm for _sid, arm in rows))
+    return dict(sorted(Counter(rows).items()))

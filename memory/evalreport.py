@@ -303,4 +303,9 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"\nRetries of transient LLM errors: {r.get('retries', 0)} (on {r.get('calls_retried', 0)} calls, "
             f"{fmt(r.get('waited_s', 0.0))} s waited)."
         )
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if result.get("sensitivity"):
+        from memory.rejudge import render_markdown as sensitivity_markdown  # memory.rejudge imports this module
+
+        text += sensitivity_markdown(result["sensitivity"])
+    return text

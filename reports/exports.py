@@ -33,6 +33,7 @@ from analysis.writers import neutralise_cell
 from chat import armjobs
 from chat.models import Episode, LLMCallRecord, MemorySnapshot, Message, ProbeResult, Rating
 from memory import display, vectors
+from reports import probejudging
 from reports.reporting import PILOT_MARK
 from studies.models import Participant, Study
 
@@ -55,6 +56,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "rated_at": "when the rating was saved (UTC)",
         "silent_session": "true when the rated session ended with fewer answered turns than the minimum, replies "
         "having failed (the bot hardly spoke): every report leaves these ratings out by default",
+        "non_blind": "true when a bot turn of the rated session named an arm, a vendor or memory tools (the "
+        "blinding scan): every report leaves these ratings out by default (python -m analysis: --include-non-blind)",
     },
     "transcripts": {
         **_COMMON,
@@ -116,7 +119,14 @@ COLUMNS: dict[str, dict[str, str]] = {
         "stale": "the answer gives an old value and not the current one",
         "deletion_honoured": "a forgotten fact is absent from the answer and from every store of the arm",
         "deleted_in_stores": "the arm's stores that still hold a forgotten fact (JSON)",
-        "scored_by": "match (normalised strings and the card's aliases) or match (no judge) for a free-text fact",
+        "scored_by": "match (normalised strings and the card's aliases); for a free-text fact, as the report scores "
+        "it: judge (the verdict of the judge admitted on the study's probe answers) or not admitted (no such verdict: "
+        "recalled, stale and correct empty, left out of every rate)",
+        "match": "which form of the current value the answer mentions: exact (the value), alias (one of its aliases) "
+        "or none",
+        "free_text": "the fact is free text: the study's automatic judges score its answer (judge_verdicts)",
+        "judge_verdicts": "the automatic judges' verdicts on this answer (JSON: judge, model, prompt, prompt_sha256, "
+        "label: true CORRECT, false WRONG, null unreadable)",
         "stage": "where a failed probe failed: extraction, update, retrieval or generation",
         "stage_why": "the evidence for the stage",
         "answerable_without_memory": "the none arm or a closed-book prompt answered it: left out of the memory gain",
@@ -246,6 +256,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "reversed": r.metric.reversed,
                 "rated_at": r.created_at.isoformat(),
                 "silent_session": r.session.silent,
+                "non_blind": r.session.non_blind,
             }
     elif what == "transcripts":
         messages: QuerySet[Message] = (
@@ -303,17 +314,32 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "mode", "id")
         )
+        judging = probejudging.judging(study)  # free-text facts: scored as the report scores them
+        admitted = judging["verdicts"] if judging and judging["admitted"] else {}
+        verdicts: dict[int, list[dict[str, Any]]] = {}
+        # the judges app's ProbeJudgement, read through its relation's name (reports sits below judges)
+        for probe_id, *verdict in ProbeResult.objects.filter(
+            session__episode__participant__study=study, judgements__isnull=False
+        ).values_list("pk", "judgements__judge__name", "judgements__model", "judgements__prompt",
+                      "judgements__prompt_sha256", "judgements__label"):  # fmt: skip
+            verdicts.setdefault(probe_id, []).append(
+                dict(zip(("judge", "model", "prompt", "prompt_sha256", "label"), verdict, strict=True))
+            )
         for pr in probes.iterator(chunk_size=1000):
             ep = pr.session.episode
             item = pr.item or {}
-            yield {
+            row = {
                 **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, pr.session.index),
                 **{k: item.get(k) for k in COLUMNS["probes"] if k not in _COMMON},
                 "mode": pr.mode, "slot": pr.slot, "kind": pr.kind, "question": pr.question, "answer": pr.answer,
                 "correct": pr.correct, "recalled": pr.recalled, "stale": pr.stale,
                 "deletion_honoured": pr.deletion_honoured, "stage": pr.stage,
                 "answerable_without_memory": pr.answerable_without_memory, "told": pr.told,
+                "judge_verdicts": verdicts.get(pr.pk, []),
             }  # fmt: skip
+            if item.get("free_text") and pr.kind in ("current", "updated"):
+                probejudging.judged_scores(row, admitted.get(pr.pk), bool(item.get("stale_mentioned")))
+            yield row
     else:
         calls: QuerySet[LLMCallRecord] = (
             LLMCallRecord.objects.filter(session__episode__participant__study=study)

@@ -37,8 +37,9 @@ EXCLUSION_CHOICES = [
     ("authenticity_flagged", "Workers with any authenticity flag"),
     ("too_fast", "Workers with a session more than 3 SD too fast"),
     ("silent_session", "Sessions the chatbot did not answer (their ratings; on by default)"),
+    ("non_blind", "Non-blind sessions: a bot turn named an arm, vendor or memory tool (their ratings; on by default)"),
 ]
-ROW_EXCLUSIONS = ("unfinished", "silent_session")
+ROW_EXCLUSIONS = ("unfinished", "silent_session", "non_blind")
 DEFAULT_EXCLUSIONS = DEFAULT_ROW_FILTERS  # unless the page's filters say otherwise (chat.quality)
 # The filter form posts this marker with its boxes, so that unticking a default filter is told from a link
 # that names no filter at all (which gets the defaults).
