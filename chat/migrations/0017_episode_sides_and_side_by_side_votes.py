@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0015_armjob_offline_card_evaluation'),
+        ('chat', '0016_chatsession_non_blind'),
         ('studies', '0017_study_side_by_side'),
     ]
 
