@@ -34,13 +34,12 @@ def erased_id(submission_id: str) -> str:
 
 def submissions_of(participants: QuerySet[Participant]) -> QuerySet[Submission]:
     """The submissions of these participants: linked to them, or with their Prolific ID in their study's waves."""
-    rows = list(participants.values_list("pk", "study_id", "external_id", "source"))
+    rows = list(participants.values_list("pk", "study_id", "external_id"))
     match = Q(participant__in=[pk for pk, *_ in rows])
-    for _, study_id, external_id, source in rows:
-        if source == Participant.Source.PROLIFIC and external_id.startswith("prolific:"):
-            pid = external_id.removeprefix("prolific:").split("/", 1)[0]  # Participant.prolific_pid
-            if pid:
-                match |= Q(wave__study_id=study_id, prolific_pid=pid)
+    for _, study_id, external_id in rows:
+        # the stored ID, and the Prolific ID in it (``prolific:<PID>`` or ``prolific:<PID>/<SESSION_ID>``)
+        pids = {external_id, external_id.removeprefix("prolific:").split("/", 1)[0]} - {""}
+        match |= Q(wave__study_id=study_id, prolific_pid__in=sorted(pids))
     return Submission.objects.filter(match) if rows else Submission.objects.none()
 
 
