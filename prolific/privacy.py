@@ -3,7 +3,9 @@ worker's raw Prolific ID and the submission's own id (the ``SESSION_ID`` of the 
 
 * a deleted worker (``studies.signals.participant_erasing``) leaves no submission behind: the submissions of the
   erased participants are deleted with them, by their link and by their Prolific ID within the study's waves (a
-  submission read before the worker arrived has no link), with the webhook events that named them;
+  submission read before the worker arrived has no link), with the webhook events that named them; each is
+  remembered only as :func:`erased_id` (:class:`prolific.models.ErasedSubmission`), so that a later poll of Prolific
+  does not read it in again;
 * a pseudonymised worker (``studies.signals.participant_pseudonymising``, the retention sweep) keeps their
   submissions' statuses and decisions, without the raw IDs: the Prolific ID is blanked, the submission's id becomes
   :func:`erased_id` (a keyed hash: unique, not reversible without the site's key, and what a later poll of Prolific
@@ -19,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q, QuerySet
 
-from prolific.models import Submission, WebhookEvent
+from prolific.models import ErasedSubmission, Submission, WebhookEvent
 from studies.models import Participant
 from studies.signals import participant_erasing, participant_pseudonymising
 
@@ -45,8 +47,16 @@ def submissions_of(participants: QuerySet[Participant]) -> QuerySet[Submission]:
 
 def delete_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> None:
     submissions = submissions_of(participants)
-    WebhookEvent.objects.filter(resource_id__in=list(submissions.values_list("submission_id", flat=True))).delete()
+    ids = [i for i in submissions.values_list("submission_id", flat=True) if not i.startswith(ERASED_PREFIX)]
+    WebhookEvent.objects.filter(resource_id__in=ids).delete()
+    ErasedSubmission.objects.bulk_create([ErasedSubmission(key=erased_id(i)) for i in ids], ignore_conflicts=True)
     submissions.delete()
+
+
+def is_erased(submission_id: str) -> bool:
+    """Whether the submission's worker was deleted or pseudonymised: it is never read in again with raw IDs."""
+    key = erased_id(submission_id)
+    return ErasedSubmission.objects.filter(key=key).exists() or Submission.objects.filter(submission_id=key).exists()
 
 
 def pseudonymise_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> None:

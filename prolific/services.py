@@ -88,6 +88,8 @@ def apply_status(wave: Wave, submission_id: str, pid: str, status: str, now: dt.
     erased = Submission.objects.filter(submission_id=privacy.erased_id(submission_id)).first()
     if erased is not None:  # pseudonymised by the retention sweep: never read in again with its raw IDs
         return erased
+    if privacy.is_erased(submission_id):  # its worker was deleted: an unsaved row, so nothing is stored
+        return Submission(wave=wave, submission_id=privacy.erased_id(submission_id), status=status)
     try:
         with transaction.atomic():
             sub, _ = Submission.objects.get_or_create(
@@ -148,8 +150,8 @@ def handle_event(event: dict[str, Any]) -> str:
     resource = str(event.get("resource_id") or "")
     if kind == "submission.status.change":
         status = str(event.get("status") or "")
-        if Submission.objects.filter(submission_id=privacy.erased_id(resource)).exists():
-            return "a pseudonymised submission: ignored"
+        if privacy.is_erased(resource):
+            return "a deleted or pseudonymised worker's submission: ignored"
         known = Submission.objects.select_related("wave__study").filter(submission_id=resource).first()
         if known is not None:
             apply_status(known.wave, resource, known.prolific_pid, status)
@@ -174,7 +176,7 @@ def remember_event(signature: str, event: dict[str, Any]) -> bool:
     """False when this signed request was accepted before (a replay). The event of a submission pseudonymised by the
     retention sweep is remembered without its id."""
     resource = str(event.get("resource_id") or "")[:64]
-    if resource and Submission.objects.filter(submission_id=privacy.erased_id(resource)).exists():
+    if resource and privacy.is_erased(resource):
         resource = ""
     try:
         with transaction.atomic():

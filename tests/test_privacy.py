@@ -203,6 +203,15 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     for needle in (alice_pid, SAID[alice_pid], "Quillington", "Tromsofjord", f"SUBM-{alice_pid}", "Bellweathering"):
         assert rows_containing(needle) == [], needle
     assert Submission.objects.count() == 2  # Bob's two
+    # a later poll of Prolific, or a webhook, about her submissions reads nothing of hers in again
+    wave = Wave.objects.get(study=study)
+    for sid in (f"SUBM-{alice_pid}", f"SUBX-{alice_pid}"):
+        assert apply_status(wave, sid, alice_pid, "APPROVED").pk is None
+    assert handle_event({"event_type": "submission.status.change", "resource_id": f"SUBM-{alice_pid}",
+                         "status": "APPROVED"}) == "a deleted or pseudonymised worker's submission: ignored"  # fmt: skip
+    assert remember_event("hmac-later", {"event_type": "submission.status.change", "resource_id": f"SUBX-{alice_pid}"})
+    assert rows_containing(alice_pid) == [] and rows_containing(f"SUBM-{alice_pid}") == []
+    assert Submission.objects.count() == 2
     assert not Participant.objects.filter(pk=alice.pk).exists()
     text = every_export(study)
     assert alice.pseudonym not in text and "Quillington" not in text
@@ -304,7 +313,7 @@ def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_pas
     wave = Wave.objects.get(study=study)
     assert apply_status(wave, f"SUBM-{alice_pid}", alice_pid, "APPROVED").pk == kept[0].pk
     assert handle_event({"event_type": "submission.status.change", "resource_id": f"SUBX-{alice_pid}",
-                         "status": "APPROVED"}) == "a pseudonymised submission: ignored"  # fmt: skip
+                         "status": "APPROVED"}) == "a deleted or pseudonymised worker's submission: ignored"  # fmt: skip
     assert remember_event("sig-later", {"event_type": "submission.status.change", "resource_id": f"SUBM-{alice_pid}"})
     assert rows_containing(alice_pid) == [] and Submission.objects.count() == 4
     assert Submission.objects.filter(prolific_pid=bob_pid).count() == 2  # Bob is not due yet
