@@ -102,10 +102,13 @@ def editor_context(study: Study, form: QuestionForm | None = None, error: str = 
     }
 
 
-def _answer(request: AuthenticatedHttpRequest, study: Study, form: QuestionForm | None = None, error: str = "",
-            status: int = 200) -> HttpResponse:  # fmt: skip
+def _answer(
+    request: AuthenticatedHttpRequest, study: Study, form: QuestionForm | None = None, error: str = ""
+) -> HttpResponse:
+    """htmx: the editor again, errors inline, always 200 (htmx 2 does not swap a 4xx response into the page, and
+    django-htmx's debug handler would show it as the whole page); otherwise back to the Edit page with a message."""
     if request.htmx:
-        return render(request, "studies/researcher/_questions.html", editor_context(study, form, error), status=status)
+        return render(request, "studies/researcher/_questions.html", editor_context(study, form, error))
     if form is not None and form.errors:
         error = "Question not added: " + "; ".join(
             str(e) if name == "__all__" else f"{form.fields[name].label}: {e}"
@@ -122,10 +125,10 @@ def _answer(request: AuthenticatedHttpRequest, study: Study, form: QuestionForm 
 def add(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     study = study_for(request, slug, change=True)
     if questions.frozen(study):
-        return _answer(request, study, error=FROZEN_TEXT, status=400)
+        return _answer(request, study, error=FROZEN_TEXT)
     form = QuestionForm(request.POST, instance=Question(study=study))
     if not form.is_valid():
-        return _answer(request, study, form, status=400)
+        return _answer(request, study, form)
     question = form.save(commit=False)
     last = study.questions.filter(block=question.block).aggregate(n=Max("order"))["n"]
     question.order = 0 if last is None else last + 1
@@ -141,6 +144,6 @@ def delete(request: AuthenticatedHttpRequest, slug: str, pk: int) -> HttpRespons
     study = study_for(request, slug, change=True)
     question = get_object_or_404(Question, pk=pk, study=study)
     if questions.frozen(study):
-        return _answer(request, study, error=FROZEN_TEXT, status=400)
+        return _answer(request, study, error=FROZEN_TEXT)
     question.delete()
     return _answer(request, study)
