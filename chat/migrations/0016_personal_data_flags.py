@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0014_message_signals_malformed'),
+        ('chat', '0015_armjob_offline_card_evaluation'),
     ]
 
     operations = [
