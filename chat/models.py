@@ -96,6 +96,8 @@ class ChatSession(models.Model):
     # scan, judges/blinding.py, sets it when it runs): its ratings are excluded from every report by default (the
     # ratings frame's ``non_blind`` column; analysis's include_non_blind keeps them) and counted per arm.
     non_blind = models.BooleanField(default=False)
+    # When the personal-data scan (chat/pii.py; Study.flag_personal_data) last read the session's messages.
+    pii_scanned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]
@@ -212,6 +214,25 @@ class SideBySideVote(models.Model):
 
     def __str__(self) -> str:
         return f"vote {self.winner} on session {self.session_id}"
+
+
+class PersonalDataFlag(models.Model):
+    """Where the personal-data scan (chat/pii.py) found something in a worker's message, for the researcher to
+    review on the quality page: the kind (presidio's entity name) and the span, never a copy of the text. The
+    message is never changed; the flag goes with it (deletion, retention)."""
+
+    message = models.ForeignKey(Message, related_name="pii_flags", on_delete=models.CASCADE)
+    entity = models.CharField(max_length=40)
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    score = models.FloatField()
+    found_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["message", "start", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.entity} in message {self.message_id} [{self.start}:{self.end}]"
 
 
 class MessageSignals(models.Model):

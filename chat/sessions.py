@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from chat import memory_updates, replies
+from chat import memory_updates, pii, replies
 from chat.errors import ChatError
 from chat.models import ChatSession, MemorySnapshot, Message
 from chat.transcript import TurnCounts, reply_pending, turn_counts
@@ -150,4 +150,5 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
                 },
             )
         memory_updates.submit_memory_update(locked)
+        pii.submit_scan(locked)  # the study's personal-data flagging, if on (off the reply path)
     return locked

@@ -1,4 +1,5 @@
-"""The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end.
+"""The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end (the question
+pages before the first session and after the last are chat/questionnaire.py).
 Thin: authorise, call the chat workflows, render."""
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from chat import (
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
+from studies import questions
 from studies.models import Participant
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
+from studies.questions import Question
 from studies.roles import HtmxHttpRequest
 
 
@@ -42,6 +45,15 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
     if participant.consented_at is None:
         return redirect("studies:consent", study.slug)
     participant.touch()
+    step = questions.step_before_sessions(participant)  # the questions before the first session (chat/questionnaire.py)
+    if step == "failed":
+        return redirect("chat:check_failed", study.slug)
+    if step:
+        return (
+            redirect("chat:comprehension", study.slug)
+            if step == Question.Block.CHECK
+            else redirect("chat:questions", study.slug, step)
+        )
     try:
         session = assignment.next_session(participant)
     except assignment.StudyClosed as exc:
@@ -55,6 +67,8 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
             request, "studies/worker/message.html", {"study": study, "title": "This study is full", "text": text}
         )
     if session is None:
+        if questions.post_pending(participant):
+            return redirect("chat:questions", study.slug, Question.Block.POST)
         return redirect("chat:done", study.slug)
     if assignment.at_wave_end(participant, session):
         return _wave_done(request, participant)
@@ -86,7 +100,7 @@ ABANDONED_PAGE = {
 def done(request: HttpRequest, slug: str) -> HttpResponse:
     """The thank-you page with the completion code, once the server has recorded completion."""
     study, participant = bound_participant(request, slug)
-    if not assignment.finish_participant(participant):
+    if questions.post_pending(participant) or not assignment.finish_participant(participant):
         return redirect("chat:next", study.slug)
     return render(
         request, "studies/worker/done.html",

@@ -16,7 +16,7 @@ from analysis.qc import best_attainable_p
 from analysis.spec import ALPHA
 from memory import cards
 from memory.registry import MEMORY_SYSTEMS
-from studies import personas
+from studies import personas, questions
 from studies.cardbank import CardBank
 from studies.models import Arm, AttentionCheck, Metric, Study, StudyInvitation, arm_is_qc
 
@@ -56,6 +56,9 @@ STUDY_FIELDS = [
     "pace_chars_per_second",
     "retention_days",
     "retention_action",
+    "flag_personal_data",
+    "comprehension_attempts",
+    "comprehension_fail_action",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -90,6 +93,8 @@ OPTIONAL_KEPT = (
     "pace_min_seconds",
     "pace_chars_per_second",
     "retention_action",
+    "comprehension_attempts",
+    "comprehension_fail_action",
 )
 
 
@@ -169,6 +174,9 @@ class StudyForm(forms.ModelForm[Study]):
             "wave_sessions": "Waves end after session no.",
             "pace_min_seconds": "Pacing: minimum delay (seconds)",
             "pace_chars_per_second": "Pacing: typing speed (characters/s)",
+            "flag_personal_data": "Flag personal data in messages",
+            "comprehension_attempts": "Tries",
+            "comprehension_fail_action": "After the last failed try",
         }
         help_texts = {
             "instructions": "Workers see the sentence “Between sessions, some time passes for the chatbot (for "
@@ -226,6 +234,12 @@ class StudyForm(forms.ModelForm[Study]):
     def clean_retention_action(self) -> str:
         return str(self._kept("retention_action") or self.instance.retention_action)
 
+    def clean_comprehension_attempts(self) -> int:
+        return int(self._kept("comprehension_attempts"))
+
+    def clean_comprehension_fail_action(self) -> str:
+        return str(self._kept("comprehension_fail_action") or self.instance.comprehension_fail_action)
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
@@ -234,6 +248,10 @@ class StudyForm(forms.ModelForm[Study]):
                 # (an optional field not posted keeps its value: it shows as changed data but is not a change)
                 if name in self.changed_data and data.get(name) != getattr(self.instance, name):
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        if self.instance.pk and questions.frozen(self.instance):
+            for name in ("comprehension_attempts", "comprehension_fail_action"):
+                if name in self.changed_data and data.get(name) != getattr(self.instance, name):
+                    self.add_error(name, "Workers have already answered the questions: this cannot change any more.")
         low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
         if low is not None and high is not None and high < low:
             self.add_error("max_turns_per_session", f"Must be at least the minimum of {low} user turns.")

@@ -20,9 +20,10 @@ from django.utils.text import slugify
 from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
-from studies.audit import PrivacyEvent  # noqa: F401  (a model of this app: registered here)
+from studies.audit import PersonalDataSettings, PrivacyEvent  # noqa: F401  (a model of this app: registered here)
 from studies.cardbank import CardBank
 from studies.places import ParticipantQuerySet
+from studies.questions import Answer, ComprehensionAttempt, Question, QuestionSettings  # noqa: F401  (registered here)
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -137,7 +138,7 @@ class StudyQuerySet(models.QuerySet["Study"]):
         return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
 
 
-class Study(models.Model):
+class Study(QuestionSettings, PersonalDataSettings):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
         OPEN = "open", "Open"

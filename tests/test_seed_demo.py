@@ -25,6 +25,8 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
+    # questions before the first session, a comprehension check and questions after the last (studies/questions.py)
+    assert sorted(study.questions.values_list("block", flat=True)) == ["check", "post", "post", "pre"]
     assert Queue.objects.count() == 4  # two demo queues + the simulated study's + its judge sample
 
     page = client.get("/s/demo/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1", follow=True)

@@ -49,6 +49,7 @@ class Command(BaseCommand):
             study.add_default_metrics()
             Arm.objects.create(study=study, name="No memory", memory_system="none")
             Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+            demo.seed_questions(study)
         call_command("seed_annotation_demo", stdout=self.stdout)
         simulated, created = demo.seed_simulated_study(created_by=researcher)
         queue, added = demo.seed_simulated_queue(simulated, created_by=researcher)

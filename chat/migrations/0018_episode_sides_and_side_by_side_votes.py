@@ -8,8 +8,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0016_chatsession_non_blind'),
-        ('studies', '0017_study_side_by_side'),
+        ('chat', '0017_merge_non_blind_personal_data'),
+        ('studies', '0018_study_side_by_side'),
     ]
 
     operations = [

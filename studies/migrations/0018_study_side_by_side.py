@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('studies', '0016_limits_by_study_places_and_prolific_submissions'),
+        ('studies', '0017_questions_comprehension_check_personal_data_setting'),
     ]
 
     operations = [
