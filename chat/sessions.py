@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from chat import memory_updates, replies, signals
+from chat import memory_updates, pii, replies, signals
 from chat.errors import ChatError
 from chat.models import ChatSession, MemorySnapshot, Message
 from chat.transcript import TurnCounts, reply_pending, turn_counts
@@ -151,6 +151,7 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
                 },
             )
         memory_updates.submit_memory_update(locked)
+        pii.submit_scan(locked)  # the study's personal-data flagging, if on (off the reply path)
         # apps above chat read the ended session's turns (judges: the blinding scan), as jobs after the commit
         signals.session_ended.send(sender=ChatSession, session=locked, ended_by=locked.ended_by)
     return locked

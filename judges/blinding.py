@@ -30,7 +30,7 @@ from memory.registry import MEMORY_SYSTEMS
 from runtime import jobs, kinds
 from runtime.jobs import Attempt
 from runtime.models import Job
-from studies.models import Study
+from studies.models import Participant, Study
 
 
 def arm_names(study: Study) -> list[str]:
@@ -90,10 +90,14 @@ def _scan(study: Study, sessions: QuerySet[ChatSession]) -> int:
     return found
 
 
-def submit_scan(sender: object, *, session: ChatSession, **kwargs: Any) -> Job:
+def submit_scan(sender: object, *, session: ChatSession, **kwargs: Any) -> Job | None:
     """``chat.signals.session_ended``'s receiver: queue the scan of the session (inside the transaction that
-    ended it; one live job per session, so a second end or signal gets the first)."""
-    study_id = session.episode.participant.study_id
+    ended it; one live job per session, so a second end or signal gets the first). Not for a researcher's
+    preview (never data: deleted when the preview ends)."""
+    participant = session.episode.participant
+    if participant.source == Participant.Source.PREVIEW:
+        return None
+    study_id = participant.study_id
     return jobs.submit(
         SCAN, session.pk, scope=f"study:{study_id}",
         label=f"blinding scan of session {session.index} of episode {session.episode_id}",

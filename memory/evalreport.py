@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory import locomo
-from memory.evalscore import RUBRICS
+from memory.evalscore import EXCLUDED_FROM_HEADLINE, RUBRICS
 from memory.llm import LLM
 
 if TYPE_CHECKING:
     from memory.evaluation import EvalDialogue, Journal, Question, Scoring
 
-EXCLUDED_FROM_HEADLINE = {"adversarial", "unanswerable"}
 
 GVD_GOLD_NOTE = (
     "GVD's gold answers were written for memeval (memory/data/gvd/answers_en.jsonl); MemoryBank scored its "

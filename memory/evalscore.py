@@ -64,6 +64,9 @@ First, provide a short (one sentence) explanation of your reasoning.
 Then return the label CORRECT or WRONG in a json format with the key as "label", like {{"label": "CORRECT"}}.
 """
 
+# categories scored but left out of the headline (overall) score: memory.evalreport and memory.rejudge
+EXCLUDED_FROM_HEADLINE = {"adversarial", "unanswerable"}
+
 RUBRICS = {
     "answer": "mem0 ACCURACY_PROMPT (evaluation/metrics/llm_judge.py), verbatim",
     "abstention": "memeval abstention rubric (memory/evalscore.py ABSTENTION_PROMPT): CORRECT iff the answer "

@@ -32,14 +32,21 @@ from memory import locomo
 from memory.base import MemorySystem, Turn, ensure_json
 from memory.evaljournal import DatasetError, EvaluationStopped, Journal
 from memory.evalreport import (
-    EXCLUDED_FROM_HEADLINE,
     GVD_GOLD_NOTE,
     percentile,
     render_markdown,
     stand_in_warning,
     summarize,
 )
-from memory.evalscore import JUDGE_PROMPT, judge_answer, judge_verdict, parse_label, token_f1, tokens
+from memory.evalscore import (
+    EXCLUDED_FROM_HEADLINE,
+    JUDGE_PROMPT,
+    judge_answer,
+    judge_verdict,
+    parse_label,
+    token_f1,
+    tokens,
+)
 from memory.llm import LLM, LLMError
 from memory.llmwrap import RecordingLLM, RetryingLLM, RetryPolicy
 

@@ -25,8 +25,7 @@ from typing import Any
 
 from memory import leniency
 from memory.evaljournal import EvaluationStopped, Journal
-from memory.evalreport import EXCLUDED_FROM_HEADLINE
-from memory.evalscore import ABSTENTION_PROMPT, JUDGE_PROMPT, ask_label
+from memory.evalscore import ABSTENTION_PROMPT, EXCLUDED_FROM_HEADLINE, JUDGE_PROMPT, ask_label
 from memory.judgeprompts import Prompt, load, of_text
 from memory.llm import LLM, LLMError
 

@@ -20,9 +20,10 @@ from django.utils.text import slugify
 from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
-from studies.audit import PrivacyEvent  # noqa: F401  (a model of this app: registered here)
+from studies.audit import PersonalDataSettings, PrivacyEvent  # noqa: F401  (a model of this app: registered here)
 from studies.cardbank import CardBank
 from studies.places import ParticipantQuerySet
+from studies.questions import Answer, ComprehensionAttempt, Question, QuestionSettings  # noqa: F401  (registered here)
 
 # Keep Me Updated, Appendix E: the five statements rated 0-100 after each session.
 DEFAULT_METRICS: list[tuple[str, str]] = [
@@ -137,7 +138,7 @@ class StudyQuerySet(models.QuerySet["Study"]):
         return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
 
 
-class Study(models.Model):
+class Study(QuestionSettings, PersonalDataSettings):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
         OPEN = "open", "Open"
@@ -245,6 +246,16 @@ class Study(models.Model):
     )
     block_paste = models.BooleanField(
         default=False, help_text="Refuse pasting into the chat box (the worker is told why)."
+    )
+    # Live side by side (chat/sidebyside.py, docs/pairwise.md): two arms per episode, one vote per session.
+    side_by_side = models.BooleanField(
+        default=False,
+        help_text="Live side by side: each message goes to two arms at once, shown as chatbots A and B (each with its "
+        "own memory over the episode's sessions); the worker votes A, B, tie or both bad after each session, with a "
+        "one-line reason. The pair of arms is drawn per episode (balanced; the QC arm is not drawn).",
+    )
+    side_by_side_sliders = models.BooleanField(
+        default=False, help_text="Live side by side: the worker also rates each chatbot on the study's sliders."
     )
     # Reply pacing (chat/pacing.py): blinding by timing. Off for studies made before it (their design stays).
     pace_replies = models.BooleanField(

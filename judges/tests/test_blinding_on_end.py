@@ -39,8 +39,8 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def chatting(study: Study, worker: str, bot_text: str, **participant: Any) -> ChatSession:
     """A worker's first session, chatting: one message of theirs and the bot's completed reply ``bot_text``."""
-    p = Participant.objects.create(study=study, external_id=worker, source=Participant.Source.INVITE,
-                                   consented_at=timezone.now(), **participant)  # fmt: skip
+    fields = {"source": Participant.Source.INVITE, "consented_at": timezone.now(), **participant}
+    p = Participant.objects.create(study=study, external_id=worker, **fields)
     ep = Episode.objects.create(participant=p, arm=Arm.objects.get(study=study, memory_system="full_history"), index=1)
     cs = ChatSession.objects.create(episode=ep, index=1, status=ChatSession.Status.CHATTING,
                                     simulated_start=study.session_start(1), started_at=timezone.now())  # fmt: skip
@@ -91,6 +91,10 @@ def test_a_session_the_worker_ends_is_scanned_by_itself_and_a_duplicate_changes_
     assert scan_session(clean.pk) == {"breaches": 0, "non_blind": False}
     assert sorted(BlindingBreach.objects.values_list("session_id", "kind", "term")) == stored
     assert flags(leaky, clean) == [True, False]
+
+    preview = chatting(study, "R1", LEAKY, source=Participant.Source.PREVIEW)
+    sessions.end_session(preview)  # a researcher's preview is never data: not scanned
+    assert not Job.objects.of(SCAN.name, preview.pk).exists()
 
 
 def test_the_time_limit_the_sweep_and_a_returned_submission_queue_the_scan_too(study: Study, sent: list[int]) -> None:
