@@ -52,7 +52,9 @@ def test_the_scan_is_a_job_of_its_own_queued_at_the_end_of_a_session_when_the_st
     assert not Job.objects.filter(kind="chat.pii_scan").exists()  # nothing on the reply path
     assert client.post(f"/chat/{session.pk}/end/").status_code == 302
     scan = Job.objects.get(kind="chat.pii_scan")
-    assert scan.target == str(session.pk) and scan.lane == "long" and held == [scan.pk]
+    assert scan.target == str(session.pk) and scan.lane == "long"
+    blinding = Job.objects.get(kind="judges.blinding_scan", target=str(session.pk))  # the end's other scan
+    assert held == [scan.pk, blinding.pk]
     assert not PersonalDataFlag.objects.exists()
     jobs.run(scan.pk)
     scan.refresh_from_db()
