@@ -26,7 +26,7 @@ from studies.models import Arm, Participant, Study
 LEAKY = "I'm built on GPT-4 by OpenAI, and as a full_history bot I keep everything."
 CLEAN = "I remember you told me about your trip to Lisbon last week!"
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("each_database")]  # SQLite and PostgreSQL
 
 
 @pytest.fixture
