@@ -18,7 +18,8 @@ from memory import cards
 from memory.registry import MEMORY_SYSTEMS
 from studies import personas, questions
 from studies.cardbank import CardBank
-from studies.models import Arm, AttentionCheck, Metric, Study, StudyInvitation, arm_is_qc
+from studies.invitations import StudyInvitation
+from studies.models import Arm, AttentionCheck, Metric, Study, arm_is_qc
 
 STUDY_FIELDS = [
     "name",
