@@ -329,6 +329,75 @@ class ReplyFirstLock:
 _LLAMA_LOCK = ReplyFirstLock()  # one call at a time per process, replies first
 
 
+class ReplyGate:
+    """Replies of the in-process model go first across processes too (a lock file shared by every process
+    of this user on the machine: the cores are the machine's).
+
+    A reply holds the file's shared lock while it runs (:meth:`reply`; many replies at once share it). A
+    process that yields to replies (a process lane's child: readiness checks, evaluations) checks, before a
+    call of the model and after each token it generates, whether any reply holds the lock, and while one
+    does it waits (:meth:`wait_clear`): the reply never waits for it. A process that ends releases its
+    locks. ``nice`` and ``SCHED_IDLE`` alone do not do this on a small machine: a reply's llama.cpp threads
+    wait for each other at every step, and share the memory bus with a background model that runs at all."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.waited = 0.0  # seconds this process spent waiting for replies (bench/bench_reply_lanes.py)
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextlib.contextmanager
+    def reply(self) -> Iterator[None]:
+        import fcntl
+
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def wait_clear(self, poll: float = 0.05) -> None:
+        """Return once no reply holds the lock (at once when none does)."""
+        import fcntl
+
+        fd = self._open()
+        start = None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    start = start or time.monotonic()
+                    time.sleep(poll)
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                break
+        finally:
+            os.close(fd)
+            if start is not None:
+                self.waited += time.monotonic() - start
+
+
+def reply_gate_path() -> Path:
+    import tempfile
+
+    return Path(
+        os.environ.get("MEMEVAL_REPLY_GATE") or Path(tempfile.gettempdir()) / f"memeval-replies-{os.getuid()}.lock"
+    )
+
+
+REPLY_GATE = ReplyGate(reply_gate_path())
+
+
+def yields_to_replies() -> bool:
+    """Whether this process's calls of the in-process model wait while a reply of any process runs
+    (:class:`ReplyGate`): set by ``MEMEVAL_YIELD_TO_REPLIES=1``, as the runtime's process lanes do in their
+    child (a background process)."""
+    return os.environ.get("MEMEVAL_YIELD_TO_REPLIES") == "1"
+
+
 def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
     key = (str(path), n_ctx, n_threads)
     if key not in _LLAMAS:
@@ -385,10 +454,22 @@ class LocalLLM:
             )
         return msgs
 
-    def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
+    def _create(
+        self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool, between_tokens: bool = False
+    ) -> Any:
         llama = _llama(self.path, self.n_ctx, self.n_threads)
+        pause = None
+        if between_tokens:  # llama.cpp calls its logits processors before each token: wait there while a reply runs
+            from llama_cpp import LogitsProcessorList
+
+            def wait(_ids: Any, scores: Any) -> Any:
+                REPLY_GATE.wait_clear()
+                return scores  # unchanged: the answer is the same, only paused
+
+            pause = LogitsProcessorList([wait])
         try:
             return llama.create_chat_completion(
+                logits_processor=pause,
                 messages=self._fit(messages, max_tokens),
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -408,9 +489,12 @@ class LocalLLM:
         tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        gated = yields_to_replies() and not getattr(_reply_thread, "urgent", False)
         with _LLAMA_LOCK:
+            if gated:
+                REPLY_GATE.wait_clear()
             cpu = time.thread_time()  # from the lock on: waiting for another call is not the model's time
-            out = self._create(messages, max_tokens, temperature, stream=False)
+            out = self._create(messages, max_tokens, temperature, stream=False, between_tokens=gated)
             cpu = time.thread_time() - cpu
         choice = out["choices"][0]
         text = (choice["message"].get("content") or "").strip()
@@ -429,7 +513,7 @@ class LocalLLM:
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         def chunks() -> Iterator[tuple[str, str | None]]:
-            with _LLAMA_LOCK:
+            with REPLY_GATE.reply(), _LLAMA_LOCK:
                 for chunk in self._create(messages, max_tokens, temperature, stream=True):
                     choice = chunk["choices"][0]
                     yield (choice.get("delta", {}).get("content") or ""), choice.get("finish_reason")

@@ -18,6 +18,7 @@ what the job does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing
@@ -156,11 +157,27 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
     answer.put(fn(*args))
 
 
+def _lower_priority(nice: int) -> None:
+    """Make this process yield the CPU to the web process's replies. ``nice`` alone is not enough on a small
+    machine: a reply's llama.cpp threads wait for each other at every step, so a background process that gets
+    even a tenth of a core (nice +10) stalls the whole reply whenever it runs; Linux's SCHED_IDLE runs this
+    process only on a core nothing else wants. Numeric libraries keep to one thread here, so a simulation
+    does not spin on both cores, and the in-process model pauses while any reply runs."""
+    os.nice(nice)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    # the in-process model waits while a reply runs anywhere on the machine (memory.llm.ReplyGate)
+    os.environ["MEMEVAL_YIELD_TO_REPLIES"] = "1"
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):  # not permitted here: the nice level stays
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
 def _child_main(queue: Any, nice: int) -> None:
     """A process lane's child: lower CPU priority, then Django (settings from the inherited environment),
     then the jobs it is sent, one after another."""
     if nice:
-        os.nice(nice)
+        _lower_priority(nice)
     import django
 
     django.setup()  # the runtime's AppConfig imports runtime.jobs, which registers the runner
