@@ -18,7 +18,6 @@ what the job does.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import multiprocessing
@@ -158,19 +157,16 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
 
 
 def _lower_priority(nice: int) -> None:
-    """Make this process yield the CPU to the web process's replies. ``nice`` alone is not enough on a small
-    machine: a reply's llama.cpp threads wait for each other at every step, so a background process that gets
-    even a tenth of a core (nice +10) stalls the whole reply whenever it runs; Linux's SCHED_IDLE runs this
-    process only on a core nothing else wants. Numeric libraries keep to one thread here, so a simulation
-    does not spin on both cores, and the in-process model pauses while any reply runs."""
+    """Make this process give way to the web process's replies: a lower CPU priority, numeric libraries on one
+    thread (a simulation does not spin on both cores), and the background flag that makes the in-process model
+    and the power simulation pause while any reply runs (``MEMEVAL_YIELD_TO_REPLIES``, memory.llm.ReplyGate).
+    The priority alone is not enough on a small machine: a reply's llama.cpp threads wait for each other at
+    every step, so a background process that runs at all, even at nice +19, stalls the reply with it. Not
+    SCHED_IDLE: under a loaded machine it can starve the job's heartbeat thread until its lease lapses."""
     os.nice(nice)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
-    # the in-process model waits while a reply runs anywhere on the machine (memory.llm.ReplyGate)
     os.environ["MEMEVAL_YIELD_TO_REPLIES"] = "1"
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        with contextlib.suppress(OSError):  # not permitted here: the nice level stays
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _child_main(queue: Any, nice: int) -> None:

@@ -257,3 +257,29 @@ def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Stud
     settings.PLAN_CPU_SECONDS = 5
     with pytest.raises(planning.PlanFailed, match="CPU budget of 5 s"):
         planning.run_plan(_big_job(study), Stoppable())  # type: ignore[arg-type]
+
+
+def test_a_background_simulation_waits_at_its_checks_while_a_reply_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a process lane's child (MEMEVAL_YIELD_TO_REPLIES=1) the simulation's checks wait while a reply of
+    the embedded model holds memory.llm.ReplyGate, so the reply has the cores."""
+    import threading
+
+    from memory.llm import ReplyGate
+    from reports import plan_runner
+
+    gate = ReplyGate(tmp_path / "replies.lock")
+    monkeypatch.setattr(plan_runner, "REPLY_GATE", gate)
+    monkeypatch.setenv("MEMEVAL_YIELD_TO_REPLIES", "1")
+    budget = plan_runner.Budget(60.0)
+    checked = threading.Event()
+    with gate.reply():
+        thread = threading.Thread(target=lambda: (budget.check(), checked.set()))
+        thread.start()
+        assert not checked.wait(0.3)
+    assert checked.wait(10)
+    thread.join()
+    monkeypatch.delenv("MEMEVAL_YIELD_TO_REPLIES")
+    with gate.reply():
+        budget.check()  # in the web process (no flag) a check never waits
