@@ -214,7 +214,12 @@ def test_a_background_process_waits_while_a_reply_holds_the_gate_and_a_reply_nev
     with gate.reply():
         with gate.reply():  # another reply at the same time: shared, it does not wait
             pass
-        waiter = threading.Thread(target=lambda: (gate.wait_clear(poll=0.01), cleared.set()))
+
+        def wait() -> None:
+            gate.wait_clear(poll=0.01)
+            cleared.set()
+
+        waiter = threading.Thread(target=wait)
         waiter.start()
         assert not cleared.wait(0.3)  # held back while the reply runs
     assert cleared.wait(10)

@@ -275,7 +275,12 @@ def test_a_background_simulation_waits_at_its_checks_while_a_reply_runs(
     budget = plan_runner.Budget(60.0)
     checked = threading.Event()
     with gate.reply():
-        thread = threading.Thread(target=lambda: (budget.check(), checked.set()))
+
+        def check() -> None:
+            budget.check()
+            checked.set()
+
+        thread = threading.Thread(target=check)
         thread.start()
         assert not checked.wait(0.3)
     assert checked.wait(10)
