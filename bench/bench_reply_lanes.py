@@ -2,12 +2,14 @@
 
 Starts the embedded default (daphne, SQLite, in-memory channel layer, the job runtime's lanes, the local
 SmolLM2 model) on loopback, and times a reply's first token: from sending a message to the first streamed
-piece of the reply on the socket, for ``--clients`` pages chatting ``--turns`` turns each. Twice: with nothing
-else running, and while a readiness check of an LLM arm (``memory_update``: hundreds of model calls) and a
+piece of the reply on the socket, with reply pacing off (the model's latency, not the study's schedule), for
+``--clients`` pages chatting ``--turns`` turns each. Twice, on two sets of pages so that both phases reply over
+the same history: with nothing else running, and while a readiness check of an LLM arm (``memory_update``: hundreds of model calls) and a
 power simulation run, submitted as the study page and the planning page submit them (``armjobs.start``,
 ``planning.start_plan``) and taken up by the server's own runtime (its sweeper sends jobs the bench process
 submitted). By default those two run in the server's process lanes (``RUNTIME_PROCESS_LANES=long,plan``):
-a child process each at nice +10; ``--threads`` runs them as threads of the web process instead, as the
+a child process each at nice +10, whose local model and simulation pause while any reply runs
+(``memory.llm.ReplyGate``); ``--threads`` runs them as threads of the web process instead, as the
 power planner and the arm jobs ran before the runtime.
 
     .venv/bin/python bench/bench_reply_lanes.py [--clients 2] [--turns 8] [--tokens 24] [--threads]
