@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import importlib.util
 import json
 import os
 import re
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -333,51 +336,56 @@ class ReplyGate:
     """Replies of the in-process model go first across processes too (a lock file shared by every process
     of this user on the machine: the cores are the machine's).
 
-    A reply holds the file's shared lock while it runs (:meth:`reply`; many replies at once share it). A
-    process that yields to replies (a process lane's child: readiness checks, evaluations) checks, before a
-    call of the model and after each token it generates, whether any reply holds the lock, and while one
-    does it waits (:meth:`wait_clear`): the reply never waits for it. A process that ends releases its
-    locks. ``nice`` and ``SCHED_IDLE`` alone do not do this on a small machine: a reply's llama.cpp threads
-    wait for each other at every step, and share the memory bus with a background model that runs at all."""
+    A reply holds a read lock on the file while it runs (:meth:`reply`; many replies share it, and nothing
+    ever takes the write lock, so a reply never waits). A process that yields to replies (a process lane's
+    child: readiness checks, evaluations, power simulations) asks, before a call of the model and after each
+    token it generates, whether any reply holds a lock (:meth:`busy`: a query that takes no lock, so it cannot
+    hold a reply back even when its own process is descheduled), and waits while one does
+    (:meth:`wait_clear`). A process that ends releases its locks. Linux's open-file-description locks
+    (``F_OFD_SETLKW``, ``F_OFD_GETLK``: per open file, so two replies of one process are two holders);
+    elsewhere the gate does nothing. ``nice`` alone does not do this on a small machine: a reply's llama.cpp
+    threads wait for each other at every step, and share the memory bus with a background model that runs."""
+
+    _FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.waited = 0.0  # seconds this process spent waiting for replies (bench/bench_reply_lanes.py)
+        self.waited = 0.0  # seconds this process spent waiting for replies (tests, bench/bench_reply_lanes.py)
+        self._query_fd: int | None = None
+        self.enabled = sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
 
-    def _open(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+    def _lock(self, fd: int, command: int, kind: int) -> int:
+        answer = fcntl.fcntl(fd, command, struct.pack(self._FLOCK, kind, 0, 0, 0, 0))
+        return int(struct.unpack(self._FLOCK, answer)[0])
 
     @contextlib.contextmanager
     def reply(self) -> Iterator[None]:
-        import fcntl
-
-        fd = self._open()
+        if not self.enabled:
+            yield
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            self._lock(fd, fcntl.F_OFD_SETLKW, fcntl.F_RDLCK)
             yield
         finally:
             os.close(fd)  # releases the lock
 
-    def wait_clear(self, poll: float = 0.05) -> None:
-        """Return once no reply holds the lock (at once when none does)."""
-        import fcntl
+    def busy(self) -> bool:
+        """Whether a reply holds the gate now."""
+        if not self.enabled:
+            return False
+        if self._query_fd is None:
+            self._query_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._lock(self._query_fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK) != fcntl.F_UNLCK
 
-        fd = self._open()
-        start = None
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    start = start or time.monotonic()
-                    time.sleep(poll)
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                break
-        finally:
-            os.close(fd)
-            if start is not None:
-                self.waited += time.monotonic() - start
+    def wait_clear(self, poll: float = 0.05) -> None:
+        """Return once no reply holds the gate (at once when none does)."""
+        if not self.busy():
+            return
+        start = time.monotonic()
+        while self.busy():
+            time.sleep(poll)
+        self.waited += time.monotonic() - start
 
 
 def reply_gate_path() -> Path:
