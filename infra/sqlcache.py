@@ -174,10 +174,14 @@ _AS_IS: tuple[tuple[type[Field[Any, Any]], type], ...] = (
 )
 
 
+_SAMPLES: dict[type, Any] = {bool: True, str: "x", float: 1.5, int: 7}
+
+
 def _preparer(field: Field[Any, Any], connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
     """``field.get_db_prep_save(value, connection)``, with the common cases answered without the field's
     chain of calls (a chat turn prepares some sixty values): ``None`` for a nullable column, a value of the
-    type the column stores as is, an aware datetime (the backend's adapter, as ``DateTimeField`` calls it).
+    type the column stores as is on this backend (checked once on a sample value), an aware datetime (the
+    backend's adapter, as ``DateTimeField`` calls it).
     Anything else (a JSON value, a naive datetime, an expression, another type) takes the field's own way."""
     prep = field.get_db_prep_save
     nullable = bool(field.null)
@@ -200,6 +204,10 @@ def _preparer(field: Field[Any, Any], connection: BaseDatabaseWrapper) -> Callab
     elif not isinstance(field, models.JSONField | models.DateField | models.DecimalField | models.TimeField):
         kind = next((t for cls, t in _AS_IS if isinstance(field, cls)), None)
     if kind is None:
+        return slow
+    sample = _SAMPLES[kind]
+    prepared = slow(sample)
+    if type(prepared) is not kind or prepared != sample:  # this backend adapts them (psycopg's Int4 on PostgreSQL)
         return slow
 
     def as_is(value: Any) -> Any:
