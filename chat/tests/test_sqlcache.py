@@ -123,7 +123,10 @@ def test_the_prepared_values_of_an_insert_or_update_are_what_each_field_would_pr
     from chat.models import LLMCallRecord, MessageSignals
     from runtime.models import Job
 
-    moments = [datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC), datetime(2026, 7, 1, 12, tzinfo=ZoneInfo("Europe/Paris"))]
+    moments = [
+        datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC),
+        datetime(2026, 7, 1, 12, tzinfo=ZoneInfo("Europe/Paris")),
+    ]
     values = [None, "text", "", "12", 12, 0, -3, 2.5, True, False, *moments, F("seq")]
     checked = 0
     for model in (Message, MessageSignals, LLMCallRecord, Job, ChatSession, Participant):
