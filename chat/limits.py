@@ -58,10 +58,13 @@ def take_minute_place(study: Study, participant_id: int) -> str:
 
 
 def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
-    """The participant's user messages outside the session (expressions, for a subquery)."""
-    return Message.objects.filter(
-        session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER
-    ).exclude(session_id=session_ref)
+    """The participant's user messages outside the session (expressions, for a subquery). Side B's copies of a
+    live side-by-side episode's messages (chat/sidebyside.py) are not counted: each message counts once."""
+    return (
+        Message.objects.filter(session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER)
+        .exclude(session_id=session_ref)
+        .exclude(session__episode__side="b")
+    )
 
 
 def stored_elsewhere(session_ref: Any, participant_ref: Any) -> Subquery:

@@ -6,4 +6,11 @@ class JudgesConfig(AppConfig):
     verbose_name = "Automatic judges"
 
     def ready(self) -> None:
-        from judges import jobs  # noqa: F401  (declares its kind of job: every job process must know it)
+        from chat.signals import session_ended
+        from judges import blinding, jobs  # noqa: F401  (declare their kinds of job: every job process must know them)
+        from judges.probes import StudyProbeJudging
+        from reports import probejudging
+
+        probejudging.register(StudyProbeJudging())  # reports sits below judges: the verdicts come through here
+        # every session's bot turns are scanned for blinding breaches once its chat is over (chat sits below judges)
+        session_ended.connect(blinding.submit_scan, dispatch_uid="judges.blinding.submit_scan")

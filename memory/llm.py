@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import importlib.util
 import json
 import os
 import re
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -329,6 +332,80 @@ class ReplyFirstLock:
 _LLAMA_LOCK = ReplyFirstLock()  # one call at a time per process, replies first
 
 
+class ReplyGate:
+    """Replies of the in-process model go first across processes too (a lock file shared by every process
+    of this user on the machine: the cores are the machine's).
+
+    A reply holds a read lock on the file while it runs (:meth:`reply`; many replies share it, and nothing
+    ever takes the write lock, so a reply never waits). A process that yields to replies (a process lane's
+    child: readiness checks, evaluations, power simulations) asks, before a call of the model and after each
+    token it generates, whether any reply holds a lock (:meth:`busy`: a query that takes no lock, so it cannot
+    hold a reply back even when its own process is descheduled), and waits while one does
+    (:meth:`wait_clear`). A process that ends releases its locks. Linux's open-file-description locks
+    (``F_OFD_SETLKW``, ``F_OFD_GETLK``: per open file, so two replies of one process are two holders);
+    elsewhere the gate does nothing. ``nice`` alone does not do this on a small machine: a reply's llama.cpp
+    threads wait for each other at every step, and share the memory bus with a background model that runs."""
+
+    _FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.waited = 0.0  # seconds this process spent waiting for replies (tests, bench/bench_reply_lanes.py)
+        self._query_fd: int | None = None
+        self.enabled = sys.platform == "linux" and hasattr(fcntl, "F_OFD_GETLK")
+
+    def _lock(self, fd: int, command: int, kind: int) -> int:
+        answer = fcntl.fcntl(fd, command, struct.pack(self._FLOCK, kind, 0, 0, 0, 0))
+        return int(struct.unpack(self._FLOCK, answer)[0])
+
+    @contextlib.contextmanager
+    def reply(self) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._lock(fd, fcntl.F_OFD_SETLKW, fcntl.F_RDLCK)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def busy(self) -> bool:
+        """Whether a reply holds the gate now."""
+        if not self.enabled:
+            return False
+        if self._query_fd is None:
+            self._query_fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._lock(self._query_fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK) != fcntl.F_UNLCK
+
+    def wait_clear(self, poll: float = 0.05) -> None:
+        """Return once no reply holds the gate (at once when none does)."""
+        if not self.busy():
+            return
+        start = time.monotonic()
+        while self.busy():
+            time.sleep(poll)
+        self.waited += time.monotonic() - start
+
+
+def reply_gate_path() -> Path:
+    import tempfile
+
+    return Path(
+        os.environ.get("MEMEVAL_REPLY_GATE") or Path(tempfile.gettempdir()) / f"memeval-replies-{os.getuid()}.lock"
+    )
+
+
+REPLY_GATE = ReplyGate(reply_gate_path())
+
+
+def yields_to_replies() -> bool:
+    """Whether this process's calls of the in-process model wait while a reply of any process runs
+    (:class:`ReplyGate`): set by ``MEMEVAL_YIELD_TO_REPLIES=1``, as the runtime's process lanes do in their
+    child (a background process)."""
+    return os.environ.get("MEMEVAL_YIELD_TO_REPLIES") == "1"
+
+
 def _llama(path: Path, n_ctx: int, n_threads: int = 2) -> Any:
     key = (str(path), n_ctx, n_threads)
     if key not in _LLAMAS:
@@ -385,10 +462,22 @@ class LocalLLM:
             )
         return msgs
 
-    def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
+    def _create(
+        self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool, between_tokens: bool = False
+    ) -> Any:
         llama = _llama(self.path, self.n_ctx, self.n_threads)
+        pause = None
+        if between_tokens:  # llama.cpp calls its logits processors before each token: wait there while a reply runs
+            from llama_cpp import LogitsProcessorList
+
+            def wait(_ids: Any, scores: Any) -> Any:
+                REPLY_GATE.wait_clear()
+                return scores  # unchanged: the answer is the same, only paused
+
+            pause = LogitsProcessorList([wait])
         try:
             return llama.create_chat_completion(
+                logits_processor=pause,
                 messages=self._fit(messages, max_tokens),
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -408,9 +497,12 @@ class LocalLLM:
         tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        gated = yields_to_replies() and not getattr(_reply_thread, "urgent", False)
         with _LLAMA_LOCK:
+            if gated:
+                REPLY_GATE.wait_clear()
             cpu = time.thread_time()  # from the lock on: waiting for another call is not the model's time
-            out = self._create(messages, max_tokens, temperature, stream=False)
+            out = self._create(messages, max_tokens, temperature, stream=False, between_tokens=gated)
             cpu = time.thread_time() - cpu
         choice = out["choices"][0]
         text = (choice["message"].get("content") or "").strip()
@@ -429,7 +521,7 @@ class LocalLLM:
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         def chunks() -> Iterator[tuple[str, str | None]]:
-            with _LLAMA_LOCK:
+            with REPLY_GATE.reply(), _LLAMA_LOCK:
                 for chunk in self._create(messages, max_tokens, temperature, stream=True):
                     choice = chunk["choices"][0]
                     yield (choice.get("delta", {}).get("content") or ""), choice.get("finish_reason")

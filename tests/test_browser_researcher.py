@@ -92,6 +92,12 @@ def test_a_researcher_creates_opens_and_inspects_a_study_in_the_browser(
     page.click("#invite button:has-text('Generate')")
     page.locator("#invite-links").wait_for()
     assert len(page.input_value("#invite-links").split()) == 3
+    # a refused form (400) is swapped in with its error too (htmx 2 swaps no 4xx by default: templates/base.html)
+    page.fill("#id_invite_id", "lab 07")
+    page.click("#invite button:has-text('Generate')")
+    page.locator("#invite .error").wait_for()
+    assert "slug" in page.inner_text("#invite .error").lower() and page.locator("#invite-links").count() == 0
+    assert page.evaluate("window.stillTheSamePage === true")
     page.screenshot(path=str(ARTIFACTS / "researcher-browser-study.png"), full_page=True)
 
     page.goto(f"{live_server.url}/studies/{study.slug}/episodes/{finished_episode.pk}/")

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0014_message_signals_malformed'),
+        ('chat', '0018_episode_sides_and_side_by_side_votes'),
     ]
 
     operations = [
