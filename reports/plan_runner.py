@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from memory.llm import REPLY_GATE, yields_to_replies
+from memory.replyfirst import REPLY_GATE, yields_to_replies
 
 
 class OverBudget(Exception):
