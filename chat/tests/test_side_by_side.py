@@ -337,3 +337,32 @@ def test_the_socket_sends_both_sides_by_letter_and_never_an_arm_name(pair_study:
     open_pair(other, pair_study, "someone-else")
     assert async_to_sync(_pair_socket)(f"sessionid={other.cookies['sessionid'].value}".encode(), session.pk)[0] is False
     assert Participant.objects.count() == 2
+
+
+async def _chat_socket_message(cookie: bytes, session_id: int) -> bool:
+    """Whether the one-bot chat socket accepts ``session_id``'s page (and takes a message on it when it does)."""
+    from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
+
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    if not connected:
+        return False
+    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "one-side", "text": "Only you"}))
+    await comm.receive_nothing(timeout=1)
+    await comm.disconnect()
+    return True
+
+
+def test_the_one_bot_chat_socket_refuses_either_side_so_no_message_reaches_one_side_only(
+    pair_study: Study, signed: Any
+) -> None:
+    """A worker who opens /ws/chat/ on side A's or side B's session by hand would send a message to one bot only:
+    the two transcripts would no longer be the same conversation. Only the pair socket (/ws/pair/) is accepted."""
+    client = Client()
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    b = sidebyside.twin_session(session)
+    assert async_to_sync(_chat_socket_message)(cookie, session.pk) is False
+    assert async_to_sync(_chat_socket_message)(cookie, b.pk) is False
+    assert not Message.objects.filter(client_id="one-side").exists()
