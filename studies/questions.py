@@ -290,11 +290,18 @@ def save_answers(participant: Participant, questions: list[Question], submitted:
             )
 
 
-def record_attempt(participant: Participant, questions: list[Question], submitted: Submitted) -> ComprehensionAttempt:
-    """Store one try of the comprehension check, numbered after the worker's tries so far."""
+def record_attempt(
+    participant: Participant, questions: list[Question], submitted: Submitted
+) -> ComprehensionAttempt | None:
+    """Store one try of the comprehension check, numbered after the worker's tries so far; None (nothing stored)
+    when, under the worker's lock, no try is left or one passed already: parallel posts (two tabs, a script) all
+    pass the page's step check before any is stored, and would otherwise try every answer at once."""
     with transaction.atomic():
         type(participant).objects.select_for_update().filter(pk=participant.pk).first()  # one try at a time
-        number = participant.comprehension_attempts.count() + 1
+        tries = list(participant.comprehension_attempts.values_list("passed", flat=True))
+        if any(tries) or len(tries) >= int(participant.study.comprehension_attempts):
+            return None
+        number = len(tries) + 1
         chosen = {str(q.pk): submitted.values[q.pk][0] for q in questions}
         passed = all(submitted.values[q.pk][0] == q.correct for q in questions)
         return ComprehensionAttempt.objects.create(
