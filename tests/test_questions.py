@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chat import assignment
 from chat.quality import study_quality
@@ -347,3 +348,19 @@ def test_a_try_posted_beside_the_last_one_is_not_recorded_so_the_check_cannot_be
     assert list(q2.comprehension_attempts.values_list("number", "passed")) == [(1, True)]
     # the page of a post that lost the race goes on to the worker's step
     assert check(client, study, "1", "0")["Location"] == f"/s/{study.slug}/next/"
+
+
+def test_an_abandoned_worker_can_neither_answer_nor_try_the_check(client: Client, qstudy: Study) -> None:
+    """A worker marked abandoned (the inactivity sweep released their place) gets the "abandoned" page from every
+    step: their question pages store nothing either (they were reachable by URL, bypassing the step's page)."""
+    study = qstudy
+    p = enter(client, study, "PIDGONE")
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=timezone.now())
+    assert answer_pre(client, study)["Location"] == f"/s/{study.slug}/next/"
+    assert not Answer.objects.filter(participant=p).exists()
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=None)
+    answer_pre(client, study)
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=timezone.now())
+    assert check(client, study, "1", "0")["Location"] == f"/s/{study.slug}/next/"
+    assert not ComprehensionAttempt.objects.filter(participant=p).exists()
+    assert client.get(f"/s/{study.slug}/next/").status_code == 410
