@@ -13,6 +13,7 @@ studies/questionedit.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +248,9 @@ def field_name(question: Question) -> str:
     return f"q{question.pk}"
 
 
+_OPTION = re.compile(r"[0-9]{1,4}")  # an option's index as the page posts it: not str.isdigit() ('²' is a digit)
+
+
 def read_answers(questions: list[Question], data: Any) -> Submitted:
     """Validate a block's posted answers on the server: an option that is not one of the question's (a forged form),
     a required question left out and a text over the question's cap are errors, said per question; what the worker
@@ -272,7 +276,7 @@ def read_answers(questions: list[Question], data: Any) -> Submitted:
             else:
                 out.values[q.pk] = (None, "")
             continue
-        if not raw.isdigit() or int(raw) >= len(q.labels):
+        if not _OPTION.fullmatch(raw) or int(raw) >= len(q.labels):
             out.errors[q.pk] = "That is not one of the options: please choose one of them."
             continue
         out.values[q.pk] = (int(raw), q.labels[int(raw)])

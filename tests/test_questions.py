@@ -364,3 +364,21 @@ def test_an_abandoned_worker_can_neither_answer_nor_try_the_check(client: Client
     assert check(client, study, "1", "0")["Location"] == f"/s/{study.slug}/next/"
     assert not ComprehensionAttempt.objects.filter(participant=p).exists()
     assert client.get(f"/s/{study.slug}/next/").status_code == 410
+
+
+@pytest.mark.parametrize("forged", ["²", "٣", "9" * 5000, "-1", " 1", "1.0"])
+def test_a_forged_option_that_only_looks_like_a_number_is_refused_with_a_clear_error(
+    client: Client, qstudy: Study, forged: str
+) -> None:
+    """str.isdigit() is true of '²' (int() refuses it: a 500) and of Arabic-Indic digits, and int() refuses 5,000
+    digits: an option is ASCII digits of a listed option, anything else the page's error."""
+    study = qstudy
+    p = enter(client, study, "PIDFORGES")
+    response = client.post(f"/s/{study.slug}/questions/pre/", {name(q(study, "pre", 0)): forged})
+    assert response.status_code == 400
+    assert "That is not one of the options" in response.content.decode()
+    assert not Answer.objects.filter(participant=p).exists()
+    answer_pre(client, study)
+    response = check(client, study, forged, "0")
+    assert response.status_code == 400 and "That is not one of the options" in response.content.decode()
+    assert not ComprehensionAttempt.objects.filter(participant=p).exists()
