@@ -126,7 +126,7 @@ def end_pair_if_time_up(session: ChatSession) -> bool:
 def clean_vote(data: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]:
     """The winner and reason of a posted vote (``winner``, ``reason``), and the errors by field."""
     winner = str(data.get("winner", "")).strip()
-    reason = " ".join(str(data.get("reason", "")).split())
+    reason = " ".join(str(data.get("reason", "")).replace("\x00", "").split())  # PostgreSQL stores no NUL
     errors: dict[str, str] = {}
     if winner not in WINNERS:
         errors["winner"] = "Please choose A, B, a tie or both bad."

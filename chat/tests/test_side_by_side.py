@@ -366,3 +366,21 @@ def test_the_one_bot_chat_socket_refuses_either_side_so_no_message_reaches_one_s
     assert async_to_sync(_chat_socket_message)(cookie, session.pk) is False
     assert async_to_sync(_chat_socket_message)(cookie, b.pk) is False
     assert not Message.objects.filter(client_id="one-side").exists()
+
+
+def test_a_reason_with_a_nul_character_or_html_is_stored_clean_and_shown_escaped(
+    client: Client, pair_study: Study, signed: Any
+) -> None:
+    """PostgreSQL cannot store a NUL character in text (the vote was a 500 there); no browser sends one, so it is
+    dropped. HTML in a reason is text: the page shows it escaped when the vote is refused."""
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    sidebyside.post_to_both(session.pk, "c1", "Hello")
+    client.post(f"/chat/{session.pk}/end/")
+    refused = client.post(f"/chat/{session.pk}/rate/", vote_data("left", "<script>alert(1)</script>"))
+    assert refused.status_code == 400
+    assert "<script>alert(1)" not in refused.content.decode() and "&lt;script&gt;alert(1)" in refused.content.decode()
+    assert (
+        client.post(f"/chat/{session.pk}/rate/", vote_data("a", "It\x00 remembered <b>my</b> dog")).status_code == 302
+    )
+    assert SideBySideVote.objects.get().reason == "It remembered <b>my</b> dog"
