@@ -28,6 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.live import daphne_command, free_port, prepare_site, serving  # noqa: E402 (needs ROOT on the path)
 
+# Every client of a bench is on loopback, one address: the limits by address and the site's LLM ceiling
+# (docs/operations.md, "Abuse limits"; bench/abuse.py measures them) are off, so a bench measures the platform's cost.
+UNLIMITED = {"CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE": "0", "LLM_CALLS_PER_MINUTE": "0"}
+
 
 def setup_workers(n: int, tag: str) -> list[tuple[str, int]]:
     """Create a study with one 'none' arm and n consented workers; return (session cookie, session id)."""
@@ -145,7 +149,7 @@ def main() -> None:
     env = os.environ.copy()
     env.setdefault("DATABASE_URL", f"sqlite:///{tmp}/bench.sqlite3")
     env.update({"LLM_BACKEND": "scripted", "EMBEDDER": "hashing", "MEMEVAL_BENCH_ECHO": "1", "DEBUG": "1",
-                "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings"})  # fmt: skip
+                "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "evalsite.settings", **UNLIMITED})  # fmt: skip
     if args.no_debug:  # the sessions this process creates are signed with the server's key
         env.update({"DEBUG": "0", "SECRET_KEY": env.get("SECRET_KEY") or "bench-" + uuid.uuid4().hex * 2})
         os.environ.update({k: env[k] for k in ("DEBUG", "SECRET_KEY")})

@@ -44,7 +44,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from bench_chat_overhead import echo_turns, open_socket, pct, setup_workers  # noqa: E402
+from bench_chat_overhead import UNLIMITED, echo_turns, open_socket, pct, setup_workers  # noqa: E402
 from faults import Stack, free_port, port_open, wait_until  # noqa: E402
 
 ROOT = BENCH.parent
@@ -104,6 +104,9 @@ class ProductionStack(Stack):
             "LLM_BACKEND": "scripted", "LLM_MODEL": "", "DEBUG": "0", "SECRET_KEY": "bench-production-" + "x" * 40,
             "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "false", "MEMEVAL_BENCH_ECHO": "1",
             "DB_POOL": "true" if pool else "false",
+            # every client is on loopback, one address: the limits by address and the site's LLM ceiling
+            # (bench/abuse.py measures those) would refuse most turns of a load this size
+            **UNLIMITED,
         })  # fmt: skip
         self.extra_webs: list[subprocess.Popen[bytes]] = []
         self.web_ports = [self.web_port]

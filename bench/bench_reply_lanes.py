@@ -2,12 +2,14 @@
 
 Starts the embedded default (daphne, SQLite, in-memory channel layer, the job runtime's lanes, the local
 SmolLM2 model) on loopback, and times a reply's first token: from sending a message to the first streamed
-piece of the reply on the socket, for ``--clients`` pages chatting ``--turns`` turns each. Twice: with nothing
-else running, and while a readiness check of an LLM arm (``memory_update``: hundreds of model calls) and a
+piece of the reply on the socket, with reply pacing off (the model's latency, not the study's schedule), for
+``--clients`` pages chatting ``--turns`` turns each. Twice, on two sets of pages so that both phases reply over
+the same history: with nothing else running, and while a readiness check of an LLM arm (``memory_update``: hundreds of model calls) and a
 power simulation run, submitted as the study page and the planning page submit them (``armjobs.start``,
 ``planning.start_plan``) and taken up by the server's own runtime (its sweeper sends jobs the bench process
 submitted). By default those two run in the server's process lanes (``RUNTIME_PROCESS_LANES=long,plan``):
-a child process each at nice +10; ``--threads`` runs them as threads of the web process instead, as the
+a child process each at nice +10, whose local model and simulation pause while any reply runs
+(``memory.llm.ReplyGate``); ``--threads`` runs them as threads of the web process instead, as the
 power planner and the arm jobs ran before the runtime.
 
     .venv/bin/python bench/bench_reply_lanes.py [--clients 2] [--turns 8] [--tokens 24] [--threads]
@@ -49,6 +51,7 @@ def setup(n: int) -> tuple[list[tuple[str, int]], int]:
     study = Study.objects.create(
         name=f"lanes {uuid.uuid4().hex[:6]}", status=Study.Status.OPEN, sessions_per_episode=1,
         episodes_per_worker=1, min_user_turns=1, max_messages_per_minute=600, max_turns_per_session=1000,
+        pace_replies=False,  # the model's latency, not the study's reply schedule (chat/pacing.py)
     )  # fmt: skip
     study.add_default_metrics()
     Arm.objects.create(study=study, name="chat", memory_system="none", llm_backend="local")
@@ -163,7 +166,10 @@ def main() -> None:
     import django
 
     django.setup()
-    workers, arm_id = setup(args.clients)
+    # two sets of pages, one per phase: each phase's replies have the same history behind them (a reply's
+    # first token comes later as its conversation grows, so one set of pages would load the second phase)
+    workers, arm_id = setup(2 * args.clients)
+    alone_pages, busy_pages = workers[: args.clients], workers[args.clients :]
     port = free_port()
     lanes = "threads of the web process" if args.threads else "child processes at nice +10"
     print(f"embedded default on loopback: daphne, SQLite, local SmolLM2 (LLM_MAX_TOKENS={args.tokens}); "
@@ -173,12 +179,12 @@ def main() -> None:
         asyncio.run(turns(base, workers, 1, 1))  # the model loaded, every page's first reply out of the way
         rows = []
         before = load()
-        quiet = asyncio.run(turns(base, workers, args.turns, 3))
+        quiet = asyncio.run(turns(base, alone_pages, args.turns, 3))
         rows.append(("alone", quiet, before, load()))
         ids = start_background(arm_id)
         wait_running(ids)
         before = load()
-        busy = asyncio.run(turns(base, workers, args.turns, 3 + 2 * args.turns))
+        busy = asyncio.run(turns(base, busy_pages, args.turns, 3))
         rows.append(("readiness check + power simulation", busy, before, load()))
         from runtime.models import Job
 
@@ -187,6 +193,8 @@ def main() -> None:
     for name, lat, b, a in rows:
         ms = [x * 1000 for x in lat]
         print(f"{name:<36} {len(ms):>7} {pct(ms, 50):>8.0f} {pct(ms, 95):>8.0f} {max(ms):>8.0f}   {b} / {a}")
+    for name, lat, _b, _a in rows:
+        print(f"  {name}, in the order they arrived (s): " + " ".join(f"{x:.1f}" for x in lat))
     ratio = pct(rows[1][1], 95) / pct(rows[0][1], 95)
     print(f"\np95 with the background work / without: {ratio:.2f} (goal: at most 1.5); the jobs then: {states}")
 

@@ -113,7 +113,7 @@ def submit_reply(msg: Message, study_id: int, *, hand: Prepared | None = None, f
     it runs after the commit). ``hand``: what the caller read, for this process's run."""
     return jobs.submit(
         REPLY, msg.pk, scope=f"study:{study_id}", label=f"reply {msg.seq} in chat session {msg.session_id}",
-        hand=hand, fresh=fresh, now=msg.created_at,
+        hand=hand, fresh=fresh, now=msg.created_at, deadline=reply_deadline_seconds(),  # the policy's, not built
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, QuerySet
 from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
@@ -162,6 +162,89 @@ def _insert_fields(model: type[Model]) -> list[Field[Any, Any]]:
     return [f for f in meta.local_concrete_fields if f is not meta.auto_field and not getattr(f, "generated", False)]
 
 
+# The value types each field class stores unchanged: for these (and ``None``) ``get_db_prep_save`` returns the
+# value itself on every backend (chat/tests/test_sqlcache.py checks it field by field on SQLite and PostgreSQL).
+# A datetime goes to the backend's ``adapt_datetimefield_value``, as ``DateTimeField`` sends an aware one.
+_AS_IS: tuple[tuple[type[Field[Any, Any]], type], ...] = (
+    (models.BooleanField, bool),
+    (models.CharField, str),
+    (models.TextField, str),
+    (models.FloatField, float),
+    (models.IntegerField, int),  # with the positive, small and big ones (subclasses)
+)
+
+
+_SAMPLES: dict[type, Any] = {bool: True, str: "x", float: 1.5, int: 7}
+
+
+def _preparer(field: Field[Any, Any], connection: BaseDatabaseWrapper) -> Callable[[Any], Any]:
+    """``field.get_db_prep_save(value, connection)``, with the common cases answered without the field's
+    chain of calls (a chat turn prepares some sixty values): ``None`` for a nullable column, a value of the
+    type the column stores as is on this backend (checked once on a sample value), an aware datetime (the
+    backend's adapter, as ``DateTimeField`` calls it).
+    Anything else (a JSON value, a naive datetime, an expression, another type) takes the field's own way."""
+    prep = field.get_db_prep_save
+    nullable = bool(field.null)
+
+    def slow(value: Any) -> Any:
+        return prep(value, connection)
+
+    kind: type | None = None
+    if isinstance(field, models.ForeignKey):
+        kind = int if isinstance(field.target_field, models.AutoField | models.IntegerField) else None
+    elif isinstance(field, models.DateTimeField):
+        adapt = connection.ops.adapt_datetimefield_value
+
+        def moment(value: Any) -> Any:
+            if type(value) is datetime and value.tzinfo is not None:
+                return adapt(value)
+            return None if value is None and nullable else slow(value)
+
+        return moment
+    elif not isinstance(field, models.JSONField | models.DateField | models.DecimalField | models.TimeField):
+        kind = next((t for cls, t in _AS_IS if isinstance(field, cls)), None)
+    if kind is None:
+        return slow
+    sample = _SAMPLES[kind]
+    prepared = slow(sample)
+    if type(prepared) is not kind or prepared != sample:  # this backend adapts them (psycopg's Int4 on PostgreSQL)
+        return slow
+
+    def as_is(value: Any) -> Any:
+        return value if type(value) is kind or (value is None and nullable) else slow(value)
+
+    return as_is
+
+
+_PREPARERS: dict[tuple[Any, ...], list[tuple[Field[Any, Any], Callable[[Any], Any], bool]]] = {}
+
+
+def _preparers(
+    model: type[Model], connection: BaseDatabaseWrapper
+) -> list[tuple[Field[Any, Any], Callable[[Any], Any], bool]]:
+    """The insert's columns of ``model``: each field, its preparer, and whether its ``pre_save`` is needed
+    (a date field's ``auto_now``; any other field's ``pre_save`` reads the attribute)."""
+    key = (model, connection.alias, connection.vendor)
+    found = _PREPARERS.get(key)
+    if found is None:
+        found = [
+            (f, _preparer(f, connection), type(f).pre_save is not Field.pre_save and not _plain_date(f))
+            for f in _insert_fields(model)
+        ]
+        _PREPARERS[key] = found
+    return found
+
+
+def _plain_date(field: Field[Any, Any]) -> bool:
+    """A date field without ``auto_now``/``auto_now_add``: its ``pre_save`` only reads the attribute."""
+    return (
+        isinstance(field, models.DateField)
+        and type(field).pre_save in (models.DateField.pre_save, models.DateTimeField.pre_save)
+        and not field.auto_now
+        and not field.auto_now_add
+    )
+
+
 def insert(obj: M, using: str = DEFAULT_DB_ALIAS) -> M:
     """Insert a new instance (its primary key is set from the database) in one statement: what
     ``obj.save(force_insert=True)`` writes, with each value prepared by its field (``pre_save`` included:
@@ -169,19 +252,20 @@ def insert(obj: M, using: str = DEFAULT_DB_ALIAS) -> M:
     connection = connections[using]
     model = type(obj)
     meta = model._meta
-    fields = _insert_fields(model)
+    columns = _preparers(model, connection)
     returning = bool(connection.features.can_return_columns_from_insert)
     key = ("insert", model, connection.alias, connection.vendor)
     sql = _SQL.get(key)
     if sql is None:
         qn = connection.ops.quote_name
         sql = "INSERT INTO {} ({}) VALUES ({})".format(
-            qn(meta.db_table), ", ".join(qn(f.column) for f in fields), ", ".join(["%s"] * len(fields))
+            qn(meta.db_table), ", ".join(qn(f.column) for f, _, _ in columns), ", ".join(["%s"] * len(columns))
         )
         if returning:
             sql += " " + connection.ops.return_insert_columns([meta.pk])[0]
         _SQL[key] = sql
-    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    values = obj.__dict__
+    params = [prep(f.pre_save(obj, True) if hook else values[f.attname]) for f, prep, hook in columns]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         returned = cursor.fetchone() if returning else None
@@ -207,21 +291,26 @@ def update_where(
     connection = connections[using]
     meta = model._meta
     key = ("update", model, tuple(match), tuple(values), connection.alias, connection.vendor)
-    sql = _SQL.get(key)
-    if sql is None:
+    found = _UPDATES.get(key)
+    if found is None:
         qn = connection.ops.quote_name
         sets = ", ".join(f"{qn(_field(model, name).column)} = %s" for name in values)
         where = " AND ".join(f"{qn(_field(model, name).column)} = %s" for name in (meta.pk.name, *match))
         sql = f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {where}"
-        _SQL[key] = sql
+        preps = [_preparer(_field(model, name), connection) for name in values]
+        found = _UPDATES[key] = (sql, preps, [_field(model, name) for name in match])
     if any(v is None for v in match.values()):
         raise ValueError("update_where matches with '=': None never matches")
-    params = [_field(model, name).get_db_prep_save(v, connection) for name, v in values.items()]
+    sql, preps, matched = found
+    params = [prep(v) for prep, v in zip(preps, values.values(), strict=True)]
     params.append(meta.pk.get_db_prep_value(pk, connection))
-    params += [_field(model, name).get_db_prep_value(v, connection) for name, v in match.items()]
+    params += [f.get_db_prep_value(v, connection) for f, v in zip(matched, match.values(), strict=True)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+_UPDATES: dict[tuple[Any, ...], tuple[str, list[Callable[[Any], Any]], list[Field[Any, Any]]]] = {}
 
 
 class Row:

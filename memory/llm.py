@@ -45,6 +45,13 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from memory.replyfirst import REPLY_GATE as REPLY_GATE
+from memory.replyfirst import ReplyFirstLock as ReplyFirstLock
+from memory.replyfirst import ReplyGate as ReplyGate
+from memory.replyfirst import is_reply_thread
+from memory.replyfirst import mark_reply_thread as mark_reply_thread
+from memory.replyfirst import yields_to_replies as yields_to_replies
+
 if TYPE_CHECKING:  # imported for real only when an openai backend is built
     import openai
     from openai.types.chat import ChatCompletionMessageParam
@@ -281,51 +288,6 @@ def smollm2_path() -> Path:
 
 
 _LLAMAS: dict[tuple[str, int, int], Any] = {}
-_reply_thread = threading.local()
-
-
-def mark_reply_thread() -> None:
-    """Mark the calling thread as one that serves chat replies: at the in-process model its calls go
-    before those of other threads (memory updates) that are waiting (a pool initializer in the
-    embedded default, chat/jobs.py)."""
-    _reply_thread.urgent = True
-
-
-class ReplyFirstLock:
-    """One llama.cpp call at a time (its contexts are not thread-safe), and a waiting reply goes first.
-
-    A plain lock is not fair: a memory update making call after call can take it again before the
-    reply thread that waits for it wakes up, so in the embedded default a reply could wait behind a
-    whole update. Here a reply waits for the call in progress only; threads not marked by
-    :func:`mark_reply_thread` wait while any reply is waiting."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._busy = False
-        self._replies_waiting = 0
-
-    def __enter__(self) -> None:
-        urgent = bool(getattr(_reply_thread, "urgent", False))
-        with self._cond:
-            if urgent:
-                self._replies_waiting += 1
-            acquired = False
-            try:
-                while self._busy or (not urgent and self._replies_waiting):
-                    self._cond.wait()
-                self._busy = acquired = True
-            finally:
-                if urgent:
-                    self._replies_waiting -= 1
-                    if not acquired:  # interrupted: the threads it held back may go
-                        self._cond.notify_all()
-
-    def __exit__(self, *exc: object) -> None:
-        with self._cond:
-            self._busy = False
-            self._cond.notify_all()
-
-
 _LLAMA_LOCK = ReplyFirstLock()  # one call at a time per process, replies first
 
 
@@ -385,10 +347,22 @@ class LocalLLM:
             )
         return msgs
 
-    def _create(self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool) -> Any:
+    def _create(
+        self, messages: Messages, max_tokens: int, temperature: float, *, stream: bool, between_tokens: bool = False
+    ) -> Any:
         llama = _llama(self.path, self.n_ctx, self.n_threads)
+        pause = None
+        if between_tokens:  # llama.cpp calls its logits processors before each token: wait there while a reply runs
+            from llama_cpp import LogitsProcessorList
+
+            def wait(_ids: Any, scores: Any) -> Any:
+                REPLY_GATE.wait_clear()
+                return scores  # unchanged: the answer is the same, only paused
+
+            pause = LogitsProcessorList([wait])
         try:
             return llama.create_chat_completion(
+                logits_processor=pause,
                 messages=self._fit(messages, max_tokens),
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -408,9 +382,12 @@ class LocalLLM:
         tools: Tools | None = None,
     ) -> Completion:
         start = time.perf_counter()
+        gated = yields_to_replies() and not is_reply_thread()
         with _LLAMA_LOCK:
+            if gated:
+                REPLY_GATE.wait_clear()
             cpu = time.thread_time()  # from the lock on: waiting for another call is not the model's time
-            out = self._create(messages, max_tokens, temperature, stream=False)
+            out = self._create(messages, max_tokens, temperature, stream=False, between_tokens=gated)
             cpu = time.thread_time() - cpu
         choice = out["choices"][0]
         text = (choice["message"].get("content") or "").strip()
@@ -429,7 +406,7 @@ class LocalLLM:
         self, messages: Messages, *, max_tokens: int = 256, temperature: float = REPLY_TEMPERATURE, purpose: str = ""
     ) -> TextStream:
         def chunks() -> Iterator[tuple[str, str | None]]:
-            with _LLAMA_LOCK:
+            with REPLY_GATE.reply(), _LLAMA_LOCK:
                 for chunk in self._create(messages, max_tokens, temperature, stream=True):
                     choice = chunk["choices"][0]
                     yield (choice.get("delta", {}).get("content") or ""), choice.get("finish_reason")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from memory.replyfirst import REPLY_GATE, yields_to_replies
+
 
 class OverBudget(Exception):
     """The simulation used its CPU budget (``PLAN_CPU_SECONDS``); the message says what to change."""
@@ -32,6 +34,8 @@ class Budget:
         return time.thread_time() - self.started
 
     def check(self) -> None:
+        if yields_to_replies():  # a background process: while a reply of the embedded model runs, wait
+            REPLY_GATE.wait_clear()  # sleeping: no CPU of the budget is used
         self.stop()
         if self.used() >= self.cpu_seconds:
             raise OverBudget(

@@ -156,11 +156,24 @@ def _answer(fn: Callable[..., Any], args: tuple[Any, ...], answer: Any) -> None:
     answer.put(fn(*args))
 
 
+def _lower_priority(nice: int) -> None:
+    """Make this process give way to the web process's replies: a lower CPU priority, numeric libraries on one
+    thread (a simulation does not spin on both cores), and the background flag that makes the in-process model
+    and the power simulation pause while any reply runs (``MEMEVAL_YIELD_TO_REPLIES``, memory.llm.ReplyGate).
+    The priority alone is not enough on a small machine: a reply's llama.cpp threads wait for each other at
+    every step, so a background process that runs at all, even at nice +19, stalls the reply with it. Not
+    SCHED_IDLE: under a loaded machine it can starve the job's heartbeat thread until its lease lapses."""
+    if nice:
+        os.nice(nice)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    os.environ["MEMEVAL_YIELD_TO_REPLIES"] = "1"
+
+
 def _child_main(queue: Any, nice: int) -> None:
     """A process lane's child: lower CPU priority, then Django (settings from the inherited environment),
     then the jobs it is sent, one after another."""
-    if nice:
-        os.nice(nice)
+    _lower_priority(nice)
     import django
 
     django.setup()  # the runtime's AppConfig imports runtime.jobs, which registers the runner

@@ -35,8 +35,15 @@ log = logging.getLogger(__name__)
 
 
 def worker_name() -> str:
-    """This process, as a job's ``worker`` names it: ``host:pid``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process, as a job's ``worker`` names it: ``host:pid`` (looked up once per process: a chat turn
+    names it for its reply's job, and asking the system for the host name each time cost a system call)."""
+    pid = os.getpid()
+    if _NAME[0] != pid:  # first use, or a forked child
+        _NAME[:] = [pid, f"{socket.gethostname()}:{pid}"]
+    return str(_NAME[1])
+
+
+_NAME: list[object] = [None, ""]
 
 
 class JobLost(Exception):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +62,31 @@ def test_django_internals_of_infra() -> None:
 
     for hook in ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close"):
         assert callable(getattr(sqlite3.DatabaseWrapper, hook)), hook
+    # the cursor whose placeholder rewrite infra/sqlite keeps per statement (CursorWrapper, qmark)
+    assert "factory=SQLiteCursorWrapper" in inspect.getsource(sqlite3.DatabaseWrapper.create_cursor)
+    assert "self.convert_query(query, param_names=param_names)" in inspect.getsource(
+        sqlite3.SQLiteCursorWrapper.execute
+    )
+    import sqlite3 as sqlite_module
+
+    from infra.sqlite.base import CursorWrapper
+
+    raw = sqlite_module.connect(":memory:")
+    ours = raw.cursor(factory=CursorWrapper)
+    django_cursor: Any = raw.cursor(factory=sqlite3.SQLiteCursorWrapper)  # convert_query: not in the stubs
+    for query in (
+        "SELECT %s, '%%s' FROM t WHERE a = %s",
+        "UPDATE t SET b = %s",
+        "SELECT 1",
+        "x LIKE '%%a%%' OR y = %s",
+    ):
+        assert ours.convert_query(query) == django_cursor.convert_query(query), query
+        assert ours.convert_query(query) == django_cursor.convert_query(query), query  # the kept one
+    named = "SELECT %(a)s, %(b)s"
+    assert ours.convert_query(named, param_names=["a", "b"]) == django_cursor.convert_query(
+        named, param_names=["a", "b"]
+    )
+    raw.close()
     assert callable(get_related_populators)
     for name in ("get_converters", "apply_converters", "as_sql"):
         assert callable(getattr(SQLCompiler, name)), name

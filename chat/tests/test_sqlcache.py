@@ -108,3 +108,46 @@ def test_an_update_where_is_a_compare_and_set() -> None:
     assert (stored.status, stored.text, stored.memory_used) == ("complete", "yes", [{"k": 1}])
     with pytest.raises(ValueError, match="None never matches"):
         sqlcache.update_where(Message, msg.pk, {"client_id": None}, {"text": "x"})
+
+
+def test_the_prepared_values_of_an_insert_or_update_are_what_each_field_would_prepare() -> None:
+    """infra.sqlcache answers the common values (None, the column's own type, an aware datetime) without
+    the field's chain of calls: for every column of the models it writes, and values of every kind, the
+    answer is the field's own ``get_db_prep_save`` (or the same error), on this backend."""
+    from datetime import UTC
+    from zoneinfo import ZoneInfo
+
+    from django.db import connection
+    from django.db.models import F, JSONField
+
+    from chat.models import LLMCallRecord, MessageSignals
+    from runtime.models import Job
+
+    moments = [
+        datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC),
+        datetime(2026, 7, 1, 12, tzinfo=ZoneInfo("Europe/Paris")),
+    ]
+    values = [None, "text", "", "12", 12, 0, -3, 2.5, True, False, *moments, F("seq")]
+    checked = 0
+    for model in (Message, MessageSignals, LLMCallRecord, Job, ChatSession, Participant):
+        for field, prep, _ in sqlcache._preparers(model, connection):
+            if isinstance(field, JSONField):  # always the field's own way (its adapted value compares by identity)
+                continue
+            for value in values:
+                try:
+                    expected = field.get_db_prep_save(value, connection)
+                except Exception as exc:  # noqa: BLE001 (the fast path must fail the same way)
+                    with pytest.raises(type(exc)):
+                        prep(value)
+                    continue
+                got = prep(value)
+                assert type(got) is type(expected) and got == expected, (model.__name__, field.name, value)
+                checked += 1
+    assert checked > 300
+
+
+def test_an_insert_runs_the_pre_save_of_a_field_that_sets_its_own_value() -> None:
+    before = timezone.now()
+    study = sqlcache.insert(Study(name="auto now", slug="auto-now"))  # Study.created_at: auto_now_add
+    assert study.created_at >= before
+    assert Study.objects.get(pk=study.pk).created_at == study.created_at

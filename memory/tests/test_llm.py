@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from memory.llm import (
     LLMTransientError,
     LocalLLM,
     ReplyFirstLock,
+    ReplyGate,
     ScriptedLLM,
     finish_reason_of,
     mark_reply_thread,
@@ -202,3 +204,46 @@ def test_the_local_model_lock_still_admits_one_call_at_a_time() -> None:
     for t in threads:
         t.join(30)
     assert most == 1 and not any(t.is_alive() for t in threads)
+
+
+def test_a_background_process_waits_while_a_reply_holds_the_gate_and_a_reply_never_waits(tmp_path: Path) -> None:
+    """memory.llm.ReplyGate: replies share the lock file; a background caller's wait_clear returns only once
+    no reply holds it (a second reply does not wait for the first)."""
+    gate = ReplyGate(tmp_path / "replies.lock")
+    cleared = threading.Event()
+    with gate.reply():
+        with gate.reply():  # another reply at the same time: shared, it does not wait
+            pass
+
+        def wait() -> None:
+            gate.wait_clear(poll=0.01)
+            cleared.set()
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        assert not cleared.wait(0.3)  # held back while the reply runs
+    assert cleared.wait(10)
+    waiter.join()
+    assert gate.waited > 0
+    gate.wait_clear()  # nothing holds it: returns at once
+
+
+@pytest.mark.llm
+def test_the_local_model_in_a_background_process_pauses_between_tokens_and_answers_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MEMEVAL_YIELD_TO_REPLIES=1 (a process lane's child) a call of the local model waits at each token
+    while a reply holds the gate, and its answer is the one it gives without waiting."""
+    gate = ReplyGate(tmp_path / "replies.lock")
+    monkeypatch.setattr(llm_module, "REPLY_GATE", gate)
+    llm = LocalLLM()
+    plain = llm.complete(MESSAGES, max_tokens=12)
+    monkeypatch.setenv("MEMEVAL_YIELD_TO_REPLIES", "1")
+    out: list[Completion] = []
+    with gate.reply():
+        worker = threading.Thread(target=lambda: out.append(llm.complete(MESSAGES, max_tokens=12)))
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not out  # paused while the reply runs
+    worker.join(60)
+    assert out and out[0].text == plain.text and gate.waited > 0

@@ -315,3 +315,32 @@ def test_a_pairwise_design_with_bad_settings_is_refused_with_a_message(researche
         page.status_code == 200 and "less than or equal to 0.99" in text and "cannot be fewer than the fewest" in text
     )
     assert not Job.objects.filter(kind=planning.POWER_PLAN.name).exists()
+def test_a_background_simulation_waits_at_its_checks_while_a_reply_runs(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a process lane's child (MEMEVAL_YIELD_TO_REPLIES=1) the simulation's checks wait while a reply of
+    the embedded model holds memory.llm.ReplyGate, so the reply has the cores."""
+    import threading
+
+    from memory.llm import ReplyGate
+    from reports import plan_runner
+
+    gate = ReplyGate(tmp_path / "replies.lock")
+    monkeypatch.setattr(plan_runner, "REPLY_GATE", gate)
+    monkeypatch.setenv("MEMEVAL_YIELD_TO_REPLIES", "1")
+    budget = plan_runner.Budget(60.0)
+    checked = threading.Event()
+    with gate.reply():
+
+        def check() -> None:
+            budget.check()
+            checked.set()
+
+        thread = threading.Thread(target=check)
+        thread.start()
+        assert not checked.wait(0.3)
+    assert checked.wait(10)
+    thread.join()
+    monkeypatch.delenv("MEMEVAL_YIELD_TO_REPLIES")
+    with gate.reply():
+        budget.check()  # in the web process (no flag) a check never waits

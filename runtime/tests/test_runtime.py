@@ -359,12 +359,20 @@ def test_a_process_lane_is_a_daemon_child_process_at_a_lower_cpu_priority(settin
     niceness = lane.submit_and_call(_nice_of_child)
     assert niceness >= min(19, _nice_of_child() + settings.RUNTIME_PROCESS_NICE)
     assert lane._child.daemon  # it ends with the web process instead of holding its exit
+    # and it gives way to replies: its local model and power simulations pause while any reply runs
+    assert lane.submit_and_call(_background_flags) == ("1", "1")
 
 
 def _nice_of_child() -> int:
     import os
 
     return os.nice(0)
+
+
+def _background_flags() -> tuple[str | None, str | None]:
+    import os
+
+    return os.environ.get("MEMEVAL_YIELD_TO_REPLIES"), os.environ.get("OPENBLAS_NUM_THREADS")
 
 
 @pytest.mark.django_db
