@@ -369,10 +369,11 @@ def test_the_one_bot_chat_socket_refuses_either_side_so_no_message_reaches_one_s
 
 
 def test_a_reason_with_a_nul_character_or_html_is_stored_clean_and_shown_escaped(
-    client: Client, pair_study: Study, signed: Any
+    client: Client, pair_study: Study, signed: Any, each_database: str
 ) -> None:
-    """PostgreSQL cannot store a NUL character in text (the vote was a 500 there); no browser sends one, so it is
-    dropped. HTML in a reason is text: the page shows it escaped when the vote is refused."""
+    """PostgreSQL cannot store a NUL character in text (the vote was a 500 there; this test runs there too); no
+    browser sends one, so it is dropped. HTML in a reason is text: the page shows it escaped when the vote is
+    refused."""
     session = open_pair(client, pair_study)
     client.get(f"/chat/{session.pk}/")
     sidebyside.post_to_both(session.pk, "c1", "Hello")
