@@ -172,6 +172,9 @@ def submit_vote(
             raise VoteRefused("You have already voted on this session.")
         if locked.status != ChatSession.Status.RATING:
             raise VoteRefused("This session has not ended yet; please finish the conversation first.")
+        b.refresh_from_db()
+        if b.status != ChatSession.Status.RATING:  # the sides end together (end_pair): never otherwise, but not a 500
+            raise VoteRefused("Chatbot B's conversation has not ended yet; please finish the conversation first.")
         vote = SideBySideVote.objects.create(session=locked, winner=winner, reason=reason)
         ratings.submit_ratings(b, values_b or {})
         ratings.submit_ratings(locked, values_a or {}, attention)

@@ -385,3 +385,17 @@ def test_a_reason_with_a_nul_character_or_html_is_stored_clean_and_shown_escaped
         client.post(f"/chat/{session.pk}/rate/", vote_data("a", "It\x00 remembered <b>my</b> dog")).status_code == 302
     )
     assert SideBySideVote.objects.get().reason == "It remembered <b>my</b> dog"
+
+
+def test_a_vote_while_side_b_has_not_ended_is_refused_not_a_server_error(
+    client: Client, pair_study: Study, signed: Any
+) -> None:
+    """The sides end together (sidebyside.end_pair); were side B still chatting, the vote says so (not a 500)."""
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    sidebyside.post_to_both(session.pk, "c1", "Hello")
+    client.post(f"/chat/{session.pk}/end/")
+    ChatSession.objects.filter(pk=sidebyside.twin_session(session).pk).update(status=ChatSession.Status.CHATTING)
+    response = client.post(f"/chat/{session.pk}/rate/", vote_data("a"))
+    assert response.status_code == 400 and "Chatbot B" in response.content.decode()
+    assert not SideBySideVote.objects.exists()
