@@ -29,7 +29,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from chat import fragments
 from chat.errors import ChatError
-from chat.models import ChatSession
+from chat.models import ChatSession, Episode
 from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from chat.turns import post_user_message
@@ -128,10 +128,18 @@ class ChatConsumer(LeanWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
-    def _owned(self) -> bool:
+    def _owned(self, side: str = Episode.Side.ALONE) -> bool:
+        """Whether the session is this browser's and of an episode of ``side``: this socket takes one-bot sessions
+        only (a side-by-side session here would get a message its other side never sees; the pair's socket is
+        chat/sidebyside_socket.py)."""
         session = self.scope.get("session")
         ids = participant_ids_in_session(session) if session is not None else set()
-        return bool(ids) and ChatSession.objects.filter(pk=self.session_id, episode__participant_id__in=ids).exists()
+        return (
+            bool(ids)
+            and ChatSession.objects.filter(
+                pk=self.session_id, episode__participant_id__in=ids, episode__side=side
+            ).exists()
+        )
 
     async def disconnect(self, code: int) -> None:
         if self.group:

@@ -54,7 +54,9 @@ def block_page(request: HttpRequest, slug: str, block: str) -> HttpResponse:
     study, participant = bound_participant(request, slug)
     if block not in (Question.Block.PRE, Question.Block.POST):
         raise Http404("no such block")
-    if block == Question.Block.PRE:
+    if participant.abandoned_at is not None:  # next_step says so (410); nothing is stored for them
+        here = False
+    elif block == Question.Block.PRE:
         here = participant.consented_at is not None and questions.step_before_sessions(participant) == block
     else:
         here = _at_post(participant)
@@ -75,7 +77,11 @@ def comprehension(request: HttpRequest, slug: str) -> HttpResponse:
     """``/s/<slug>/check/``: the comprehension check; every try is recorded, a form that is not a full try (an option
     left out or forged) is not counted."""
     study, participant = bound_participant(request, slug)
-    if participant.consented_at is None or questions.step_before_sessions(participant) != Question.Block.CHECK:
+    if (
+        participant.consented_at is None
+        or participant.abandoned_at is not None
+        or questions.step_before_sessions(participant) != Question.Block.CHECK
+    ):
         return redirect("chat:next", study.slug)
     items = questions.block_questions(study, Question.Block.CHECK)
     submitted = None
@@ -83,7 +89,7 @@ def comprehension(request: HttpRequest, slug: str) -> HttpResponse:
         submitted = questions.read_answers(items, request.POST)
         if submitted.ok:
             attempt = questions.record_attempt(participant, items, submitted)
-            if attempt.passed:
+            if attempt is None or attempt.passed:  # None: a post beside the last or the passing try
                 return redirect("chat:next", study.slug)
             return redirect(
                 "chat:comprehension" if questions.check_state(participant).left else "chat:next", study.slug

@@ -126,7 +126,7 @@ def end_pair_if_time_up(session: ChatSession) -> bool:
 def clean_vote(data: Mapping[str, Any]) -> tuple[str, str, dict[str, str]]:
     """The winner and reason of a posted vote (``winner``, ``reason``), and the errors by field."""
     winner = str(data.get("winner", "")).strip()
-    reason = " ".join(str(data.get("reason", "")).split())
+    reason = " ".join(str(data.get("reason", "")).replace("\x00", "").split())  # PostgreSQL stores no NUL
     errors: dict[str, str] = {}
     if winner not in WINNERS:
         errors["winner"] = "Please choose A, B, a tie or both bad."
@@ -172,6 +172,9 @@ def submit_vote(
             raise VoteRefused("You have already voted on this session.")
         if locked.status != ChatSession.Status.RATING:
             raise VoteRefused("This session has not ended yet; please finish the conversation first.")
+        b.refresh_from_db()
+        if b.status != ChatSession.Status.RATING:  # the sides end together (end_pair): never otherwise, but not a 500
+            raise VoteRefused("Chatbot B's conversation has not ended yet; please finish the conversation first.")
         vote = SideBySideVote.objects.create(session=locked, winner=winner, reason=reason)
         ratings.submit_ratings(b, values_b or {})
         ratings.submit_ratings(locked, values_a or {}, attention)

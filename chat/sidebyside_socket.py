@@ -31,7 +31,7 @@ from chat.consumers import (
     whole_number,
 )
 from chat.errors import ChatError
-from chat.models import ChatSession
+from chat.models import ChatSession, Episode
 from chat.replies import recover_replies, retry_reply
 from chat.transcript import messages_after, turn_counts
 from runtime import push
@@ -64,7 +64,7 @@ class PairConsumer(ChatConsumer):
 
     def _owned_pair(self) -> dict[int, str]:
         """Side A's and side B's session ids when side A's session is this browser's; empty otherwise."""
-        if not self._owned():
+        if not self._owned(Episode.Side.A):
             return {}
         session = ChatSession.objects.select_related("episode").get(pk=self.session_id)
         if not sidebyside.is_pair(session):

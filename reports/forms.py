@@ -270,6 +270,9 @@ PROBE_PRIMARY_CHOICES = [
 ]
 
 
+NOTES_MAX_CHARS = 20_000  # a registration's notes: a few paragraphs of exclusion rules, not a document
+
+
 class RegisterForm(forms.Form):
     """Freeze a pre-registration of the study as configured now. A study with persona cards may also make
     probe rates primary outcomes (``probe_primary``); without persona cards the field is not there."""
@@ -286,6 +289,7 @@ class RegisterForm(forms.Form):
     )
     notes = forms.CharField(
         required=False,
+        max_length=NOTES_MAX_CHARS,
         widget=forms.Textarea(attrs={"rows": 3}),
         label="Further exclusion rules and notes",
         help_text="Stored verbatim in the registration (e.g. 'workers flagged for pasted messages are excluded').",

@@ -107,11 +107,12 @@ def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
 @require_POST
 @researcher_required
 def register(request: HttpRequest, slug: str) -> HttpResponse:
+    """Freeze a pre-registration. A refusal (a forged choice, notes over their cap, a design the analysis cannot
+    read) is the plan page again, 400, with the error above the form and everything written and ticked kept."""
     study = study_for(request, slug)
     form = RegisterForm(request.POST, persona_cards=study.persona_cards)
     if not form.is_valid():
-        messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
-        return redirect("reports:study_plan", study.slug)
+        return _register_refused(request, study, form, "; ".join(form.errors.as_text().splitlines()))
     state = planning.plan_status_for(study, form.cleaned_data["job"]) if form.cleaned_data["job"] else None
     plan_result = state.get("plan") if state and state.get("status") == "done" else None
     try:
@@ -124,8 +125,7 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
             probe_primary=form.cleaned_data.get("probe_primary") or [],
         )
     except RatingsError as exc:
-        messages.error(request, f"The registration could not be made: {exc}")
-        return redirect("reports:study_plan", study.slug)
+        return _register_refused(request, study, form, str(exc))
     entry = planning.register(study, document, request.user)
     messages.success(
         request,
@@ -133,6 +133,14 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
         "it (e.g. on OSF) before launch.",
     )
     return redirect("reports:study_plan", study.slug)
+
+
+def _register_refused(request: HttpRequest, study: Study, form: RegisterForm, why: str) -> HttpResponse:
+    job = str(request.POST.get("job") or "") or None
+    ctx = _context(request, study, PlanForm(datasets=_datasets(study)), job)
+    ctx["register_form"] = form
+    ctx["register_error"] = f"The registration could not be made: {why}"
+    return render(request, "reports/plan.html", ctx, status=400)
 
 
 @require_GET

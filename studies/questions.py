@@ -13,6 +13,7 @@ studies/questionedit.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +248,9 @@ def field_name(question: Question) -> str:
     return f"q{question.pk}"
 
 
+_OPTION = re.compile(r"[0-9]{1,4}")  # an option's index as the page posts it: not str.isdigit() ('²' is a digit)
+
+
 def read_answers(questions: list[Question], data: Any) -> Submitted:
     """Validate a block's posted answers on the server: an option that is not one of the question's (a forged form),
     a required question left out and a text over the question's cap are errors, said per question; what the worker
@@ -272,7 +276,7 @@ def read_answers(questions: list[Question], data: Any) -> Submitted:
             else:
                 out.values[q.pk] = (None, "")
             continue
-        if not raw.isdigit() or int(raw) >= len(q.labels):
+        if not _OPTION.fullmatch(raw) or int(raw) >= len(q.labels):
             out.errors[q.pk] = "That is not one of the options: please choose one of them."
             continue
         out.values[q.pk] = (int(raw), q.labels[int(raw)])
@@ -290,11 +294,18 @@ def save_answers(participant: Participant, questions: list[Question], submitted:
             )
 
 
-def record_attempt(participant: Participant, questions: list[Question], submitted: Submitted) -> ComprehensionAttempt:
-    """Store one try of the comprehension check, numbered after the worker's tries so far."""
+def record_attempt(
+    participant: Participant, questions: list[Question], submitted: Submitted
+) -> ComprehensionAttempt | None:
+    """Store one try of the comprehension check, numbered after the worker's tries so far; None (nothing stored)
+    when, under the worker's lock, no try is left or one passed already: parallel posts (two tabs, a script) all
+    pass the page's step check before any is stored, and would otherwise try every answer at once."""
     with transaction.atomic():
         type(participant).objects.select_for_update().filter(pk=participant.pk).first()  # one try at a time
-        number = participant.comprehension_attempts.count() + 1
+        tries = list(participant.comprehension_attempts.values_list("passed", flat=True))
+        if any(tries) or len(tries) >= int(participant.study.comprehension_attempts):
+            return None
+        number = len(tries) + 1
         chosen = {str(q.pk): submitted.values[q.pk][0] for q in questions}
         passed = all(submitted.values[q.pk][0] == q.correct for q in questions)
         return ComprehensionAttempt.objects.create(

@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chat import assignment
 from chat.quality import study_quality
@@ -316,3 +317,68 @@ def test_a_preview_walks_the_question_pages_and_records_nothing(client: Client, 
     assert len(list(export_lines(study, "answers", "jsonl"))) == 1  # the header only
     client.post(reverse("studies:preview_end", args=[study.slug]))
     assert not Answer.objects.exists() and not ComprehensionAttempt.objects.exists()
+
+
+def test_a_try_posted_beside_the_last_one_is_not_recorded_so_the_check_cannot_be_brute_forced(
+    client: Client, qstudy: Study
+) -> None:
+    """Parallel posts (two tabs, a script) all pass the page's step check before any is stored: each is recorded only
+    if, under the worker's lock, a try is left and none passed. The race is replayed in order: the view's check is
+    made, then the last try is used up by the other post, then this post's try reaches the store."""
+    study = qstudy
+    study.comprehension_attempts = 2
+    study.save()
+    p = enter(client, study, "PIDRACES")
+    answer_pre(client, study)
+    assert check(client, study, "0", "0")["Location"] == f"/s/{study.slug}/check/"
+    items = questions.block_questions(study, Question.Block.CHECK)
+    right = questions.read_answers(items, {name(items[0]): "1", name(items[1]): "0"})
+    wrong = questions.read_answers(items, {name(items[0]): "0", name(items[1]): "1"})
+    assert right.ok and wrong.ok
+    assert questions.record_attempt(p, items, wrong) is not None  # the last try (the other tab's post)
+    assert questions.record_attempt(p, items, right) is None  # this post: past the tries, not recorded
+    assert list(p.comprehension_attempts.values_list("number", "passed")) == [(1, False), (2, False)]
+    assert questions.step_before_sessions(p) == "failed"
+    # and a try beside a passed one is not counted either
+    other = Client()
+    q2 = enter(other, study, "PIDPASSES")
+    answer_pre(other, study)
+    assert questions.record_attempt(q2, items, right) is not None
+    assert questions.record_attempt(q2, items, wrong) is None
+    assert list(q2.comprehension_attempts.values_list("number", "passed")) == [(1, True)]
+    # the page of a post that lost the race goes on to the worker's step
+    assert check(client, study, "1", "0")["Location"] == f"/s/{study.slug}/next/"
+
+
+def test_an_abandoned_worker_can_neither_answer_nor_try_the_check(client: Client, qstudy: Study) -> None:
+    """A worker marked abandoned (the inactivity sweep released their place) gets the "abandoned" page from every
+    step: their question pages store nothing either (they were reachable by URL, bypassing the step's page)."""
+    study = qstudy
+    p = enter(client, study, "PIDGONE")
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=timezone.now())
+    assert answer_pre(client, study)["Location"] == f"/s/{study.slug}/next/"
+    assert not Answer.objects.filter(participant=p).exists()
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=None)
+    answer_pre(client, study)
+    Participant.objects.filter(pk=p.pk).update(abandoned_at=timezone.now())
+    assert check(client, study, "1", "0")["Location"] == f"/s/{study.slug}/next/"
+    assert not ComprehensionAttempt.objects.filter(participant=p).exists()
+    assert client.get(f"/s/{study.slug}/next/").status_code == 410
+
+
+@pytest.mark.parametrize("forged", ["²", "٣", "9" * 5000, "-1", " 1", "1.0"])
+def test_a_forged_option_that_only_looks_like_a_number_is_refused_with_a_clear_error(
+    client: Client, qstudy: Study, forged: str
+) -> None:
+    """str.isdigit() is true of '²' (int() refuses it: a 500) and of Arabic-Indic digits, and int() refuses 5,000
+    digits: an option is ASCII digits of a listed option, anything else the page's error."""
+    study = qstudy
+    p = enter(client, study, "PIDFORGES")
+    response = client.post(f"/s/{study.slug}/questions/pre/", {name(q(study, "pre", 0)): forged})
+    assert response.status_code == 400
+    assert "That is not one of the options" in response.content.decode()
+    assert not Answer.objects.filter(participant=p).exists()
+    answer_pre(client, study)
+    response = check(client, study, forged, "0")
+    assert response.status_code == 400 and "That is not one of the options" in response.content.decode()
+    assert not ComprehensionAttempt.objects.filter(participant=p).exists()

@@ -337,3 +337,65 @@ def test_the_socket_sends_both_sides_by_letter_and_never_an_arm_name(pair_study:
     open_pair(other, pair_study, "someone-else")
     assert async_to_sync(_pair_socket)(f"sessionid={other.cookies['sessionid'].value}".encode(), session.pk)[0] is False
     assert Participant.objects.count() == 2
+
+
+async def _chat_socket_message(cookie: bytes, session_id: int) -> bool:
+    """Whether the one-bot chat socket accepts ``session_id``'s page (and takes a message on it when it does)."""
+    from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
+
+    comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
+    connected, _ = await comm.connect()
+    if not connected:
+        return False
+    await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "one-side", "text": "Only you"}))
+    await comm.receive_nothing(timeout=1)
+    await comm.disconnect()
+    return True
+
+
+def test_the_one_bot_chat_socket_refuses_either_side_so_no_message_reaches_one_side_only(
+    pair_study: Study, signed: Any
+) -> None:
+    """A worker who opens /ws/chat/ on side A's or side B's session by hand would send a message to one bot only:
+    the two transcripts would no longer be the same conversation. Only the pair socket (/ws/pair/) is accepted."""
+    client = Client()
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    b = sidebyside.twin_session(session)
+    assert async_to_sync(_chat_socket_message)(cookie, session.pk) is False
+    assert async_to_sync(_chat_socket_message)(cookie, b.pk) is False
+    assert not Message.objects.filter(client_id="one-side").exists()
+
+
+def test_a_reason_with_a_nul_character_or_html_is_stored_clean_and_shown_escaped(
+    client: Client, pair_study: Study, signed: Any, each_database: str
+) -> None:
+    """PostgreSQL cannot store a NUL character in text (the vote was a 500 there; this test runs there too); no
+    browser sends one, so it is dropped. HTML in a reason is text: the page shows it escaped when the vote is
+    refused."""
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    sidebyside.post_to_both(session.pk, "c1", "Hello")
+    client.post(f"/chat/{session.pk}/end/")
+    refused = client.post(f"/chat/{session.pk}/rate/", vote_data("left", "<script>alert(1)</script>"))
+    assert refused.status_code == 400
+    assert "<script>alert(1)" not in refused.content.decode() and "&lt;script&gt;alert(1)" in refused.content.decode()
+    assert (
+        client.post(f"/chat/{session.pk}/rate/", vote_data("a", "It\x00 remembered <b>my</b> dog")).status_code == 302
+    )
+    assert SideBySideVote.objects.get().reason == "It remembered <b>my</b> dog"
+
+
+def test_a_vote_while_side_b_has_not_ended_is_refused_not_a_server_error(
+    client: Client, pair_study: Study, signed: Any
+) -> None:
+    """The sides end together (sidebyside.end_pair); were side B still chatting, the vote says so (not a 500)."""
+    session = open_pair(client, pair_study)
+    client.get(f"/chat/{session.pk}/")
+    sidebyside.post_to_both(session.pk, "c1", "Hello")
+    client.post(f"/chat/{session.pk}/end/")
+    ChatSession.objects.filter(pk=sidebyside.twin_session(session).pk).update(status=ChatSession.Status.CHATTING)
+    response = client.post(f"/chat/{session.pk}/rate/", vote_data("a"))
+    assert response.status_code == 400 and "Chatbot B" in response.content.decode()
+    assert not SideBySideVote.objects.exists()

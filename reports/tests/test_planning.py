@@ -315,6 +315,8 @@ def test_a_pairwise_design_with_bad_settings_is_refused_with_a_message(researche
         page.status_code == 200 and "less than or equal to 0.99" in text and "cannot be fewer than the fewest" in text
     )
     assert not Job.objects.filter(kind=planning.POWER_PLAN.name).exists()
+
+
 def test_a_background_simulation_waits_at_its_checks_while_a_reply_runs(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

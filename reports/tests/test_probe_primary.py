@@ -5,6 +5,7 @@ primary family; every other probe test stays exploratory."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,21 @@ def test_the_cli_registration_round_trip_marks_the_probe_rates_primary(
     # a rate that is not one, or both --primary and --prereg: a clear error (exit status 2)
     assert main(["prereg", "--title", "t", "--metrics", "engaging", "--probe-primary", "speed"]) == 2
     assert main(["probes", str(tmp_path / "probes.csv"), "--prereg", str(prereg), "--primary", "recall"]) == 2
+
+
+def test_a_refused_registration_keeps_what_the_researcher_wrote_and_ticked(
+    card_study: Study, researcher_client: Client
+) -> None:
+    """A forged rate, or notes over their cap, are refused on the plan page itself (400) with the error beside the
+    form, the notes and the ticked rates still there: nothing the researcher wrote is lost to a redirect."""
+    notes = "Workers flagged for pasted messages are excluded <b>before</b> the analysis."
+    response = register(researcher_client, card_study, probe_primary=["recall", "speed"], notes=notes)
+    assert response.status_code == 400 and not Preregistration.objects.exists()
+    body = response.content.decode()
+    assert "could not be made" in body and "speed" in body
+    assert "Workers flagged for pasted messages are excluded &lt;b&gt;before&lt;/b&gt; the analysis." in body
+    assert re.search(r'<input type="checkbox" name="probe_primary" value="recall"[^>]* checked', body)
+    assert not re.search(r'value="stale_rate"[^>]* checked', body)
+    huge = register(researcher_client, card_study, probe_primary=["recall"], notes="x" * 20_001)
+    assert huge.status_code == 400 and not Preregistration.objects.exists()
+    assert "at most 20000 characters" in huge.content.decode()
