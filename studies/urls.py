@@ -24,6 +24,7 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/checks/", views.study_check_arms, name="check_arms"),
     path("studies/<slug:slug>/readiness/", views.study_readiness, name="readiness"),
     path("studies/<slug:slug>/jobs/", views.study_jobs, name="jobs"),
+    path("studies/<slug:slug>/jobs/take-back/", views.study_jobs_sweep, name="jobs_sweep"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
     # the crowdworker's way in (studies/entry.py); from consent on, the worker's pages are chat's
     path("s/<slug:slug>/", entry.entry, name="entry"),
