@@ -10,19 +10,28 @@ from typing import Any
 from django.db.models import Q
 
 from prolific.models import Submission
-from studies.signals import participant_erasing
+from studies.signals import participant_erasing, participant_footprint
 
 
-def delete_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> None:
+def _submissions_of(participants: Any) -> Any:
     rows = list(participants.values_list("pk", "study_id", "external_id"))
     if not rows:
-        return
+        return Submission.objects.none()
     match = Q(participant__in=[pk for pk, _, _ in rows])
     for _, study_id, external_id in rows:
         if external_id:
             match |= Q(wave__study_id=study_id, prolific_pid=external_id)
-    Submission.objects.filter(match).delete()
+    return Submission.objects.filter(match)
+
+
+def delete_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> None:
+    _submissions_of(participants).delete()
+
+
+def count_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> dict[str, int]:
+    return {"prolific_submissions": _submissions_of(participants).count()}
 
 
 def connect() -> None:
     participant_erasing.connect(delete_submissions_of, dispatch_uid="prolific.privacy")
+    participant_footprint.connect(count_submissions_of, dispatch_uid="prolific.privacy.footprint")
