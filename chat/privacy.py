@@ -63,7 +63,8 @@ def footprint(participant: Participant) -> dict[str, int]:
     }
     participants = Participant.objects.filter(pk=participant.pk)
     for _, answer in participant_footprint.send(Participant, participants=participants):
-        for kind, n in (answer or {}).items():
+        rows: dict[str, int] = answer if isinstance(answer, dict) else {}
+        for kind, n in rows.items():
             counts[kind] = counts.get(kind, 0) + int(n)
     return counts
 
