@@ -54,6 +54,22 @@ def _fast_offline_settings(settings: Any) -> None:
 
 
 @pytest.fixture(scope="module")
+def chromium() -> Any:
+    """Headless Chromium (tests/live.py) launched once for a module's browser tests; each test opens its own context
+    (cookies, storage), so the tests stay apart as with a browser each."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.live import launch_chromium
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop in this thread
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            yield browser
+            browser.close()
+
+
+@pytest.fixture(scope="module")
 def seeded_demo(django_db_setup: Any, django_db_blocker: Any) -> Any:
     """``manage.py seed_demo`` run once for a module's tests (it takes seconds), in a transaction that is rolled back
     when the module ends. Each test (``db``) runs in a savepoint inside it, so what a test changes is undone as usual;
