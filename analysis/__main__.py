@@ -10,8 +10,8 @@
   a Bradley-Terry leaderboard, position bias, style control (:mod:`analysis.pairwise_cli`).
 * ``python -m analysis plan-pairwise ...``: judges needed for a pairwise design (:mod:`analysis.pairwise_power`).
 * ``python -m analysis prereg --title ... --metrics ... [--out FILE]``: write a pre-registration (the analysis
-  settings, primary comparisons and alpha with their sha256) for a later ``report --prereg FILE``;
-  ``prereg --verify FILE`` checks a registration's hash.
+  settings, primary comparisons and alpha, and the probe rates made primary, with their sha256) for a later
+  ``report --prereg FILE`` or ``probes --prereg FILE``; ``prereg --verify FILE`` checks a registration's hash.
 
 matplotlib is imported only when a plot is drawn (``--format html``), statsmodels' formula API only for the
 mixed model, so that a cold ``report`` stays fast.
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.spec import DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError
+from analysis.spec import ALPHA, DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError
 from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--primary", type=_list, metavar="METRIC[:ARM_A:ARM_B][@SESSION],...",
                      help="the primary comparisons (default: every metric and 'overall', every pair, all sessions)")  # fmt: skip
     reg.add_argument("--alpha", type=float, default=None, help="significance level (default 0.05)")
+    reg.add_argument("--probe-primary", type=_list, default=[], metavar="RATE,...",
+                     help="persona-card probe rates made primary outcomes (recall, stale_rate, deletion_honoured, "
+                     "dependent_consistent)")  # fmt: skip
     reg.add_argument("--exclude", type=_list, default=[], help="worker exclusion columns")
     reg.add_argument("--exclude-rows", type=_list, default=[], help="row exclusion columns")
     reg.add_argument("--reference-arm", help="reference level of the mixed model")
@@ -169,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     pro.add_argument("--ratings", type=Path, help="the ratings export, for recall against the rating (optional)")
     pro.add_argument("--rating-metric", default="memorability", help="the rating set against recall")
     pro.add_argument("--primary", type=_list, default=[], help="rates the pre-registration made primary")
+    pro.add_argument("--prereg", type=Path, metavar="PREREG.json",
+                     help="a pre-registration: its probes.primary rates and its alpha (instead of --primary)")  # fmt: skip
+    pro.add_argument("--offline", action="append", default=[], metavar="ARM=RESULT.json",
+                     help="an offline card evaluation of live arm ARM (`memory eval ... --dataset cards --format json "
+                     "--out RESULT.json`), set beside the live probes; repeat per arm")  # fmt: skip
     pro.add_argument("--format", choices=("json", "md"), default="json")
     pro.add_argument("--out", type=Path, help="write here instead of stdout")
     _design_arguments(
@@ -380,7 +388,16 @@ def _probes(args: argparse.Namespace) -> int:
 
     from analysis.probes import METRICS, analyze_probes, read_probe_table, to_markdown
 
-    unknown = [m for m in args.primary if m not in METRICS]
+    primary, alpha = list(args.primary), ALPHA
+    if args.prereg:
+        from analysis.prereg import probe_primary, read_preregistration
+
+        if args.primary:
+            raise RatingsError("give --primary or --prereg, not both")
+        doc = read_preregistration(args.prereg)
+        primary = probe_primary(doc)
+        alpha = float((doc.get("analysis") or {}).get("alpha") or ALPHA)
+    unknown = [m for m in primary if m not in METRICS]
     if unknown:
         raise RatingsError(f"--primary: unknown rate(s) {', '.join(unknown)} (one of {', '.join(METRICS)})")
     ratings = None
@@ -394,8 +411,9 @@ def _probes(args: argparse.Namespace) -> int:
     frame = read_probe_table(args.probes)
     if "unit" in frame.columns:
         frame["unit"] = frame["unit"].astype(str)
+    offline = _offline_results(args.offline)
     result = analyze_probes(frame, test=args.test, ratings=ratings, rating_metric=args.rating_metric,
-                            primary=args.primary)  # fmt: skip
+                            primary=primary, alpha=alpha, offline=offline)  # fmt: skip
     text = json.dumps(result, indent=1, allow_nan=False) + "\n" if args.format == "json" else to_markdown(result)
     if args.out:
         try:
@@ -405,6 +423,30 @@ def _probes(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _offline_results(given: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The probes of ``--offline ARM=RESULT.json`` files (memory eval's JSON report of a cards run) as rows."""
+    from analysis.probes import offline_rows
+
+    if not given:
+        return None
+    rows: list[dict[str, Any]] = []
+    for spec in given:
+        arm, sep, path = spec.partition("=")
+        if not sep or not arm or not path:
+            raise RatingsError(f"--offline {spec!r}: write ARM=RESULT.json (the live arm's name, then the file)")
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RatingsError(f"--offline {path} cannot be read as JSON: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("dataset") != "cards" or not isinstance(doc.get("items"), list):
+            raise RatingsError(f"--offline {path} is not a cards run (memory eval ARM --dataset cards --format json)")
+        try:
+            rows += offline_rows(doc["items"], arm)
+        except (KeyError, TypeError) as exc:
+            raise RatingsError(f"--offline {path}: a probe lacks {exc}") from exc
+    return rows
 
 
 def _prereg(args: argparse.Namespace) -> int:
@@ -468,6 +510,7 @@ def _prereg(args: argparse.Namespace) -> int:
             "notes": args.notes,
         },
         analysis=analysis_settings(spec),
+        probes={"primary": args.probe_primary} if args.probe_primary else None,
     )
     text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
     if args.out is None:

@@ -11,7 +11,9 @@ A report given a pre-registration (``analyze(..., preregistration=doc)``, ``--pr
 ``preregistration`` section whether the hash matches the content (the file was not edited after registration)
 and lists every analysis setting, arm or design figure that departs from it; a setting the registration does
 not fix counts as a departure. The registration's ``alpha`` and ``primary`` comparisons are applied unless the
-analysis sets its own (then the check lists the difference). ``python -m analysis prereg`` writes one.
+analysis sets its own (then the check lists the difference); its ``probes.primary`` rates (a study with persona
+cards) are the persona-card probe rates made primary (:func:`probe_primary`, read by the probe analysis).
+``python -m analysis prereg`` writes one.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ FORMAT = "memeval-preregistration/1"
 _UNORDERED = frozenset({"metrics", "reverse", "qc_metrics", "exclude", "exclude_rows"})
 
 __all__ = ["FORMAT", "analysis_settings", "build_preregistration", "check_preregistration", "digest",
-           "primary_list", "read_preregistration"]  # fmt: skip
+           "primary_list", "probe_primary", "read_preregistration"]  # fmt: skip
 
 
 def digest(doc: Mapping[str, Any]) -> str:
@@ -94,9 +96,19 @@ def build_preregistration(
     analysis: Mapping[str, Any],
     planning: Mapping[str, Any] | None = None,
     created: str | None = None,
+    probes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pre-registration document with its hash. ``analysis`` is usually :func:`analysis_settings` of the spec
-    the final report will use; ``arms`` are dicts with at least ``name`` (and ``is_qc``)."""
+    the final report will use; ``arms`` are dicts with at least ``name`` (and ``is_qc``). ``probes`` (a study
+    with persona cards) is ``{"primary": [rate, ...]}``: the probe rates (``analysis.probes.METRICS``) made
+    primary outcomes; the document has a ``probes`` key only when given."""
+    if probes is not None:
+        from analysis.probes import METRICS as PROBE_METRICS
+
+        rates = list(probes.get("primary") or [])
+        unknown = [r for r in rates if r not in PROBE_METRICS]
+        if unknown or len(set(rates)) != len(rates):
+            raise RatingsError(f"primary probe rates {rates}: each once, among {', '.join(PROBE_METRICS)}")
     body: dict[str, Any] = {
         "format": FORMAT,
         "title": title,
@@ -108,8 +120,17 @@ def build_preregistration(
         "analysis": dict(analysis),
         "planning": dict(planning) if planning is not None else None,
     }
+    if probes is not None:
+        body["probes"] = {**probes, "primary": rates}
     body = json.loads(json.dumps(body, allow_nan=False))  # plain JSON types only, so the hash is reproducible
     return {**body, "sha256": digest(body)}
+
+
+def probe_primary(doc: Mapping[str, Any] | None) -> list[str]:
+    """The persona-card probe rates a pre-registration made primary (``probes.primary``; none: [])."""
+    section = (doc or {}).get("probes") or {}
+    rates = section.get("primary") if isinstance(section, Mapping) else None
+    return [str(r) for r in rates] if isinstance(rates, list) else []
 
 
 def read_preregistration(path: str | Path) -> dict[str, Any]:

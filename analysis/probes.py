@@ -34,6 +34,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analysis.spec import ALPHA, CONFIDENCE, RatingsError
@@ -229,13 +230,25 @@ def analyze_probes(
     ratings: pd.DataFrame | None = None,
     rating_metric: str = "memorability",
     primary: Sequence[str] = (),
+    alpha: float = ALPHA,
+    offline: pd.DataFrame | Iterable[Mapping[str, Any]] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """The probe report: per mode (``snapshot``: after each session, from the stored memory; ``inline``: asked
     by the worker in the chat), per arm and per arm and session, the three rates with worker-clustered 95% CIs,
     pairwise tests with Holm families, the memory gain, the stage counts; and the correlation of snapshot recall
     with the ``rating_metric`` rating (``ratings``: one row per rated session with ``unit``, ``session`` and the
-    metric). ``primary`` names rates the pre-registration made primary (else every probe test is exploratory).
-    The result is JSON-ready (keys in docs/analysis.md)."""
+    metric). ``primary`` names rates the pre-registration made primary (else every probe test is exploratory):
+    their whole-episode tests, in every mode, form the probes' primary family, Holm-corrected together
+    (``p_holm_primary``) and significant below ``alpha`` (the registration's). ``offline``: the probes of the
+    offline card evaluation of the same arms (rows as :func:`offline_rows` makes them), set beside the live ones
+    with the agreement of the two orderings of the arms (:func:`compare_offline`; ``n_boot`` bootstrap
+    replicates, ``seed``). The result is JSON-ready (keys in docs/analysis.md)."""
+    unknown = [m for m in primary if m not in METRICS]
+    if unknown:
+        raise RatingsError(f"unknown probe rate(s) {', '.join(unknown)} among the primary ones (one of "
+                           f"{', '.join(METRICS)})")  # fmt: skip
     frame = probe_frame(rows)
     untold = frame[~frame["told"]]
     kept = frame[frame["told"]]
@@ -257,9 +270,163 @@ def analyze_probes(
         rows_of = kept[kept["mode"] == mode]
         if not rows_of.empty:
             out["modes"][mode] = _section(rows_of, [a for a in names if a in set(rows_of["arm"])], test, primary)
+    out["primary_family"] = _primary_family(out["modes"], primary, alpha)
+    if offline is not None:
+        out["offline"] = compare_offline(kept, offline, arms=names, n_boot=n_boot, seed=seed)
     out["recall_vs_rating"] = _notice(kept, ratings, rating_metric)
     safe: dict[str, Any] = _json_safe(out)
     return safe
+
+
+def _primary_family(modes: Mapping[str, Any], primary: Sequence[str], alpha: float) -> dict[str, Any]:
+    """Mark every probe test primary or not, and Holm-correct the primary ones (the whole-episode tests of the
+    rates ``primary`` names, in every mode) as one family: ``primary`` (bool) and ``p_holm_primary`` (None for
+    exploratory tests, whose ``p_holm`` is corrected within their own rate's family only)."""
+    chosen: list[dict[str, Any]] = []
+    for section in modes.values():
+        for e in [*section["pairwise"], *section["pairwise_by_session"]]:
+            e["primary"] = e["role"] == "primary"
+            e["p_holm_primary"] = None
+            if e["primary"]:
+                chosen.append(e)
+    for e, p in zip(chosen, holm([_p(e) for e in chosen]), strict=True):
+        e["p_holm_primary"] = _num(p)
+    return {
+        "id": "probes primary",
+        "rates": list(primary),
+        "modes": [m for m in modes if any(e["primary"] for e in modes[m]["pairwise"])],
+        "tests": sum(1 for e in chosen if not math.isnan(_p(e))),
+        "significant": sum(1 for e in chosen if e["p_holm_primary"] is not None and e["p_holm_primary"] < alpha),
+        "alpha": alpha,
+        "correction": "holm",
+        "description": (
+            "pre-registered primary probe rates: " + ", ".join(primary) + "; their whole-episode tests in every "
+            "mode are Holm-corrected as one family (separate from the sliders' primary family)"
+            if primary
+            else "no probe rate is pre-registered as primary: every probe test is exploratory"
+        ),
+    }
+
+
+# ------------------------------------------------------------------------------- offline beside live
+
+#: The rates set side by side offline and live (the issue's: what was kept, what went stale, what was forgotten).
+COMPARED = ("recall", "stale_rate", "deletion_honoured")
+OFFLINE_SOURCE = (
+    "python -m memory eval ARM --dataset cards on the study's card bank and event script: a scripted user plays "
+    "each card through each arm, on the arm's endpoint"
+)
+
+
+def offline_rows(items: Iterable[Mapping[str, Any]], arm: str) -> list[dict[str, Any]]:
+    """The per-probe results of an offline card evaluation (memory.cardeval's ``items``) of ``arm`` as probe rows:
+    each card is a unit played by its own scripted user (``worker`` = the card, so an arm's interval is over the
+    cards, and the same card in two arms is one "worker" meeting both, as in the live design)."""
+    return [
+        {
+            "worker": f"card {i['card']}",
+            "unit": f"{arm}/{i['card']}",
+            "arm": arm,
+            "session": i["session"],
+            "mode": i.get("mode", "snapshot"),
+            "kind": i["kind"],
+            "recalled": i.get("recalled"),
+            "stale": i.get("stale"),
+            "deletion_honoured": i.get("deletion_honoured"),
+            "correct": i.get("correct"),
+            "stage": i.get("stage"),
+            "answerable_without_memory": bool(i.get("answerable_without_memory")),
+            "told": True,
+            "dependent": bool(i.get("dependent")),
+        }  # fmt: skip
+        for i in items
+    ]
+
+
+def compare_offline(
+    live: pd.DataFrame | Iterable[Mapping[str, Any]],
+    offline: pd.DataFrame | Iterable[Mapping[str, Any]],
+    *,
+    arms: Sequence[str] | None = None,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Offline and live, side by side: per mode and arm, the offline rates of :data:`COMPARED` with their 95%
+    t-interval over cards (``by_arm``, cells as the live ones), and per mode and rate the agreement of the
+    offline and live orderings of the arms (:func:`ordering_agreement`). Untold live probes are left out as in
+    :func:`analyze_probes`."""
+    live_frame = probe_frame(live)
+    live_frame = live_frame[live_frame["told"]]
+    off = probe_frame(offline)
+    names = list(arms) if arms is not None else sorted(set(live_frame["arm"]) | set(off["arm"]))
+    names += [a for a in sorted(set(off["arm"])) if a not in names]
+    out: dict[str, Any] = {"source": OFFLINE_SOURCE, "rates": list(COMPARED), "n_probes": int(len(off)),
+                           "arms": [a for a in names if a in set(off["arm"])], "modes": {}}  # fmt: skip
+    for mode in MODES:
+        rows = off[off["mode"] == mode]
+        if rows.empty:
+            continue
+        unit_rates = _rates(rows, ["unit"])
+        table = _ci_table(unit_rates, ["arm"], list(COMPARED))
+        by_arm = {
+            a: {
+                **table.get(a, dict.fromkeys(COMPARED)),
+                "n_probes": int((rows["arm"] == a).sum()),
+                "n_cards": int(rows.loc[rows["arm"] == a, "worker"].nunique()),
+            }  # fmt: skip
+            for a in names
+            if a in set(rows["arm"])
+        }
+        live_rows = live_frame[live_frame["mode"] == mode]
+        agreement = {}
+        if not live_rows.empty:
+            live_rates = _rates(live_rows, ["unit"])
+            for rate in COMPARED:
+                agreement[rate] = ordering_agreement(live_rates, unit_rates, rate, n_boot=n_boot, seed=seed)
+        out["modes"][mode] = {"by_arm": by_arm, "agreement": agreement}
+    return out
+
+
+def ordering_agreement(
+    live: pd.DataFrame, offline: pd.DataFrame, rate: str, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> dict[str, Any]:
+    """Kendall's tau-b between the live and the offline ordering of the arms on ``rate`` (each arm's mean of its
+    per-worker, resp. per-card, rates), over the arms both have, with a percentile bootstrap CI: each replicate
+    resamples an arm's workers (live) and its cards (offline) with replacement, independently. As the
+    human-against-automatic orderings (analysis.judging.arm_order_tau): fewer than 3 arms give no CI (tau over
+    two arms is +1 or -1), an ordering with every arm tied gives no tau. ``live``/``offline``: per-unit rates
+    with ``worker`` and ``arm`` columns."""
+    from analysis.judging import tau_b
+
+    def groups(frame: pd.DataFrame) -> dict[str, Any]:
+        per_worker = frame.groupby(["arm", "worker"], sort=True)[rate].mean().dropna()
+        return {str(a): g.to_numpy(dtype=float) for a, g in per_worker.groupby(level="arm", sort=True)}
+
+    lg, og = groups(live), groups(offline)
+    shared = [a for a in sorted(lg) if a in og]
+    means = {a: {"live": float(lg[a].mean()), "offline": float(og[a].mean())} for a in shared}
+    out: dict[str, Any] = {"rate": rate, "arms": len(shared), "tau": None, "ci_low": None, "ci_high": None,
+                           "n_boot": n_boot, "means": means}  # fmt: skip
+    if len(shared) < 2:
+        out["note"] = "the orderings need at least 2 arms with both live and offline probes of this rate"
+        return out
+    x = np.array([[means[a]["live"] for a in shared]])
+    y = np.array([[means[a]["offline"] for a in shared]])
+    tau = float(tau_b(x, y)[0])
+    out["tau"] = None if math.isnan(tau) else tau
+    if len(shared) < 3 or n_boot <= 0:
+        return out
+    rng = np.random.default_rng(seed)
+
+    def boot(g: dict[str, Any]) -> Any:
+        return np.stack([g[a][rng.integers(0, len(g[a]), (n_boot, len(g[a])))].mean(axis=1) for a in shared], axis=1)
+
+    taus = tau_b(boot(lg), boot(og))
+    taus = taus[~np.isnan(taus)]
+    if taus.size:
+        tail = (1 - level) / 2 * 100
+        out["ci_low"], out["ci_high"] = (float(v) for v in np.percentile(taus, [tail, 100 - tail]))
+    return out
 
 
 def _json_safe(x: Any) -> Any:
@@ -317,6 +484,18 @@ def to_markdown(result: Mapping[str, Any]) -> str:
     lines = ["## What the bot remembered (persona-card probes)", "",
              f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
              f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+    family = result.get("primary_family") or {}
+    if family.get("rates"):
+        lines += ["", f"**Primary (pre-registered):** {family['description']}; {family.get('significant', 0)} of "
+                  f"{family.get('tests', 0)} significant at alpha = {family.get('alpha', ALPHA)}.", "",
+                  "| mode | rate | arms | difference | p | p (Holm, primary family) |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for mode in MODES:
+            for e in (result.get("modes", {}).get(mode) or {}).get("pairwise", []):
+                if e.get("primary"):
+                    diff = e.get("mean_diff")
+                    lines.append(f"| {mode} | {e['metric']} | {e['a']} vs {e['b']} | "
+                                 f"{'–' if diff is None else f'{diff:+.2f}'} | {_pv(e.get('p'))} | "
+                                 f"{_pv(e.get('p_holm_primary'))} |")  # fmt: skip
     rates = [*METRICS, "memory_gain"]
     for mode in MODES:
         if mode not in result.get("modes", {}):
@@ -334,7 +513,128 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         r = notice["sessions"].get("pearson_r")
         lines += ["", f"Recall against {notice['metric']}: Pearson r = {'–' if r is None else f'{r:.2f}'} "
                   f"over {notice['sessions'].get('n', 0)} rated sessions."]  # fmt: skip
+    lines += _offline_markdown(result)
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(result: Mapping[str, Any], mode: str) -> list[dict[str, Any]]:
+    """Per arm with live or offline probes in ``mode``: each rate of :data:`COMPARED` live and offline (the
+    cells of ``modes.<mode>.by_arm`` and ``offline.modes.<mode>.by_arm``: mean, ci95, ...; None where absent)."""
+    live = ((result.get("modes") or {}).get(mode) or {}).get("by_arm") or {}
+    off = (((result.get("offline") or {}).get("modes") or {}).get(mode) or {}).get("by_arm") or {}
+    arms = [*live, *(a for a in off if a not in live)]
+    return [
+        {"arm": a, **{m: {"live": (live.get(a) or {}).get(m), "offline": (off.get(a) or {}).get(m)} for m in COMPARED}}
+        for a in arms
+    ]
+
+
+def agreement_text(entry: Mapping[str, Any] | None) -> str:
+    """Kendall's tau of the two orderings with its bootstrap CI, as one short text."""
+    if not entry or entry.get("tau") is None:
+        return "–" + (f" ({entry['note']})" if entry and entry.get("note") else "")
+    ci = ""
+    if entry.get("ci_low") is not None and entry.get("ci_high") is not None:
+        ci = f" [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}]"
+    return f"{entry['tau']:.2f}{ci} ({entry['arms']} arms)"
+
+
+def _cell_text(cell: Mapping[str, Any] | None) -> str:
+    if not cell or cell.get("mean") is None:
+        return "–"
+    lo, hi = cell.get("ci95") or (None, None)
+    return f"{cell['mean']:.2f}" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
+
+
+def _offline_markdown(result: Mapping[str, Any]) -> list[str]:
+    offline = result.get("offline")
+    if not offline or not offline.get("modes"):
+        return []
+    lines = ["", "### Offline and live, side by side", "", f"Offline: {offline['source']}. Live rates are per "
+             "episode with a 95% CI over workers; offline rates per card with a 95% CI over cards. Agreement: "
+             "Kendall's tau-b of the two orderings of the arms [95% bootstrap CI]."]  # fmt: skip
+    for run in offline.get("runs") or []:
+        if run.get("stand_in_model"):
+            lines += ["", f"**Offline run of {run['arm']} on a stand-in model: its rates measure nothing.**"]
+    for mode in MODES:
+        if mode not in offline["modes"]:
+            continue
+        head = " | ".join(f"{m} live | {m} offline" for m in COMPARED)
+        lines += ["", f"#### {mode} probes", "", f"| arm | {head} |", "|---|" + "---|" * (2 * len(COMPARED))]
+        for row in side_by_side(result, mode):
+            cells = " | ".join(f"{_cell_text(row[m]['live'])} | {_cell_text(row[m]['offline'])}" for m in COMPARED)
+            lines.append(f"| {row['arm']} | {cells} |")
+        agreement = offline["modes"][mode].get("agreement") or {}
+        if agreement:
+            lines += ["", "Agreement of the orderings: " + "; ".join(
+                f"{m} {agreement_text(agreement.get(m))}" for m in COMPARED) + "."]  # fmt: skip
+    return lines
+
+
+def to_html(result: Mapping[str, Any]) -> str:
+    """The probe section of the HTML report: per mode the rates per arm and session (mean [95% CI]), the failure
+    stages, and, with an offline card evaluation, the offline and live rates side by side with their agreement.
+    Self-contained HTML (the caller puts it in its page)."""
+    import html
+
+    def esc(x: Any) -> str:
+        return html.escape(str(x))
+
+    def table(head: Sequence[str], rows: Iterable[Sequence[Any]], cls: str) -> str:
+        th = "".join(f"<th>{esc(h)}</th>" for h in head)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
+        return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+    parts = ['<section id="probes"><h2>What the bot remembered (persona-card probes)</h2>',
+             f"<p>{esc(result.get('n_probes', 0))} probes scored, {esc(result.get('n_untold', 0))} left out "
+             f"({esc(result.get('untold_note', ''))}). Rates per episode, averaged per worker, 95% CI over workers.</p>"]  # fmt: skip
+    family = result.get("primary_family") or {}
+    if family.get("rates"):
+        parts.append(f'<p class="probes-primary"><strong>Primary (pre-registered):</strong> {esc(family["description"])}; '
+                     f"{esc(family.get('significant', 0))} of {esc(family.get('tests', 0))} significant at alpha = "
+                     f"{esc(family.get('alpha'))}.</p>")  # fmt: skip
+    rates = [*METRICS, "memory_gain"]
+    for mode in MODES:
+        if mode not in (result.get("modes") or {}):
+            continue
+        parts.append(f"<h3>{esc(mode)} probes</h3>")
+        parts.append(table(["arm", "session", *rates], ([r["arm"], r["session"], *(_cell_text(
+            {"mean": r[m], "ci95": r[f"{m}_ci95"]}) for m in rates)] for r in rate_rows(result, mode)),
+            "probe-rates"))  # fmt: skip
+        tests = [e for e in result["modes"][mode]["pairwise"] if e.get("p") is not None]
+        if tests:
+            parts.append(table(["rate", "arms", "p", "p (Holm, its rate)", "p (Holm, primary family)", "role"],
+                               ([e["metric"], f"{e['a']} vs {e['b']}", _pv(e.get("p")), _pv(e.get("p_holm")),
+                                 _pv(e.get("p_holm_primary")) if e.get("primary") else "–", e.get("role", "")]
+                                for e in tests), "probe-tests"))  # fmt: skip
+        parts.append(table(["arm", *STAGES, "failed"], ([s["arm"], *(s[k] for k in STAGES), s["failed"]]
+                                                        for s in stage_table(result, mode)), "probe-stages"))  # fmt: skip
+    offline = result.get("offline")
+    if offline and offline.get("modes"):
+        parts.append('<h3 id="probes-offline">Offline and live, side by side</h3>'
+                     f"<p>Offline: {esc(offline['source'])}. Offline rates per card with a 95% CI over cards. "
+                     "Agreement: Kendall's tau-b of the two orderings of the arms [95% bootstrap CI].</p>")  # fmt: skip
+        for run in offline.get("runs") or []:
+            if run.get("stand_in_model"):
+                parts.append(f"<p><strong>Offline run of {esc(run['arm'])} on a stand-in model: its rates measure "
+                             "nothing.</strong></p>")  # fmt: skip
+        for mode in MODES:
+            if mode not in offline["modes"]:
+                continue
+            head = ["arm", *(f"{m} {side}" for m in COMPARED for side in ("live", "offline"))]
+            rows = ([r["arm"], *(_cell_text(r[m][side]) for m in COMPARED for side in ("live", "offline"))]
+                    for r in side_by_side(result, mode))  # fmt: skip
+            parts.append(f"<h4>{esc(mode)} probes</h4>" + table(head, rows, "probe-offline"))
+            agreement = offline["modes"][mode].get("agreement") or {}
+            if agreement:
+                parts.append(table(["rate", "Kendall's tau [95% CI]"], ([m, agreement_text(agreement.get(m))]
+                                                                          for m in COMPARED), "probe-agreement"))  # fmt: skip
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _pv(p: Any) -> str:
+    return "–" if p is None else ("< 0.001" if p < 0.001 else f"{p:.3f}")
 
 
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}

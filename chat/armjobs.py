@@ -2,8 +2,9 @@
 evaluation whose scores are shown beside the human ones.
 
 An :class:`~chat.models.ArmJob` is the arm's record of one check or evaluation (the arm's configuration it
-ran on, its options, its result); the work itself is a job of the runtime (kinds ``chat.readiness`` and
-``chat.evaluation``, lane ``long``: a Celery queue of its own in production, a low-priority process in the
+ran on, its options, its result); the work itself is a job of the runtime (kinds ``chat.readiness``,
+``chat.evaluation`` and ``chat.card_evaluation`` (chat/cardjobs.py: the offline card evaluation, which resumes
+where a stopped run was), lane ``long``: a Celery queue of its own in production, a low-priority process in the
 embedded default), whose row holds its status, progress, lease and error. :func:`start` creates both;
 :func:`run_check` does the work, writing its progress through the runtime, which the study page polls.
 A readiness check answers at once what needs no model (the QC arm's whole check, the memory mechanism of
@@ -26,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from chat import cardjobs
 from chat.arms import build_llm, endpoint_options, get_embedder
 from chat.models import ArmJob
 from memory.llm import LLM, LLMError, ScriptedLLM
@@ -64,7 +66,9 @@ def start(arm: Arm, kind: str, options: dict[str, Any] | None = None) -> ArmJob:
             if not running.job.finished:
                 return running
         record = ArmJob.objects.create(arm=arm, kind=kind, config=arm.llm_config(), options=dict(options or {}))
-        kind_of = CHECK if kind == ArmJob.Kind.READINESS else EVALUATION
+        if kind == ArmJob.Kind.CARDS:
+            cardjobs.seed_journal(record)  # go on where a failed run on the same configuration stopped
+        kind_of = {ArmJob.Kind.READINESS.value: CHECK, ArmJob.Kind.CARDS.value: CARD_EVALUATION}.get(kind, EVALUATION)
         scope, label = f"study:{arm.study_id}", f"{ArmJob.Kind(kind).label.lower()} of arm {arm.name}"
         whole = kind == ArmJob.Kind.READINESS and _answer_at_once(record)
         if whole:  # the whole check needed no model: done, nothing queued
@@ -120,9 +124,14 @@ def guard(attempt: Attempt, llm: LLM) -> LLM:
 def run_check(job: Job, attempt: Attempt, handed: Any = None) -> None:
     """One run of an arm job (a ``chat.readiness`` or ``chat.evaluation`` job): the result goes to the
     :class:`ArmJob`, in the transaction that completes the job."""
-    record = ArmJob.objects.select_related("arm").get(pk=int(job.target))
+    record = ArmJob.objects.select_related("arm__study").get(pk=int(job.target))
     try:
-        result = _readiness(record, attempt) if record.kind == ArmJob.Kind.READINESS else _evaluation(record, attempt)
+        if record.kind == ArmJob.Kind.READINESS:
+            result = _readiness(record, attempt)
+        elif record.kind == ArmJob.Kind.CARDS:
+            result = cardjobs.run_cards(record, attempt, lambda llm: guard(attempt, llm))
+        else:
+            result = _evaluation(record, attempt)
     except (jobs.JobLost, jobs.DeadlineExceeded):
         raise
     except (LLMError, ValueError, OSError) as exc:
@@ -132,7 +141,8 @@ def run_check(job: Job, attempt: Attempt, handed: Any = None) -> None:
         raise ArmJobFailed(f"{type(exc).__name__}: {exc}") from exc
     with transaction.atomic():
         if attempt.complete():
-            ArmJob.objects.filter(pk=record.pk).update(result=result)
+            # a finished card evaluation's journal is its result's items: not kept twice
+            ArmJob.objects.filter(pk=record.pk).update(result=result, journal=[])
 
 
 class ArmJobFailed(Exception):
@@ -179,6 +189,10 @@ def _evaluation(job: ArmJob, attempt: Attempt) -> dict[str, Any]:
 CHECK = kinds.declare("chat.readiness", lane="long", run=run_check, retry=arm_job_policy, label="readiness check")
 EVALUATION = kinds.declare(
     "chat.evaluation", lane="long", run=run_check, retry=arm_job_policy, label="automatic evaluation"
+)
+# Taken over once like the other evaluations; the attempt that takes over skips the cards already finished.
+CARD_EVALUATION = kinds.declare(
+    "chat.card_evaluation", lane="long", run=run_check, retry=arm_job_policy, label="offline card evaluation"
 )
 
 
@@ -281,3 +295,8 @@ def not_ready(study: Study) -> list[ArmReadiness]:
 def latest_evaluations(study: Study) -> dict[int, ArmJob]:
     """The newest automatic evaluation of each arm, by arm id."""
     return ArmJob.objects.filter(arm__study=study).latest_per_arm(ArmJob.Kind.EVALUATION)
+
+
+def latest_card_evaluations(study: Study) -> dict[int, ArmJob]:
+    """The newest offline card evaluation of each arm, by arm id."""
+    return ArmJob.objects.filter(arm__study=study).latest_per_arm(ArmJob.Kind.CARDS)

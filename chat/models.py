@@ -321,7 +321,8 @@ class ArmJobQuerySet(models.QuerySet["ArmJob"]):
 
 class ArmJob(models.Model):
     """An arm's record of one background check before or beside the study: its readiness checks
-    (``memory.preflight``) or its automatic evaluation (``memory.evaluation``). ``config`` is the arm's
+    (``memory.preflight``), its automatic evaluation (``memory.evaluation``) or its offline card evaluation
+    (``memory.cardeval`` on the study's card bank and event script). ``config`` is the arm's
     :meth:`~studies.models.Arm.llm_config` when the job started (a result counts only while it still
     matches), ``result`` what it found. How the work runs (status, progress, lease, error) is its
     runtime job's (``job``: chat/armjobs.py), read through the properties below."""
@@ -329,6 +330,7 @@ class ArmJob(models.Model):
     class Kind(models.TextChoices):
         READINESS = "readiness", "Readiness checks"
         EVALUATION = "evaluation", "Automatic evaluation"
+        CARDS = "cards", "Offline card evaluation"
 
     Status = Job.Status
     LOST_ERROR = LOST_ERROR
@@ -338,6 +340,9 @@ class ArmJob(models.Model):
     config = models.JSONField(default=dict)
     options = models.JSONField(default=dict, blank=True)  # e.g. the evaluation's dataset and question limit
     result = models.JSONField(null=True, blank=True)
+    # what an offline card evaluation has finished so far (memory.evaljournal records: header, probes, cards),
+    # written after each card, so a run taken over or started again after a failure skips the finished cards
+    journal = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     job = models.OneToOneField(Job, null=True, blank=True, related_name="arm_job", on_delete=models.SET_NULL)
 
@@ -396,6 +401,11 @@ class ArmJob(models.Model):
     def shown_error(self) -> str:
         """What the study page says went wrong."""
         return self.error
+
+    @property
+    def kept_cards(self) -> int:
+        """The cards an offline card evaluation finished before it stopped (a new run goes on after them)."""
+        return sum(1 for r in self.journal or [] if r.get("kind") == "card")
 
     def is_current(self, arm: Arm) -> bool:
         """Whether this job ran on the arm as it is configured now."""

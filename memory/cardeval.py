@@ -325,7 +325,7 @@ def render_markdown(result: dict[str, Any]) -> str:
 
 def run(
     arm: str,
-    path: str | Path | None = None,
+    path: str | Path | Bank | None = None,
     *,
     script: str | Path | Script | None = None,
     backend: str = "scripted",
@@ -346,8 +346,9 @@ def run(
     on_retry: Callable[[int, float, Exception], None] | None = None,
     timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Run the registered arm ``arm`` over the card bank at ``path`` (default: the one that ships) with the
-    event ``script`` (default: ``memory/data/cards/script.json``). Arguments as
+    """Run the registered arm ``arm`` over the card bank at ``path`` (default: the one that ships; or a
+    :class:`~memory.cards.Bank` already loaded, e.g. a study's) with the event ``script`` (default:
+    ``memory/data/cards/script.json``). Arguments as
     :func:`memory.evaluation.run`; ``cards`` picks cards by id, ``max_cards`` the first N. Raises
     :class:`memory.cards.CardError` (a :class:`ValueError`) for a bad bank or script or an unknown card,
     :class:`memory.evaluation.EvaluationStopped` when an LLM error stops the run."""
@@ -355,7 +356,7 @@ def run(
     from memory.llm import make_llm
     from memory.registry import build_system
 
-    bank: Bank = load_bank(path)
+    bank: Bank = path if isinstance(path, Bank) else load_bank(path)
     the_script = script if isinstance(script, Script) else load_script(script)
     chosen = [bank.card(c.strip()) for c in cards] if cards else list(bank.cards)
     chosen = chosen[:max_cards] if max_cards else chosen

@@ -222,11 +222,28 @@ class PlanForm(forms.Form):
         )
 
 
+PROBE_PRIMARY_CHOICES = [
+    ("recall", "Recall of current facts"),
+    ("stale_rate", "Stale-fact rate"),
+    ("deletion_honoured", "Deletion honoured"),
+    ("dependent_consistent", "Dependent facts consistent"),
+]
+
+
 class RegisterForm(forms.Form):
-    """Freeze a pre-registration of the study as configured now."""
+    """Freeze a pre-registration of the study as configured now. A study with persona cards may also make
+    probe rates primary outcomes (``probe_primary``); without persona cards the field is not there."""
 
     test = forms.ChoiceField(choices=TEST_CHOICES, initial=DEFAULT_TEST)
     family = forms.ChoiceField(choices=FAMILY_CHOICES, initial=DEFAULT_FAMILY, label="Holm family")
+    probe_primary = forms.MultipleChoiceField(
+        choices=PROBE_PRIMARY_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Primary probe rates",
+        help_text="Persona-card probe rates to test as primary outcomes: their arm comparisons over whole episodes "
+        "(live, every probe mode) are Holm-corrected as one primary family; the other probe tests stay exploratory.",
+    )
     notes = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
@@ -234,3 +251,8 @@ class RegisterForm(forms.Form):
         help_text="Stored verbatim in the registration (e.g. 'workers flagged for pasted messages are excluded').",
     )
     job = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, persona_cards: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not persona_cards:
+            del self.fields["probe_primary"]

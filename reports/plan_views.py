@@ -28,7 +28,9 @@ def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None
         "form": form,
         "job": job if state is not None else None,
         "state": state,
-        "register_form": RegisterForm(initial={"job": job or "", **_plan_choices(state)}),
+        "register_form": RegisterForm(
+            initial={"job": job or "", **_plan_choices(state)}, persona_cards=study.persona_cards
+        ),
         "registrations": queries.preregistrations_for_study(study),
     }
 
@@ -85,7 +87,7 @@ def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
 @researcher_required
 def register(request: HttpRequest, slug: str) -> HttpResponse:
     study = study_for(request, slug)
-    form = RegisterForm(request.POST)
+    form = RegisterForm(request.POST, persona_cards=study.persona_cards)
     if not form.is_valid():
         messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
         return redirect("reports:study_plan", study.slug)
@@ -98,6 +100,7 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
             family=cast(Family, form.cleaned_data["family"]),
             notes=form.cleaned_data["notes"],
             plan=plan_result,
+            probe_primary=form.cleaned_data.get("probe_primary") or [],
         )
     except RatingsError as exc:
         messages.error(request, f"The registration could not be made: {exc}")

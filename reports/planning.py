@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -209,9 +210,18 @@ POWER_PLAN = kinds.declare(
 
 
 def preregistration_document(
-    study: Study, *, test: Test, family: Family, notes: str = "", plan: dict[str, Any] | None = None
+    study: Study,
+    *,
+    test: Test,
+    family: Family,
+    notes: str = "",
+    plan: dict[str, Any] | None = None,
+    probe_primary: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The pre-registration of ``study`` as it is configured now, analysed with ``test`` and ``family``."""
+    """The pre-registration of ``study`` as it is configured now, analysed with ``test`` and ``family``; with
+    ``probe_primary`` (a study with persona cards), the probe rates made primary outcomes."""
+    if probe_primary and not study.persona_cards:
+        raise RatingsError("only a study with persona cards has probe rates to make primary")
     metrics = list(study.metrics.order_by("order", "id"))
     spec = queries.study_spec(study)
     if spec is None:
@@ -263,6 +273,7 @@ def preregistration_document(
         },
         analysis=analysis_settings(spec),
         planning=plan,
+        probes={"primary": list(probe_primary)} if probe_primary else None,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.probes import METRICS, STAGES, stage_table
+from analysis.probes import COMPARED, METRICS, STAGES, agreement_text, side_by_side, stage_table
 from reports.tables import ci, num, pval
 
 MODE_TITLES = {
@@ -44,6 +44,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
     if "error" in probes:
         return {"error": probes["error"]}
     sections = []
+    family = probes.get("primary_family") or {}
+    alpha = float(family.get("alpha") or 0.05)
     for mode, title in MODE_TITLES.items():
         sec = probes["modes"].get(mode)
         if not sec:
@@ -56,7 +58,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
                 "metric": RATE_TITLES[e["metric"]], "session": e.get("session", "all"), "a": e["a"], "b": e["b"],
                 "diff": num(e.get("mean_diff"), 2, signed=True), "ci": ci(e.get("mean_diff_ci95"), 2),
                 "p": pval(e.get("p")), "p_holm": pval(e.get("p_holm")), "role": e.get("role", ""),
-                "significant": e.get("p_holm") is not None and e["p_holm"] < 0.05,
+                "p_holm_primary": pval(e.get("p_holm_primary")) if e.get("primary") else "",
+                "significant": _significant(e, alpha),
             }
             for e in [*sec["pairwise"], *sec["pairwise_by_session"]]
             if e.get("p") is not None
@@ -67,7 +70,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
             for r in stage_table(probes, mode)
         ]  # fmt: skip
         sections.append({"mode": mode, "title": title, "rates": [RATE_TITLES[m] for m in rates], "rows": rows,
-                         "tests": tests, "stages": stages, "n_probes": sec["n_probes"]})  # fmt: skip
+                         "tests": tests, "stages": stages, "n_probes": sec["n_probes"],
+                         "offline": _offline(probes, mode)})  # fmt: skip
     notice = probes.get("recall_vs_rating")
     notice_row = None
     if notice:
@@ -81,4 +85,43 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
         "n_untold": probes["n_untold"],
         "untold_note": probes["untold_note"],
         "notice": notice_row,
+        "primary": {"description": family.get("description", ""), "tests": family.get("tests", 0),
+                    "significant": family.get("significant", 0), "alpha": alpha, "rates": family.get("rates", [])},
+    }  # fmt: skip
+
+
+def _offline(probes: dict[str, Any], mode: str) -> dict[str, Any] | None:
+    """The offline card evaluation beside the live probes of ``mode``: per arm each compared rate live and
+    offline (mean, CI, units or cards), and the agreement of the two orderings of the arms. None: no offline run
+    probed this mode."""
+    offline = probes.get("offline") or {}
+    section = (offline.get("modes") or {}).get(mode)
+    if not section:
+        return None
+    rows = []
+    for row in side_by_side(probes, mode):
+        cells = []
+        for m in COMPARED:
+            live, off = row[m]["live"], row[m]["offline"]
+            cells += [
+                _cell(live),
+                {**_cell(off), "n": str(off.get("n_workers", "")) if off and off.get("mean") is not None else ""},
+            ]
+        rows.append({"arm": row["arm"], "cells": cells})
+    agreement = section.get("agreement") or {}
+    return {
+        "rates": [RATE_TITLES[m] for m in COMPARED],
+        "rows": rows,
+        "agreement": [{"rate": RATE_TITLES[m], "text": agreement_text(agreement.get(m))} for m in COMPARED]
+        if agreement
+        else [],
+        "stand_in": [r["arm"] for r in offline.get("runs") or [] if r.get("stand_in_model")],
+        "outdated": [r["arm"] for r in offline.get("runs") or [] if not r.get("current", True)],
     }
+
+
+def _significant(entry: dict[str, Any], alpha: float) -> bool:
+    """A primary test by the primary family's Holm and alpha; an exploratory one within its own rate's family."""
+    if entry.get("primary"):
+        return entry.get("p_holm_primary") is not None and entry["p_holm_primary"] < alpha
+    return entry.get("p_holm") is not None and entry["p_holm"] < 0.05

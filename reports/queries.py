@@ -20,9 +20,11 @@ from django.db import connection, transaction
 from django.db.models import Avg, Count, Max, QuerySet, Sum
 from django.db.models.functions import Length
 
+from analysis.probes import offline_rows
 from analysis.spec import AnalysisSpec
 from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, ProbeResult, Rating
 from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
+from memory import cards
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
@@ -186,7 +188,11 @@ def study_data_version(study: Study) -> str:
         Message.objects.filter(session__episode__participant__study=study).aggregate(m=Max("id"))["m"],
         AttentionResponse.objects.filter(session__episode__participant__study=study).count(),
         study.pilot,
-        list(ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION).values_list("id", "job__status")),
+        list(
+            ArmJob.objects.filter(arm__study=study, kind__in=[ArmJob.Kind.EVALUATION, ArmJob.Kind.CARDS]).values_list(
+                "id", "job__status"
+            )
+        ),
         ProbeResult.objects.filter(session__episode__participant__study=study).aggregate(n=Count("id"), m=Max("id")),
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
@@ -301,15 +307,21 @@ def study_spec(study: Study) -> AnalysisSpec | None:
     return replace(spec, exclude_rows=DEFAULT_ROW_FILTERS, covariates=(LATENCY_COVARIATE,))
 
 
-def automatic_scores(study: Study) -> list[dict[str, Any]]:
-    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+def latest_finished(study: Study, kind: str) -> dict[int, ArmJob]:
+    """The newest finished arm job of ``kind`` of each arm of ``study``, by arm id, in arm order."""
     latest: dict[int, ArmJob] = {}
     for job in (
-        ArmJob.objects.filter(arm__study=study, kind=ArmJob.Kind.EVALUATION, job__status=ArmJob.Status.DONE)
+        ArmJob.objects.filter(arm__study=study, kind=kind, job__status=ArmJob.Status.DONE)
         .select_related("arm", "job")
         .order_by("arm_id", "-job__finished_at", "-id")
     ):
         latest.setdefault(job.arm_id, job)
+    return latest
+
+
+def automatic_scores(study: Study) -> list[dict[str, Any]]:
+    """The newest finished automatic evaluation of each arm (``reports.reporting.AUTOMATIC_COLUMNS``), in arm order."""
+    latest = latest_finished(study, ArmJob.Kind.EVALUATION)
     rows = []
     for job in latest.values():
         result = job.result or {}
@@ -344,7 +356,42 @@ def study_source(study: Study) -> Source:
         automatic=automatic_scores(study),
         latency=reply_latency(study),
         probes=study_probe_rows(study),
+        **offline_card_probes(study),
     )
+
+
+def offline_card_probes(study: Study) -> dict[str, list[dict[str, Any]]]:
+    """The newest finished offline card evaluation of each arm (chat/cardjobs.py): ``offline`` (its probes as
+    rows for analysis.probes) and ``offline_runs`` (one line per run, with whether it ran on the arm, card bank
+    and event script the study has now). Empty lists for a study without persona cards."""
+    if not study.persona_cards:
+        return {"offline": [], "offline_runs": []}
+    latest = latest_finished(study, ArmJob.Kind.CARDS)
+    try:
+        bank_sha, script = study.persona_bank().sha256, study.persona_script().as_dict()
+    except cards.CardError:
+        bank_sha, script = "", {}
+    rows: list[dict[str, Any]] = []
+    runs = []
+    for job in latest.values():
+        result = job.result or {}
+        rows += offline_rows(result.get("items") or [], job.arm.name)
+        runs.append(
+            {
+                "arm": job.arm.name,
+                "backend": result.get("backend", ""),
+                "model": result.get("model", ""),
+                "stand_in_model": bool(result.get("stand_in_model")),
+                "cards": result.get("cards", 0),
+                "probes": result.get("probes", 0),
+                "bank_sha256": (result.get("bank") or {}).get("sha256", ""),
+                "current": job.is_current(job.arm)
+                and (result.get("bank") or {}).get("sha256") == bank_sha
+                and result.get("script") == script,
+                "finished_at": job.finished_at.isoformat() if job.finished_at else "",
+            }
+        )
+    return {"offline": rows, "offline_runs": runs}
 
 
 def study_probe_rows(study: Study) -> list[dict[str, Any]]:

@@ -16,11 +16,13 @@ import pandas as pd
 
 from analysis import writers
 from analysis.data import RatingsError
+from analysis.prereg import probe_primary
 from analysis.probes import METRICS as PROBE_METRICS
 from analysis.probes import analyze_probes
+from analysis.probes import to_html as probes_html
 from analysis.probes import to_markdown as probes_markdown
 from analysis.report import run as run_analysis
-from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
+from analysis.spec import ALPHA, DEFAULT_FAMILY, DEFAULT_TEST, AnalysisSpec, Test
 
 FORMATS: dict[str, tuple[str, str]] = {
     # name: (file extension, content type)
@@ -48,6 +50,10 @@ class Source:
     # persona-card probes (one row per scored probe, analysis.probes.COLUMNS): what the bot remembered
     probes: list[dict[str, Any]] = field(default_factory=list)
     latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
+    # the newest finished offline card evaluation of each arm: its probes as rows (analysis.probes.offline_rows)
+    # and one line per run (arm, model, backend, stand-in, cards, probes, bank, script, finished)
+    offline: list[dict[str, Any]] = field(default_factory=list)
+    offline_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def source_spec(
@@ -118,8 +124,9 @@ def build_report(source: Source, *, test: Test = DEFAULT_TEST, **options: Any) -
 
 def probe_report(source: Source, test: str, preregistration: Any = None) -> dict[str, Any] | None:
     """What the bot remembered (analysis.probes) beside the sliders: the same test, the memorability ratings
-    for "do people notice?", and the rates a pre-registration made primary (``probes.primary``); an error
-    in the probe table is a ``{"error": ...}`` the page shows, never a lost report."""
+    for "do people notice?", the rates a pre-registration made primary (``probes.primary``), and the offline
+    card evaluation's rates beside the live ones (``offline``, with its ``runs``); an error in the probe table
+    is a ``{"error": ...}`` the page shows, never a lost report."""
     if not source.probes:
         return None
     ratings = None
@@ -129,12 +136,18 @@ def probe_report(source: Source, test: str, preregistration: Any = None) -> dict
         if not wide.empty:
             ratings = wide.rename(columns={"score": "memorability"})[["unit", "session", "memorability"]]
     primary: list[str] = []
+    alpha = ALPHA
     if isinstance(preregistration, dict):
-        primary = [m for m in (preregistration.get("probes") or {}).get("primary", []) if m in probe_metrics()]
+        primary = [m for m in probe_primary(preregistration) if m in probe_metrics()]
+        alpha = float((preregistration.get("analysis") or {}).get("alpha") or ALPHA)
     try:
-        return analyze_probes(source.probes, test=test, ratings=ratings, primary=primary)
+        result = analyze_probes(source.probes, test=test, ratings=ratings, primary=primary, alpha=alpha,
+                                offline=source.offline or None)  # fmt: skip
     except (RatingsError, ValueError) as exc:
         return {"error": str(exc)}
+    if "offline" in result:
+        result["offline"]["runs"] = source.offline_runs
+    return result
 
 
 def probe_metrics() -> list[str]:
@@ -264,6 +277,9 @@ def export(report: Report, fmt: str) -> str:
         return f"% {PILOT_MARK}\n\\textbf{{{PILOT_MARK.capitalize()}}}\n\n{text}" if source.pilot else text
     if fmt == "html":
         text = writers.to_html(report.result, title=f"{source.title}: analysis report")
+        if report.probes and "error" not in report.probes:
+            section = probes_html(report.probes)
+            text = text.replace("</body>", section + "\n</body>", 1) if "</body>" in text else text + section
         return _html_extras(text, source, waiting)
     raise KeyError(fmt)
 

@@ -296,6 +296,17 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
             return _bad_request(request, study, "No such arm in this study.")
         arms = study.arms.filter(pk=int(request.POST["arm"]))
     options: dict[str, Any] = {}
+    if kind == ArmJob.Kind.CARDS:
+        problem = _card_evaluation_problem(study)
+        if problem:
+            return _bad_request(request, study, problem)
+        limit = request.POST.get("max_cards", "").strip()
+        if limit:
+            if not _WHOLE.fullmatch(limit) or int(limit) < 1:
+                return _bad_request(
+                    request, study, "Cards per arm must be a whole number of at least 1 (or empty: all)."
+                )
+            options["max_cards"] = int(limit)
     if kind == ArmJob.Kind.EVALUATION:
         options = {"dataset": "gvd"}
         limit = request.POST.get("max_questions", "").strip()
@@ -311,9 +322,20 @@ def study_check_arms(request: HttpRequest, slug: str) -> HttpResponse:
             request, "No such arm in this study." if request.POST.get("arm") else "This study has no active arm."
         )
     else:
-        what = "Readiness checks" if kind == ArmJob.Kind.READINESS else "Automatic evaluation"
+        what = ArmJob.Kind(kind).label
         messages.success(request, f"{what} started for {', '.join(j.arm.name for j in started)}.")
     return redirect(reverse("studies:detail", args=[study.slug]) + "#readiness")
+
+
+def _card_evaluation_problem(study: Study) -> str:
+    """Why the offline card evaluation cannot run on ``study`` (empty when it can)."""
+    if not study.persona_cards:
+        return "The offline card evaluation needs a study with persona cards."
+    try:
+        problems = cards.check_script(study.persona_script(), study.persona_bank())
+    except cards.CardError as exc:
+        problems = [str(exc)]
+    return f"The study's persona cards cannot be played: {'; '.join(problems)}" if problems else ""
 
 
 @researcher_required
@@ -415,6 +437,7 @@ def _retention(study: Study) -> list[dict[str, Any]]:
 def _readiness_context(study: Study) -> dict[str, Any]:
     rows = armjobs.readiness(study)
     evaluations = armjobs.latest_evaluations(study)
+    card_runs = armjobs.latest_card_evaluations(study) if study.persona_cards else {}
     return {
         "study": study,
         "readiness": [
@@ -422,11 +445,13 @@ def _readiness_context(study: Study) -> dict[str, Any]:
                 "r": r,
                 "evaluation": (ev := evaluations.get(r.arm.pk)),
                 "evaluation_outdated": ev is not None and ev.finished and not ev.is_current(r.arm),
+                "cards": (cr := card_runs.get(r.arm.pk)),
+                "cards_outdated": cr is not None and cr.finished and not cr.is_current(r.arm),
             }
             for r in rows
         ],
         "jobs_running": any(r.state == "checking" for r in rows)
-        or any(not j.finished and not j.lost for j in evaluations.values()),
+        or any(not j.finished and not j.lost for j in [*evaluations.values(), *card_runs.values()]),
         "not_ready": [r for r in rows if r.blocks_opening],
         # the active arms whose replies come from the embedded demo model (the QC arm calls no model)
         "demo_arms": [r.arm for r in rows if r.arm.active and not r.arm.is_qc and r.arm.resolved_backend == "local"],

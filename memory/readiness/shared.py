@@ -1,11 +1,12 @@
 """Scorers more than one arm uses: memory-operation labels against Keep Me Updated's calibration
-labels (``memory_update``, ``mem0``), and what an arm wrote from a calibration dialogue (``mem0``'s
-facts, ``memgpt``'s human block and archive)."""
+labels (``memory_update``, ``mem0``), what an arm wrote from a calibration dialogue (``mem0``'s
+facts, ``memgpt``'s human block and archive), and one summary per dialogue (``ld_agent``'s event
+summaries, ``memorybank``'s day summaries)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from memory.readiness.core import (
@@ -169,3 +170,60 @@ def written_checks(
         )
     )
     return checks
+
+
+def summary_checks(
+    records: Sequence[dict[str, Any]],
+    items: Sequence[dict[str, Any]],
+    *,
+    names: tuple[str, str, str],
+    thresholds: Mapping[str, float],
+    noun: tuple[str, str],
+    text: Callable[[dict[str, Any]], str],
+    usable: Callable[[dict[str, Any]], bool],
+    example: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
+    unusable: str = "",
+) -> list[Check]:
+    """The checks "not empty", "facts kept" and "not a copy" of one summary per calibration dialogue
+    (LD-Agent's event summaries, MemoryBank's day summaries).
+
+    ``names`` are the three checks' names in that order, each with its threshold in ``thresholds``;
+    ``noun`` is the summary's (singular, plural) name in the checks' explanations; ``text(record)`` is
+    the summary, ``usable(record)`` whether the arm produced one (not failed, not a fallback);
+    ``example(record, dialogue)`` is what a failing item shows; ``unusable`` ends the first check's
+    explanation (what the arm stores instead). Every planned item counts: one not yet run or failed
+    scores 0."""
+    one, many = noun
+    not_empty, kept_name, not_a_copy = names
+    n = len(items)
+    pairs = list(zip(records, items, strict=False))
+    made = [usable(r) for r, _ in pairs]
+    kept = [facts_kept(text(r), d["facts"]) if ok else 0.0 for (r, d), ok in zip(pairs, made, strict=True)]
+    clean = [ok and not copies(text(r), dialogue_text(d)) for (r, d), ok in zip(pairs, made, strict=True)]
+    return [
+        rate(
+            not_empty,
+            thresholds[not_empty],
+            [float(x) for x in made],
+            n,
+            f"{sum(made)} of {len(pairs)} {many} were usable{unusable}",
+            [example(r, d) for (r, d), ok in zip(pairs, made, strict=True) if not ok],
+        ),
+        rate(
+            kept_name,
+            thresholds[kept_name],
+            kept,
+            n,
+            f"mean share of the labelled facts in the {one}: {sum(kept) / max(1, len(pairs)):.2f}",
+            [example(r, d) for (r, d), k, ok in zip(pairs, kept, made, strict=True) if ok and k < 1],
+            binary=False,
+        ),
+        rate(
+            not_a_copy,
+            thresholds[not_a_copy],
+            [float(x) for x in clean],
+            n,
+            f"{sum(clean)} of {len(pairs)} {many} are usable and do not copy the dialogue",
+            [example(r, d) for (r, d), ok in zip(pairs, clean, strict=True) if not ok],
+        ),
+    ]

@@ -40,8 +40,6 @@ from memory.readiness.core import (
     Check,
     Task,
     calibration,
-    copies,
-    dialogue_text,
     facts_kept,
     failed,
     fallback_reasons,
@@ -50,6 +48,7 @@ from memory.readiness.core import (
     safe,
     turns_of,
 )
+from memory.readiness.shared import summary_checks
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -634,32 +633,22 @@ def ld_summary_task(system: LDAgent) -> Task:
         return {"summary": record["summary"], "fallback": fell_back, "trace": trace}
 
     def score(records: list[dict[str, Any]], items: list[dict[str, Any]]) -> list[Check]:
-        n = len(items)
-        pairs = list(zip(records, items, strict=False))
-
-        def usable(r: dict[str, Any]) -> bool:
-            return not failed(r) and not r["fallback"]
-
         def example(r: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
             if failed(r):
                 return {"dialogue": d["id"], "error": r["error"]}
             return {"dialogue": d["id"], "summary": r["summary"][:200], "fallbacks": fallback_reasons(r["trace"])}
 
-        made = [usable(r) for r, _ in pairs]
-        kept = [facts_kept(r["summary"], d["facts"]) if usable(r) else 0.0 for r, d in pairs]
-        clean = [usable(r) and not copies(r["summary"], dialogue_text(d)) for r, d in pairs]
-        return [
-            rate("event_summary_not_empty", LD_THRESHOLDS["event_summary_not_empty"], [float(x) for x in made], n,
-                 f"{sum(made)} of {len(pairs)} event summaries were usable (else the user's first words are stored)",
-                 [example(r, d) for (r, d), ok in zip(pairs, made, strict=True) if not ok]),
-            rate("event_summary_facts_kept", LD_THRESHOLDS["event_summary_facts_kept"], kept, n,
-                 f"mean share of the labelled facts in the event summary: {sum(kept) / max(1, len(pairs)):.2f}",
-                 [example(r, d) for (r, d), k, ok in zip(pairs, kept, made, strict=True) if ok and k < 1],
-                 binary=False),
-            rate("event_summary_not_a_copy", LD_THRESHOLDS["event_summary_not_a_copy"], [float(x) for x in clean], n,
-                 f"{sum(clean)} of {len(pairs)} event summaries are usable and do not copy the dialogue",
-                 [example(r, d) for (r, d), ok in zip(pairs, clean, strict=True) if not ok]),
-        ]  # fmt: skip
+        return summary_checks(
+            records,
+            items,
+            names=("event_summary_not_empty", "event_summary_facts_kept", "event_summary_not_a_copy"),
+            thresholds=LD_THRESHOLDS,
+            noun=("event summary", "event summaries"),
+            text=lambda r: str(r["summary"]),
+            usable=lambda r: not failed(r) and not r["fallback"],
+            example=example,
+            unusable=" (else the user's first words are stored)",
+        )
 
     return Task("event summaries", informative_dialogues(), safe(run), score)
 

@@ -39,7 +39,6 @@ from memory.readiness.core import (
     Task,
     copies,
     dialogue_text,
-    facts_kept,
     failed,
     fallback_reasons,
     informative_dialogues,
@@ -47,6 +46,7 @@ from memory.readiness.core import (
     safe,
     turns_of,
 )
+from memory.readiness.shared import summary_checks
 from memory.systems.common import (
     SHORT_REPLIES,
     ask,
@@ -516,25 +516,18 @@ def memorybank_task(system: MemoryBank) -> Task:
             return {"dialogue": d["id"], "summary": r["summary"][:200], "personality": r["personality"][:160],
                     "fallbacks": fallback_reasons(r["trace"])}  # fmt: skip
 
-        usable = [bool(get(r, "summary")) for r, _ in pairs]
-        kept = [
-            facts_kept(get(r, "summary"), d["facts"]) if ok else 0.0 for (r, d), ok in zip(pairs, usable, strict=True)
-        ]
-        clean = [
-            ok and not copies(get(r, "summary"), dialogue_text(d)) for (r, d), ok in zip(pairs, usable, strict=True)
-        ]
         person = [bool(get(r, "personality")) and not copies(get(r, "personality"), dialogue_text(d)) for r, d in pairs]
         return [
-            rate("summary_not_empty", BANK_THRESHOLDS["summary_not_empty"], [float(x) for x in usable], n,
-                 f"{sum(usable)} of {len(pairs)} day summaries were usable",
-                 [example(r, d) for (r, d), ok in zip(pairs, usable, strict=True) if not ok]),
-            rate("summary_facts_kept", BANK_THRESHOLDS["summary_facts_kept"], kept, n,
-                 f"mean share of the labelled facts in the day summary: {sum(kept) / max(1, len(pairs)):.2f}",
-                 [example(r, d) for (r, d), k, ok in zip(pairs, kept, usable, strict=True) if ok and k < 1],
-                 binary=False),
-            rate("summary_not_a_copy", BANK_THRESHOLDS["summary_not_a_copy"], [float(x) for x in clean], n,
-                 f"{sum(clean)} of {len(pairs)} day summaries are usable and do not copy the dialogue",
-                 [example(r, d) for (r, d), ok in zip(pairs, clean, strict=True) if not ok]),
+            *summary_checks(
+                records,
+                items,
+                names=("summary_not_empty", "summary_facts_kept", "summary_not_a_copy"),
+                thresholds=BANK_THRESHOLDS,
+                noun=("day summary", "day summaries"),
+                text=lambda r: get(r, "summary"),
+                usable=lambda r: bool(get(r, "summary")),
+                example=example,
+            ),
             rate("personality_not_empty", BANK_THRESHOLDS["personality_not_empty"], [float(x) for x in person], n,
                  f"{sum(person)} of {len(pairs)} personality summaries were usable and not a copy of the dialogue",
                  [example(r, d) for (r, d), ok in zip(pairs, person, strict=True) if not ok]),

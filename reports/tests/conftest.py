@@ -1,5 +1,6 @@
 """Ratings for the root ``study`` fixture, built directly in the database (the chat flow is tested elsewhere);
-an upload of a ratings file; a function run on another database connection."""
+persona-card probes that vary between workers; an upload of a ratings file; a function run on another database
+connection."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from chat.models import ChatSession, Episode, Rating
+from chat.models import ChatSession, Episode, ProbeResult, Rating
 from studies.models import Arm, Participant, Study
 
 Scorer = Callable[[int, str, int, str], float]  # (worker number, arm name, session index, metric key) -> score
@@ -132,3 +133,25 @@ def in_another_connection(fn: Any) -> Any:
     if "error" in out:
         raise out["error"]
     return out["value"]
+
+
+def add_varied_probes(study: Study) -> None:
+    """Per session, a snapshot probe of the city (Full history recalls it in 5 of 6 episodes, No memory in 1 of
+    6) and, in session 2, one of the forgotten pet (honoured by No memory, by Full history in 2 of 6)."""
+    sessions = ChatSession.objects.filter(episode__participant__study=study).select_related("episode__arm")
+    for cs in sessions.order_by("episode__participant_id", "episode_id", "index"):
+        good = cs.episode.arm.memory_system == "full_history"
+        w = int(cs.episode.participant.pseudonym[1:])
+        recalled = (w != 0) if good else (w == 0)
+        ProbeResult.objects.create(
+            session=cs, mode="snapshot", slot="city", kind="current", question="Which city do I live in?",
+            answer="Porto" if recalled else "I don't know.", correct=recalled, recalled=recalled,
+            stage="" if recalled else "extraction", told=True, item={"card": "c01"},
+        )  # fmt: skip
+        if cs.index == 2:
+            honoured = (w < 2) if good else True
+            ProbeResult.objects.create(
+                session=cs, mode="snapshot", slot="pet", kind="forgotten", question="What pet do I have?",
+                answer="" if honoured else "a cat", correct=honoured, deletion_honoured=honoured,
+                stage="" if honoured else "update", told=True, item={"card": "c01"},
+            )  # fmt: skip

@@ -31,7 +31,9 @@ def arm_job(
     (``status``, ``done``, ``total``, ``step``, ``lease_until``, ``started_at``, ``due_at``, ``attempts``...)
     are given in ``job``; queued by default."""
     record = ArmJob.objects.create(arm=arm, kind=kind, config=config or arm.llm_config(), result=result)
-    name = (armjobs.CHECK if kind == ArmJob.Kind.READINESS else armjobs.EVALUATION).name
+    name = {ArmJob.Kind.READINESS: armjobs.CHECK, ArmJob.Kind.CARDS: armjobs.CARD_EVALUATION}.get(
+        kind, armjobs.EVALUATION
+    ).name
     record.job = Job.objects.create(kind=name, target=str(record.pk), scope=f"study:{arm.study_id}", lane="long", **job)
     record.save(update_fields=["job"])
     return record
