@@ -76,13 +76,12 @@ class QueueQuerySet(models.QuerySet["Queue"]):
         A study's viewer works none of its queues, group or not: a viewer sees the study's arms and reports, so
         their labels would not be blind, and the judge sample's labels are the admission test's humans
         (judges/admission.py). The owner and editors of the study work its queues as before."""
-        from studies.models import Study
-        from studies.roles import ANNOTATOR_GROUP
+        from studies.roles import ANNOTATOR_GROUP, viewed_only_by
 
         if not getattr(user, "is_active", False):
             return self.none()
         mine = self if user.groups.filter(name=ANNOTATOR_GROUP).exists() else self.visible_to(user)
-        return mine.exclude(study__in=Study.objects.viewed_only_by(user))
+        return mine.exclude(study__in=viewed_only_by(user))
 
 
 class Queue(models.Model):

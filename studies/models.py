@@ -136,15 +136,6 @@ class StudyQuerySet(models.QuerySet["Study"]):
         shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
         return self.filter(models.Q(created_by=user) | models.Q(pk__in=shared))
 
-    def viewed_only_by(self, user: Any) -> StudyQuerySet:
-        """The studies ``user`` is a viewer of and no more (not their owner, an editor or a superuser): they see
-        them and work none of their annotation queues or annotators' comparisons."""
-        if not getattr(user, "is_active", False) or getattr(user, "is_superuser", False) or user.pk is None:
-            return self.none()
-        viewing = Study.viewers.through.objects.filter(user=user).values("study_id")
-        shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
-        return self.filter(pk__in=viewing).exclude(created_by=user).exclude(pk__in=shared)
-
 
 class Study(models.Model):
     class Status(models.TextChoices):
