@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="boolean columns: remove only the rows flagged true (e.g. unfinished episodes)",
     )
     rep.add_argument(
+        "--include-non-blind",
+        action="store_true",
+        help="keep the sessions flagged in a 'non_blind' column (memeval's blinding scan); by default they are "
+        "removed as a row filter and counted per arm",
+    )
+    rep.add_argument(
         "--duplicates",
         choices=DUPLICATE_POLICIES,
         default="refuse",
@@ -360,6 +366,7 @@ def _report(args: argparse.Namespace) -> int:
         primary=tuple(args.primary) if args.primary else None,
         alpha=args.alpha,
         covariates=tuple(args.covariates),
+        include_non_blind=args.include_non_blind,
     )
     analysis = run(read_csv(args.ratings), spec)
     result = analysis.result

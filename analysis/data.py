@@ -232,7 +232,7 @@ def canonical_frame(df: pd.DataFrame, spec: AnalysisSpec | None = None, **option
         for m in metrics:
             wide[m] = _numeric(df[m], m).to_numpy()
         for f in filters:
-            wide[flag_column(f)] = _flags(df[f], f)
+            wide[flag_column(f)] = flag_values(df[f], f)
         for cov in spec.covariates:
             wide[cov_column(cov)] = covariate_values(df[cov], cov)
 
@@ -413,7 +413,7 @@ def _numeric(series: pd.Series, name: str) -> pd.Series:
     return values.astype(float)
 
 
-def _flags(series: pd.Series, name: str) -> np.ndarray:
+def flag_values(series: pd.Series, name: str) -> np.ndarray:
     """A boolean exclusion column: true/false, yes/no, 1/0 (any case); an empty cell is false (not flagged)."""
     if pd.api.types.is_bool_dtype(series):
         return series.to_numpy(dtype=bool)
@@ -472,7 +472,7 @@ def _long_to_wide(
     wide = long.pivot(index=keys, columns="_metric", values="_value")
     wide = wide.reindex(columns=metrics)
     if filters:
-        flags = pd.DataFrame({flag_column(f): _flags(df[f], f) for f in filters}, index=long.index)
+        flags = pd.DataFrame({flag_column(f): flag_values(df[f], f) for f in filters}, index=long.index)
         # a rated session (or conversation) is flagged when any of its rating rows is
         wide = wide.join(flags.groupby([long[k] for k in keys]).any().rename_axis(keys))
     if covariates:  # measured per rated session: its rating rows repeat the value (their mean, if they differ)

@@ -17,7 +17,7 @@ def methods_text(result: Mapping[str, Any]) -> str:
     p, qc, design = result["params"], result["qc"], result["design"]
     parts = []
     excl = result.get("exclusions") or {}
-    if excl.get("filters"):
+    if excl.get("filters") or excl.get("non_blind"):
         parts.append(exclusions_text(excl))
     rep = result.get("repeated_rows") or {}
     if rep.get("rows") or rep.get("exact_duplicates"):
@@ -157,10 +157,26 @@ def exclusions_text(exclusions: Mapping[str, Any]) -> str:
                 f"rows flagged in '{f['column']}' ({f['rows_removed']} rows; {f['workers_removed']} workers left "
                 "with nothing)"
             )
-    return (
+    text = (
         "Exclusions, applied before standardization and quality control: "
         + "; ".join(items)
         + f". {exclusions['workers_removed']} of {exclusions['workers_before']} workers were removed in all."
+        if items
+        else ""
+    )
+    blind = non_blind_text(exclusions.get("non_blind"))
+    return f"{text} {blind}".strip()
+
+
+def non_blind_text(summary: Mapping[str, Any] | None) -> str:
+    """'Excluded: non-blind sessions per arm A: 1, B: 1 (2 in all; ...).' (or 'Included ...'); '' without one."""
+    if not summary:
+        return ""
+    arms = ", ".join(f"{a}: {n}" for a, n in summary["per_arm"].items()) or "none"
+    verb = "Excluded" if summary["excluded"] else "Included (include_non_blind)"
+    return (
+        f"{verb}: non-blind sessions per arm {arms} ({summary['sessions']} in all; a bot turn named an arm, a "
+        "vendor or a memory tool)."
     )
 
 

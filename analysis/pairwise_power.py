@@ -115,12 +115,21 @@ def _first_beats_second(i: np.ndarray, j: np.ndarray, y: np.ndarray, g: np.ndarr
 
 
 def pairwise_power(
-    design: PairwiseDesign, strengths: np.ndarray, *, studies: int = 200, alpha: float = ALPHA, seed: int = 1
+    design: PairwiseDesign,
+    strengths: np.ndarray,
+    *,
+    studies: int = 200,
+    alpha: float = ALPHA,
+    seed: int = 1,
+    check: Callable[[], None] | None = None,
 ) -> Rate:
-    """The share of simulated studies that find the first arm significantly stronger than the second."""
+    """The share of simulated studies that find the first arm significantly stronger than the second.
+    ``check`` is called before every simulated study (a caller's CPU budget or cancel: it raises to stop)."""
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(studies):
+        if check is not None:
+            check()
         i, j, y, g = simulate_votes(design, strengths, rng)
         hits += _first_beats_second(i, j, y, g, design.arms, alpha)
     return Rate(hits, studies)
@@ -157,10 +166,12 @@ def judges_needed(
     max_judges: int = 2000,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> PairwisePlan:
     """The judges whose power reaches ``target``: ``design.judges``, doubled until the simulated power reaches
     the target (or ``max_judges``), the midpoint of the last two, then where a probit curve through every
-    simulated study crosses the target (rounded up to a multiple of 2)."""
+    simulated study crosses the target (rounded up to a multiple of 2). ``check`` is called before every
+    simulated study (the planning page's job: its CPU budget and Cancel); the result does not depend on it."""
     if not 0 < target < 1:
         raise ValueError("the target power must lie between 0 and 1")
     strengths = strengths_for(win_rate, design.arms)
@@ -171,7 +182,7 @@ def judges_needed(
 
     def power_at(n: int) -> float:
         if n not in tried:
-            rate = pairwise_power(replace(design, judges=n), strengths, studies=studies, seed=seed)
+            rate = pairwise_power(replace(design, judges=n), strengths, studies=studies, seed=seed, check=check)
             tried[n] = PowerPoint(n, rate.value, rate.ci, rate.n)
             if progress:
                 progress(f"{n} judges: power {rate.value:.2f}")

@@ -41,7 +41,14 @@ from analysis.spec import ALPHA, CONFIDENCE, RatingsError
 from analysis.stats import compare_columns, correlate, grouped_mean_ci, holm
 
 COLUMNS = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
-           "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+           "stage", "answerable_without_memory", "told", "dependent", "scored_by")  # fmt: skip
+#: ``scored_by`` of a probe whose answer needs a judge (a free-text fact) and has no admitted judge's verdict: its
+#: scores are empty (kept out of every rate) and it is counted apart
+NOT_ADMITTED = "not admitted"
+#: ``scored_by`` of an offline probe of a free-text fact that no judge scored (the run had no judge model, or its
+#: verdict was unreadable): left out of the offline rates, as a live one without an admitted judge's verdict is
+NOT_JUDGED = "not judged"
+JUDGE = "judge"
 METRICS: dict[str, str] = {
     "recall": "share of probes of current and updated facts whose answer gives the current value",
     "stale_rate": "share of probes of updated facts whose answer gives an old value and not the current one",
@@ -64,7 +71,8 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
     if missing:
         raise RatingsError(f"the probe table lacks column(s) {', '.join(missing)}")
     defaults = {"mode": "snapshot", "recalled": None, "stale": None, "deletion_honoured": None, "correct": None,
-                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False}  # fmt: skip
+                "stage": None, "answerable_without_memory": False, "told": True, "dependent": False,
+                "scored_by": "match"}  # fmt: skip
     for col, value in defaults.items():
         if col not in frame.columns:
             frame[col] = value
@@ -78,6 +86,7 @@ def probe_frame(rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> pd.DataFram
     for col, absent in (("told", True), ("dependent", False), ("answerable_without_memory", False)):
         frame[col] = [_flag(v, absent) for v in frame[col]]
         frame[col] = frame[col].astype(bool)
+    frame["scored_by"] = [str(v) if isinstance(v, str) and v else "match" for v in frame["scored_by"]]
     for col in _SOURCE.values():
         frame[col] = frame[col].map(lambda v: math.nan if v is None or v != v else float(bool(v)))  # noqa: PLR0124
     return frame[list(COLUMNS)]
@@ -194,6 +203,8 @@ def _section(frame: pd.DataFrame, arms: list[str], test: str, primary: Sequence[
     families = _families([*whole, *per_session], primary)
     return {
         "n_probes": int(len(frame)),
+        "n_judged": int((frame["scored_by"] == JUDGE).sum()),
+        "n_not_admitted": int((frame["scored_by"] == NOT_ADMITTED).sum()),
         "by_arm": by_arm,
         "by_arm_session": by_session,
         "pairwise": whole,
@@ -262,6 +273,14 @@ def analyze_probes(
         "n_probes": int(len(kept)),
         "n_untold": int(len(untold)),
         "untold_note": "probes of facts the worker did not bring up (or a forget not asked for) are left out",
+        "scoring": {
+            "match": int((~kept["scored_by"].isin([JUDGE, NOT_ADMITTED])).sum()),
+            "judge": int((kept["scored_by"] == JUDGE).sum()),
+            "not_admitted": int((kept["scored_by"] == NOT_ADMITTED).sum()),
+            "note": "match: the card's value or one of its aliases in the answer (exact or alias); judge: a free-text "
+            "fact scored by an automatic judge admitted on the study's probe answers; not admitted: a free-text fact "
+            "with no admitted judge's verdict, kept out of every rate",
+        },
         "n_units": int(kept["unit"].nunique()),
         "n_workers": int(kept["worker"].nunique()),
         "modes": {},
@@ -321,9 +340,16 @@ OFFLINE_SOURCE = (
 def offline_rows(items: Iterable[Mapping[str, Any]], arm: str) -> list[dict[str, Any]]:
     """The per-probe results of an offline card evaluation (memory.cardeval's ``items``) of ``arm`` as probe rows:
     each card is a unit played by its own scripted user (``worker`` = the card, so an arm's interval is over the
-    cards, and the same card in two arms is one "worker" meeting both, as in the live design)."""
-    return [
-        {
+    cards, and the same card in two arms is one "worker" meeting both, as in the live design).
+
+    The same facts count as live: a probe of a current or updated free-text fact counts only with a judge's
+    readable verdict (the run's judge model: ``scored_by`` ``judge``). Without one (``match (no judge)``: a run
+    without a judge model; or an unreadable verdict, ``judge_parsed`` false) its key-phrase match is not used:
+    the row says ``scored_by`` :data:`NOT_JUDGED` with empty scores, and :func:`compare_offline` leaves it out and
+    counts it, as the live probes leave out a free-text answer without an admitted judge's verdict."""
+    rows = []
+    for i in items:
+        row = {
             "worker": f"card {i['card']}",
             "unit": f"{arm}/{i['card']}",
             "arm": arm,
@@ -338,9 +364,23 @@ def offline_rows(items: Iterable[Mapping[str, Any]], arm: str) -> list[dict[str,
             "answerable_without_memory": bool(i.get("answerable_without_memory")),
             "told": True,
             "dependent": bool(i.get("dependent")),
+            "scored_by": str(i.get("scored_by") or "match"),
         }  # fmt: skip
-        for i in items
-    ]
+        if not_judged(i):
+            row.update(recalled=None, stale=None, correct=None, stage=None, scored_by=NOT_JUDGED)
+        rows.append(row)
+    return rows
+
+
+def not_judged(item: Mapping[str, Any]) -> bool:
+    """Whether an offline probe item is of a current or updated free-text fact without a judge's readable verdict
+    (memory.probes: ``scored_by`` ``match (no judge)``, or ``judge`` with ``judge_parsed`` false)."""
+    if item.get("kind") not in ("current", "updated"):
+        return False  # a forgotten fact is scored by its key phrases, live and offline
+    scored_by = str(item.get("scored_by") or "match")
+    if scored_by == JUDGE:
+        return item.get("judge_parsed") is False
+    return bool(item.get("free_text")) or scored_by.startswith("match (no judge")
 
 
 def compare_offline(
@@ -354,17 +394,37 @@ def compare_offline(
     """Offline and live, side by side: per mode and arm, the offline rates of :data:`COMPARED` with their 95%
     t-interval over cards (``by_arm``, cells as the live ones), and per mode and rate the agreement of the
     offline and live orderings of the arms (:func:`ordering_agreement`). Untold live probes are left out as in
-    :func:`analyze_probes`."""
+    :func:`analyze_probes`.
+
+    Both sides count the same facts: a free-text probe without a judge's verdict (live: no admitted judge's,
+    ``not admitted``; offline: none of the run's judge, :data:`NOT_JUDGED`) is left out of the rates on its side
+    and counted (``free_text_left_out``: offline; ``live_free_text_left_out``: live; per arm in ``by_arm``)."""
     live_frame = probe_frame(live)
     live_frame = live_frame[live_frame["told"]]
-    off = probe_frame(offline)
-    names = list(arms) if arms is not None else sorted(set(live_frame["arm"]) | set(off["arm"]))
-    names += [a for a in sorted(set(off["arm"])) if a not in names]
-    out: dict[str, Any] = {"source": OFFLINE_SOURCE, "rates": list(COMPARED), "n_probes": int(len(off)),
-                           "arms": [a for a in names if a in set(off["arm"])], "modes": {}}  # fmt: skip
+    live_left = live_frame["scored_by"].isin([NOT_ADMITTED, NOT_JUDGED])
+    live_frame = live_frame[~live_left]
+    everything = probe_frame(offline)
+    left = everything["scored_by"].isin([NOT_ADMITTED, NOT_JUDGED])
+    off = everything[~left]
+    dropped = everything[left]
+    names = list(arms) if arms is not None else sorted(set(live_frame["arm"]) | set(everything["arm"]))
+    names += [a for a in sorted(set(everything["arm"])) if a not in names]
+    out: dict[str, Any] = {
+        "source": OFFLINE_SOURCE, "rates": list(COMPARED), "n_probes": int(len(off)),
+        "free_text_left_out": int(len(dropped)), "live_free_text_left_out": int(live_left.sum()),
+        "scoring": {
+            "match": int((~off["scored_by"].isin([JUDGE])).sum()), "judge": int((off["scored_by"] == JUDGE).sum()),
+            "note": "offline as live: a probe of a free-text fact counts only with a judge's readable verdict "
+            "(offline: the run's judge model; live: a judge admitted on the study's probe answers); without one "
+            "it is left out of the rates on its side (free_text_left_out, live_free_text_left_out), never scored by "
+            "its key phrases",
+        },
+        "arms": [a for a in names if a in set(everything["arm"])], "modes": {},
+    }  # fmt: skip
     for mode in MODES:
         rows = off[off["mode"] == mode]
-        if rows.empty:
+        gone = dropped[dropped["mode"] == mode]
+        if rows.empty and gone.empty:
             continue
         unit_rates = _rates(rows, ["unit"])
         table = _ci_table(unit_rates, ["arm"], list(COMPARED))
@@ -373,9 +433,10 @@ def compare_offline(
                 **table.get(a, dict.fromkeys(COMPARED)),
                 "n_probes": int((rows["arm"] == a).sum()),
                 "n_cards": int(rows.loc[rows["arm"] == a, "worker"].nunique()),
+                "free_text_left_out": int((gone["arm"] == a).sum()),
             }  # fmt: skip
             for a in names
-            if a in set(rows["arm"])
+            if a in set(rows["arm"]) | set(gone["arm"])
         }
         live_rows = live_frame[live_frame["mode"] == mode]
         agreement = {}
@@ -383,8 +444,17 @@ def compare_offline(
             live_rates = _rates(live_rows, ["unit"])
             for rate in COMPARED:
                 agreement[rate] = ordering_agreement(live_rates, unit_rates, rate, n_boot=n_boot, seed=seed)
-        out["modes"][mode] = {"by_arm": by_arm, "agreement": agreement}
+        out["modes"][mode] = {"by_arm": by_arm, "agreement": agreement, "free_text_left_out": int(len(gone))}
     return out
+
+
+def left_out_text(offline: Mapping[str, Any]) -> str:
+    """The free-text probes the comparison leaves out, as one sentence (empty when none)."""
+    off, live = offline.get("free_text_left_out") or 0, offline.get("live_free_text_left_out") or 0
+    if not off and not live:
+        return ""
+    return (f"free-text probes left out: {off} offline (no judge's readable verdict in the run), {live} live (no "
+            "admitted judge's verdict); a free-text fact counts only with a judge's verdict on both sides")  # fmt: skip
 
 
 def ordering_agreement(
@@ -471,6 +541,35 @@ def _flat(row: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def scoring_text(result: Mapping[str, Any]) -> str:
+    """How the probes were scored: by matching, by an admitted judge (with its admission figures), and how many
+    free-text answers had no admitted judge's verdict (kept out of recall). ``result["judge"]``, when the caller
+    adds it, names the judge: ``judge``, ``model``, ``prompt``, ``prompt_sha256``, ``admitted``, ``admission``
+    (``items``, ``annotators``, ``winning_rate``, ``alpha_humans``, ``alpha_judge_vs_mean``), ``reasons``."""
+    scoring = result.get("scoring") or {}
+    judge = result.get("judge") or {}
+    text = f"Scored by matching the card's values (exact or alias): {scoring.get('match', 0)}"
+    name = ""
+    if judge:
+        name = (f"judge {judge.get('judge')} ({judge.get('model')}, {judge.get('prompt')} sha256 "
+                f"{str(judge.get('prompt_sha256', ''))[:12]})")  # fmt: skip
+    if scoring.get("judge"):
+        a = judge.get("admission") or {}
+
+        def f(x: Any) -> str:
+            return "–" if x is None else f"{x:.2f}"
+
+        text += (f"; by the {name}, admitted on {a.get('items')} probe answers of the judge sample with "
+                 f"{a.get('annotators')} annotators (alt-test winning rate {f(a.get('winning_rate'))}, "
+                 f"Krippendorff's alpha humans {f(a.get('alpha_humans'))}, judge vs their mean "
+                 f"{f(a.get('alpha_judge_vs_mean'))}): {scoring['judge']}")  # fmt: skip
+    if scoring.get("not_admitted"):
+        why = f" ({name}: {'; '.join(judge.get('reasons') or [])})" if judge else " (no judge has scored them)"
+        text += (f"; free-text answers not admitted, kept out of every rate: {scoring['not_admitted']} (no verdict "
+                 f"of an admitted judge{why})")  # fmt: skip
+    return text + "."
+
+
 def to_markdown(result: Mapping[str, Any]) -> str:
     """The probe report as Markdown tables: per mode, the rates per arm and session (mean [95% CI]) and the
     failure stages per arm."""
@@ -483,7 +582,8 @@ def to_markdown(result: Mapping[str, Any]) -> str:
 
     lines = ["## What the bot remembered (persona-card probes)", "",
              f"{result.get('n_probes', 0)} probes scored, {result.get('n_untold', 0)} left out "
-             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers."]  # fmt: skip
+             f"({result.get('untold_note', '')}). Rates per episode, averaged per worker, 95% CI over workers.",
+             "", scoring_text(result)]  # fmt: skip
     family = result.get("primary_family") or {}
     if family.get("rates"):
         lines += ["", f"**Primary (pre-registered):** {family['description']}; {family.get('significant', 0)} of "
@@ -553,6 +653,8 @@ def _offline_markdown(result: Mapping[str, Any]) -> list[str]:
     lines = ["", "### Offline and live, side by side", "", f"Offline: {offline['source']}. Live rates are per "
              "episode with a 95% CI over workers; offline rates per card with a 95% CI over cards. Agreement: "
              "Kendall's tau-b of the two orderings of the arms [95% bootstrap CI]."]  # fmt: skip
+    if left_out_text(offline):
+        lines[-1] += f" {left_out_text(offline).capitalize()}."
     for run in offline.get("runs") or []:
         if run.get("stand_in_model"):
             lines += ["", f"**Offline run of {run['arm']} on a stand-in model: its rates measure nothing.**"]
@@ -614,6 +716,8 @@ def to_html(result: Mapping[str, Any]) -> str:
         parts.append('<h3 id="probes-offline">Offline and live, side by side</h3>'
                      f"<p>Offline: {esc(offline['source'])}. Offline rates per card with a 95% CI over cards. "
                      "Agreement: Kendall's tau-b of the two orderings of the arms [95% bootstrap CI].</p>")  # fmt: skip
+        if left_out_text(offline):
+            parts.append(f'<p class="probe-left-out">{esc(left_out_text(offline).capitalize())}.</p>')
         for run in offline.get("runs") or []:
             if run.get("stand_in_model"):
                 parts.append(f"<p><strong>Offline run of {esc(run['arm'])} on a stand-in model: its rates measure "

@@ -58,11 +58,12 @@ from analysis.data import (
     check_arms,
     data_warnings,
     flag_column,
+    flag_values,
     repeated_rows_info,
 )
 from analysis.methods import exclusions_text, methods_text, mixed_status, prereg_text, repeated_rows_text
 from analysis.qc import quality_control
-from analysis.spec import ALPHA, OVERALL, AnalysisSpec
+from analysis.spec import ALPHA, NON_BLIND, OVERALL, AnalysisSpec, with_non_blind_filter
 from analysis.standardize import standardize_values, worker_moments, zscore_per_worker
 from analysis.stats import correlate, grouped_mean_ci, mixedlm_arm_effects
 
@@ -155,7 +156,7 @@ def analyze(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) 
 
 def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> Analysis:
     """Like :func:`analyze`, also returning the scored ratings (see :class:`Analysis`)."""
-    spec = AnalysisSpec.of(spec, options)
+    spec = with_non_blind_filter(df.columns, AnalysisSpec.of(spec, options))
     prep = prepare(df, spec)
     arms_section: dict[str, Any] = {}
     by_session: list[dict[str, Any]] = []
@@ -206,9 +207,12 @@ def run(df: pd.DataFrame, spec: AnalysisSpec | None = None, **options: Any) -> A
 # ---------------------------------------------------------------------------------------------- steps 1-6
 def prepare(df: pd.DataFrame, spec: AnalysisSpec) -> Prepared:
     """Steps 1-6: validation, exclusions, z-scores, QC, units and design diagnostics."""
+    spec = with_non_blind_filter(df.columns, spec)
     frame = load(df, spec)
     repeats = repeated_rows_info(frame, spec)
     frame, excluded, exclusions = apply_exclusions(frame, spec)
+    if NON_BLIND in df.columns:
+        exclusions["non_blind"] = non_blind_summary(df, spec)
     warnings_ = [*repeated_rows_warnings(repeats), *(data_warnings(frame, spec) if len(frame) else [])]
     scored, moments = standardize(frame, spec, warnings_)
     qc = check_quality(scored, spec)
@@ -349,6 +353,22 @@ def apply_exclusions(frame: pd.DataFrame, spec: AnalysisSpec) -> tuple[pd.DataFr
         removed_workers=gone,
     )
     return kept, removed, section
+
+
+def non_blind_summary(df: pd.DataFrame, spec: AnalysisSpec) -> dict[str, Any]:
+    """The report's ``exclusions.non_blind``: whether the sessions flagged in the :data:`NON_BLIND` column were
+    left out (the default) or kept (``include_non_blind``), how many (a session: one unit and session index; a
+    unit without a session column) in all and per arm."""
+    flagged = df[flag_values(df[NON_BLIND], NON_BLIND)]
+    keys = [c for c in (spec.unit, spec.session) if c is not None and c in flagged.columns]
+    sessions = flagged.drop_duplicates(subset=[spec.arm, *keys]) if len(flagged) else flagged
+    per_arm = {str(a): int(n) for a, n in sessions[spec.arm].astype(str).value_counts().sort_index().items()}
+    return {
+        "column": NON_BLIND,
+        "excluded": not spec.include_non_blind,
+        "sessions": int(len(sessions)),
+        "per_arm": per_arm,
+    }
 
 
 def standardize(frame: pd.DataFrame, spec: AnalysisSpec, warnings_: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -9,10 +9,12 @@ Holm families).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 OVERALL = "overall"  # the pseudo-metric "mean of all of a unit's scores", next to the real metrics
+# memeval's flag of a session whose bot turns broke blinding (judges/blinding.py): a row filter applied by default
+NON_BLIND = "non_blind"
 ALPHA = 0.05  # QC pass level; the default significance level of the arm comparisons (AnalysisSpec.alpha)
 CONFIDENCE = 0.95
 
@@ -138,7 +140,9 @@ class AnalysisSpec:
     checks its own settings against. ``duplicates`` says what to do with rows that are exact copies of another
     row (:data:`DUPLICATE_POLICIES`); rows that share their keys but differ are distinct conversations.
     checks its own settings against. ``covariates`` names numeric columns reported per arm and put into a mixed
-    model beside the arm (:mod:`analysis.covariates`).
+    model beside the arm (:mod:`analysis.covariates`). A table with a :data:`NON_BLIND` column (memeval's flag of a
+    session whose bot named its arm, vendor or memory tools) has the flagged rows removed as a row filter unless
+    ``include_non_blind`` is true (:func:`with_non_blind_filter`).
     """
 
     worker: str
@@ -162,6 +166,7 @@ class AnalysisSpec:
     primary: tuple[Comparison, ...] | None = None
     alpha: float | None = None
     covariates: tuple[str, ...] = ()
+    include_non_blind: bool = False
 
     def __post_init__(self) -> None:
         for name in ("metrics", "reverse", "qc_metrics", "exclude", "exclude_rows", "covariates"):
@@ -206,6 +211,8 @@ class AnalysisSpec:
         if unknown_qc:
             raise RatingsError(f"QC metric(s) {unknown_qc} are not among the metrics {list(self.metrics)}")
         flags = [*self.exclude, *self.exclude_rows]
+        if self.include_non_blind and NON_BLIND in flags:
+            raise RatingsError(f"{NON_BLIND!r} is both an exclusion column and included (include_non_blind)")
         clash = sorted({c for c in flags if c in self.metrics or c in self.key_columns or flags.count(c) > 1})
         if clash:
             raise RatingsError(f"exclusion column(s) {clash} are also used as a key, a metric or twice as a filter")
@@ -275,3 +282,11 @@ class AnalysisSpec:
         primary, _ = self.effective_primary
         out["primary"] = [c.as_dict() for c in primary] if primary is not None else None
         return out
+
+
+def with_non_blind_filter(columns: Iterable[str], spec: AnalysisSpec) -> AnalysisSpec:
+    """``spec`` with the :data:`NON_BLIND` column added to its row filters when the table has that column and the
+    spec neither lists it nor includes non-blind sessions (``include_non_blind``): the default exclusion."""
+    if spec.include_non_blind or NON_BLIND not in set(columns) or NON_BLIND in (*spec.exclude, *spec.exclude_rows):
+        return spec
+    return replace(spec, exclude_rows=(*spec.exclude_rows, NON_BLIND))

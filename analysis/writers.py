@@ -133,7 +133,7 @@ def _pairwise_note(result: dict[str, Any]) -> str:
 def _exclusions_summary(result: dict[str, Any]) -> str:
     """The active filters and what each removed, or '' when there are none."""
     excl = result.get("exclusions") or {}
-    return exclusions_text(excl) if excl.get("filters") else ""
+    return exclusions_text(excl) if excl.get("filters") or excl.get("non_blind") else ""
 
 
 def _repeated_summary(result: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         # The chat's kinds of job (runtime/kinds.py) are declared where their workflows live: imported here,
         # so every process that runs jobs (web, Celery worker, a process lane) knows them.
-        from chat import armjobs, cooldowns, memory_updates, probing, replies  # noqa: F401
+        from chat import armjobs, cooldowns, memory_updates, pii, probing, replies  # noqa: F401
         from memory.llm import mark_reply_thread
         from runtime import executor
 

@@ -1,9 +1,16 @@
 """Where a worker goes next: their current session, or a new episode with an arm drawn for them
-(balanced over the study's arms, the quality-control arm placed once per worker), and when they are done."""
+(balanced over the study's arms, the quality-control arm placed once per worker; in a live side-by-side study a
+pair of arms, balanced over pairs, sides at random: :func:`create_pair`), and when they are done.
+
+A side-by-side episode is two episodes (chat/sidebyside.py): the worker's pages follow side A's; side B's
+(``Episode.side = "b"``) is never the worker's "current" episode, and an arm on either side counts as met."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Mapping
+from itertools import combinations
 from typing import TypeVar
 
 from django.db import transaction
@@ -18,6 +25,7 @@ from chat.timing import sweep_abandoned
 from studies.models import Arm, Participant, Study
 
 A = TypeVar("A", bound=Arm)
+SIDE_B = Episode.Side.B
 
 
 class NoArmAvailable(ChatError):
@@ -55,12 +63,18 @@ def assign_episode(participant: Participant) -> Episode:
     """
     with transaction.atomic():
         study = Study.objects.select_for_update().get(pk=participant.study_id)
-        current = participant.episodes.filter(status=Episode.Status.ACTIVE).first()
+        current = participant.episodes.filter(status=Episode.Status.ACTIVE).exclude(side=SIDE_B).first()
         if current:
             return current
         used = set(participant.episodes.values_list("arm_id", flat=True))
         if not used and participant.started_at is None:  # the first episode: its first session takes a place
             _take_place(participant, study)
+        if study.side_by_side:
+            index = (participant.episodes.aggregate(m=Max("index"))["m"] or 0) + 1
+            pair = create_pair(participant, study, index)
+            if pair is None:
+                raise NoArmAvailable("There is no further conversation for you in this study.")
+            return pair
         arms = list(
             study.arms.filter(active=True)
             .exclude(pk__in=used)
@@ -115,16 +129,18 @@ def episodes_left(participant: Participant) -> bool:
     """Whether the participant still has an episode to do (a further arm exists and the quota of
     episodes per worker is not reached)."""
     study = participant.study
-    done = participant.episodes.count()
+    done = participant.episodes.exclude(side=SIDE_B).count()
     if done >= study.episodes_per_worker and participant.source != Participant.Source.PREVIEW:
         return False
     used = participant.episodes.values_list("arm_id", flat=True)
+    if study.side_by_side:
+        return pairs_left(study, set(used))
     return study.arms.filter(active=True).exclude(pk__in=used).exists()
 
 
 def current_session(participant: Participant) -> ChatSession | None:
     """The first session of the participant's active episode that is not rated yet."""
-    episode = participant.episodes.filter(status=Episode.Status.ACTIVE).order_by("index").first()
+    episode = participant.episodes.filter(status=Episode.Status.ACTIVE).exclude(side=SIDE_B).order_by("index").first()
     if episode is None:
         return None
     return episode.sessions.exclude(status=ChatSession.Status.DONE).order_by("index").first()
@@ -160,7 +176,11 @@ def at_wave_end(participant: Participant, session: ChatSession | None) -> bool:
     ends = participant.study.wave_ends()
     if participant.wave > len(ends):
         return False
-    done = ChatSession.objects.filter(episode__participant=participant, status=ChatSession.Status.DONE).count()
+    done = (
+        ChatSession.objects.filter(episode__participant=participant, status=ChatSession.Status.DONE)
+        .exclude(episode__side=SIDE_B)
+        .count()
+    )
     return done >= ends[participant.wave - 1]
 
 
@@ -181,3 +201,56 @@ def finish_participant(participant: Participant) -> bool:
     participant.completed_at = timezone.now()
     participant.save(update_fields=["completed_at"])
     return True
+
+
+# ------------------------------------------------------------------- live side by side: a pair of arms
+
+
+def pair_load(study: Study) -> Counter[tuple[int, int]]:
+    """Side-by-side episodes started or finished per pair of arms (smaller arm id first)."""
+    rows = Episode.objects.filter(
+        participant__study=study, side=Episode.Side.A, status__in=[Episode.Status.ACTIVE, Episode.Status.COMPLETED]
+    ).values_list("arm_id", "twin__arm_id")
+    return Counter((min(a, b), max(a, b)) for a, b in rows if b is not None)
+
+
+def draw_pair(arms: list[Arm], load: Mapping[tuple[int, int], int], rng: random.Random) -> tuple[Arm, Arm] | None:
+    """The arms of side A and side B: a pair among ``arms`` (non-QC arms the worker has not met) with the fewest
+    episodes so far, ties at random, sides at random. None when fewer than two arms are left."""
+    candidates = sorted((a for a in arms if not a.is_qc), key=lambda a: a.pk)
+    pairs = list(combinations(candidates, 2))
+    if not pairs:
+        return None
+    rng.shuffle(pairs)
+    pairs.sort(key=lambda p: load.get((p[0].pk, p[1].pk), 0))  # stable: the shuffle breaks ties
+    first, second = pairs[0]
+    return (second, first) if rng.random() < 0.5 else (first, second)
+
+
+def pairs_left(study: Study, used: set[int]) -> bool:
+    """Whether two active non-QC arms the worker has not met are left."""
+    return study.arms.filter(active=True, is_qc=False).exclude(pk__in=used).count() >= 2
+
+
+def create_pair(participant: Participant, study: Study, index: int, rng: random.Random | None = None) -> Episode | None:
+    """Side A's new episode (and side B's beside it, with their first sessions), the arms drawn by :func:`draw_pair`
+    among the active arms the worker has not met; None when no pair is left. The caller holds the study's row
+    lock (``chat.assignment.assign_episode``), so two workers drawing at once see each other's pairs."""
+    used = set(participant.episodes.values_list("arm_id", flat=True))
+    arms = list(study.arms.filter(active=True).exclude(pk__in=used))
+    drawn = draw_pair(arms, pair_load(study), rng or random.Random())
+    if drawn is None:
+        return None
+    persona = personas.draw(study, participant, index)  # both sides talk to the same persona card
+    episodes: list[Episode] = []
+    for side, arm in zip((Episode.Side.A, Episode.Side.B), drawn, strict=True):
+        system, _ = arm_systems.build_arm(arm, study=study)
+        episode = Episode.objects.create(
+            participant=participant, arm=arm, index=index, memory_state=system.initial_state(), persona=persona,
+            side=side, lead=episodes[0] if episodes else None,
+        )  # fmt: skip
+        ChatSession.objects.create(
+            episode=episode, index=1, status=ChatSession.Status.READY, simulated_start=study.session_start(1)
+        )
+        episodes.append(episode)
+    return episodes[0]

@@ -49,10 +49,13 @@ def window_start(now: datetime | None = None) -> datetime:
 
 
 def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
-    """The participant's user messages outside the session (expressions, for a subquery)."""
-    return Message.objects.filter(
-        session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER
-    ).exclude(session_id=session_ref)
+    """The participant's user messages outside the session (expressions, for a subquery). Side B's copies of a
+    live side-by-side episode's messages (chat/sidebyside.py) are not counted: each message counts once."""
+    return (
+        Message.objects.filter(session__episode__participant_id=participant_ref, speaker=Message.Speaker.USER)
+        .exclude(session_id=session_ref)
+        .exclude(session__episode__side="b")
+    )
 
 
 def recent_elsewhere(session_ref: Any, participant_ref: Any, since: datetime) -> Subquery:

@@ -13,7 +13,16 @@ from studies.models import Arm, AttentionCheck, Metric, Participant, gap_label
 
 
 class Episode(models.Model):
-    """One worker x one arm over the study's sessions. ``memory_state`` is the arm's current state."""
+    """One worker x one arm over the study's sessions. ``memory_state`` is the arm's current state.
+
+    In a live side-by-side study (``Study.side_by_side``, chat/sidebyside.py) a worker's episode is two: side A's
+    (``side = "a"``), which the worker's pages follow, and side B's (``side = "b"``, ``lead`` = side A's episode,
+    the same index), each with its own arm, sessions, messages and memory."""
+
+    class Side(models.TextChoices):
+        ALONE = "", "One chatbot"
+        A = "a", "Side A"
+        B = "b", "Side B"
 
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
@@ -34,10 +43,19 @@ class Episode(models.Model):
     state_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # live side by side: which bot this episode is on the worker's page (drawn at random, kept for the episode)
+    side = models.CharField(max_length=1, choices=Side.choices, default=Side.ALONE, blank=True)
+    lead = models.OneToOneField(
+        "self", null=True, blank=True, related_name="twin", on_delete=models.CASCADE,
+        help_text="Side B's episode: the side A episode it is shown beside.",
+    )  # fmt: skip
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["participant", "index"], name="episode_unique_index"),
+            # side B shares its index with side A (the worker's one episode of two bots)
+            models.UniqueConstraint(
+                fields=["participant", "index"], condition=~models.Q(side="b"), name="episode_unique_index_per_page"
+            ),
             models.UniqueConstraint(fields=["participant", "arm"], name="episode_unique_arm_per_worker"),
         ]
         ordering = ["participant", "index"]
@@ -74,6 +92,13 @@ class ChatSession(models.Model):
     # session ends and again when it is rated (chat.sessions.is_silent); its ratings are excluded from every
     # report by default (the ratings frame's ``silent_session`` column) and listed on the quality page.
     silent = models.BooleanField(default=False)
+    # A bot turn of the session named an arm, a vendor or memory tools, or leaked JSON or a prompt (the blinding
+    # scan, judges/blinding.py, sets it: a job once the session's chat is over, and the researcher's scan): its
+    # ratings are excluded from every report by default (the ratings frame's ``non_blind`` column; analysis's
+    # include_non_blind keeps them) and counted per arm.
+    non_blind = models.BooleanField(default=False)
+    # When the personal-data scan (chat/pii.py; Study.flag_personal_data) last read the session's messages.
+    pii_scanned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["episode", "index"], name="session_unique_index")]
@@ -169,6 +194,46 @@ class Message(models.Model):
     def timed_out(self) -> bool:
         """A failed reply that missed its overall deadline (the worker is told so)."""
         return self.status == self.Status.FAILED and self.error == REPLY_TOO_SLOW
+
+
+class SideBySideVote(models.Model):
+    """The worker's vote at the end of a live side-by-side session (chat/sidebyside.py): which bot was better, A,
+    B, a tie or both bad, with the one-line reason ACUTE-Eval asks for. ``session`` is side A's session; side B's
+    is the session of the same index of side A's episode's twin. The pairwise leaderboard reads these beside the
+    ACUTE-Eval votes, marked ``live`` (pairwise/exports.py)."""
+
+    class Winner(models.TextChoices):
+        A = "a", "A"
+        B = "b", "B"
+        TIE = "tie", "Tie"
+        BOTH_BAD = "both_bad", "Both bad"
+
+    session = models.OneToOneField(ChatSession, related_name="side_vote", on_delete=models.CASCADE)
+    winner = models.CharField(max_length=8, choices=Winner.choices)
+    reason = models.CharField(max_length=300)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"vote {self.winner} on session {self.session_id}"
+
+
+class PersonalDataFlag(models.Model):
+    """Where the personal-data scan (chat/pii.py) found something in a worker's message, for the researcher to
+    review on the quality page: the kind (presidio's entity name) and the span, never a copy of the text. The
+    message is never changed; the flag goes with it (deletion, retention)."""
+
+    message = models.ForeignKey(Message, related_name="pii_flags", on_delete=models.CASCADE)
+    entity = models.CharField(max_length=40)
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    score = models.FloatField()
+    found_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["message", "start", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.entity} in message {self.message_id} [{self.start}:{self.end}]"
 
 
 class MessageSignals(models.Model):

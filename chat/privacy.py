@@ -7,11 +7,12 @@ that, each leaving a :class:`studies.models.PrivacyEvent` that names the worker 
 
 * :func:`erase_participant` (``manage.py delete_participant``, the quality page's button): the participant row and
   everything under it (episodes with their memory states, sessions, messages and their composition signals, ratings,
-  attention answers, memory snapshots, LLM-call records, persona probes), the admin's log entries about them, and what
-  the apps above chat keep of them (``studies.signals.participant_erasing``): the annotation items made from their
-  snapshots and sessions with their labels, the pairwise judgements that showed their episodes with their votes, the
-  automatic judges' scores and blinding flags of their sessions, their Prolific submissions. :func:`footprint` counts
-  all of it (the apps answer ``participant_footprint``), for the summary and the audit record.
+  attention answers, memory snapshots, LLM-call records, persona probes, answers to the study's questions and
+  comprehension tries), the admin's log entries about them, and what the apps above chat keep of them
+  (``studies.signals.participant_erasing``): the annotation items made from their snapshots and sessions with their
+  labels, the pairwise judgements that showed their episodes with their votes, the automatic judges' scores and
+  blinding flags of their sessions, their Prolific submissions. :func:`footprint` counts all of it (the apps answer
+  ``participant_footprint``), for the summary and the audit record.
 * :func:`sweep_retention` (Celery beat, ``manage.py sweep_retention``): past ``Study.retention_days`` after a
   worker's last visit, their raw IDs are dropped (:func:`pseudonymise`) and, when the study says so, their
   transcripts deleted too (:func:`delete_transcripts`; ratings stay).
@@ -41,9 +42,15 @@ from chat.models import (
     ProbeResult,
     Rating,
 )
+from studies import questions
 from studies.audit import PrivacyEvent
 from studies.models import Participant, Study
-from studies.signals import participant_erasing, participant_footprint, transcripts_deleting
+from studies.signals import (
+    participant_erasing,
+    participant_footprint,
+    participant_pseudonymising,
+    transcripts_deleting,
+)
 
 
 def footprint(participant: Participant) -> dict[str, int]:
@@ -60,6 +67,8 @@ def footprint(participant: Participant) -> dict[str, int]:
         "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).count(),
         "llm_calls": LLMCallRecord.objects.filter(session__in=sessions).count(),
         "probes": ProbeResult.objects.filter(session__in=sessions).count(),
+        "answers": participant.answers.count(),
+        "comprehension_attempts": participant.comprehension_attempts.count(),
     }
     participants = Participant.objects.filter(pk=participant.pk)
     for _, answer in participant_footprint.send(Participant, participants=participants):
@@ -115,8 +124,10 @@ def erase_participant(participant: Participant, *, via: str, by: Any = None, rea
 def pseudonymise(participant: Participant) -> None:
     """Drop the worker's raw IDs (Prolific PID, study and session ids, invite id): from now on the pseudonym is all
     there is (the admin's log entries about them go too: an older one may quote the raw ID). A worker who opens the
-    study link again afterwards is a new participant."""
+    study link again afterwards is a new participant. Apps above chat blank their copies of the raw IDs
+    (``studies.signals.participant_pseudonymising``: prolific's submissions)."""
     _forget_admin_log(participant)
+    participant_pseudonymising.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
     Participant.objects.filter(pk=participant.pk).update(
         external_id=f"erased:{participant.pseudonym}",
         prolific_study_id="",
@@ -127,7 +138,8 @@ def pseudonymise(participant: Participant) -> None:
 
 def delete_transcripts(participant: Participant) -> dict[str, int]:
     """Delete what the worker wrote and what was made of it (messages, memory states and snapshots, LLM-call
-    records, and through the snapshots the annotation items); sessions, ratings and attention answers stay."""
+    records, and through the snapshots the annotation items; the text of their free-text answers to the study's
+    questions); sessions, ratings, attention answers and the options they chose stay."""
     sessions = ChatSession.objects.filter(episode__participant=participant)
     transcripts_deleting.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
     counts = {
@@ -135,6 +147,7 @@ def delete_transcripts(participant: Participant) -> dict[str, int]:
         "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).delete()[0],
         "messages": Message.objects.filter(session__in=sessions).delete()[0],
     }
+    counts["free_text_answers"] = questions.delete_free_text(Participant.objects.filter(pk=participant.pk))
     counts["memory_states"] = Episode.objects.filter(participant=participant).update(
         memory_state={},
         state_version=F("state_version") + 1,  # a stale writer's compare-and-set fails (chat.state)

@@ -18,7 +18,9 @@ Each probe also gets the memory-necessity control (the ``none`` arm and a closed
 model) and, when it failed, the stage it failed at from the arm's stored snapshots and traces. ``told``: the
 worker did what the card asked (said the current value, or its update, in the session it was due; asked to
 forget). Free-text facts are scored by matching the card's key phrases here (``scored_by`` says
-``"match (no judge)"``): the platform has no judge model of its own.
+``"match (no judge)"``): the study's automatic judges score those answers afterwards (judges/jobs.py, with a
+versioned prompt file whose hash is stored with each verdict), and the study's probe tables count a free-text
+fact only with the verdict of a judge admitted on the study's own probe answers (reports/queries.py).
 """
 
 from __future__ import annotations

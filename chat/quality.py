@@ -20,6 +20,7 @@ from django.db.models.functions import Length
 from chat.authenticity import AuthenticitySummary, Composition, Signals, summarize
 from chat.models import AttentionResponse, ChatSession, Episode, Message
 from studies.models import Participant, Study
+from studies.questions import ComprehensionAttempt
 
 # Prolific: a submission "exceptionally fast", more than 3 SD below the mean completion time, may be rejected.
 TOO_FAST_SD = 3.0
@@ -42,11 +43,13 @@ SIGNAL_COLUMNS: dict[str, str] = {
     "too_fast": "the rated session was more than 3 SD faster than the study's other sessions",
     "silent_session": "the rated session ended with fewer answered turns than the minimum, replies having failed "
     "(row filter, applied by default)",
+    "non_blind": "a bot turn of the rated session named an arm, a vendor or memory tools, or leaked JSON or a "
+    "prompt (the blinding scan; row filter, applied by default)",
 }
-ROW_FILTERS = ("unfinished", "silent_session")
+ROW_FILTERS = ("unfinished", "silent_session", "non_blind")
 # Applied by every report unless the researcher turns them off: a silent session's ratings judge a chatbot that
-# hardly spoke (chat.sessions.is_silent), not its memory.
-DEFAULT_ROW_FILTERS = ("silent_session",)
+# hardly spoke (chat.sessions.is_silent), not its memory; a non-blind session's worker may have been told the arm.
+DEFAULT_ROW_FILTERS = ("silent_session", "non_blind")
 
 
 @dataclass
@@ -99,6 +102,9 @@ class WorkerQuality:
     qc: dict[str, Any] | None = None  # from the analysis: {"passed", "p", "reason"}, None without a QC test
     # Other participations of the same Prolific ID (another submission claimed it: studies/entry.py)
     same_pid: list[Participant] = field(default_factory=list)
+    # The comprehension check (studies/questions.py): tries made, and whether one passed
+    comprehension_tries: int = 0
+    comprehension_passed: bool = False
 
     @property
     def worker(self) -> str:
@@ -114,6 +120,12 @@ class WorkerQuality:
         if p.completed_at:
             return "finished"
         return "in progress" if p.consented_at else "not consented"
+
+    @property
+    def comprehension_failed(self) -> bool:
+        """Every try of the comprehension check used, none passed."""
+        allowed = int(self.participant.study.comprehension_attempts)
+        return not self.comprehension_passed and self.comprehension_tries >= allowed > 0
 
     @property
     def attention_failed(self) -> int:
@@ -133,6 +145,9 @@ class WorkerQuality:
         out = []
         if self.qc is not None and not self.qc.get("passed"):
             out.append("QC test failed" + (f": {self.qc['reason']}" if self.qc.get("reason") else ""))
+        if self.comprehension_failed:
+            tries = self.comprehension_tries
+            out.append(f"failed the comprehension check ({tries} of {tries} tr{'y' if tries == 1 else 'ies'})")
         if self.attention_failed:
             out.append(f"failed {self.attention_failed} of {len(self.attention)} attention check(s)")
         out += self.authenticity.flag_labels()
@@ -207,6 +222,7 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     msgs = (
         Message.objects.filter(session__episode__participant__study=study, speaker=Message.Speaker.USER)
         .exclude(session__episode__participant__source=Participant.Source.PREVIEW)
+        .exclude(session__episode__side="b")  # side B's copies of a side-by-side message: measured once, on A
         .order_by("session_id", "seq")
         .values_list(
             "session__episode__participant_id",
@@ -246,6 +262,10 @@ def study_quality(study: Study) -> list[WorkerQuality]:
     fast = too_fast({t.session_id: t.seconds for t in timings if t.seconds is not None})
     for t in timings:
         t.too_fast = t.session_id in fast
+    tries = ComprehensionAttempt.objects.filter(participant__in=list(records)).values_list("participant_id", "passed")
+    for pk, passed in tries:
+        records[pk].comprehension_tries += 1
+        records[pk].comprehension_passed |= passed
     return list(records.values())
 
 

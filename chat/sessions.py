@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from chat import memory_updates, replies
+from chat import memory_updates, pii, replies, signals
 from chat.errors import ChatError
 from chat.models import ChatSession, MemorySnapshot, Message
 from chat.transcript import TurnCounts, reply_pending, turn_counts
@@ -109,7 +109,8 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
     time limit has passed: ``ended_by=TIME_LIMIT`` (``chat.timing.end_if_time_up``) waives the minimum
     and fails a reply still pending, which is then not part of the session the memory sees. A session
     that ends that way with too few answered turns and failed replies is flagged ``silent`` (:func:`is_silent`).
-    Creates the next session (``preparing``) and enqueues the memory update after commit.
+    Creates the next session (``preparing``) and enqueues the memory update after commit; sends
+    ``chat.signals.session_ended`` in the same transaction.
     """
     with transaction.atomic():
         locked = (
@@ -150,4 +151,7 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
                 },
             )
         memory_updates.submit_memory_update(locked)
+        pii.submit_scan(locked)  # the study's personal-data flagging, if on (off the reply path)
+        # apps above chat read the ended session's turns (judges: the blinding scan), as jobs after the commit
+        signals.session_ended.send(sender=ChatSession, session=locked, ended_by=locked.ended_by)
     return locked

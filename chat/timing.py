@@ -7,8 +7,8 @@ script submits the end form at the deadline; the server checks the clock itself 
 A participant who has not been seen (``Participant.last_seen_at``, refreshed by every worker page and chat
 message) for ``Study.abandon_after_minutes`` is marked abandoned by :func:`sweep_abandoned`: their active
 episode gets the status ``abandoned`` (it no longer counts for arm balance) and the participant no longer
-holds a place against the quota. Run by ``manage.py sweep_abandoned`` and by Celery beat every few minutes
-(``CELERY_BEAT_SCHEDULE``). Nothing is deleted: their ratings so far stay, marked unfinished.
+holds a place against the quota; a session they left chatting is over (``chat.signals.session_ended``). Run
+by ``manage.py sweep_abandoned`` and by Celery beat every few minutes (``CELERY_BEAT_SCHEDULE``). Nothing is deleted: their ratings so far stay, marked unfinished.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from chat import sessions
+from chat import sessions, signals
 from chat.models import ChatSession, Episode
 from studies.models import Participant
 
@@ -63,9 +63,10 @@ def sweep_abandoned(now: datetime | None = None, *, study_id: int | None = None)
         )
         ids = [pk for pk, seen, minutes in marked if now - seen >= timedelta(minutes=int(minutes))]
         Participant.objects.filter(pk__in=ids).update(abandoned_at=now)
-        episodes = Episode.objects.filter(participant_id__in=ids, status=Episode.Status.ACTIVE).update(
-            status=Episode.Status.ABANDONED
-        )
+        active = Episode.objects.filter(participant_id__in=ids, status=Episode.Status.ACTIVE)
+        left = list(active.values_list("pk", flat=True))
+        episodes = active.update(status=Episode.Status.ABANDONED)
+        signals.abandoned_chats_ended(left)  # a session left chatting is over: its bot turns are final
     return SweepResult(len(ids), episodes)
 
 

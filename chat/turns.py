@@ -126,6 +126,7 @@ def post_user_message(
     signals: Signals | None = None,
     raw_signals: object = None,
     client: str = "",
+    twin: bool = False,
 ) -> tuple[Message, bool]:
     """Store the worker's message and a placeholder for the bot's reply, then enqueue the reply.
 
@@ -141,6 +142,10 @@ def post_user_message(
     (chat/budget.py): while the site's or the study's is reached, a message to an arm that calls an LLM is
     refused (nothing stored). A worker's first message holds their place in the quota
     (``Participant.first_message_at``); one whose reservation lapsed gets the place only if one is free.
+
+    ``twin``: the copy of a message just stored in side A's session, for side B's (live side by side,
+    chat/sidebyside.py, in the same transaction): the worker's own limits, their place and the address's window
+    were checked on side A and are not counted twice; the LLM call ceiling is checked for side B's arm.
 
     After the commit, the new message and the pending placeholder are pushed to every socket of the
     session (the sender's acknowledgement, and the worker's other tabs) before the reply is enqueued,
@@ -193,20 +198,21 @@ def post_user_message(
                 raise ChatError("Please wait for the reply before sending another message.")
         mine = [r for r in rows if r[2] == Message.Speaker.USER]
         try:
-            limits.check_can_post(
-                study,
-                turns=len(mine),
-                recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
-                stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
-                new_chars=len(text),
-            )
+            if not twin:
+                limits.check_can_post(
+                    study,
+                    turns=len(mine),
+                    recent=int(checks.recent_elsewhere or 0) + sum(1 for r in mine if r[6]),
+                    stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                    new_chars=len(text),
+                )
         except limits.LimitReached as exc:
             raise ChatError(str(exc)) from exc
         if not locked.episode.arm.is_qc and not budget.has_room(study):
             raise ChatError(budget.BUSY_TEXT)
-        if participant.first_message_at is None:
+        if participant.first_message_at is None and not twin:
             _hold_place(participant, now)
-        if not MESSAGES_BY_ADDRESS.hit(client or "unknown", settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE):
+        if not twin and not MESSAGES_BY_ADDRESS.hit(client or "unknown", settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE):
             raise ChatError(
                 "Too many messages are coming from your connection right now. Please wait a minute, then send "
                 "your message again."

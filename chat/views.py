@@ -1,7 +1,11 @@
-"""The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end.
+"""The worker's pages from consent on: where-am-I routing, chat, rating, "one week later", the end (the question
+pages before the first session and after the last are chat/questionnaire.py).
 Thin: authorise, call the chat workflows, render."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -12,12 +16,24 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 
-from chat import assignment, memory_updates, personas, ratings, sessions, timing, transcript
+from chat import (
+    assignment,
+    memory_updates,
+    personas,
+    ratings,
+    sessions,
+    sidebyside,
+    sidebyside_pages,
+    timing,
+    transcript,
+)
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
+from studies import questions
 from studies.models import Participant
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
+from studies.questions import Question
 from studies.roles import HtmxHttpRequest
 
 
@@ -29,6 +45,15 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
     if participant.consented_at is None:
         return redirect("studies:consent", study.slug)
     participant.touch()
+    step = questions.step_before_sessions(participant)  # the questions before the first session (chat/questionnaire.py)
+    if step == "failed":
+        return redirect("chat:check_failed", study.slug)
+    if step:
+        return (
+            redirect("chat:comprehension", study.slug)
+            if step == Question.Block.CHECK
+            else redirect("chat:questions", study.slug, step)
+        )
     try:
         session = assignment.next_session(participant)
     except assignment.StudyClosed as exc:
@@ -42,6 +67,8 @@ def next_step(request: HttpRequest, slug: str) -> HttpResponse:
             request, "studies/worker/message.html", {"study": study, "title": "This study is full", "text": text}
         )
     if session is None:
+        if questions.post_pending(participant):
+            return redirect("chat:questions", study.slug, Question.Block.POST)
         return redirect("chat:done", study.slug)
     if assignment.at_wave_end(participant, session):
         return _wave_done(request, participant)
@@ -73,7 +100,7 @@ ABANDONED_PAGE = {
 def done(request: HttpRequest, slug: str) -> HttpResponse:
     """The thank-you page with the completion code, once the server has recorded completion."""
     study, participant = bound_participant(request, slug)
-    if not assignment.finish_participant(participant):
+    if questions.post_pending(participant) or not assignment.finish_participant(participant):
         return redirect("chat:next", study.slug)
     return render(
         request, "studies/worker/done.html",
@@ -82,8 +109,16 @@ def done(request: HttpRequest, slug: str) -> HttpResponse:
     )  # fmt: skip
 
 
+class _SideB(Exception):
+    """Side B's session of a side-by-side episode: its pages are side A's (``lead``)."""
+
+    def __init__(self, lead: ChatSession) -> None:
+        self.lead = lead
+
+
 def _own_session(request: HttpRequest, session_id: int) -> ChatSession:
-    """The session if it belongs to a participant bound to this browser; 404 otherwise."""
+    """The session if it belongs to a participant bound to this browser; 404 otherwise. Side B's session of a
+    side-by-side episode raises :class:`_SideB` (the views send the browser to side A's)."""
     ids = participant_ids_in_session(request.session)
     session = (
         ChatSession.objects.select_related("episode__participant__study")
@@ -92,8 +127,27 @@ def _own_session(request: HttpRequest, session_id: int) -> ChatSession:
     )
     if session is None:
         raise Http404("no such session")
+    lead = sidebyside.lead_session(session)
+    if lead is not None:
+        raise _SideB(lead)
     session.episode.participant.touch()
     return session
+
+
+def _to_side_a(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Side B's session's page is side A's: the same view of the session beside it."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, session_id: int) -> HttpResponse:
+        try:
+            return view(request, session_id)
+        except _SideB as side_b:
+            name = request.resolver_match.view_name if request.resolver_match else ""
+            return redirect(
+                name if name in ("chat:session", "chat:rate", "chat:wait") else "chat:session", side_b.lead.pk
+            )
+
+    return wrapped
 
 
 def _progress(session: ChatSession) -> dict[str, int]:
@@ -109,6 +163,7 @@ def _ctx(session: ChatSession, **extra: object) -> dict[str, object]:
     return {"session": session, "study": study, "progress": _progress(session), **extra}
 
 
+@_to_side_a
 def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if session.status == ChatSession.Status.PREPARING:
@@ -119,6 +174,8 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
         return redirect("chat:next", session.episode.participant.study.slug)
     if assignment.at_wave_end(session.episode.participant, session):
         return redirect("chat:next", session.episode.participant.study.slug)
+    if sidebyside.is_pair(session):
+        return sidebyside_pages.chat_page(request, session, _ctx)
     try:
         session = sessions.start_session(session)
     except sessions.RateFirst as exc:
@@ -147,8 +204,11 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 
 
 @require_POST
+@_to_side_a
 def end(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
+    if sidebyside.is_pair(session):
+        return sidebyside_pages.end(request, session)
     if timing.end_if_time_up(session):
         return redirect("chat:rate", session.pk)
     try:
@@ -160,8 +220,11 @@ def end(request: HttpRequest, session_id: int) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
+@_to_side_a
 def rate(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
+    if sidebyside.is_pair(session):
+        return sidebyside_pages.vote(request, session, _ctx)
     study = session.episode.participant.study
     if session.status == ChatSession.Status.DONE:
         if request.method == "POST":  # a double submission: the first one counted
@@ -185,6 +248,7 @@ def rate(request: HttpRequest, session_id: int) -> HttpResponse:
 
 
 @vary_on_headers("HX-Request")  # htmx's poll of the same URL gets the status partial only
+@_to_side_a
 def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
     """Between sessions: "One week later…" until the memory update has made the session ready."""
     session = _own_session(request, session_id)
@@ -196,13 +260,18 @@ def wait(request: HtmxHttpRequest, session_id: int) -> HttpResponse:
             return HttpResponseClientRedirect(reverse("chat:rate", args=[unrated.pk]))
         return redirect("chat:rate", unrated.pk)
     memory_updates.recover_stale_update(session)
+    ready = session.status == ChatSession.Status.READY
+    if sidebyside.is_pair(session):  # side B's memory update too
+        side_b = sidebyside.twin_session(session)
+        memory_updates.recover_stale_update(side_b)
+        ready = ready and side_b.status != ChatSession.Status.PREPARING
     template = "chat/wait.html#status" if request.htmx else "chat/wait.html"
     return render(
         request,
         template,
         _ctx(
             session,
-            ready=session.status == ChatSession.Status.READY,
+            ready=ready,
             resume_link=request.build_absolute_uri(resume_url(session.episode.participant)),
         ),
     )

@@ -1,4 +1,5 @@
-"""The judge's background job: score every finished session, then the leniency control set.
+"""The judge's background job: score every finished session, then the study's persona-card probe answers that
+need a judge (free-text facts, and the probe answers of the judge sample), then the leniency control set.
 
 :func:`start` marks the judge queued and submits a job of the runtime (kind ``judges.run``, lane ``long``:
 Celery's long queue in production, a thread of the long lane in the embedded default, so a worker's reply
@@ -19,10 +20,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from analysis.judging import false_acceptance
+from annotation.models import Item
 from annotation.sources import transcript_of
+from chat.models import ProbeResult
 from judges import control, prompts, sample, scoring
-from judges.models import RUBRICS, Judge, JudgeScore, api_key_from_env
+from judges.models import RUBRICS, Judge, JudgeScore, ProbeJudgement, api_key_from_env
 from memory.llm import LLM, LLMTransientError, make_llm
+from memory.probes import free_text_verdict
 from runtime import jobs, kinds
 from runtime.jobs import Attempt
 from runtime.models import Job
@@ -76,6 +80,7 @@ def run(judge_id: int, *, llm: LLM | None = None) -> None:
     try:
         model = llm or build_llm(judge)
         _score_sessions(judge, model)
+        score_probes(judge, model)
         score_control_set(judge, model)
     except Exception as exc:  # the job's failure is the judge's status, shown on the page
         log.warning("judge %s failed", judge_id, exc_info=True)
@@ -107,6 +112,49 @@ def _score_sessions(judge: Judge, model: LLM) -> None:
                     defaults={"prompt": prompt.name, "model": judge.model, "score": score, "raw": raw[:4000]},
                 )  # fmt: skip
         Judge.objects.filter(pk=judge.pk).update(progress={"done": done, "total": total, "errors": errors})
+
+
+def probes_to_judge(judge: Judge) -> list[ProbeResult]:
+    """The probe answers the judge scores: the study's free-text facts (their key phrases cannot score them) and
+    the probe answers of its judge sample (the admission test on probe answers)."""
+    queue = sample.sample_queue(judge.study)
+    sampled = (
+        {int(p) for p in Item.objects.filter(queue=queue, meta__has_key="probe").values_list("meta__probe", flat=True)}
+        if queue is not None
+        else set()
+    )  # fmt: skip
+    free = list(sample.judged_probes(judge.study))
+    ids = {p.pk for p in free}
+    return free + list(ProbeResult.objects.filter(pk__in=sampled - ids).order_by("pk"))
+
+
+def score_probes(judge: Judge, model: LLM) -> None:
+    """Each probe answer of :func:`probes_to_judge` not judged yet under the current probe prompt text, with the
+    card's current fact and its outdated values (memory.probes.free_text_verdict)."""
+    prompt = prompts.load("probe", "standard")
+    done = set(
+        ProbeJudgement.objects.filter(judge=judge, prompt_sha256=prompt.sha256).values_list("probe_id", flat=True)
+    )
+    todo = [p for p in probes_to_judge(judge) if p.pk not in done]
+    progress = dict(Judge.objects.filter(pk=judge.pk).values_list("progress", flat=True).first() or {})
+    errors = 0
+    for n, probe in enumerate(todo, 1):
+        item = probe.item or {}
+        label, raw = _retrying(
+            functools.partial(
+                free_text_verdict, model, question=probe.question, gold=(item.get("gold") or {}).get("value", ""),
+                stale=[v.get("value", "") for v in item.get("stale_values", [])], answer=probe.answer, prompt=prompt,
+            )
+        )  # fmt: skip
+        errors += label is None
+        ProbeJudgement.objects.get_or_create(
+            judge=judge, probe=probe, prompt_sha256=prompt.sha256,
+            defaults={"prompt": prompt.name, "model": judge.model, "label": None if label is None else bool(label),
+                      "raw": raw[:4000]},
+        )  # fmt: skip
+        if n % 20 == 0 or n == len(todo):
+            progress.update(probes_done=n, probes_total=len(todo), probe_errors=errors)
+            Judge.objects.filter(pk=judge.pk).update(progress=progress)
 
 
 def score_control_set(judge: Judge, model: LLM) -> None:

@@ -6,7 +6,8 @@ prompt's file name and the SHA-256 of its text, so a score is always tied to the
 and a changed prompt makes new scores instead of overwriting old ones. The judge's admission figures are
 computed from its scores and the study's judge sample (an annotation queue of kind ``scores``) when the
 page or report is read (judges/admission.py); only ``leniency`` (the control set's false-acceptance rate)
-is stored, since it costs calls to the judge.
+is stored, since it costs calls to the judge. A :class:`ProbeJudgement` is the judge's verdict on a persona-card
+probe answer (free-text facts, and the probe answers of the judge sample).
 """
 
 from __future__ import annotations
@@ -105,6 +106,31 @@ class JudgeScore(models.Model):
 
     def __str__(self) -> str:
         return f"{self.judge_id}: session {self.session_id} {self.metric} = {self.score}"
+
+
+class ProbeJudgement(models.Model):
+    """One judge's verdict on one persona-card probe answer (chat.ProbeResult): a free-text fact, whose answer the
+    card's key phrases cannot score, or a probe of the judge sample (the admission test on probe answers). Stores
+    the prompt file's name and SHA-256 and the model, as every score; ``label`` is None when the verdict could not
+    be read (``raw`` keeps it)."""
+
+    judge = models.ForeignKey(Judge, related_name="probe_judgements", on_delete=models.CASCADE)
+    probe = models.ForeignKey("chat.ProbeResult", related_name="judgements", on_delete=models.CASCADE)
+    prompt = models.CharField(max_length=100)  # the prompt file's name, e.g. probe-standard-v1.txt
+    prompt_sha256 = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    label = models.BooleanField(null=True)  # True: CORRECT (the answer gives the current fact)
+    raw = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["probe", "judge", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["judge", "probe", "prompt_sha256"], name="probejudgement_once_per_prompt"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge_id}: probe {self.probe_id} = {self.label}"
 
 
 class BlindingBreach(models.Model):

@@ -14,11 +14,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.judging import arm_order_tau, sensitivity_range
+from annotation.models import Item
 from chat.models import Rating
-from judges.admission import admission_of, judge_scores
+from judges.admission import admission_of, judge_scores, probe_verdicts
 from judges.blinding import non_blind_per_arm, non_blind_sessions
 from judges.jobs import rubrics_of
 from judges.models import Judge
+from judges.prompts import load
 from judges.sample import sample_queue
 from reports.queries import automatic_scores
 from studies.models import Study
@@ -86,6 +88,11 @@ def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: 
                 for arm, mean in means_by_rubric[rubric].items():
                     table_rows.setdefault(arm, {"arm": arm})[f"judge {judge.name}"] = mean
         entry["scores"] = means_by_rubric if verdict["admitted"] else None  # only an admitted judge's scores
+        verdicts = probe_verdicts(judge)
+        entry["probes"] = {
+            "admitted": verdict["probes_admitted"], "admission": verdict["probes"], "judged": len(verdicts),
+            "unreadable": sum(1 for v in verdicts.values() if v is None), "prompt": load("probe", "standard").name,
+        }  # fmt: skip
         entry["sensitivity"] = sensitivity_range(means_by_rubric) if verdict["admitted"] else None
         judges_out.append(entry)
     for row in automatic_scores(study):
@@ -105,6 +112,7 @@ def study_judges_report(study: Study, *, n_boot: int = 2000, include_non_blind: 
     return {
         "study": study.pk,
         "sample_queue": queue.pk if queue else None,
+        "sample_probes": Item.objects.filter(queue=queue, meta__has_key="probe").count() if queue else 0,
         "judges": judges_out,
         "table": {"columns": ["arm", "human_z", "human_sessions", *columns], "rows": list(table_rows.values())},
         "orderings": orderings,

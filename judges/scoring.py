@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from judges.prompts import Prompt
-from memory.evalscore import parse_label
+from memory.evalscore import ask_label
 from memory.llm import LLM, LLMError, LLMTransientError
 
 _OBJECT = re.compile(r"\{[^{}]*\}")
@@ -71,11 +71,4 @@ def score_session(
 
 def label_answer(judge: LLM, prompt: Prompt, question: str, gold: str, answer: str) -> tuple[int | None, str]:
     """(1 CORRECT / 0 WRONG / None unreadable, raw reply) for one answer."""
-    text = prompt.render(question=question, gold=gold, answer=answer)
-    try:
-        reply = judge.complete([{"role": "user", "content": text}], max_tokens=160, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return None, f"judge error: {exc}"
-    return parse_label(reply), reply
+    return ask_label(judge, prompt.render(question=question, gold=gold, answer=answer))

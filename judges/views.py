@@ -59,6 +59,11 @@ class JudgeForm(forms.ModelForm[Judge]):
 class SampleForm(forms.Form):
     size = forms.IntegerField(min_value=MIN_SAMPLE, max_value=2000, initial=60)
     labels_per_item = forms.IntegerField(min_value=MIN_LABELS, max_value=20, initial=MIN_LABELS)
+    probe_size = forms.IntegerField(
+        min_value=0, max_value=2000, initial=60, required=False, label="Probe answers",
+        help_text="Persona-card probe answers to label too, stratified by arm, free-text facts first (all there are "
+        "when fewer; 0: none). The judge is admitted for probe answers on these.",
+    )  # fmt: skip
 
 
 def _study(request: HttpRequest, slug: str) -> Study:
@@ -133,7 +138,7 @@ def draw_sample(request: HttpRequest, slug: str) -> HttpResponse:
     except SampleError as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Judge sample drawn: {queue.items.count()} sessions in queue {queue.name!r}.")
+        messages.success(request, f"Judge sample drawn: {queue.items.count()} items in queue {queue.name!r}.")
     return redirect("judges:study", slug=study.slug)
 
 

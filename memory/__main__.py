@@ -336,6 +336,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO) -> int:
             timeout=args.timeout,
             script=args.script or None,
             max_cards=args.max_cards,
+            rejudge=args.rejudge,
+            second_judge_model=args.second_judge_model,
         )
     except EvaluationStopped as exc:
         kept = exc.journal.path
@@ -443,6 +445,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     ev.add_argument("--backend", default="local", choices=["local", "openai", "scripted"])
     ev.add_argument("--model", default="")
     ev.add_argument("--judge-model", default="", help="judge model on the same backend (default: --model)")
+    ev.add_argument(
+        "--rejudge",
+        default="",
+        metavar="RUBRIC[,RUBRIC]",
+        help="re-judge every answer under these rubrics too (standard, lenient, strict); the report shows the range "
+        "per category and each judge's false-acceptance rate on the leniency control set (gvd, locomo)",
+    )
+    ev.add_argument(
+        "--second-judge-model",
+        default="",
+        metavar="MODEL",
+        help="re-judge every answer with this model too (same backend; the run's prompt and each --rejudge rubric)",
+    )
     ev.add_argument("--base-url", default="", help="OpenAI-compatible endpoint (default: OPENAI_BASE_URL)")
     ev.add_argument("--api-key", default="", help="API key (default: OPENAI_API_KEY from the environment)")
     ev.add_argument("--embedder", default="wordllama", choices=["wordllama", "hashing", "openai", "minilm"])

@@ -38,7 +38,7 @@ from memory.evaljournal import EvaluationStopped, Journal
 from memory.evalreport import stand_in_warning
 from memory.llm import LLM, LLMError
 from memory.llmwrap import RecordingLLM, RetryingLLM, RetryPolicy
-from memory.probes import FREE_TEXT_PROMPT, Score, score_answer
+from memory.probes import PROBE_PROMPT, Score, score_answer
 from memory.stages import STAGE_NAMES, Evidence, attribute, counts, trace_texts
 
 START = datetime(2026, 3, 2, 18, 0, tzinfo=UTC)
@@ -292,8 +292,13 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"{bank['provenance']}",
         f"{result['cards']} cards, {result['script']['sessions']} sessions each, {result['probes']} probes. "
         f"Answer model: {result.get('model', '-')}; embedder: {result.get('embedder', '-')}; free-text facts: "
-        + ("matched (no judge model)" if judge["stand_in"] else f"judged by {judge['model']} ({judge['prompt']})")
-        + ".",
+        + (
+            "matched (no judge model)"
+            if judge["stand_in"]
+            else f"judged by {judge['model']} ({judge['prompt']}, sha256 {judge.get('prompt_sha256', '')[:12]})"
+        )
+        + f". Probe scores from the judge: {sum(1 for r in result.get('items', []) if r.get('scored_by') == 'judge')} "
+        f"of {result['probes']} (the others: exact or alias match of the card's values).",
         NECESSITY_NOTE + f" Flagged: {', '.join(result['necessity']['flagged']) or 'none'}.",
         "",
         "Snapshot probes (every fact told so far, asked of the memory each session left):",
@@ -447,8 +452,9 @@ def run(
         "judge": {
             "model": getattr(judge, "model", None),
             "stand_in": judge is None,
-            "prompt": "memeval free-text rubric (memory/probes.py FREE_TEXT_PROMPT)",
-            "rubric": FREE_TEXT_PROMPT.strip(),
+            "prompt": PROBE_PROMPT.name,
+            "prompt_sha256": PROBE_PROMPT.sha256,
+            "rubric": PROBE_PROMPT.text.strip(),
             "unparsed": sum(1 for r in items if r.get("judge_parsed") is False),
         },
         "llm_calls": dict(sorted(calls.items())),
@@ -468,7 +474,8 @@ def _call_counts(calls: Sequence[dict[str, Any]]) -> dict[str, int]:
 PROBE_COLUMNS = [
     "id", "card", "session", "mode", "slot", "label", "question", "kind", "gold", "stale_values", "deleted_values",
     "told", "free_text", "dependent", "answer", "correct", "recalled", "stale", "stale_mentioned",
-    "deleted_in_reply", "deleted_in_stores", "deletion_honoured", "scored_by", "judge_parsed", "stage", "stage_why",
+    "deleted_in_reply", "deleted_in_stores", "deletion_honoured", "scored_by", "match", "judge_parsed", "judge_model",
+    "judge_prompt", "judge_prompt_sha256", "stage", "stage_why",
     "answerable_without_memory", "none_answer", "none_recalled", "closed_book_answer", "closed_book_recalled",
 ]  # fmt: skip
 

@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory import locomo
-from memory.evalscore import RUBRICS
+from memory.evalscore import EXCLUDED_FROM_HEADLINE, RUBRICS
 from memory.llm import LLM
 
 if TYPE_CHECKING:
     from memory.evaluation import EvalDialogue, Journal, Question, Scoring
 
-EXCLUDED_FROM_HEADLINE = {"adversarial", "unanswerable"}
 
 GVD_GOLD_NOTE = (
     "GVD's gold answers were written for memeval (memory/data/gvd/answers_en.jsonl); MemoryBank scored its "
@@ -303,4 +302,9 @@ def render_markdown(result: dict[str, Any]) -> str:
             f"\nRetries of transient LLM errors: {r.get('retries', 0)} (on {r.get('calls_retried', 0)} calls, "
             f"{fmt(r.get('waited_s', 0.0))} s waited)."
         )
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if result.get("sensitivity"):
+        from memory.rejudge import render_markdown as sensitivity_markdown  # memory.rejudge imports this module
+
+        text += sensitivity_markdown(result["sensitivity"])
+    return text

@@ -64,6 +64,9 @@ First, provide a short (one sentence) explanation of your reasoning.
 Then return the label CORRECT or WRONG in a json format with the key as "label", like {{"label": "CORRECT"}}.
 """
 
+# categories scored but left out of the headline (overall) score: memory.evalreport and memory.rejudge
+EXCLUDED_FROM_HEADLINE = {"adversarial", "unanswerable"}
+
 RUBRICS = {
     "answer": "mem0 ACCURACY_PROMPT (evaluation/metrics/llm_judge.py), verbatim",
     "abstention": "memeval abstention rubric (memory/evalscore.py ABSTENTION_PROMPT): CORRECT iff the answer "
@@ -108,6 +111,19 @@ def parse_label(reply: str) -> int | None:
     return verdict
 
 
+def ask_label(judge: LLM, prompt: str, *, max_tokens: int = 160, purpose: str = "judge") -> tuple[int | None, str]:
+    """One judge call with a rendered ``prompt``: the label (1 CORRECT, 0 WRONG, None unreadable) and the raw
+    reply. A transient error propagates (the caller retries); any other LLM error is an unreadable verdict whose
+    raw text says so."""
+    try:
+        reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=max_tokens, purpose=purpose).text
+    except LLMTransientError:
+        raise
+    except LLMError as exc:
+        return None, f"judge error: {exc}"
+    return parse_label(reply), reply
+
+
 @dataclass
 class Verdict:
     """A judge's verdict on one answer: ``label`` 1/0 (an unreadable verdict or a failed judge call is
@@ -127,14 +143,8 @@ def judge_answer(judge: LLM | None, question: str, gold: str, answer: str) -> tu
     ``judge=None``: the F1 ≥ 0.5 stand-in."""
     if judge is None:
         return int(token_f1(answer, gold) >= 0.5), "stand-in: F1 >= 0.5"
-    prompt = JUDGE_PROMPT.format(question=question, gold_answer=gold, generated_answer=answer)
-    try:
-        reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=120, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return None, f"judge error: {exc}"
-    return parse_label(reply), reply
+    return ask_label(judge, JUDGE_PROMPT.format(question=question, gold_answer=gold, generated_answer=answer),
+                     max_tokens=120)  # fmt: skip
 
 
 def judge_verdict(
@@ -150,11 +160,5 @@ def judge_verdict(
         prompt = ABSTENTION_PROMPT.format(question=question, trap=trap or "(none given)", generated_answer=answer)
     else:
         prompt = JUDGE_PROMPT.format(question=question, gold_answer=gold, generated_answer=answer)
-    try:
-        reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=160, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return Verdict(0, False, rubric, f"judge error: {exc}")
-    label = parse_label(reply)
-    return Verdict(label if label is not None else 0, label is not None, rubric, reply)
+    label, raw = ask_label(judge, prompt)
+    return Verdict(label if label is not None else 0, label is not None, rubric, raw)

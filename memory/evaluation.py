@@ -32,14 +32,21 @@ from memory import locomo
 from memory.base import MemorySystem, Turn, ensure_json
 from memory.evaljournal import DatasetError, EvaluationStopped, Journal
 from memory.evalreport import (
-    EXCLUDED_FROM_HEADLINE,
     GVD_GOLD_NOTE,
     percentile,
     render_markdown,
     stand_in_warning,
     summarize,
 )
-from memory.evalscore import JUDGE_PROMPT, judge_answer, judge_verdict, parse_label, token_f1, tokens
+from memory.evalscore import (
+    EXCLUDED_FROM_HEADLINE,
+    JUDGE_PROMPT,
+    judge_answer,
+    judge_verdict,
+    parse_label,
+    token_f1,
+    tokens,
+)
 from memory.llm import LLM, LLMError
 from memory.llmwrap import RecordingLLM, RetryingLLM, RetryPolicy
 
@@ -540,6 +547,8 @@ def run(
     timeout: float | None = None,
     script: str | Path | None = None,
     max_cards: int | None = None,
+    rejudge: Sequence[str] = (),
+    second_judge_model: str = "",
 ) -> dict[str, Any]:
     """Evaluate the registered arm ``arm`` on ``dataset``: the entry point for a CLI or a background job.
 
@@ -553,13 +562,22 @@ def run(
     background job stops its calls there once it lost its lease). Every call is retried on transient
     errors (``retry``, default :class:`memory.llmwrap.RetryPolicy`). ``f1``: the headline F1, ``locomo``
     (default for LoCoMo) or ``set`` (default for GVD). ``exclude_gold``: files listing question ids
-    whose gold answer is wrong (scores are reported with and without them). Raises
+    whose gold answer is wrong (scores are reported with and without them). ``rejudge`` (rubric names of
+    :data:`memory.rejudge.RUBRICS`) and ``second_judge_model`` re-judge the run's answers afterwards (no answer
+    generated again) and add the ``sensitivity`` section (:func:`memory.rejudge.sensitivity`). Raises
     :class:`DatasetError` for a bad dataset, dialogue name, exclusion list or journal, ValueError for
     an unknown arm or parameter, :class:`EvaluationStopped` when the run stops early."""
     from memory.embed import make_embedder
     from memory.llm import make_llm
     from memory.registry import build_system
 
+    rubrics = rejudge_rubrics(rejudge)
+    if (rubrics or second_judge_model) and (dataset == "cards" or backend == "scripted"):
+        raise DatasetError(
+            "--rejudge and --second-judge-model re-judge the answers of gvd or locomo with a judge model; "
+            + ("the persona cards' probes are matched or judged per fact" if dataset == "cards"
+               else "the scripted backend has none (its judge is the F1 >= 0.5 stand-in)")
+        )  # fmt: skip
     if dataset == "cards":  # scripted persona episodes and their probes (memory/cardeval.py)
         from memory import cardeval
 
@@ -615,7 +633,7 @@ def run(
         "retries": [base.stats] + ([judge_base.stats] if judge_base is not None else []),
         "speakers": {d.name: list(d.speakers) for d in data if d.speakers},
     }
-    return evaluate(
+    result = evaluate(
         system,
         data,
         llm,
@@ -630,3 +648,22 @@ def run(
         scoring=Scoring(primary, frozenset(excluded)),
         journal=journal,
     )
+    if judge_base is not None and (rubrics or second_judge_model):
+        from memory.rejudge import sensitivity
+
+        second = retrying(wrap(make_llm(backend, second_judge_model, **options))) if second_judge_model else None
+        result["sensitivity"] = sensitivity(
+            result, journal, judge=judge_base, judge_model=judge_base.model, rubrics=rubrics, second=second,
+            second_model=second.model if second is not None else "", progress=progress,
+        )  # fmt: skip
+    return result
+
+
+def rejudge_rubrics(names: Sequence[str] | str) -> list[str]:
+    """The ``--rejudge`` rubrics, checked (:class:`DatasetError` for an unknown one)."""
+    from memory.rejudge import parse_rubrics
+
+    try:
+        return parse_rubrics(names)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from exc

@@ -16,11 +16,15 @@ does not. A mention is a mention whatever is said around it: "you don't have a c
   is neither;
 - ``correct``: recalled and not stale, or the deletion honoured.
 
-A card slot marked ``free_text`` (a plan in a phrase of its own) is judged by an LLM (:data:`FREE_TEXT_PROMPT`,
-the verdict read from its JSON ``label`` as in :mod:`memory.evalscore`), and the item says
-``scored_by: "judge"``; without a judge model (the scripted backend) matching stands in and the item
-says ``"match (no judge)"``. Mentions of a free-text fact in stores and replies (deletion, stage
-attribution) still use the card's aliases, its key phrases.
+**How each score was made** is on every item: ``match`` says which form of the current value the answer
+mentions (``exact``: the value itself, ``alias``: one of its aliases, ``none``), and ``scored_by`` says
+``"match"``. A card slot marked ``free_text`` (a plan in a phrase of its own) is judged by an LLM with the
+prompt file ``probe-standard-v1.txt`` (:data:`PROBE_PROMPT`; the verdict read from its JSON ``label`` as in
+:mod:`memory.evalscore`): the item says ``scored_by: "judge"`` with ``judge_model``, ``judge_prompt`` and
+``judge_prompt_sha256``. Without a judge model (the scripted backend; on the platform the probing job, whose
+free-text answers the study's judges score afterwards, judges/jobs.py) matching stands in and the item says
+``"match (no judge)"``. Mentions of a free-text fact in stores and replies (deletion, stage attribution) still
+use the card's aliases, its key phrases.
 """
 
 from __future__ import annotations
@@ -31,24 +35,14 @@ from typing import Any
 
 from memory.base import Stored
 from memory.cards import Probe, Value, mentions, mentions_any, normalize
-from memory.evalscore import parse_label
-from memory.llm import LLM, LLMError, LLMTransientError
+from memory.evalscore import ask_label
+from memory.judgeprompts import Prompt, load
+from memory.llm import LLM
 
-FREE_TEXT_PROMPT = """
-Your task is to label an answer to a question as 'CORRECT' or 'WRONG'.
-
-The question asks the chatbot about something the user told it in an earlier conversation. The answer is
-CORRECT if it gives the current fact below, in any wording. It is WRONG if it gives something else, says it
-does not know, or gives an outdated fact as if it were still true.
-
-Question: {question}
-Current fact: {gold}
-Outdated facts (no longer true): {stale}
-Generated answer: {answer}
-
-First, provide a short (one sentence) explanation of your reasoning.
-Then return the label CORRECT or WRONG in a json format with the key as "label", like {{"label": "CORRECT"}}.
-"""
+#: The free-text rubric: the prompt file ``memory/data/judge_prompts/probe-standard-v1.txt`` (memory/judgeprompts.py);
+#: every judged item records its name and SHA-256 and the judge's model.
+PROBE_PROMPT: Prompt = load("probe", "standard")
+FREE_TEXT_PROMPT = PROBE_PROMPT.text
 
 
 def stores_holding(stored: Sequence[Stored], values: Sequence[Value]) -> list[str]:
@@ -72,8 +66,12 @@ class Score:
     deleted_in_stores: list[str] | None = None
     deletion_honoured: bool | None = None
     scored_by: str = "match"
+    match: str | None = None  # exact, alias or none: which form of the current value the answer mentions
     judge_raw: str = ""
     judge_parsed: bool | None = None
+    judge_model: str | None = None
+    judge_prompt: str | None = None
+    judge_prompt_sha256: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -87,23 +85,29 @@ class Judged:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def free_text_verdict(
+    judge: LLM, *, question: str, gold: str, stale: Sequence[str], answer: str, prompt: Prompt = PROBE_PROMPT
+) -> tuple[int | None, str]:
+    """The judge's label of one probe answer (1 CORRECT, 0 WRONG, None when unreadable or the call failed for
+    good) and its raw reply. A transient error propagates (the caller retries)."""
+    return ask_label(judge, prompt.render(question=question, gold=gold, stale="; ".join(stale) or "(none)",
+                                          answer=answer))  # fmt: skip
+
+
 def judge_free_text(judge: LLM, probe: Probe, answer: str) -> Judged:
     """The judge's verdict on a free-text fact (an unreadable verdict or a failed call is WRONG, counted)."""
     assert probe.gold is not None
-    prompt = FREE_TEXT_PROMPT.format(
-        question=probe.question,
-        gold=probe.gold.value,
-        stale="; ".join(v.value for v in probe.stale) or "(none)",
-        answer=answer,
+    label, raw = free_text_verdict(
+        judge, question=probe.question, gold=probe.gold.value, stale=[v.value for v in probe.stale], answer=answer
     )
-    try:
-        reply = judge.complete([{"role": "user", "content": prompt}], max_tokens=160, purpose="judge").text
-    except LLMTransientError:
-        raise
-    except LLMError as exc:
-        return Judged(0, False, f"judge error: {exc}")
-    label = parse_label(reply)
-    return Judged(label if label is not None else 0, label is not None, reply)
+    return Judged(label if label is not None else 0, label is not None, raw)
+
+
+def match_of(words: Sequence[str], value: Value) -> str:
+    """``exact`` when the answer's words mention the value itself, ``alias`` when only an alias, else ``none``."""
+    if mentions(words, Value(value.value)):
+        return "exact"
+    return "alias" if mentions(words, value) else "none"
 
 
 def score_answer(probe: Probe, answer: str, stored: Sequence[Stored] = (), *, judge: LLM | None = None) -> Score:
@@ -116,16 +120,19 @@ def score_answer(probe: Probe, answer: str, stored: Sequence[Stored] = (), *, ju
         honoured = not in_reply and not in_stores
         return Score(honoured, deleted_in_reply=in_reply, deleted_in_stores=in_stores, deletion_honoured=honoured)
     assert probe.gold is not None
-    recalled = mentions(words, probe.gold)
+    match = match_of(words, probe.gold)
+    recalled = match != "none"
     stale_mentioned = mentions_any(words, probe.stale) if probe.stale else None
     scored_by = "match"
-    raw, parsed = "", None
+    judged: dict[str, Any] = {}
     if probe.free_text:
         if judge is None:
             scored_by = "match (no judge)"
         else:
             verdict = judge_free_text(judge, probe, answer)
-            recalled, raw, parsed, scored_by = bool(verdict.label), verdict.raw, verdict.parsed, "judge"
+            recalled, scored_by = bool(verdict.label), "judge"
+            judged = {"judge_raw": verdict.raw, "judge_parsed": verdict.parsed, "judge_model": judge.model,
+                      "judge_prompt": PROBE_PROMPT.name, "judge_prompt_sha256": PROBE_PROMPT.sha256}  # fmt: skip
     stale = bool(stale_mentioned and not recalled) if probe.stale else None
     return Score(
         bool(recalled and not stale),
@@ -133,6 +140,6 @@ def score_answer(probe: Probe, answer: str, stored: Sequence[Stored] = (), *, ju
         stale=stale,
         stale_mentioned=stale_mentioned,
         scored_by=scored_by,
-        judge_raw=raw,
-        judge_parsed=parsed,
+        match=match,
+        **judged,
     )

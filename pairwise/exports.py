@@ -1,5 +1,7 @@
 """Every pairwise vote of a study as a table: the pair, the sides, the reason and the timing, ready for
-``python -m analysis pairwise`` (``arm_a`` is the left side, ``winner`` a/b) and for the dashboard."""
+``python -m analysis pairwise`` (``arm_a`` is the left side, ``winner`` a/b) and for the dashboard. ACUTE-Eval's
+votes (``source`` ``acute``) and the live side-by-side votes (``source`` ``live``, chat/sidebyside.py: ``arm_a`` is
+bot A, ``winner`` a, b, tie or both_bad) are rows of the same table."""
 
 from __future__ import annotations
 
@@ -78,6 +80,39 @@ def acute_votes(study: Study, comparison: Comparison | None = None) -> list[dict
                 "callbacks_b": cb_b,
             }  # fmt: skip
         )
+    return rows
+
+
+def live_votes(study: Study) -> list[dict[str, Any]]:
+    """One row per live side-by-side vote of the study (one per session), in the order cast. The judge is the
+    worker (their pseudonym), the pair the session; the style covariates are each side's episode so far."""
+    from chat.models import Episode
+    from chat.sidebyside import QUESTION, QUESTION_TEXT, votes_of
+    from pairwise.services import episode_card
+
+    votes = votes_of(study)
+    ids = {e for v in votes for e in (v.session.episode_id, v.session.episode.twin.pk)}
+    texts = sessions_of(Episode.objects.filter(pk__in=ids))
+    style = {e: (bot_length(s), callbacks(s)) for e, s in texts.items()}
+    rows = []
+    for v in votes:
+        session, a = v.session, v.session.episode
+        b = a.twin
+        started = session.started_at or session.ended_at
+        len_a, cb_a = style.get(a.pk, (0, 0))
+        len_b, cb_b = style.get(b.pk, (0, 0))
+        rows.append(
+            {
+                "source": "live", "comparison": "", "judge": a.participant.pseudonym, "judge_source": "live",
+                "pair": session.pk, "position": session.index, "question": QUESTION, "question_text": QUESTION_TEXT,
+                "arm_a": a.arm.name, "arm_b": b.arm.name, "episode_a": a.pk, "episode_b": b.pk, "winner": v.winner,
+                "winner_arm": {"a": a.arm.name, "b": b.arm.name}.get(v.winner, ""), "reason": v.reason,
+                "shown_at": started.isoformat() if started else "", "submitted_at": v.created_at.isoformat(),
+                "seconds": round((v.created_at - started).total_seconds(), 1) if started else "", "check": False,
+                "check_correct": "", "failed_checks": False, "card": episode_card(a), "len_a": len_a, "len_b": len_b,
+                "callbacks_a": cb_a, "callbacks_b": cb_b,
+            }
+        )  # fmt: skip
     return rows
 
 

@@ -98,3 +98,15 @@ class WebhookEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.resource_id}"
+
+
+class ErasedSubmission(models.Model):
+    """A submission of a worker deleted everywhere (prolific/privacy.py), remembered only as a keyed hash of its id
+    (``privacy.erased_id``: not reversible without the site's key), so that a later poll of Prolific or a webhook
+    about it does not read the worker's raw IDs in again."""
+
+    key = models.CharField(max_length=64, unique=True)
+    erased_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key

@@ -25,9 +25,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from chat import signals as chat_signals
 from chat.models import Episode
 from chat.quality import WorkerQuality, study_quality
 from prolific import client as api
+from prolific import privacy
 from prolific.models import Submission, Wave, WebhookEvent
 from studies.models import Participant, Study
 
@@ -75,15 +77,21 @@ def release(participant: Participant, now: dt.datetime | None = None) -> bool:
     now = now or timezone.now()
     with transaction.atomic():
         marked = Participant.objects.filter(pk=participant.pk, abandoned_at__isnull=True).update(abandoned_at=now)
-        episodes = Episode.objects.filter(participant=participant, status=Episode.Status.ACTIVE).update(
-            status=Episode.Status.ABANDONED
-        )
+        active = Episode.objects.filter(participant=participant, status=Episode.Status.ACTIVE)
+        left = list(active.values_list("pk", flat=True))
+        episodes = active.update(status=Episode.Status.ABANDONED)
+        chat_signals.abandoned_chats_ended(left)  # a session left chatting is over (the blinding scan reads it)
     return bool(marked or episodes)
 
 
 def apply_status(wave: Wave, submission_id: str, pid: str, status: str, now: dt.datetime | None = None) -> Submission:
     """Record Prolific's status of a submission; release the worker's place when it was returned or timed out."""
     now = now or timezone.now()
+    erased = Submission.objects.filter(submission_id=privacy.erased_id(submission_id)).first()
+    if erased is not None:  # pseudonymised by the retention sweep: never read in again with its raw IDs
+        return erased
+    if privacy.is_erased(submission_id):  # its worker was deleted: an unsaved row, so nothing is stored
+        return Submission(wave=wave, submission_id=privacy.erased_id(submission_id), status=status)
     try:
         with transaction.atomic():
             sub, _ = Submission.objects.get_or_create(
@@ -144,6 +152,8 @@ def handle_event(event: dict[str, Any]) -> str:
     resource = str(event.get("resource_id") or "")
     if kind == "submission.status.change":
         status = str(event.get("status") or "")
+        if privacy.is_erased(resource):
+            return "a deleted or pseudonymised worker's submission: ignored"
         known = Submission.objects.select_related("wave__study").filter(submission_id=resource).first()
         if known is not None:
             apply_status(known.wave, resource, known.prolific_pid, status)
@@ -165,13 +175,15 @@ def handle_event(event: dict[str, Any]) -> str:
 
 
 def remember_event(signature: str, event: dict[str, Any]) -> bool:
-    """False when this signed request was accepted before (a replay)."""
+    """False when this signed request was accepted before (a replay). The event of a submission pseudonymised by the
+    retention sweep is remembered without its id."""
+    resource = str(event.get("resource_id") or "")[:64]
+    if resource and privacy.is_erased(resource):
+        resource = ""
     try:
         with transaction.atomic():
             WebhookEvent.objects.create(
-                signature=signature[:128],
-                event_type=str(event.get("event_type") or "")[:64],
-                resource_id=str(event.get("resource_id") or "")[:64],
+                signature=signature[:128], event_type=str(event.get("event_type") or "")[:64], resource_id=resource
             )
     except IntegrityError:
         return False
@@ -202,6 +214,8 @@ def suggested(quality: WorkerQuality | None, participant: Participant | None) ->
     if quality is None or participant is None:
         return ["no participation in memeval matches this submission"], "NO_DATA"
     reasons = quality.reasons()
+    if quality.comprehension_failed:  # stopped before the first session and asked to return the study
+        return reasons, "FAILED_CHECK"
     if quality.attention_failed:
         return reasons, "FAILED_CHECK"
     if quality.too_fast_sessions:

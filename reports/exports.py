@@ -1,8 +1,9 @@
 """A study's raw data for a paper's appendix: ratings, transcripts, memory snapshots, LLM calls and (studies
 with persona cards) each episode's card and event script and every probe with its answer and scores,
-as CSV or JSONL, each file starting with a README-style header.
+and the answers to the study's questions before and after the sessions (with each try of the comprehension
+check), as CSV or JSONL, each file starting with a README-style header.
 
-``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls|personas|probes --format csv|jsonl`` and
+``manage.py export_study SLUG --what ratings|transcripts|memory|llm-calls|personas|probes|answers --format csv|jsonl`` and
 the downloads on the study page call :func:`export_lines`. The header names the study design, the arms
 (memory system, backend, model, parameters, readiness), the pilot mark when the study is a pilot, the
 export's time and what every column means.
@@ -33,10 +34,13 @@ from analysis.writers import neutralise_cell
 from chat import armjobs
 from chat.models import Episode, LLMCallRecord, MemorySnapshot, Message, ProbeResult, Rating
 from memory import display, vectors
+from reports import probejudging
 from reports.reporting import PILOT_MARK
+from studies import questions
 from studies.models import Participant, Study
+from studies.questions import Answer, ComprehensionAttempt, Question
 
-WHAT = ("ratings", "transcripts", "memory", "llm-calls", "personas", "probes")
+WHAT = ("ratings", "transcripts", "memory", "llm-calls", "personas", "probes", "answers")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
 _COMMON = {
@@ -55,6 +59,8 @@ COLUMNS: dict[str, dict[str, str]] = {
         "rated_at": "when the rating was saved (UTC)",
         "silent_session": "true when the rated session ended with fewer answered turns than the minimum, replies "
         "having failed (the bot hardly spoke): every report leaves these ratings out by default",
+        "non_blind": "true when a bot turn of the rated session named an arm, a vendor or memory tools (the "
+        "blinding scan): every report leaves these ratings out by default (python -m analysis: --include-non-blind)",
     },
     "transcripts": {
         **_COMMON,
@@ -116,12 +122,35 @@ COLUMNS: dict[str, dict[str, str]] = {
         "stale": "the answer gives an old value and not the current one",
         "deletion_honoured": "a forgotten fact is absent from the answer and from every store of the arm",
         "deleted_in_stores": "the arm's stores that still hold a forgotten fact (JSON)",
-        "scored_by": "match (normalised strings and the card's aliases) or match (no judge) for a free-text fact",
+        "scored_by": "match (normalised strings and the card's aliases); for a free-text fact, as the report scores "
+        "it: judge (the verdict of the judge admitted on the study's probe answers) or not admitted (no such verdict: "
+        "recalled, stale and correct empty, left out of every rate)",
+        "match": "which form of the current value the answer mentions: exact (the value), alias (one of its aliases) "
+        "or none",
+        "free_text": "the fact is free text: the study's automatic judges score its answer (judge_verdicts)",
+        "judge_verdicts": "the automatic judges' verdicts on this answer (JSON: judge, model, prompt, prompt_sha256, "
+        "label: true CORRECT, false WRONG, null unreadable)",
         "stage": "where a failed probe failed: extraction, update, retrieval or generation",
         "stage_why": "the evidence for the stage",
         "answerable_without_memory": "the none arm or a closed-book prompt answered it: left out of the memory gain",
         "necessity": "the control's answers (JSON: none arm and closed-book answers and whether each recalled)",
         "told": "the worker did what the card asked (said the fact or its change, asked to forget; asked the probe)",
+    },
+    "answers": {
+        "worker": _COMMON["worker"],
+        "block": "pre (before the first session), check (the comprehension check on the instructions) or post (after "
+        "the last session)",
+        "question": "the question's place: its block and number in it (pre-1, check-2, post-1…); the header lists them",
+        "question_text": "the question as the worker read it",
+        "kind": "choice (single choice), likert (labelled points) or text (free text)",
+        "required": "true when the question had to be answered",
+        "option": "the option chosen, numbered from 1 in the order shown (a Likert point: 1 = the first label); "
+        "empty for free text and for an optional question left out",
+        "answer": "the option's label, or the free text as written (empty: not answered)",
+        "attempt": "check: the try (1, 2, …); each try of the comprehension check is a row per question",
+        "correct": "check: whether this answer was the right option",
+        "attempt_passed": "check: whether every answer of this try was right",
+        "answered_at": "when the answer was saved (UTC)",
     },
 }
 
@@ -181,7 +210,20 @@ def header(study: Study, what: str, fmt: str) -> dict[str, Any]:
         "arms": arms,
         "columns": COLUMNS[what],
         "source": "memeval (python manage.py export_study)",
+        **({"questions": question_list(study)} if what == "answers" else {}),
     }
+
+
+def question_list(study: Study) -> dict[str, Any]:
+    """The answers export's README: every question with its options, and the comprehension check's settings."""
+    out = []
+    for block in (Question.Block.PRE, Question.Block.CHECK, Question.Block.POST):
+        for n, q in enumerate(questions.block_questions(study, block), start=1):
+            out.append({"question": f"{block}-{n}", "text": q.text, "kind": q.kind, "required": q.required,
+                        "options": q.labels, "right_option": None if q.correct is None else q.correct + 1,
+                        "max_chars": q.max_chars if q.kind == Question.Kind.TEXT else None})  # fmt: skip
+    return {"items": out, "comprehension_attempts": study.comprehension_attempts,
+            "after_last_failed_attempt": study.comprehension_fail_action}  # fmt: skip
 
 
 def gap_text(study: Study) -> str:
@@ -222,6 +264,18 @@ def _readme_lines(h: dict[str, Any]) -> list[str]:
             f"{' [' + flags + ']' if flags else ''}; readiness: {a['readiness']}; "
             f"params {json.dumps(a['params'], sort_keys=True)}"
         )
+    if "questions" in h:
+        qs = h["questions"]
+        lines.append(
+            f"questions (comprehension check: {qs['comprehension_attempts']} tries, then "
+            f"{'stop' if qs['after_last_failed_attempt'] == 'stop' else 'continue, marked'}):"
+        )
+        for q in qs["items"]:
+            options = " | ".join(
+                f"{i}. {o}{' (right)' if q['right_option'] == i else ''}" for i, o in enumerate(q["options"], start=1)
+            )
+            lines.append(f"  {q['question']} [{q['kind']}{'' if q['required'] else ', optional'}]: {q['text']}"
+                         + (f" — {options}" if options else f" — at most {q['max_chars']} characters"))  # fmt: skip
     lines.append("columns:")
     lines += [f"  {name}: {meaning}" for name, meaning in h["columns"].items()]
     return lines
@@ -246,6 +300,7 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "reversed": r.metric.reversed,
                 "rated_at": r.created_at.isoformat(),
                 "silent_session": r.session.silent,
+                "non_blind": r.session.non_blind,
             }
     elif what == "transcripts":
         messages: QuerySet[Message] = (
@@ -303,17 +358,34 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
             .select_related("session__episode__arm", "session__episode__participant")
             .order_by("session__episode__participant_id", "session__episode_id", "session__index", "mode", "id")
         )
+        judging = probejudging.judging(study)  # free-text facts: scored as the report scores them
+        admitted = judging["verdicts"] if judging and judging["admitted"] else {}
+        verdicts: dict[int, list[dict[str, Any]]] = {}
+        # the judges app's ProbeJudgement, read through its relation's name (reports sits below judges)
+        for probe_id, *verdict in ProbeResult.objects.filter(
+            session__episode__participant__study=study, judgements__isnull=False
+        ).values_list("pk", "judgements__judge__name", "judgements__model", "judgements__prompt",
+                      "judgements__prompt_sha256", "judgements__label"):  # fmt: skip
+            verdicts.setdefault(probe_id, []).append(
+                dict(zip(("judge", "model", "prompt", "prompt_sha256", "label"), verdict, strict=True))
+            )
         for pr in probes.iterator(chunk_size=1000):
             ep = pr.session.episode
             item = pr.item or {}
-            yield {
+            row = {
                 **_who(ep.participant.pseudonym, ep.pk, ep.arm.name, ep.arm.memory_system, pr.session.index),
                 **{k: item.get(k) for k in COLUMNS["probes"] if k not in _COMMON},
                 "mode": pr.mode, "slot": pr.slot, "kind": pr.kind, "question": pr.question, "answer": pr.answer,
                 "correct": pr.correct, "recalled": pr.recalled, "stale": pr.stale,
                 "deletion_honoured": pr.deletion_honoured, "stage": pr.stage,
                 "answerable_without_memory": pr.answerable_without_memory, "told": pr.told,
+                "judge_verdicts": verdicts.get(pr.pk, []),
             }  # fmt: skip
+            if item.get("free_text") and pr.kind in ("current", "updated"):
+                probejudging.judged_scores(row, admitted.get(pr.pk), bool(item.get("stale_mentioned")))
+            yield row
+    elif what == "answers":
+        yield from _answer_records(study)
     else:
         calls: QuerySet[LLMCallRecord] = (
             LLMCallRecord.objects.filter(session__episode__participant__study=study)
@@ -336,6 +408,45 @@ def _records(study: Study, what: str) -> Iterator[dict[str, Any]]:
                 "reply": c.reply,
                 "created_at": c.created_at.isoformat(),
             }
+
+
+def _answer_records(study: Study) -> Iterator[dict[str, Any]]:
+    """Every submitted answer, then every try of the comprehension check (a row per question), by worker."""
+    codes: dict[int, tuple[str, Question]] = {}
+    for block in (Question.Block.PRE, Question.Block.CHECK, Question.Block.POST):
+        for n, q in enumerate(questions.block_questions(study, block), start=1):
+            codes[q.pk] = (f"{block}-{n}", q)
+    workers = (
+        Participant.objects.filter(study=study).exclude(source=Participant.Source.PREVIEW).order_by("created_at", "pk")
+    )
+    answers = Answer.objects.filter(participant__in=workers).select_related("participant")
+    by_worker: dict[int, list[dict[str, Any]]] = {}
+    for a in answers.iterator(chunk_size=2000):
+        code, q = codes[a.question_id]
+        by_worker.setdefault(a.participant_id, []).append({
+            "worker": a.participant.pseudonym, "block": q.block, "question": code, "question_text": q.text,
+            "kind": q.kind, "required": q.required, "option": None if a.choice is None else a.choice + 1,
+            "answer": a.text, "attempt": None, "correct": None, "attempt_passed": None,
+            "answered_at": a.answered_at.isoformat(),
+        })  # fmt: skip
+    attempts = ComprehensionAttempt.objects.filter(participant__in=workers).select_related("participant")
+    for t in attempts.order_by("participant_id", "number").iterator(chunk_size=2000):
+        for key, choice in (t.answers or {}).items():
+            if int(key) not in codes:
+                continue
+            code, q = codes[int(key)]
+            ok = isinstance(choice, int) and 0 <= choice < len(q.labels)
+            by_worker.setdefault(t.participant_id, []).append({
+                "worker": t.participant.pseudonym, "block": q.block, "question": code, "question_text": q.text,
+                "kind": q.kind, "required": True, "option": choice + 1 if ok else None,
+                "answer": q.labels[choice] if ok else "", "attempt": t.number, "correct": choice == q.correct,
+                "attempt_passed": t.passed, "answered_at": t.answered_at.isoformat(),
+            })  # fmt: skip
+    rank = {"pre": 0, "check": 1, "post": 2}
+    for pk in workers.values_list("pk", flat=True):
+        rows = by_worker.get(pk, [])
+        rows.sort(key=lambda r: (rank[r["block"]], r["attempt"] or 0, int(r["question"].split("-")[1])))
+        yield from rows
 
 
 def _who(worker: str, episode: int, arm: str, system: str, session: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from chat.quality import DEFAULT_ROW_FILTERS
 from reports.imports import Mapping, split_names
 
 if TYPE_CHECKING:
-    from reports.planning import PlanSettings
+    from reports.planning import PairwisePlanSettings, PlanSettings
 
 TEST_CHOICES = [
     ("cluster-t", "t-test, worker-clustered standard errors (default)"),
@@ -37,8 +37,9 @@ EXCLUSION_CHOICES = [
     ("authenticity_flagged", "Workers with any authenticity flag"),
     ("too_fast", "Workers with a session more than 3 SD too fast"),
     ("silent_session", "Sessions the chatbot did not answer (their ratings; on by default)"),
+    ("non_blind", "Non-blind sessions: a bot turn named an arm, vendor or memory tool (their ratings; on by default)"),
 ]
-ROW_EXCLUSIONS = ("unfinished", "silent_session")
+ROW_EXCLUSIONS = ("unfinished", "silent_session", "non_blind")
 DEFAULT_EXCLUSIONS = DEFAULT_ROW_FILTERS  # unless the page's filters say otherwise (chat.quality)
 # The filter form posts this marker with its boxes, so that unticking a default filter is told from a link
 # that names no filter at all (which gets the defaults).
@@ -220,6 +221,45 @@ class PlanForm(forms.Form):
             studies=d["studies"],
             max_workers=d["max_workers"],
         )
+
+
+class PairwisePlanForm(forms.Form):
+    """The planning page's pairwise design: the options of ``python -m analysis plan-pairwise``, with its
+    defaults (the arms default to the study's real arms). Prefixed ``pw`` beside the ratings' form."""
+
+    prefix = "pw"
+
+    arms = forms.IntegerField(min_value=2, max_value=20, label="Arms compared",
+                              help_text="The QC arm of the check pairs is not counted.")  # fmt: skip
+    judges = forms.IntegerField(min_value=4, max_value=2000, initial=20, label="Fewest judges tried")
+    votes_per_judge = forms.IntegerField(min_value=1, max_value=200, initial=10, label="Votes per judge",
+                                         help_text="Pairs (ACUTE-Eval) or live sessions each judge votes on.")  # fmt: skip
+    win_rate = forms.FloatField(min_value=0.51, max_value=0.99, initial=0.6, label="Smallest effect: win rate",
+                                help_text="How often the best arm wins a decided vote against each other arm.")  # fmt: skip
+    judge_sd = forms.FloatField(min_value=0, max_value=3, initial=0.5, label="SD of a judge's own taste (log-odds)")
+    tie_rate = forms.FloatField(min_value=0, max_value=0.9, initial=0.1, label="Share of ties and 'both bad'")
+    position = forms.FloatField(min_value=-2, max_value=2, initial=0.0, label="Advantage of the first side (log-odds)")
+    careless = forms.FloatField(min_value=0, max_value=0.9, initial=0.0, label="Share of careless judges")
+    target = forms.FloatField(min_value=0.5, max_value=0.99, initial=0.8, label="Target power")
+    studies = forms.IntegerField(min_value=20, max_value=1000, initial=200, label="Simulated studies per size")
+    max_judges = forms.IntegerField(min_value=4, max_value=2000, initial=2000, label="Most judges to try")
+    seed = forms.IntegerField(min_value=0, max_value=2**31 - 1, initial=1, label="Random seed")
+
+    def __init__(self, *args: Any, arms: int = 4, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["arms"].initial = arms
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("judges") and data.get("max_judges") and data["judges"] > data["max_judges"]:
+            self.add_error("max_judges", "The most judges to try cannot be fewer than the fewest.")
+        return data
+
+    def settings(self) -> PairwisePlanSettings:
+        """The settings of a valid form."""
+        from reports.planning import PairwisePlanSettings
+
+        return PairwisePlanSettings(**{name: self.cleaned_data[name] for name in self.fields})
 
 
 PROBE_PRIMARY_CHOICES = [

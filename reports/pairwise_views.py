@@ -31,14 +31,23 @@ EXTENSIONS = {"json": "json", "md": "md", "latex": "tex", "html": "html"}
 COLUMNS = VoteColumns(exclude=("failed_checks",), exclude_rows=("check",))
 
 
-def study_votes(study: Study) -> list[dict[str, Any]]:
-    return vote_exports.acute_votes(study)
+#: the leaderboard's sources of votes (``?source=``): both together (the default), or one apart
+SOURCES = {"": "ACUTE-Eval and live side by side", "acute": "ACUTE-Eval only", "live": "live side by side only"}
+
+
+def study_votes(study: Study, source: str = "") -> list[dict[str, Any]]:
+    """The study's votes: ACUTE-Eval's and the live side-by-side ones (``source`` ``acute`` or ``live``: one)."""
+    rows = vote_exports.acute_votes(study) if source != "live" else []
+    return rows + (vote_exports.live_votes(study) if source != "acute" else [])
 
 
 def _version(study: Study) -> str:
+    from chat.models import SideBySideVote
+
     last = Vote.objects.filter(judgement__judge__comparison__study=study).order_by("-id").values_list("id", flat=True)
+    live = SideBySideVote.objects.filter(session__episode__participant__study=study).order_by("-id")
     failed = Judge.objects.filter(comparison__study=study, passed_checks=False).count()
-    return f"{last.first() or 0}-{failed}"
+    return f"{last.first() or 0}-{live.values_list('id', flat=True).first() or 0}-{failed}"
 
 
 def _sliders(study: Study) -> dict[str, float] | None:
@@ -52,13 +61,15 @@ def _sliders(study: Study) -> dict[str, float] | None:
     return scores or None
 
 
-def study_result(study: Study, question: str | None = None) -> tuple[dict[str, Any] | None, str]:
-    """The analysis of the study's votes (cached until a vote or a check outcome changes), or why there is none."""
-    key = f"reports:pairwise:{study.pk}:{_version(study)}:{question or ''}"
+def study_result(study: Study, question: str | None = None, source: str = "") -> tuple[dict[str, Any] | None, str]:
+    """The analysis of the study's votes (cached until a vote or a check outcome changes), or why there is none;
+    ``source``: the votes of one source only (:data:`SOURCES`)."""
+    source = source if source in SOURCES else ""
+    key = f"reports:pairwise:{study.pk}:{_version(study)}:{question or ''}:{source}"
     cached: tuple[dict[str, Any] | None, str] | None = cache.get(key)
     if cached is not None:
         return cached
-    rows = study_votes(study)
+    rows = study_votes(study, source)
     if not rows:
         outcome: tuple[dict[str, Any] | None, str] = (None, "No pairwise votes yet.")
     else:
@@ -111,26 +122,31 @@ def _study(request: HttpRequest, slug: str) -> Study:
 def leaderboard(request: HttpRequest, slug: str) -> HttpResponse:
     study = _study(request, slug)
     question = request.GET.get("question") or None
-    result, message = study_result(study, question)
+    source = request.GET.get("source", "")
+    source = source if source in SOURCES else ""
+    result, message = study_result(study, question, source)
     plot = pairwise_writers.leaderboard_plot(result) if result else ""
     questions = [(q, QUESTIONS[q].text if q in QUESTIONS else q) for q in (result or {}).get("questions", [])]
+    counts = {s: len(study_votes(study, s)) for s in ("acute", "live")}
     return render(request, "reports/pairwise.html", {"study": study, "result": result, "message": message,
-                  "plot": plot, "questions": questions, "question": (result or {}).get("question")})  # fmt: skip
+                  "plot": plot, "questions": questions, "question": (result or {}).get("question"),
+                  "source": source, "sources": SOURCES, "source_counts": counts})  # fmt: skip
 
 
 @require_GET
 @researcher_required
 def export(request: HttpRequest, slug: str, fmt: str) -> HttpResponse:
     study = _study(request, slug)
+    source = request.GET.get("source", "")
     if fmt in ("csv", "jsonl"):
-        rows = study_votes(study)
+        rows = study_votes(study, source if source in SOURCES else "")
         text = vote_exports.to_csv(rows) if fmt == "csv" else vote_exports.to_jsonl(rows)
         response = HttpResponse(text, content_type="text/csv" if fmt == "csv" else "application/x-ndjson")
         response["Content-Disposition"] = f'attachment; filename="{study.slug}-pairwise-votes.{fmt}"'
         return response
     if fmt not in FORMATS:
         raise Http404("unknown format")
-    result, message = study_result(study, request.GET.get("question") or None)
+    result, message = study_result(study, request.GET.get("question") or None, source)
     if result is None:
         return HttpResponse(message, status=404, content_type="text/plain; charset=utf-8")
     if fmt == "json":
@@ -162,6 +178,6 @@ def plot(request: HttpRequest, slug: str) -> HttpResponse:
     from html import escape
 
     study = _study(request, slug)
-    result, message = study_result(study, request.GET.get("question") or None)
+    result, message = study_result(study, request.GET.get("question") or None, request.GET.get("source", ""))
     svg = pairwise_writers.leaderboard_plot(result) if result else _EMPTY_SVG.format(escape(message))
     return HttpResponse(svg, content_type="image/svg+xml")

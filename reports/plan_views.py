@@ -13,20 +13,25 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from analysis.spec import Family, RatingsError, Test
 from reports import planning, queries
-from reports.forms import PlanForm, RegisterForm
+from reports.forms import PairwisePlanForm, PlanForm, RegisterForm
 from reports.models import ImportedDataset, Preregistration
 from studies.models import Study
 from studies.roles import researcher_required, study_for
 
 
-def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None) -> dict[str, Any]:
+def _context(
+    request: HttpRequest, study: Study, form: PlanForm, job: str | None, pairwise_form: PairwisePlanForm | None = None
+) -> dict[str, Any]:
     state = planning.plan_status_for(study, job) if job else None
+    design = planning.study_design(study)
     return {
         "study": study,
         "plan_cpu_minutes": max(1, round(settings.PLAN_CPU_SECONDS / 60)),
-        "design": planning.study_design(study),
+        "design": design,
         "form": form,
+        "pairwise_form": pairwise_form or PairwisePlanForm(arms=design.arms),
         "job": job if state is not None else None,
+        "pairwise_job": bool(job and state is not None and planning.is_pairwise_key(job)),
         "state": state,
         "register_form": RegisterForm(
             initial={"job": job or "", **_plan_choices(state)}, persona_cards=study.persona_cards
@@ -36,7 +41,7 @@ def _context(request: HttpRequest, study: Study, form: PlanForm, job: str | None
 
 
 def _plan_choices(state: dict[str, Any] | None) -> dict[str, Any]:
-    if state and state.get("status") == "done":
+    if state and state.get("status") == "done" and "plan" in state:  # a pairwise plan chooses no test
         return {"test": state["plan"]["test"], "family": state["plan"]["family"]}
     return {}
 
@@ -49,6 +54,8 @@ def _datasets(study: Study) -> list[tuple[int, str]]:
 @researcher_required
 def plan(request: HttpRequest, slug: str) -> HttpResponse:
     study = study_for(request, slug)
+    if request.method == "POST" and request.POST.get("design") == "pairwise":
+        return _plan_pairwise(request, study)
     form = PlanForm(request.POST or None, datasets=_datasets(study))
     if request.method == "POST" and form.is_valid():
         try:
@@ -58,6 +65,20 @@ def plan(request: HttpRequest, slug: str) -> HttpResponse:
         else:
             return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")
     return render(request, "reports/plan.html", _context(request, study, form, request.GET.get("job")))
+
+
+def _plan_pairwise(request: HttpRequest, study: Study) -> HttpResponse:
+    """The pairwise design's simulation: the judges needed (``python -m analysis plan-pairwise``), as a job."""
+    form = PairwisePlanForm(request.POST, arms=planning.study_design(study).arms)
+    if form.is_valid():
+        try:
+            key = planning.start_pairwise_plan(study, form.settings())
+        except planning.PlanBusy as exc:
+            form.add_error(None, f"The simulation could not start: {exc}")
+        else:
+            return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")
+    ctx = _context(request, study, PlanForm(datasets=_datasets(study)), None, pairwise_form=form)
+    return render(request, "reports/plan.html", ctx)
 
 
 @require_GET
@@ -92,7 +113,7 @@ def register(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, "The registration could not be made: " + "; ".join(form.errors.as_text().splitlines()))
         return redirect("reports:study_plan", study.slug)
     state = planning.plan_status_for(study, form.cleaned_data["job"]) if form.cleaned_data["job"] else None
-    plan_result = state["plan"] if state and state.get("status") == "done" else None
+    plan_result = state.get("plan") if state and state.get("status") == "done" else None
     try:
         document = planning.preregistration_document(
             study,

@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings as site
 from django.utils import timezone
 
+from analysis.pairwise_power import PairwiseDesign, judges_needed
 from analysis.planning import estimate_components, workers_needed
 from analysis.prereg import analysis_settings, build_preregistration
 from analysis.spec import Family, RatingsError, Test
@@ -78,6 +79,39 @@ class PlanSettings:
         return cls(**{**data, "components": VarianceComponents(**data["components"])})
 
 
+@dataclass(frozen=True)
+class PairwisePlanSettings:
+    """What the researcher chose for a pairwise design (the options of ``python -m analysis plan-pairwise``)."""
+
+    arms: int
+    judges: int  # the smallest number of judges tried
+    votes_per_judge: int
+    win_rate: float  # the smallest effect: how often the best arm wins a decided vote against each other arm
+    judge_sd: float
+    tie_rate: float
+    position: float
+    careless: float
+    target: float
+    studies: int
+    max_judges: int
+    seed: int
+
+    def key(self, study: Study) -> str:
+        raw = json.dumps({"study": study.pk, "pairwise": asdict(self)}, sort_keys=True)
+        # "pw" tells a pairwise plan's key from a rating plan's (whose digest is hexadecimal)
+        return f"{study.pk}-pw{hashlib.sha256(raw.encode()).hexdigest()[:22]}"
+
+    def design(self) -> PairwiseDesign:
+        return PairwiseDesign(
+            arms=self.arms, judges=self.judges, votes_per_judge=self.votes_per_judge, judge_sd=self.judge_sd,
+            tie_rate=self.tie_rate, position=self.position, careless_rate=self.careless,
+        )  # fmt: skip
+
+
+def is_pairwise_key(key: str) -> bool:
+    return "-pw" in key
+
+
 def study_design(study: Study) -> StudyDesign:
     """The study as the planner simulates it: its active non-QC arms, episodes, sessions, metrics, QC arm."""
     arms = list(study.arms.filter(active=True).values_list("is_qc", flat=True))
@@ -109,6 +143,18 @@ def start_plan(study: Study, settings: PlanSettings) -> str:
     key = settings.key(study)
     if settings.pilot.startswith("dataset:"):
         ImportedDataset.objects.get(study=study, pk=int(settings.pilot.removeprefix("dataset:")))
+    params = {"study": study.pk, "design": asdict(study_design(study)), "settings": settings.as_json()}
+    return _submit(study, key, params)
+
+
+def start_pairwise_plan(study: Study, settings: PairwisePlanSettings) -> str:
+    """Submit the pairwise design's simulation (the judges needed; the computation of ``python -m analysis
+    plan-pairwise`` with the same options and seed) as :func:`start_plan` submits a rating plan: the same kind of
+    job, queue bound, CPU budget, Cancel and polling. Returns the key to poll with :func:`plan_status`."""
+    return _submit(study, settings.key(study), {"study": study.pk, "pairwise": asdict(settings)})
+
+
+def _submit(study: Study, key: str, params: dict[str, Any]) -> str:
     latest = Job.objects.of(POWER_PLAN.name, key).order_by("-created_at", "-id").first()
     fresh = timezone.now() - timedelta(seconds=PLAN_SECONDS)
     if latest is not None and (not latest.finished or (latest.status == Job.Status.DONE and latest.created_at > fresh)):
@@ -119,7 +165,6 @@ def start_plan(study: Study, settings: PlanSettings) -> str:
             f"{bound} power simulations are waiting or running already. Please try again in a few minutes, or "
             "cancel one of yours."
         )
-    params = {"study": study.pk, "design": asdict(study_design(study)), "settings": settings.as_json()}
     jobs.submit(POWER_PLAN, key, scope=f"study:{study.pk}", label="power simulation", params=params)
     return key
 
@@ -162,7 +207,10 @@ class PlanFailed(Exception):
 def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
     """The power simulation of a ``reports.power_plan`` job: its result is the plan and the pilot's estimate.
     It stops at its CPU budget (``PLAN_CPU_SECONDS``: :class:`PlanFailed`) and when its job is cancelled or
-    taken back (``attempt.check()``: :class:`runtime.jobs.JobLost`), checked as the simulation goes."""
+    taken back (``attempt.check()``: :class:`runtime.jobs.JobLost`), checked as the simulation goes. A pairwise
+    design's job (``params["pairwise"]``) gives ``{"pairwise": ...}``, the judges needed."""
+    if "pairwise" in job.params:
+        return _run_pairwise(job, attempt)
     settings = PlanSettings.from_json(job.params["settings"])
     design = StudyDesign(**job.params["design"])
     budget = plan_runner.Budget(float(site.PLAN_CPU_SECONDS), attempt.check)
@@ -202,6 +250,24 @@ def run_plan(job: Job, attempt: Attempt, handed: Any = None) -> dict[str, Any]:
         raise PlanFailed("the simulation failed (see the log)") from exc
     plan.notes[:0] = notes
     return {"plan": plan.as_dict(), "pilot": pilot_info}
+
+
+def _run_pairwise(job: Job, attempt: Attempt) -> dict[str, Any]:
+    settings = PairwisePlanSettings(**job.params["pairwise"])
+    budget = plan_runner.Budget(float(site.PLAN_CPU_SECONDS), attempt.check)
+    try:
+        plan = judges_needed(
+            settings.design(), settings.win_rate, target=settings.target, studies=settings.studies,
+            max_judges=settings.max_judges, seed=settings.seed, check=budget.check,
+        )  # fmt: skip
+    except (plan_runner.OverBudget, ValueError) as exc:
+        raise PlanFailed(str(exc)) from exc
+    except jobs.JobLost:
+        raise
+    except Exception as exc:  # the job must always leave a reason behind
+        log.exception("pairwise power simulation %s failed", job.target)
+        raise PlanFailed("the simulation failed (see the log)") from exc
+    return {"pairwise": plan.as_dict()}
 
 
 POWER_PLAN = kinds.declare(

@@ -1,5 +1,6 @@
 """The owner's privacy controls on the quality page: a worker's raw Prolific ID on request, and a worker deleted
-everywhere (chat.privacy; docs/privacy.md). Anyone else who may see the study gets 403 here."""
+everywhere (chat.privacy; docs/privacy.md). Anyone else who may see the study gets 403 here. And the personal-data
+scan of sessions not scanned yet (chat/pii.py), for the owner and editors."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
+from chat import pii
+from chat.models import ChatSession
 from chat.privacy import erase_participant, footprint, reveal_raw_id, summary
 from studies.models import Participant, Study
-from studies.roles import researcher_required
+from studies.roles import researcher_required, study_for
 
 
 def _owned_participant(request: HttpRequest, slug: str, pseudonym: str) -> tuple[Study, Participant]:
@@ -58,3 +62,19 @@ def delete(request: HttpRequest, slug: str, pseudonym: str) -> HttpResponse:
         error = f"Type the pseudonym {participant.pseudonym} to confirm."
     context = {"study": study, "participant": participant, "summary": summary(footprint(participant)), "error": error}
     return render(request, "reports/delete_participant.html", context, status=400 if error else 200)
+
+
+@require_POST
+@researcher_required
+def scan_personal_data(request: HttpRequest, slug: str) -> HttpResponse:
+    """An owner or editor has the ended sessions that were never scanned (flagging turned on later) scanned now."""
+    study = study_for(request, slug, change=True)
+    if not study.flag_personal_data:
+        messages.error(request, "Personal-data flagging is off for this study (its Edit page turns it on).")
+        return redirect(reverse("reports:study_quality", args=[study.slug]) + "#personal-data")
+    sessions = ChatSession.objects.filter(pk__in=pii.unscanned_sessions(study.pk)).select_related(
+        "episode__participant__study"
+    )
+    n = sum(1 for s in sessions if pii.submit_scan(s) is not None)
+    messages.success(request, f"{n} session{'' if n == 1 else 's'} queued for the personal-data scan.")
+    return redirect(reverse("reports:study_quality", args=[study.slug]) + "#personal-data")

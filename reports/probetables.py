@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.probes import COMPARED, METRICS, STAGES, agreement_text, side_by_side, stage_table
+from analysis.probes import (
+    COMPARED,
+    METRICS,
+    STAGES,
+    agreement_text,
+    left_out_text,
+    scoring_text,
+    side_by_side,
+    stage_table,
+)
 from reports.tables import ci, num, pval
 
 MODE_TITLES = {
@@ -71,6 +80,7 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
         ]  # fmt: skip
         sections.append({"mode": mode, "title": title, "rates": [RATE_TITLES[m] for m in rates], "rows": rows,
                          "tests": tests, "stages": stages, "n_probes": sec["n_probes"],
+                         "n_judged": sec.get("n_judged", 0), "n_not_admitted": sec.get("n_not_admitted", 0),
                          "offline": _offline(probes, mode)})  # fmt: skip
     notice = probes.get("recall_vs_rating")
     notice_row = None
@@ -85,6 +95,8 @@ def probe_dashboard(probes: dict[str, Any] | None) -> dict[str, Any] | None:
         "n_untold": probes["n_untold"],
         "untold_note": probes["untold_note"],
         "notice": notice_row,
+        "scoring": scoring_text(probes),
+        "judge": probes.get("judge"),
         "primary": {"description": family.get("description", ""), "tests": family.get("tests", 0),
                     "significant": family.get("significant", 0), "alpha": alpha, "rates": family.get("rates", [])},
     }  # fmt: skip
@@ -117,6 +129,7 @@ def _offline(probes: dict[str, Any], mode: str) -> dict[str, Any] | None:
         else [],
         "stand_in": [r["arm"] for r in offline.get("runs") or [] if r.get("stand_in_model")],
         "outdated": [r["arm"] for r in offline.get("runs") or [] if not r.get("current", True)],
+        "left_out": left_out_text(offline),
     }
 
 

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from chat import pii
 from chat.authenticity import FLAG_LABELS, PASTE_SHARE_FLAG, TYPING_CPS_FLAG, UNTYPED_SHARE_FLAG
 from chat.quality import TOO_FAST_SD, median_minutes, silent_sessions, study_quality
 from reports.queries import study_qc_arm
@@ -42,6 +43,9 @@ def quality(request: HttpRequest, slug: str) -> HttpResponse:
         "silent": silent_sessions(study),
         "is_owner": study.is_owner(request.user),
         "privacy_events": study.privacy_events.select_related("by")[:50],
+        "pii_flags": pii.study_flags(study.pk),
+        "pii_unscanned": len(pii.unscanned_sessions(study.pk)) if study.flag_personal_data else 0,
+        "can_change": study.can_change(request.user),
         "thresholds": {
             "paste": PASTE_SHARE_FLAG,
             "cps": TYPING_CPS_FLAG,

@@ -25,6 +25,7 @@ from analysis.spec import AnalysisSpec
 from chat.models import ArmJob, AttentionResponse, ChatSession, Episode, Message, ProbeResult, Rating
 from chat.quality import DEFAULT_ROW_FILTERS, SIGNAL_COLUMNS, WorkerQuality, signal_columns, study_quality
 from memory import cards
+from reports import probejudging
 from reports.imports import IMPORT_COLUMNS, LONG_COLUMNS
 from reports.models import ImportedDataset, ImportedRating, Preregistration
 from reports.reporting import Source, source_spec
@@ -48,8 +49,9 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
         "value",
         "session_id",
         "session__silent",
+        "session__non_blind",
     )
-    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id", "_silent"])
+    df = pd.DataFrame.from_records(list(rows), columns=[*LONG_COLUMNS, "_session_id", "_silent", "_non_blind"])
     by_worker, fast, unfinished = signal_columns(study_quality(study) if quality is None else quality)
     df["unfinished"] = df["unit"].isin(unfinished)
     for col in SIGNAL_COLUMNS:
@@ -57,12 +59,14 @@ def study_ratings_frame(study: Study, quality: list[WorkerQuality] | None = None
             df[col] = df["_session_id"].isin(fast)
         elif col == "silent_session":  # chat.sessions.is_silent, stored when the session ended and was rated
             df[col] = df["_silent"].astype(bool)
+        elif col == "non_blind":  # ChatSession.non_blind, set by the blinding scan (judges/blinding.py)
+            df[col] = df["_non_blind"].astype(bool)
         elif col != "unfinished":
             df[col] = df["worker"].isin({w for w, cols in by_worker.items() if cols.get(col)})
     latency = session_latencies(study)
     for col in LATENCY_COLUMNS:
         df[col] = df["_session_id"].map(latency[col]).astype(float) if len(latency) else float("nan")
-    df = df.drop(columns=["_session_id", "_silent"])
+    df = df.drop(columns=["_session_id", "_silent", "_non_blind"])
     df["unit"] = "e" + df["unit"].astype(str)
     df["score"] = df["score"].astype(float)
     return df
@@ -194,6 +198,9 @@ def study_data_version(study: Study) -> str:
             )
         ),
         ProbeResult.objects.filter(session__episode__participant__study=study).aggregate(n=Count("id"), m=Max("id")),
+        # the blinding scan marks sessions non-blind without a new rating
+        ChatSession.objects.filter(episode__participant__study=study, non_blind=True).count(),
+        probejudging.version(study),  # a judge's verdicts on probe answers, the judge sample's labels
     )
     raw = repr((agg["n"], agg["last"], agg["total"], str(agg["latest"]), settings_part))
     return hashlib.sha1(raw.encode()).hexdigest()[:16]
@@ -296,7 +303,7 @@ def preregistrations_for_study(study: Study) -> list[Preregistration]:
 
 def study_spec(study: Study) -> AnalysisSpec | None:
     """How a live study is analysed: its metrics, reversed metrics and QC arm, and the default row filters
-    (:data:`chat.quality.DEFAULT_ROW_FILTERS`: silent sessions' ratings) (None without metrics)."""
+    (:data:`chat.quality.DEFAULT_ROW_FILTERS`: silent and non-blind sessions' ratings) (None without metrics)."""
     metrics, reverse = study_metrics(study)
     qc_arm = study_qc_arm(study)
     # Ji et al.'s QC uses the positive metrics only; reversed ones would invert the test's direction.
@@ -347,6 +354,7 @@ def automatic_scores(study: Study) -> list[dict[str, Any]]:
 
 def study_source(study: Study) -> Source:
     """A live study's ratings and how to analyse them, with its pilot mark, automatic scores and reply latency."""
+    judging = probejudging.judging(study)
     return Source(
         title=study.name,
         slug=study.slug,
@@ -355,7 +363,8 @@ def study_source(study: Study) -> Source:
         pilot=study.pilot,
         automatic=automatic_scores(study),
         latency=reply_latency(study),
-        probes=study_probe_rows(study),
+        probes=study_probe_rows(study, judging),
+        probe_judge={k: v for k, v in judging.items() if k != "verdicts"} if judging else None,
         **offline_card_probes(study),
     )
 
@@ -394,22 +403,30 @@ def offline_card_probes(study: Study) -> dict[str, list[dict[str, Any]]]:
     return {"offline": rows, "offline_runs": runs}
 
 
-def study_probe_rows(study: Study) -> list[dict[str, Any]]:
+def study_probe_rows(study: Study, judging: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every scored persona-card probe of ``study`` as rows for ``analysis.probes`` (worker, unit ``e<episode>``,
-    arm, session, mode, kind, the scores, stage, the necessity flag, whether the worker told the fact)."""
+    arm, session, mode, kind, the scores, stage, the necessity flag, whether the worker told the fact, and
+    ``scored_by``). A probe of a free-text fact (current or updated) is scored by the verdict of the admitted judge
+    in ``judging`` (reports/probejudging.py): ``scored_by`` "judge"; without one its scores are empty and it says
+    "not admitted" (kept out of every rate). The other probes are scored by matching (``scored_by`` "match")."""
     rows = ProbeResult.objects.filter(session__episode__participant__study=study).values_list(
         "session__episode__participant__pseudonym", "session__episode_id", "session__episode__arm__name",
         "session__index", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct", "stage",
-        "answerable_without_memory", "told", "item__dependent",
+        "answerable_without_memory", "told", "item__dependent", "pk", "item__free_text", "item__stale_mentioned",
     )  # fmt: skip
     keys = ("worker", "unit", "arm", "session", "mode", "kind", "recalled", "stale", "deletion_honoured", "correct",
-            "stage", "answerable_without_memory", "told", "dependent")  # fmt: skip
+            "stage", "answerable_without_memory", "told", "dependent", "_pk", "_free_text", "_stale_mentioned")  # fmt: skip
+    verdicts = (judging or {}).get("verdicts", {}) if (judging or {}).get("admitted") else {}
     out = []
     for row in rows.order_by("session__episode_id", "session__index", "mode", "id"):
         item = dict(zip(keys, row, strict=True))
         item["unit"] = f"e{item['unit']}"
         item["stage"] = item["stage"] or None
         item["dependent"] = bool(item["dependent"])
+        item["scored_by"] = "match"
+        if item.pop("_free_text") and item["kind"] in ("current", "updated"):
+            probejudging.judged_scores(item, verdicts.get(item["_pk"]), bool(item["_stale_mentioned"]))
+        item.pop("_pk"), item.pop("_stale_mentioned")
         out.append(item)
     return out
 

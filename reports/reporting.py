@@ -50,6 +50,8 @@ class Source:
     # persona-card probes (one row per scored probe, analysis.probes.COLUMNS): what the bot remembered
     probes: list[dict[str, Any]] = field(default_factory=list)
     latency: dict[str, Any] | None = None  # a live study's reply latency per arm (reports.queries.reply_latency)
+    # the judge whose verdicts score the free-text probes (reports.probejudging, without its verdicts), or None
+    probe_judge: dict[str, Any] | None = None
     # the newest finished offline card evaluation of each arm: its probes as rows (analysis.probes.offline_rows)
     # and one line per run (arm, model, backend, stand-in, cards, probes, bank, script, finished)
     offline: list[dict[str, Any]] = field(default_factory=list)
@@ -147,6 +149,7 @@ def probe_report(source: Source, test: str, preregistration: Any = None) -> dict
         return {"error": str(exc)}
     if "offline" in result:
         result["offline"]["runs"] = source.offline_runs
+    result["judge"] = source.probe_judge  # who scored the free-text facts, with its admission figures
     return result
 
 
@@ -329,6 +332,8 @@ def cli_command(source: Source, spec: AnalysisSpec, *, test: str, family: str) -
         parts.append("--exclude " + ",".join(spec.exclude))
     if spec.exclude_rows:
         parts.append("--exclude-rows " + ",".join(spec.exclude_rows))
+    if spec.include_non_blind:
+        parts.append("--include-non-blind")
     if spec.covariates:
         parts.append("--covariates " + ",".join(spec.covariates))
     return " ".join(parts) + " --format md"

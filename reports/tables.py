@@ -201,6 +201,7 @@ def qc_summary(result: dict[str, Any]) -> dict[str, Any] | None:
 
 def dashboard(result: dict[str, Any]) -> dict[str, Any]:
     """Everything the tables part of the dashboard template needs."""
+    excl = result.get("exclusions") or {}
     return {
         "metrics": result["params"]["metrics"],
         "z_valid": result["design"]["z_valid"],
@@ -221,7 +222,7 @@ def dashboard(result: dict[str, Any]) -> dict[str, Any]:
         "primary": result.get("primary"),
         "primary_note": primary_note(result),
         "alpha": _alpha(result),
-        "exclusions": exclusions_text(result["exclusions"]) if (result.get("exclusions") or {}).get("filters") else "",
+        "exclusions": exclusions_text(excl) if excl.get("filters") or excl.get("non_blind") else "",
         "preregistration": result.get("preregistration"),
         "preregistration_text": prereg_text(result["preregistration"]) if result.get("preregistration") else "",
         "n_arms": len(result["arm_order"]),

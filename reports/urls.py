@@ -20,6 +20,7 @@ urlpatterns = [
     path("studies/<slug:slug>/quality/", quality_views.quality, name="study_quality"),
     path("studies/<slug:slug>/workers/<str:pseudonym>/raw-id/", privacy_views.reveal, name="worker_raw_id"),
     path("studies/<slug:slug>/workers/<str:pseudonym>/delete/", privacy_views.delete, name="worker_delete"),
+    path("studies/<slug:slug>/personal-data/scan/", privacy_views.scan_personal_data, name="scan_personal_data"),
     path("studies/<slug:slug>/data/<str:what>.<str:fmt>", views.study_data_export, name="study_data_export"),
     path("studies/<slug:slug>/plan/", plan_views.plan, name="study_plan"),
     path("studies/<slug:slug>/plan/<str:key>/", plan_views.plan_job, name="study_plan_job"),

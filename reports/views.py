@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from analysis.data import RatingsError
-from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST
+from analysis.spec import DEFAULT_FAMILY, DEFAULT_TEST, NON_BLIND
 from infra.streaming import streaming_response
 from reports import exports, pairwise_views, probetables, queries, tables
 from reports.forms import (
@@ -67,7 +67,7 @@ def _report(request: HttpRequest, study: Study, dataset: ImportedDataset | None)
         source = queries.dataset_source(dataset) if dataset else queries.study_source(study)
         extra: dict[str, Any] = {"preregistration": prereg.content} if prereg else {}
         if dataset is None:  # the page's filters, the defaults included (or taken off)
-            extra.update(exclude=exclude, exclude_rows=exclude_rows)
+            extra.update(exclude=exclude, exclude_rows=exclude_rows, include_non_blind=NON_BLIND not in exclude_rows)
         report = build_report(source, test=test, family=family, **extra)
         report.cache_key = key
         cache.set(key, report, CACHE_SECONDS)
@@ -146,7 +146,9 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
     spec = report.source.spec
     cli = ""
     if spec is not None:
-        spec = replace(spec, exclude=exclude, exclude_rows=exclude_rows)
+        spec = replace(
+            spec, exclude=exclude, exclude_rows=exclude_rows, include_non_blind=NON_BLIND not in exclude_rows
+        )
         if report.qc_waiting:  # the page runs without the QC test until there is QC data; so does the command
             spec = without_qc(spec)
         cli = cli_command(report.source, spec, test=report.test, family=options.chosen_family())
@@ -160,7 +162,7 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
                 "value": v,
                 "label": label,
                 "checked": v in chosen,
-                "count": _silent_count(report) if v == "silent_session" else None,
+                "count": _flagged_sessions(report, v) if v in ("silent_session", NON_BLIND) else None,
             }
             for v, label in EXCLUSION_CHOICES
         ]
@@ -191,12 +193,13 @@ def _context(request: HttpRequest, study: Study, dataset: ImportedDataset | None
     return ctx
 
 
-def _silent_count(report: Report) -> int:
-    """How many rated sessions of the study are silent (chat.sessions.is_silent)."""
+def _flagged_sessions(report: Report, column: str) -> int:
+    """How many rated sessions of the study are flagged in a session-level ``column``: silent
+    (chat.sessions.is_silent) or non-blind (the blinding scan)."""
     frame = report.source.frame
-    if "silent_session" not in frame or frame.empty:
+    if column not in frame or frame.empty:
         return 0
-    return int(frame.loc[frame["silent_session"].astype(bool), ["unit", "session"]].drop_duplicates().shape[0])
+    return int(frame.loc[frame[column].astype(bool), ["unit", "session"]].drop_duplicates().shape[0])
 
 
 def _automatic_rows(report: Report) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ def broadcast(session_id: int, html: str) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    event = {"type": "chat.event", "html": html}
+    event: dict[str, str | int] = {"type": "chat.event", "html": html, "session": session_id}  # a page may show two
     group = group_name(session_id)
     loop = _main_loop
     try:
@@ -63,7 +63,7 @@ def broadcast(session_id: int, html: str) -> None:
         log.warning("broadcast to %s failed", group, exc_info=True)
 
 
-def _push_nowait(layer: LocalLayer, group: str, event: dict[str, str]) -> None:
+def _push_nowait(layer: LocalLayer, group: str, event: dict[str, str | int]) -> None:
     try:
         layer.group_send_nowait(group, event)
     except Exception:  # a dropped push is recovered by the browser's next resume

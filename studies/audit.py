@@ -7,7 +7,21 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-__all__ = ["PrivacyEvent"]
+__all__ = ["PersonalDataSettings", "PrivacyEvent"]
+
+
+class PersonalDataSettings(models.Model):
+    """The study's setting of the personal-data scan (a base of :class:`studies.models.Study`; chat/pii.py)."""
+
+    flag_personal_data = models.BooleanField(
+        default=False,
+        help_text="Scan workers' messages for personal data (e-mail addresses, phone numbers, card and bank "
+        "numbers, IP addresses, web addresses…) after each session and list what was found on the quality page "
+        "for you to review. Nothing in the transcript changes.",
+    )
+
+    class Meta:
+        abstract = True
 
 
 class PrivacyEvent(models.Model):

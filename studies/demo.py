@@ -35,6 +35,7 @@ from memory.registry import build_system
 from memory.systems.memory_accumulate import SUMMARY_SYSTEM
 from memory.systems.memory_update import OPERATION_SYSTEM
 from studies.models import Arm, Participant, Study
+from studies.questions import LIKERT_LABELS, Question
 
 SLUG = "demo-simulated"
 NAME = "Demo: simulated results"
@@ -525,3 +526,49 @@ def seed_persona_study(created_by: Any = None) -> tuple[Study, bool]:
         Arm.objects.create(study=study, name="No memory", memory_system="none")
         Arm.objects.create(study=study, name="Full history", memory_system="full_history")
     return study, True
+
+
+SIDE_BY_SIDE_SLUG = "demo-side-by-side"
+
+
+def seed_side_by_side_study(created_by: Any = None) -> tuple[Study, bool]:
+    """The open live side-by-side demo (chat/sidebyside.py): every message goes to two arms at once, bots A and B,
+    and the worker votes after each of two sessions; the votes feed the pairwise leaderboard."""
+    existing = Study.objects.filter(slug=SIDE_BY_SIDE_SLUG).first()
+    if existing is not None:
+        return existing, False
+    with transaction.atomic():
+        study = Study.objects.create(
+            slug=SIDE_BY_SIDE_SLUG,
+            name="Demo: live side by side",
+            status=Study.Status.OPEN,
+            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
+            side_by_side=True,
+            sessions_per_episode=2,
+            episodes_per_worker=1,
+            min_user_turns=2,
+            gap_days=7,
+            gap_max_days=None,
+            completion_code="SIDE1234",
+            created_by=created_by,
+            description="Workers chat with two bots at once (A and B: no memory and the full history, sides drawn per "
+            "episode) and vote after each session; the votes appear on the pairwise leaderboard, marked live.",
+        )
+        study.add_default_metrics()
+        Arm.objects.create(study=study, name="No memory", memory_system="none")
+        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+    return study, True
+
+
+def seed_questions(study: Study) -> None:
+    """The demo study's questions (studies/questions.py): a block before the first session, a one-question
+    comprehension check (3 tries) and a block after the last session."""
+    make = Question.objects.create
+    make(study=study, block="pre", kind="choice", text="How often do you chat with chatbots?",
+         choices=["Never", "Less than once a week", "Weekly", "Daily"], order=0)  # fmt: skip
+    make(study=study, block="check", kind="choice", text="After each session, what do you do?",
+         choices=["Nothing", "Rate the chatbot by moving every slider", "Write a summary"], correct=1, order=0)  # fmt: skip
+    make(study=study, block="post", kind="likert", text="The chatbot remembered what mattered to me.",
+         choices=LIKERT_LABELS[5], order=0)  # fmt: skip
+    make(study=study, block="post", kind="text", text="Anything else you would like to tell us?", required=False,
+         max_chars=1000, order=1)  # fmt: skip

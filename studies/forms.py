@@ -16,9 +16,10 @@ from analysis.qc import best_attainable_p
 from analysis.spec import ALPHA
 from memory import cards
 from memory.registry import MEMORY_SYSTEMS
-from studies import personas
+from studies import personas, questions
 from studies.cardbank import CardBank
-from studies.models import Arm, AttentionCheck, Metric, Study, StudyInvitation, arm_is_qc
+from studies.invitations import StudyInvitation
+from studies.models import Arm, AttentionCheck, Metric, Study, arm_is_qc
 
 STUDY_FIELDS = [
     "name",
@@ -44,6 +45,8 @@ STUDY_FIELDS = [
     "session_time_limit_minutes",
     "abandon_after_minutes",
     "block_paste",
+    "side_by_side",
+    "side_by_side_sliders",
     "prolific_decline_code",
     "persona_cards",
     "card_bank",
@@ -54,6 +57,9 @@ STUDY_FIELDS = [
     "pace_chars_per_second",
     "retention_days",
     "retention_action",
+    "flag_personal_data",
+    "comprehension_attempts",
+    "comprehension_fail_action",
 ]
 
 # Changing these on an arm that already has episodes would silently mix two systems under one name.
@@ -75,6 +81,9 @@ STUDY_FROZEN_FIELDS = (
     "pace_replies",
     "pace_min_seconds",
     "pace_chars_per_second",
+    # live side by side: one data set is either one chatbot per episode or two
+    "side_by_side",
+    "side_by_side_sliders",
 )
 
 # Optional in the form: a form posted without them (an older page, a script) keeps the study's value, so that
@@ -85,6 +94,8 @@ OPTIONAL_KEPT = (
     "pace_min_seconds",
     "pace_chars_per_second",
     "retention_action",
+    "comprehension_attempts",
+    "comprehension_fail_action",
 )
 
 
@@ -156,12 +167,17 @@ class StudyForm(forms.ModelForm[Study]):
             "session_time_limit_minutes": "Time limit per session (minutes)",
             "abandon_after_minutes": "Abandoned after (minutes away)",
             "block_paste": "Block pasting into the chat",
+            "side_by_side": "Live side by side (two chatbots, A and B, and a vote per session)",
+            "side_by_side_sliders": "Side by side: also rate each chatbot on the sliders",
             "prolific_decline_code": "Prolific code for declined consent",
             "persona_cards": "Workers chat as persona cards",
             "card_bank": "Card bank",
             "wave_sessions": "Waves end after session no.",
             "pace_min_seconds": "Pacing: minimum delay (seconds)",
             "pace_chars_per_second": "Pacing: typing speed (characters/s)",
+            "flag_personal_data": "Flag personal data in messages",
+            "comprehension_attempts": "Tries",
+            "comprehension_fail_action": "After the last failed try",
         }
         help_texts = {
             "instructions": "Workers see the sentence “Between sessions, some time passes for the chatbot (for "
@@ -219,6 +235,12 @@ class StudyForm(forms.ModelForm[Study]):
     def clean_retention_action(self) -> str:
         return str(self._kept("retention_action") or self.instance.retention_action)
 
+    def clean_comprehension_attempts(self) -> int:
+        return int(self._kept("comprehension_attempts"))
+
+    def clean_comprehension_fail_action(self) -> str:
+        return str(self._kept("comprehension_fail_action") or self.instance.comprehension_fail_action)
+
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
@@ -227,6 +249,10 @@ class StudyForm(forms.ModelForm[Study]):
                 # (an optional field not posted keeps its value: it shows as changed data but is not a change)
                 if name in self.changed_data and data.get(name) != getattr(self.instance, name):
                     self.add_error(name, "Workers have already started episodes: this cannot change any more.")
+        if self.instance.pk and questions.frozen(self.instance):
+            for name in ("comprehension_attempts", "comprehension_fail_action"):
+                if name in self.changed_data and data.get(name) != getattr(self.instance, name):
+                    self.add_error(name, "Workers have already answered the questions: this cannot change any more.")
         low, high = data.get("min_user_turns"), data.get("max_turns_per_session")
         if low is not None and high is not None and high < low:
             self.add_error("max_turns_per_session", f"Must be at least the minimum of {low} user turns.")
@@ -518,6 +544,24 @@ def qc_design_problem(*, qc_arms: int, episodes_per_worker: int, sessions: int, 
     return ""
 
 
+def side_by_side_problem(*, side_by_side: bool, real_arms: int, qc_arms: int, episodes_per_worker: int) -> str:
+    """Why a live side-by-side design cannot run (chat/sidebyside.py), or "" when it can: each of a worker's
+    episodes is a pair of arms they have not met, and the QC arm is never drawn."""
+    if not side_by_side:
+        return ""
+    if qc_arms:
+        return (
+            "A live side-by-side study draws no quality-control arm (a worker would see it beside a real arm every "
+            "session): make the QC arm inactive, or judge it in an ACUTE-Eval comparison's check pairs."
+        )
+    if real_arms < 2 * episodes_per_worker:
+        return (
+            f"Live side by side: {episodes_per_worker} episode(s) per worker need {2 * episodes_per_worker} active "
+            f"arms (each episode is a pair of arms the worker has not met); this study has {real_arms}."
+        )
+    return ""
+
+
 def check_design(
     study_form: StudyForm,
     arms: BaseArmFormSet,
@@ -538,6 +582,13 @@ def check_design(
         ok = False
     if metrics.metric_count() == 0 and not data.get("add_default_metrics"):
         study_form.add_error(None, "Add at least one metric (or the five default ones).")
+        ok = False
+    pair_problem = side_by_side_problem(
+        side_by_side=bool(data.get("side_by_side")), real_arms=active - arms.active_qc_arm_count(),
+        qc_arms=arms.active_qc_arm_count(), episodes_per_worker=per_worker or 1,
+    )  # fmt: skip
+    if pair_problem:
+        study_form.add_error("side_by_side", pair_problem)
         ok = False
     sessions = data.get("sessions_per_episode")
     if per_worker and sessions:
@@ -582,6 +633,13 @@ def open_problems(study: Study) -> list[str]:
     )
     if qc:
         problems.append(qc[0].lower() + qc[1:].rstrip("."))
+    qc_arms = study.arms.filter(active=True, is_qc=True).count()
+    pair = side_by_side_problem(
+        side_by_side=study.side_by_side, real_arms=active - qc_arms, qc_arms=qc_arms,
+        episodes_per_worker=study.episodes_per_worker,
+    )  # fmt: skip
+    if pair:
+        problems.append(pair[0].lower() + pair[1:].rstrip("."))
     return problems
 
 

@@ -7,7 +7,11 @@ deletion's protection check runs before Django's own pre_delete signals.
 
 ``transcripts_deleting``: sent with ``participants`` just before their transcripts are deleted while they stay
 (chat.privacy.delete_transcripts, a study's retention sweep): an app above chat that copied their words (annotation's
-judge-sample items quote a session's transcript) deletes the copy here."""
+judge-sample items quote a session's transcript) deletes the copy here.
+
+``participant_pseudonymising``: sent with ``participants`` when their raw IDs are dropped while their data stays
+(chat.privacy.pseudonymise, a study's retention sweep): an app above chat that copied a raw ID (prolific's
+submissions keep the Prolific ID and the submission's id) blanks its copy here."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from django.dispatch import Signal
 
 participant_erasing = Signal()
 transcripts_deleting = Signal()
+participant_pseudonymising = Signal()
 
 #: ``participant_footprint``: sent with ``participants`` (a queryset) to count what deleting them removes. Each app above
 #: chat answers ``{kind: rows}`` for its rows that go with them (at ``participant_erasing`` or by cascade from their

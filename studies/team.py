@@ -26,7 +26,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from studies import forms as study_forms
-from studies.models import Study, StudyInvitation
+from studies.invitations import StudyInvitation
+from studies.models import Study
 from studies.roles import AuthenticatedHttpRequest, researcher_required
 
 

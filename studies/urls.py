@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from studies import entry, preview, team, views
+from studies import entry, preview, questionedit, team, views
 
 app_name = "studies"
 urlpatterns: list[URLPattern] = [
@@ -19,6 +19,8 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/team/invite/", team.invite, name="team_invite"),
     path("studies/<slug:slug>/team/invitations/<int:pk>/withdraw/", team.revoke, name="team_revoke"),
     path("team/join/<str:key>/", team.join, name="team_join"),
+    path("studies/<slug:slug>/questions/add/", questionedit.add, name="question_add"),
+    path("studies/<slug:slug>/questions/<int:pk>/delete/", questionedit.delete, name="question_delete"),
     path("studies/<slug:slug>/preview/", preview.start, name="preview"),
     path("studies/<slug:slug>/preview/end/", preview.end, name="preview_end"),
     path("studies/<slug:slug>/checks/", views.study_check_arms, name="check_arms"),

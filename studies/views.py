@@ -29,7 +29,7 @@ from memory import cards, display, vectors
 from memory.registry import MEMORY_SYSTEMS
 from runtime import kinds
 from runtime.models import Job
-from studies import memorycompat, personas, preview
+from studies import memorycompat, personas, preview, questionedit, questions
 from studies.cardbank import CardBank
 from studies.forms import (
     ArmFormSet,
@@ -58,6 +58,7 @@ EXPORT_KINDS = [
     ("llm-calls", "LLM calls (prompts and replies)"),
     ("personas", "Persona cards and event scripts"),
     ("probes", "Memory probes (answers, scores, stages)"),
+    ("answers", "Answers to the questions before and after, comprehension-check tries"),
 ]
 
 
@@ -153,6 +154,7 @@ def _edit(request: AuthenticatedHttpRequest, study: Study | None) -> HttpRespons
         "systems": _systems_help(),
         "design_warnings": design_warnings(study) if study else [],
         "default_script": cards.load_script().as_dict(),
+        **(questionedit.editor_context(study) if study else {}),
     }
     return render(request, "studies/researcher/edit.html", context, status=400 if data is not None else 200)
 
@@ -687,6 +689,8 @@ def episode_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
         "sessions": [_session_view(s) for s in sessions],
         "other_episodes": other_episodes,
         "persona": personas_of_episode(episode),
+        "worker_answers": questions.answers_of(episode.participant),
+        "worker_attempts": episode.participant.comprehension_attempts.order_by("number"),
         "params": [
             {"name": k, "value": json.dumps(v), "overridden": k in (episode.arm.params or {})}
             for k, v in episode.arm.effective_params().items()

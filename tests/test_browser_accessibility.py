@@ -1,6 +1,8 @@
 """Issue 26, item 6: every worker page checked by axe-core (axe-playwright-python, which ships axe.min.js) in
-headless Chromium against a real server: the consent page, a chat session, the rating page, the wait page, the
-completion page and the declined page, with no serious or critical violation; each step has its own page title."""
+headless Chromium against a real server: the consent page, the questions before the first session (with an error
+shown), the comprehension check, a chat session, the rating page, the wait page, the questions after the last
+session, the completion page, the declined page and the page of a worker who failed the comprehension check, with no
+serious or critical violation; each step has its own page title."""
 
 from __future__ import annotations
 
@@ -16,10 +18,19 @@ pytestmark = [pytest.mark.browser]
 
 SETUP = """
 from studies.models import Arm, Study
+from studies.questions import LIKERT_LABELS, Question
 s = Study.objects.create(name="Accessible study", slug="a11y", status="open", sessions_per_episode=2,
-    episodes_per_worker=1, min_user_turns=1, completion_code="A11Y2026", gap_days=7, gap_max_days=None)
+    episodes_per_worker=1, min_user_turns=1, completion_code="A11Y2026", gap_days=7, gap_max_days=None,
+    comprehension_attempts=1)
 s.add_default_metrics()
 Arm.objects.create(study=s, name="Echo", memory_system="none", llm_backend="scripted")
+Question.objects.create(study=s, block="pre", kind="choice", text="Have you used a chatbot before?", choices=["Yes", "No"])
+Question.objects.create(study=s, block="pre", kind="likert", text="I like trying new apps.", choices=LIKERT_LABELS[5],
+    required=False, order=1)
+Question.objects.create(study=s, block="pre", kind="text", text="Which apps do you use most?", required=False, order=2)
+Question.objects.create(study=s, block="check", kind="choice", text="What do you do after each session?",
+    choices=["Nothing", "Rate the chatbot"], correct=1)
+Question.objects.create(study=s, block="post", kind="text", text="Any comments?", required=False)
 """
 
 
@@ -62,6 +73,16 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
         check("consent")
         page.check('input[name="agree"]')
         page.click("text=Start")
+        page.wait_for_url("**/questions/pre/")
+        page.click("#submit-answers")  # a required question left out: the page says so
+        page.wait_for_selector("#form-errors")
+        check("questions before")
+        page.get_by_label("Yes", exact=True).check()
+        page.click("#submit-answers")
+        page.wait_for_url("**/check/")
+        check("comprehension check")
+        page.get_by_label("Rate the chatbot", exact=True).check()
+        page.click("#submit-answers")
         for k in (1, 2):
             if "/wait/" in page.url:
                 check("wait")
@@ -81,13 +102,27 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
                 sliders.nth(i).focus()
                 page.keyboard.press("End")
             page.click("#submit-ratings")
-            page.wait_for_url(lambda url: "/wait/" in url or "/done/" in url)
+            page.wait_for_url(lambda url: "/wait/" in url or "/questions/post/" in url)
+        check("questions after")
+        page.click("#submit-answers")
+        page.wait_for_url("**/done/")
         check("done")
         page = browser.new_context().new_page()  # another worker declines consent
         page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y2&STUDY_ID=st&SESSION_ID=se")
         page.click("#decline")
         page.wait_for_url("**/declined/")
         check("declined")
+        page = browser.new_context().new_page()  # a third fails the comprehension check (one try)
+        page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y3&STUDY_ID=st&SESSION_ID=se")
+        page.check('input[name="agree"]')
+        page.click("text=Start")
+        page.get_by_label("No", exact=True).check()
+        page.click("#submit-answers")
+        page.wait_for_url("**/check/")
+        page.get_by_label("Nothing", exact=True).check()
+        page.click("#submit-answers")
+        page.wait_for_url("**/stopped/")
+        check("cannot continue")
         browser.close()
         problems = {step: v for step, v in found.items() if v}
         assert not problems, problems

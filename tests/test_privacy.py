@@ -3,8 +3,10 @@ owner only, a worker deleted everywhere with an audit record, and each study's r
 
 The data is made the way workers make it: two workers enter by the Prolific link, consent, chat with a scripted LLM
 (jobs inline), end and rate their sessions; a memory-update arm's snapshot feeds an annotation queue that an
-annotator labels. The deletion test then reads every table of the database, row by row, for the deleted worker's
-Prolific ID and for what they wrote, and finds the other worker's (so the search itself is shown to work)."""
+annotator labels. Each answers a free-text question before the first session, and has two Prolific submissions. The deletion test
+then reads every table of the database, row by row, for the deleted worker's Prolific ID and for what they wrote,
+and finds the other worker's (so the search itself is shown to work); the retention test does the same after the
+sweep."""
 
 from __future__ import annotations
 
@@ -33,10 +35,13 @@ from chat.tests.conftest import enter
 from judges.models import BlindingBreach, JudgeScore
 from judges.models import Judge as AutoJudge
 from pairwise.models import Comparison, Judge, Judgement, Vote
+from prolific.models import Submission, Wave, WebhookEvent
+from prolific.services import apply_status, handle_event, remember_event
 from reports.exports import export_lines
 from reports.queries import study_ratings_frame
 from studies.audit import PrivacyEvent
 from studies.models import Arm, Participant, Study
+from studies.questions import Answer, Question
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,6 +54,8 @@ SAID = {
 # apps above chat, deleted with the worker): found nowhere else either.
 ABOUT = {"PIDALICE5f3a9c": "Prickleworth answered the probe", "PIDBOB77e21d": "Squawkington answered the probe"}
 PAIRS = [{"i": 0, "j": 0, "m": "Has a hedgehog", "s": "Hedgehog is called Quillington", "op": "UPDATE"}]
+# What each worker answers to the study's free-text question before the first session (studies/questions.py).
+ANSWERED = {"PIDALICE5f3a9c": "I restore Bellweathering clocks", "PIDBOB77e21d": "I grow Muscadrine grapes"}
 
 
 @pytest.fixture(autouse=True)
@@ -69,6 +76,8 @@ def work(study: Study, pid: str) -> Participant:
     """A worker's first session through the real pages and workflows: two messages, the end, the ratings."""
     client = Client()
     participant = enter(client, study, pid)
+    for question in Question.objects.filter(study=study, block="pre"):  # the block before the first session
+        assert client.post(f"/s/{study.slug}/questions/pre/", {f"q{question.pk}": ANSWERED[pid]}).status_code == 302
     client.get(f"/s/{study.slug}/next/", follow=True)
     session = assignment.current_session(participant)
     assert session is not None
@@ -85,6 +94,7 @@ def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
     """Two workers' data in every table it reaches: chat, ratings, memory, LLM calls, an annotation queue with a label
     on each worker's item, and an admin log entry about each worker."""
     Arm.objects.filter(study=study, memory_system="none").update(active=False)  # both workers meet full_history
+    Question.objects.create(study=study, block="pre", kind="text", text="What do you do at weekends?")
     workers = {pid: work(study, pid) for pid in SAID}
     # a memory-update arm's finished snapshot of each worker's session feeds the pairs queue (annotation.sources)
     update_arm = Arm.objects.create(study=study, name="Updates", memory_system="memory_update", llm_backend="scripted")
@@ -123,6 +133,15 @@ def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
         JudgeScore.objects.create(judge=auto_judge, session=first, metric="engaging", prompt="p.txt",
                                   prompt_sha256="0" * 64, model="gpt-test", score=70, raw=ABOUT[pid])  # fmt: skip
         BlindingBreach.objects.create(session=first, message=said, kind="name", term="x", excerpt=ABOUT[pid])
+    # their Prolific submissions (prolific/): the one their link carried, and an earlier one read by a poll before
+    # they arrived (no link to the participant: only its Prolific ID says whose it is), named by a webhook event
+    wave = Wave.objects.create(study=study, number=1, prolific_study_id="st")
+    for n, (pid, participant) in enumerate(workers.items()):
+        Submission.objects.create(wave=wave, submission_id=f"SUBM-{pid}", prolific_pid=pid, participant=participant,
+                                  status="AWAITING REVIEW")  # fmt: skip
+        Submission.objects.create(wave=wave, submission_id=f"SUBX-{pid}", prolific_pid=pid, status="RETURNED")
+        WebhookEvent.objects.create(signature=f"hmac-{n}", event_type="submission.status.change",
+                                    resource_id=f"SUBM-{pid}")  # fmt: skip
     admin = User.objects.create_superuser("site-admin", password="pw-for-tests-only")
     for participant in workers.values():
         LogEntry.objects.create(
@@ -154,7 +173,7 @@ def rows_containing(needle: str) -> list[str]:
 def every_export(study: Study) -> str:
     text = "".join(
         line
-        for what in ("ratings", "transcripts", "memory", "llm-calls")
+        for what in ("ratings", "transcripts", "memory", "llm-calls", "answers")
         for line in export_lines(study, what, "jsonl")
     )
     text += study_ratings_frame(study).to_csv()
@@ -170,7 +189,7 @@ def test_exports_and_reports_name_workers_by_a_pseudonym_never_the_raw_id(study:
         assert participant.pseudonym in text and participant.pseudonym.startswith("W-")
     # one map across the kinds: each file names the worker with the same pseudonym
     alice = two_workers["PIDALICE5f3a9c"]
-    for what in ("ratings", "transcripts", "memory", "llm-calls"):
+    for what in ("ratings", "transcripts", "memory", "llm-calls", "answers"):
         assert alice.pseudonym in "".join(export_lines(study, what, "jsonl")), what
     assert alice.pseudonym in set(study_ratings_frame(study)["worker"])
     items = Item.objects.filter(queue__study=study)
@@ -192,6 +211,7 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
         assert rows_containing(pid) and rows_containing(SAID[pid].split()[2])
         assert len(rows_containing(ABOUT[pid])) == 3  # the probe, the judge's score, the blinding flag
     assert LLMCallRecord.objects.filter(session__episode__participant=alice).exists()
+    assert rows_containing("Bellweathering")  # her answer to the question before the first session
     out = io.StringIO()
     call_command("delete_participant", study.slug, alice_pid, "--reason", "withdrew consent", stdout=out)
     assert f"Deleted worker {alice.pseudonym}" in out.getvalue()
@@ -200,13 +220,32 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
                  "1 annotation items", "1 annotation labels"):  # fmt: skip
         assert went in out.getvalue(), went
 
-    for needle in (alice_pid, SAID[alice_pid], "Quillington", "Tromsofjord", ABOUT[alice_pid]):
+    for needle in (
+        alice_pid,
+        SAID[alice_pid],
+        "Quillington",
+        "Tromsofjord",
+        f"SUBM-{alice_pid}",
+        "Bellweathering",
+        ABOUT[alice_pid],
+    ):
         assert rows_containing(needle) == [], needle
+    assert Submission.objects.count() == 2  # Bob's two
+    # a later poll of Prolific, or a webhook, about her submissions reads nothing of hers in again
+    wave = Wave.objects.get(study=study)
+    for sid in (f"SUBM-{alice_pid}", f"SUBX-{alice_pid}"):
+        assert apply_status(wave, sid, alice_pid, "APPROVED").pk is None
+    assert handle_event({"event_type": "submission.status.change", "resource_id": f"SUBM-{alice_pid}",
+                         "status": "APPROVED"}) == "a deleted or pseudonymised worker's submission: ignored"  # fmt: skip
+    assert remember_event("hmac-later", {"event_type": "submission.status.change", "resource_id": f"SUBX-{alice_pid}"})
+    assert rows_containing(alice_pid) == [] and rows_containing(f"SUBM-{alice_pid}") == []
+    assert Submission.objects.count() == 2
     assert not Participant.objects.filter(pk=alice.pk).exists()
     text = every_export(study)
     assert alice.pseudonym not in text and "Quillington" not in text
     # the other worker is untouched
-    assert rows_containing(bob_pid) and rows_containing("Featherbyx") and len(rows_containing(ABOUT[bob_pid])) == 3
+    assert rows_containing(bob_pid) and rows_containing("Featherbyx") and rows_containing("Muscadrine")
+    assert len(rows_containing(ABOUT[bob_pid])) == 3
     assert bob.pseudonym in text and Rating.objects.filter(session__episode__participant=bob).count() == 5
     assert Item.objects.filter(queue__study=study).count() == 1
     assert not Judgement.objects.exists() and not Vote.objects.exists()  # the pair showed her episode
@@ -219,9 +258,11 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     assert (event.pseudonym, event.study_slug, event.reason) == (alice.pseudonym, study.slug, "withdrew consent")
     assert event.counts["messages"] >= 5 and event.counts["ratings"] == 5 and event.counts["llm_calls"] >= 2
     assert event.counts["memory_snapshots"] == 2 and event.counts["admin_log_entries"] == 1
+    assert event.counts["answers"] == 1 and "Bellweathering" not in "".join(export_lines(study, "answers", "csv"))
     above_chat = ("probes", "judge_scores", "blinding_flags", "pairwise_judgements", "pairwise_votes",
-                  "annotation_items", "annotation_labels", "prolific_submissions")  # fmt: skip
-    assert {k: event.counts[k] for k in above_chat} == {**dict.fromkeys(above_chat, 1), "prolific_submissions": 0}
+                  "annotation_items", "annotation_labels")  # fmt: skip
+    assert {k: event.counts[k] for k in above_chat} == dict.fromkeys(above_chat, 1)
+    assert event.counts["prolific_submissions"] == 2  # the one her link carried, the one read before she arrived
 
 
 def test_delete_participant_command_errors_and_dry_run(study: Study, two_workers: Any) -> None:
@@ -291,7 +332,8 @@ def test_the_admin_shows_no_raw_id_and_cannot_delete_a_worker_without_the_audit(
 def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_past_the_period(
     study: Study, two_workers: Any, action: str
 ) -> None:
-    alice, bob = two_workers["PIDALICE5f3a9c"], two_workers["PIDBOB77e21d"]
+    alice_pid, bob_pid = "PIDALICE5f3a9c", "PIDBOB77e21d"
+    alice, bob = two_workers[alice_pid], two_workers[bob_pid]
     study.retention_days, study.retention_action = 30, action
     study.save()
     Participant.objects.filter(pk=alice.pk).update(last_seen_at=timezone.now() - timezone.timedelta(days=31))
@@ -300,18 +342,37 @@ def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_pas
     assert (result.pseudonymised, result.transcripts_deleted) == (1, 1 if action == "delete_transcripts" else 0)
     assert rows_containing("PIDALICE5f3a9c") == []
     assert rows_containing("PIDBOB77e21d")  # not yet due
+    # her Prolific submissions stay (status, decision) without her Prolific ID or their ids; a later poll of
+    # Prolific or a webhook about them does not read the raw IDs in again
+    assert rows_containing(f"SUBM-{alice_pid}") == [] and rows_containing(f"SUBX-{alice_pid}") == []
+    kept = Submission.objects.filter(prolific_pid="").order_by("id")
+    assert [s.status for s in kept] == ["AWAITING REVIEW", "RETURNED"]
+    assert all(s.submission_id.startswith("erased-") for s in kept)
+    assert kept[0].participant_id == alice.pk
+    wave = Wave.objects.get(study=study)
+    assert apply_status(wave, f"SUBM-{alice_pid}", alice_pid, "APPROVED").pk == kept[0].pk
+    assert handle_event({"event_type": "submission.status.change", "resource_id": f"SUBX-{alice_pid}",
+                         "status": "APPROVED"}) == "a deleted or pseudonymised worker's submission: ignored"  # fmt: skip
+    assert remember_event("sig-later", {"event_type": "submission.status.change", "resource_id": f"SUBM-{alice_pid}"})
+    assert rows_containing(alice_pid) == [] and Submission.objects.count() == 4
+    assert Submission.objects.filter(prolific_pid=bob_pid).count() == 2  # Bob is not due yet
     alice.refresh_from_db()
     assert alice.pseudonymised_at is not None and alice.prolific_session_id == ""
     ratings = Rating.objects.filter(session__episode__participant=alice).count()
     assert ratings == 5  # ratings stay either way
     if action == "delete_transcripts":
-        for needle in ("Quillington", "Tromsofjord"):
+        assert (
+            Answer.objects.get(participant=alice).text == ""
+            and "Muscadrine" in Answer.objects.get(participant=bob).text
+        )
+        for needle in ("Quillington", "Tromsofjord", "Bellweathering"):
             # a pairwise judge's reason is the judge's words (it stays, like the ratings); the worker's are gone
             assert [h for h in rows_containing(needle) if not h.startswith("pairwise_vote:")] == [], needle
         assert not Item.objects.filter(meta__worker=alice.pseudonym).exists()
         assert Episode.objects.filter(participant=alice).exclude(memory_state={}).count() == 0
     else:
         assert Message.objects.filter(session__episode__participant=alice).exists()
+        assert alice.pseudonym in "".join(export_lines(study, "answers", "csv"))  # her answer, under the pseudonym
     assert alice.pseudonym in "".join(export_lines(study, "ratings", "jsonl"))
     event = PrivacyEvent.objects.get()
     assert event.pseudonym == alice.pseudonym and event.via == "retention sweep"

@@ -30,6 +30,8 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
     assert annotator is not None and annotator.groups.filter(name="annotators").exists()
     study = Study.objects.get(slug="demo")
     assert study.is_open and study.arms.count() == 2 and study.metrics.count() == 5
+    # questions before the first session, a comprehension check and questions after the last (studies/questions.py)
+    assert sorted(study.questions.values_list("block", flat=True)) == ["check", "post", "post", "pre"]
     assert Queue.objects.count() == 4  # two demo queues + the simulated study's + its judge sample
 
     page = client.get("/s/demo/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1", follow=True)
@@ -186,3 +188,17 @@ def test_seed_demo_adds_an_open_persona_card_study_with_an_update_and_a_forget(d
     from memory.cards import check_script
 
     assert check_script(study.persona_script(), study.persona_bank()) == []
+
+
+def test_seed_demo_adds_an_open_side_by_side_study_a_worker_can_enter(db: Any, client: Any) -> None:
+    from chat import assignment
+    from studies.models import Participant, Study
+
+    call_command("seed_demo", stdout=StringIO())
+    study = Study.objects.get(slug="demo-side-by-side")
+    assert study.is_open and study.side_by_side and study.arms.filter(active=True, is_qc=False).count() == 2
+    client.get(f"/s/{study.slug}/", {"PROLIFIC_PID": "sbs-demo", "STUDY_ID": "st", "SESSION_ID": "se"})
+    client.post(f"/s/{study.slug}/consent/", {"agree": "yes"})
+    participant = Participant.objects.get(study=study)
+    session = assignment.next_session(participant)
+    assert session is not None and session.episode.side == "a" and session.episode.twin.arm_id != session.episode.arm_id

@@ -4,6 +4,7 @@ the Markdown and HTML sections."""
 
 from __future__ import annotations
 
+import html
 import json
 import random
 from typing import Any
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from analysis.probes import analyze_probes, compare_offline, offline_rows, to_html, to_markdown
+from analysis.probes import NOT_JUDGED, analyze_probes, compare_offline, offline_rows, to_html, to_markdown
 from analysis.stats import mean_ci
 
 LIVE_RECALL = {"A": 0.85, "B": 0.55, "C": 0.25}
@@ -108,7 +109,7 @@ def test_the_probe_report_carries_the_offline_section_and_its_markdown_and_html(
     json.dumps(result, allow_nan=False)
     off = result["offline"]
     assert set(off) >= {"source", "rates", "n_probes", "arms", "modes"}
-    assert set(off["modes"]["snapshot"]) == {"by_arm", "agreement"}
+    assert set(off["modes"]["snapshot"]) == {"by_arm", "agreement", "free_text_left_out"}
     assert "offline" not in analyze_probes(live())  # no offline run: no key
     md = to_markdown(result)
     assert "### Offline and live, side by side" in md
@@ -141,3 +142,59 @@ def test_the_cli_sets_memory_evals_cards_reports_beside_the_live_probes(tmp_path
     assert main(["probes", str(probes), "--offline", f"A={gvd}"]) == 2  # not a cards run
     assert main(["probes", str(probes), "--offline", str(gvd)]) == 2  # no arm name
     assert main(["probes", str(probes), "--offline", f"A={tmp_path / 'missing.json'}"]) == 2
+
+
+def free_text_items(arm: str) -> list[dict[str, Any]]:
+    """Card probes of two cards with a free-text plan beside the matched facts, as memory.cardeval writes them:
+    without a judge model (``match (no judge)``: its key phrases matched, here always "recalled"), with the run's
+    judge (a readable verdict, and an unreadable one that memory.probes counts WRONG), and a forgotten plan."""
+    items = []
+    for c, (recalled, judged) in enumerate([(False, "match"), (True, "match")]):
+        base = {"card": f"c{c}", "session": 2, "mode": "snapshot", "told": 1, "dependent": False,
+                "answerable_without_memory": False}  # fmt: skip
+        items.append({**base, "kind": "current", "recalled": recalled, "correct": recalled, "scored_by": judged,
+                      "stage": None if recalled else "retrieval"})  # fmt: skip
+        items.append({**base, "kind": "current", "free_text": True, "recalled": True, "correct": True,
+                      "scored_by": "match (no judge)"})  # fmt: skip
+        items.append({**base, "kind": "updated", "free_text": True, "recalled": False, "stale": True,
+                      "correct": False, "scored_by": "judge", "judge_parsed": False, "stage": "update"})  # fmt: skip
+        items.append({**base, "kind": "current", "free_text": True, "recalled": c == 1, "correct": c == 1,
+                      "scored_by": "judge", "judge_parsed": True})  # fmt: skip
+        items.append({**base, "kind": "forgotten", "free_text": True, "deletion_honoured": True, "correct": True,
+                      "scored_by": "match"})  # fmt: skip
+    return items
+
+
+def test_offline_and_live_count_the_same_facts_free_text_without_a_judges_verdict_is_left_out() -> None:
+    rows = offline_rows(free_text_items("A"), "A") + offline_rows(free_text_items("B"), "B")
+    left = [r for r in rows if r["scored_by"] == NOT_JUDGED]
+    assert len(left) == 8  # per card: the unjudged plan and the unreadable verdict; the forgotten plan counts
+    assert all(r["recalled"] is None and r["correct"] is None and r["stage"] is None for r in left)
+    live_rows = live(n_workers=4, recall={"A": 0.8, "B": 0.3})
+    live_rows += [{**live_rows[0], "kind": "current", "recalled": None, "correct": None, "scored_by": "not admitted"}]
+
+    result = compare_offline(live_rows, rows, n_boot=50)
+    # per card: its matched fact and the judged plan; card 0 recalls neither, card 1 both
+    for arm in ("A", "B"):
+        cell = result["modes"]["snapshot"]["by_arm"][arm]
+        assert cell["recall"]["mean"] == pytest.approx(0.5)  # counting the unjudged plans would give 0.625
+        assert cell["stale_rate"]["mean"] is None  # the one updated fact had an unreadable verdict
+        assert cell["deletion_honoured"]["mean"] == pytest.approx(1.0)
+        assert cell["n_probes"] == 6 and cell["free_text_left_out"] == 4
+    assert result["n_probes"] == 12 and result["free_text_left_out"] == 8 and result["live_free_text_left_out"] == 1
+    assert result["modes"]["snapshot"]["free_text_left_out"] == 8
+    assert result["scoring"]["judge"] == 4 and result["scoring"]["match"] == 8
+
+    report = analyze_probes(live_rows, offline=rows, n_boot=50)
+    json.dumps(report, allow_nan=False)
+    assert report["offline"]["free_text_left_out"] == 8
+    text = "Free-text probes left out: 8 offline (no judge's readable verdict in the run), 1 live"
+    assert text in to_markdown(report) and html.escape(text) in to_html(report)
+    clean = compare_offline(live(), offline({"A": 0.9, "B": 0.5}), n_boot=50)
+    assert (
+        clean["free_text_left_out"] == 0
+        and "left out"
+        not in to_markdown(analyze_probes(live(), offline=offline({"A": 0.9, "B": 0.5}), n_boot=50)).split(
+            "### Offline"
+        )[1]
+    )

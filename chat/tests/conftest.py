@@ -13,14 +13,14 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from chat import arms, assignment, turns
+from chat import arms, assignment, sidebyside, turns
 from chat.forms import field_name
 from chat.models import ChatSession, Message
 from memory.base import ChatMessage, Prompt, Turn, Update
 from memory.llm import ScriptedLLM
 from runtime import executor
 from runtime.models import Job
-from studies.models import Participant, Study
+from studies.models import Arm, Participant, Study
 
 
 @pytest.fixture(autouse=True)
@@ -185,3 +185,54 @@ class SeeingMemory:
     def end_session(self, state: dict[str, Any], session: Sequence[Turn], now: datetime) -> Update:
         self.updated.append(state)
         return Update({"items": [*state["items"], "session end"]})
+
+
+# ------------------------------------------------------------------ live side by side (chat/sidebyside.py)
+
+
+@pytest.fixture
+def pair_study(study: Study) -> Study:
+    """The conftest's study, side by side, with two arms that both keep the whole history."""
+    study.side_by_side = True
+    study.episodes_per_worker = 1
+    study.save()
+    study.arms.all().delete()
+    for name in ("Alpha history", "Beta history"):
+        Arm.objects.create(study=study, name=name, memory_system="full_history", llm_backend="scripted")
+    return study
+
+
+SIGN = {"Alpha history": "Zebra", "Beta history": "Quokka", "Gamma": "Lemur"}  # each arm's word
+
+
+@pytest.fixture
+def signed(monkeypatch: pytest.MonkeyPatch) -> dict[str, ScriptedLLM]:
+    """Each arm's LLM replies "<its word> here (n)." (:data:`SIGN`): the LLMs by arm name, to read what each was
+    sent."""
+    llms: dict[str, ScriptedLLM] = {}
+
+    def build(arm: Arm) -> ScriptedLLM:
+        if arm.name not in llms:
+            count = iter(range(1, 1000))
+            llms[arm.name] = ScriptedLLM(lambda messages, word=SIGN[arm.name]: f"{word} here ({next(count)}).")
+        return llms[arm.name]
+
+    monkeypatch.setattr(arms, "build_llm", build)
+    return llms
+
+
+def open_pair(client: Client, study: Study, pid: str = "worker1") -> ChatSession:
+    """Enter, consent and open the first side-by-side page: side A's session (:func:`start`)."""
+    return start(client, study, pid)
+
+
+def vote_data(winner: str = "a", reason: str = "It remembered my dog.") -> dict[str, str]:
+    return {"winner": winner, "reason": reason}
+
+
+def play_session(client: Client, session: ChatSession, words: list[str], winner: str = "a") -> None:
+    client.get(f"/chat/{session.pk}/")
+    for i, text in enumerate(words):
+        sidebyside.post_to_both(session.pk, f"c{session.pk}-{i}", text)
+    assert client.post(f"/chat/{session.pk}/end/").status_code == 302
+    assert client.post(f"/chat/{session.pk}/rate/", vote_data(winner)).status_code == 302

@@ -78,3 +78,32 @@ def test_the_abandonment_sweep_runs_on_postgresql_and_frees_the_arm_balance(stud
     episode.refresh_from_db()
     assert episode.status == Episode.Status.ABANDONED
     assert sweep_abandoned().participants == 0
+
+
+def test_side_by_side_workers_starting_at_once_get_pairs_of_arms_balanced_and_one_pair_each(study: Study) -> None:
+    """Live side by side (chat/sidebyside.py): the pair of arms is drawn under the same study lock."""
+    study.side_by_side = True
+    study.episodes_per_worker = 1
+    study.save()
+    Arm.objects.create(study=study, name="Third", memory_system="none", llm_backend="scripted")
+    participants = [Participant.objects.create(study=study, external_id=f"p{i}", source="prolific") for i in range(12)]
+    barrier = threading.Barrier(len(participants) + 1)  # one of them twice: two tabs at once
+    errors: list[BaseException] = []
+
+    def start(p: Participant) -> None:
+        try:
+            barrier.wait()
+            assignment.assign_episode(p)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=start, args=(p,)) for p in [*participants, participants[0]]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert Episode.objects.filter(side="a").count() == Episode.objects.filter(side="b").count() == 12
+    assert sorted(assignment.pair_load(study).values()) == [4, 4, 4]  # without the study lock this would skew

@@ -80,7 +80,8 @@ def _last_user(messages: list[dict[str, str]]) -> str:
 
 def agreeing_reply(seed: int = 3) -> Callable[[list[dict[str, str]]], str]:
     """A judge close to the annotators (quality + N(0, 1)) that labels answers against the gold answer
-    (lenient rubric: anything on topic is CORRECT, as mem0's judge prompt asks)."""
+    (lenient rubric: anything on topic is CORRECT, as mem0's judge prompt asks), and a probe answer CORRECT
+    when it holds the card's current fact word for word."""
     rng = np.random.default_rng(seed)
 
     def reply(messages: list[dict[str, str]]) -> str:
@@ -88,6 +89,10 @@ def agreeing_reply(seed: int = 3) -> Callable[[list[dict[str, str]]], str]:
         if "<session>" in prompt:
             score = float(np.clip(quality_of(prompt) + rng.normal(0, 1), 0, 100))
             return f'The bot fits the statement this well. {{"score": {round(score)}}}'
+        if "Current fact:" in prompt:  # a persona-card probe answer (probe-standard-v1.txt)
+            fact = re.search(r"Current fact: (.*)", prompt).group(1).strip()  # type: ignore[union-attr]
+            answer = re.search(r"Generated answer: (.*)", prompt).group(1).strip()  # type: ignore[union-attr]
+            return f'{{"label": "{"CORRECT" if fact.lower() in answer.lower() else "WRONG"}"}}'
         gold = re.search(r"Gold answer: (.*)", prompt).group(1).strip()  # type: ignore[union-attr]
         answer = re.search(r"Generated answer: (.*)", prompt).group(1).strip()  # type: ignore[union-attr]
         label = "CORRECT" if answer == gold or "Be generous" in prompt else "WRONG"

@@ -6,7 +6,8 @@ client's timeout, connections reset before an answer, and outages that last seve
 queued in ``faults`` are used one per request, in order; while ``down`` is set every request gets that
 fault. A fault is ``"500"``, ``"503"``, ``"429:<seconds>"`` (Retry-After), ``"slow:<seconds>"`` (answer
 after that long) or ``"reset"`` (close the connection without an answer). ``log`` lists what each
-request got (``"ok"`` or the fault) with the last user message.
+request got (``"ok"`` or the fault) with the last user message, ``models`` the model each request named.
+``by_model`` answers the requests that name one of its models with its own reply function.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ Reply = Callable[[list[dict[str, str]]], str]
 
 
 class FaultyOpenAI:
-    def __init__(self, reply: Reply, model: str = "fake-faulty") -> None:
+    def __init__(self, reply: Reply, model: str = "fake-faulty", by_model: dict[str, Reply] | None = None) -> None:
         owner = self
         self.faults: list[str] = []
         self.down: str | None = None
         self.log: list[tuple[str, str]] = []
+        self.models: list[str] = []
         self._lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -51,6 +53,7 @@ class FaultyOpenAI:
                 with owner._lock:
                     fault = owner.down or (owner.faults.pop(0) if owner.faults else "ok")
                     owner.log.append((fault, last))
+                    owner.models.append(str(body.get("model") or ""))
                 kind, _, arg = fault.partition(":")
                 if kind == "reset":
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -68,7 +71,7 @@ class FaultyOpenAI:
                     return
                 if kind == "slow":
                     time.sleep(float(arg or 1))
-                text = reply(messages)
+                text = (by_model or {}).get(str(body.get("model") or ""), reply)(messages)
                 self._send(
                     200,
                     {

@@ -23,6 +23,7 @@ from memory.cards import (
     plan_episode,
     probes_after,
 )
+from memory.judgeprompts import load
 from memory.llm import ScriptedLLM
 from memory.probes import mentions, normalize, score_answer
 
@@ -213,6 +214,22 @@ def test_free_text_facts_go_to_the_judge_and_say_so_and_match_without_one() -> N
     matched = score_answer(plan, "The Camino!")
     assert matched.correct and matched.scored_by == "match (no judge)"
     assert score_answer(_probe("city"), "Lisbon", judge=judge).scored_by == "match"  # not free text: no judge
+
+
+def test_every_score_says_how_it_was_made_exact_alias_or_the_judge_with_its_prompt_file_and_hash() -> None:
+    city = _probe("city")  # Lisbon now (alias Lisboa), Porto before
+    assert score_answer(city, "You live in Lisbon now.").match == "exact"
+    assert score_answer(city, "Lisboa, right?").match == "alias"
+    assert score_answer(city, "No idea.").match == "none"
+    judge = ScriptedLLM(['{"label": "WRONG"}'], model="judge-m")
+    judged = score_answer(_probe("plan"), "You're learning the cello.", judge=judge)
+    prompt = load("probe", "standard")
+    assert judged.scored_by == "judge" and not judged.correct and judged.judge_model == "judge-m"
+    assert (judged.judge_prompt, judged.judge_prompt_sha256) == ("probe-standard-v1.txt", prompt.sha256)
+    assert judge.calls[0][0]["content"] == prompt.render(
+        question=_probe("plan").question, gold="walk the Camino de Santiago", stale="(none)",
+        answer="You're learning the cello.",
+    )  # fmt: skip
 
 
 def test_the_probe_dicts_survive_json() -> None:

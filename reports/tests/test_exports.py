@@ -67,7 +67,7 @@ def test_the_ratings_csv_starts_with_a_readme_and_reads_with_the_skiprows_it_nam
     assert "#   value: the rating, 0-100 as given (not reversed)" in text
     assert "PILOT" not in text
     assert list(table.columns) == ["worker", "episode", "arm", "memory_system", "session", "metric", "value",
-                                   "reversed", "rated_at", "silent_session"]  # fmt: skip
+                                   "reversed", "rated_at", "silent_session", "non_blind"]  # fmt: skip
     assert len(table) == 5 and set(table["arm"]) == {"Full history"} and table["value"].tolist() == [60, 61, 62, 63, 64]
     assert table["worker"].iloc[0] == episode.participant.pseudonym  # never the raw Prolific ID
 

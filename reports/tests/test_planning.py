@@ -259,3 +259,61 @@ def test_the_largest_plan_the_form_allows_is_ended_at_its_cpu_budget(study: Stud
     settings.PLAN_CPU_SECONDS = 5
     with pytest.raises(planning.PlanFailed, match="CPU budget of 5 s"):
         planning.run_plan(_big_job(study), Stoppable())  # type: ignore[arg-type]
+
+
+PAIRWISE = {  # a quick pairwise design: few studies, a large effect; the same options as the CLI call below
+    "design": "pairwise",
+    "pw-arms": 3,
+    "pw-judges": 4,
+    "pw-votes_per_judge": 6,
+    "pw-win_rate": 0.8,
+    "pw-judge_sd": 0.5,
+    "pw-tie_rate": 0.1,
+    "pw-position": 0.0,
+    "pw-careless": 0.0,
+    "pw-target": 0.8,
+    "pw-studies": 20,
+    "pw-max_judges": 64,
+    "pw-seed": 7,
+}
+
+
+def test_the_pairwise_design_gives_the_judges_the_cli_gives_for_the_same_inputs_and_seed(
+    researcher_client: Client, study: Study, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis.__main__ import main as analysis_main
+
+    page = researcher_client.get(plan_url(study)).content.decode()
+    assert 'id="pairwise-plan"' in page and 'name="pw-win_rate"' in page
+    response = researcher_client.post(plan_url(study), PAIRWISE)
+    assert response.status_code == 302 and "?job=" in response["Location"]
+    key = response["Location"].split("job=")[1].split("#")[0]
+    job = Job.objects.get(kind=planning.POWER_PLAN.name, target=key)  # a job on the runtime, as the other plans
+    assert job.status == Job.Status.DONE and job.scope == f"study:{study.pk}"
+    page = " ".join(researcher_client.get(response["Location"]).content.decode().split())
+    assert "Judges needed (pairwise design)" in page
+    shown = int(page.split('<strong id="judges-needed">')[1].split(" judges")[0])
+
+    capsys.readouterr()
+    options = {k.removeprefix("pw-").replace("_", "-"): v for k, v in PAIRWISE.items() if k.startswith("pw-")}
+    argv = ["plan-pairwise", "--format", "json"]
+    for name, value in options.items():
+        argv += [f"--{'power' if name == 'target' else 'careless' if name == 'careless' else name}", str(value)]
+    assert analysis_main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert cli["judges_needed"] is not None and shown == cli["judges_needed"]
+    state = planning.plan_status(key)
+    assert state is not None and state["pairwise"]["curve"] == cli["curve"]  # the same simulated sizes and powers
+    fragment = researcher_client.get(reverse("reports:study_plan_job", args=[study.slug, key])).content.decode()
+    assert f"{shown} judges" in fragment and "Workers needed" not in fragment
+
+
+def test_a_pairwise_design_with_bad_settings_is_refused_with_a_message(researcher_client: Client, study: Study) -> None:
+    page = researcher_client.post(
+        plan_url(study), {**PAIRWISE, "pw-win_rate": 1.5, "pw-judges": 50, "pw-max_judges": 8}
+    )
+    text = page.content.decode()
+    assert (
+        page.status_code == 200 and "less than or equal to 0.99" in text and "cannot be fewer than the fewest" in text
+    )
+    assert not Job.objects.filter(kind=planning.POWER_PLAN.name).exists()

@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from analysis.probes import not_judged
 from chat.models import ArmJob
 from reports.tests.conftest import add_ratings, add_varied_probes
 from studies.models import Arm, Study
@@ -48,8 +49,11 @@ def test_the_offline_card_evaluation_shows_beside_the_live_probes_with_the_agree
     assert offline["rates"] == ["recall", "stale_rate", "deletion_honoured"] and len(offline["runs"]) == 3
     assert all(r["stand_in_model"] and r["current"] and r["cards"] == 3 for r in offline["runs"])
     snap = offline["modes"]["snapshot"]
+    left_out = 0
     for name, run in runs.items():
-        items = pd.DataFrame(run.result["items"])
+        judged = [not not_judged(i) for i in run.result["items"]]  # free text without a judge: left out, as live
+        left_out += judged.count(False)
+        items = pd.DataFrame(run.result["items"])[judged]
         facts = items[(items["mode"] == "snapshot") & items["kind"].isin(["current", "updated"])]
         per_card = facts.groupby("card")["recalled"].mean()
         cell = snap["by_arm"][name]["recall"]
@@ -60,6 +64,7 @@ def test_the_offline_card_evaluation_shows_beside_the_live_probes_with_the_agree
             forgotten.groupby("card")["deletion_honoured"].mean().mean()
         )
     assert set(snap["by_arm"]["No memory"]) >= {"recall", "stale_rate", "deletion_honoured", "n_cards", "n_probes"}
+    assert offline["free_text_left_out"] == left_out > 0  # the stand-in has no judge model for the free-text plans
     live = data["probes"]["modes"]["snapshot"]["by_arm"]
     agreement = snap["agreement"]["recall"]
     assert agreement["arms"] == 3 and agreement["n_boot"] == 2000
@@ -73,8 +78,10 @@ def test_the_offline_card_evaluation_shows_beside_the_live_probes_with_the_agree
     page = researcher_client.get(f"/studies/{card_study.slug}/analysis/").content.decode()
     assert 'id="probes-offline-snapshot"' in page and "Do offline and live recall agree?" in page
     assert "Offline runs on a stand-in model (their rates measure nothing)" in page
+    assert f"Free-text probes left out: {left_out} offline" in page
     md = researcher_client.get(f"/studies/{card_study.slug}/analysis/export/md/").content.decode()
     assert "### Offline and live, side by side" in md and "Agreement of the orderings: recall" in md
+    assert f"Free-text probes left out: {left_out} offline" in md
     assert "**Offline run of No memory on a stand-in model: its rates measure nothing.**" in md
     html = researcher_client.get(f"/studies/{card_study.slug}/analysis/export/html/").content.decode()
     assert '<section id="probes">' in html and 'id="probes-offline"' in html and "recall offline" in html

@@ -101,7 +101,7 @@ def test_the_dashboard_filters_show_what_they_excluded(researcher_client: Client
     assert "rows flagged in &#x27;unfinished&#x27;" in page
     assert "3 of 8 workers were removed in all" in page
     assert (
-        "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session "
+        "--exclude attention_failed,flag_paste,too_fast --exclude-rows unfinished,silent_session,non_blind "
         "--covariates latency_shown_s --format md"
     ) in page
 

@@ -265,3 +265,22 @@ def test_an_arm_without_episodes_is_deleted_only_when_the_study_is_not_open_for_
     assert study.arms.filter(memory_system="full_history").exists() == refused
     if refused:
         assert "cannot be deleted while the study is open" in response.content.decode()
+
+
+def test_live_side_by_side_needs_two_arms_per_episode_no_qc_arm_and_is_frozen_once_workers_started(
+    rclient: Client, study: Study
+) -> None:
+    response = post_new(rclient, study={"side_by_side": "on"})  # 2 episodes per worker, 2 arms
+    assert response.status_code == 400
+    assert "2 episode(s) per worker need 4 active arms" in response.content.decode()
+    qc = {"name": "Summaries", "memory_system": "qc", "params": "{}", "active": True}
+    response = post_new(rclient, study={"side_by_side": "on", "episodes_per_worker": 1}, arms=[*ARMS, qc])
+    assert response.status_code == 400 and "draws no quality-control arm" in response.content.decode()
+    assert post_new(rclient, study={"side_by_side": "on", "episodes_per_worker": 1}).status_code == 302
+    assert Study.objects.get(name="Memory pilot").side_by_side
+    _episode(study)
+    data = edit_data(study, {})
+    data["side_by_side"] = "on"
+    response = rclient.post(reverse("studies:edit", args=[study.slug]), data)
+    assert response.status_code == 400
+    assert "Workers have already started episodes" in str(response.context["form"].errors["side_by_side"])

@@ -16,7 +16,8 @@ from django.utils import timezone
 from annotation.models import Item, Queue
 from chat.models import ArmJob, Episode
 from reports.models import ImportedDataset
-from studies.models import INVITATION_MAX_AGE, Study, StudyInvitation
+from studies.invitations import INVITATION_MAX_AGE, StudyInvitation
+from studies.models import Study
 from studies.tests.conftest import study_urls
 
 pytestmark = pytest.mark.django_db

@@ -49,6 +49,7 @@ class Command(BaseCommand):
             study.add_default_metrics()
             Arm.objects.create(study=study, name="No memory", memory_system="none")
             Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+            demo.seed_questions(study)
         call_command("seed_annotation_demo", stdout=self.stdout)
         simulated, created = demo.seed_simulated_study(created_by=researcher)
         queue, added = demo.seed_simulated_queue(simulated, created_by=researcher)
@@ -70,6 +71,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{'created' if created else 'kept'} {cards_study.name!r} (open: persona cards with an update, a forget "
             f"and a probe; worker link /s/{cards_study.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
+        )
+        side_by_side, created = demo.seed_side_by_side_study(created_by=researcher)
+        self.stdout.write(
+            f"{'created' if created else 'kept'} {side_by_side.name!r} (open: two bots A and B, a vote per session; "
+            f"worker link /s/{side_by_side.slug}/?PROLIFIC_PID=demo-worker&STUDY_ID=demo&SESSION_ID=1)"
         )
         self.stdout.write(
             "Demo ready: researcher / annotator, password "
