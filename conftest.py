@@ -25,24 +25,79 @@ def ji_run1_csv() -> Path:
     return JI_RUN1_CSV
 
 
-@pytest.fixture(autouse=True)
-def _fast_offline_settings(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.LLM_BACKEND = "scripted"
-    settings.EMBEDDER = "hashing"
+#: The settings every test runs with (:func:`_fast_offline_settings`), and the data a module makes once for its tests
+#: (:func:`seeded_demo`).
+FAST_OFFLINE_SETTINGS: dict[str, Any] = {
+    "PASSWORD_HASHERS": ["django.contrib.auth.hashers.MD5PasswordHasher"],
+    "LLM_BACKEND": "scripted",
+    "EMBEDDER": "hashing",
     # chat's pool threads outlive a test: a kept connection would keep the test database from being dropped
-    settings.CHAT_DB_KEEP_CONNECTIONS = False
+    "CHAT_DB_KEEP_CONNECTIONS": False,
     # every test that goes through chat.state checks that no cached state is edited in place
-    settings.CHAT_STATE_CACHE_VERIFY = True
+    "CHAT_STATE_CACHE_VERIFY": True,
     # the runtime's lanes are threads of the test process (a child process would not see the test database),
     # and no sweeper thread takes jobs back behind a test's back (tests sweep when they mean to)
-    settings.RUNTIME_PROCESS_LANES = ()
-    settings.RUNTIME_SWEEP_SECONDS = 0
+    "RUNTIME_PROCESS_LANES": (),
+    "RUNTIME_SWEEP_SECONDS": 0,
     # studies pace their replies by default (seconds each); the tests of pacing turn it on (on a fake clock)
-    settings.CHAT_REPLY_PACING = False
+    "CHAT_REPLY_PACING": False,
     # every test client is 127.0.0.1: the limits by address are tested where they are set (studies/tests/test_entry_limits.py, chat/tests/test_call_ceiling.py)
-    settings.NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE = 0
-    settings.CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE = 0
+    "NEW_PARTICIPANTS_PER_ADDRESS_PER_MINUTE": 0,
+    "CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE": 0,
+}
+
+
+@pytest.fixture(autouse=True)
+def _fast_offline_settings(settings: Any) -> None:
+    for name, value in FAST_OFFLINE_SETTINGS.items():
+        setattr(settings, name, value)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Any:
+    """Headless Chromium (tests/live.py) launched once for a module's browser tests; each test opens its own context
+    (cookies, storage), so the tests stay apart as with a browser each."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.live import launch_chromium
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop in this thread
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            yield browser
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def seeded_demo(django_db_setup: Any, django_db_blocker: Any) -> Any:
+    """``manage.py seed_demo`` run once for a module's tests (it takes seconds), in a transaction that is rolled back
+    when the module ends. Each test (``db``) runs in a savepoint inside it, so what a test changes is undone as usual;
+    the seeding itself ran inside a test's transaction before, so nothing of it waited for a commit then either."""
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.db import transaction
+    from django.test import override_settings
+
+    from chat import state
+
+    outer = transaction.atomic()
+    with django_db_blocker.unblock(), override_settings(**FAST_OFFLINE_SETTINGS):
+        outer.__enter__()
+        try:
+            call_command("seed_demo", stdout=StringIO())
+        except BaseException:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+            raise
+    state.CACHE.clear()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 @pytest.fixture(autouse=True)

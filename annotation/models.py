@@ -68,17 +68,20 @@ class QueueQuerySet(models.QuerySet["Queue"]):
         return self.filter(Q(study__in=studies) | Q(study__isnull=True, created_by=user))
 
     def workable_by(self, user: Any) -> QueueQuerySet:
-        """The queues ``user`` may open in the annotator workspace. Members of the annotators group work
-        every queue (the workspace shows the item's payload only). A researcher is an annotator by being
-        staff, not by being given the role: without the group they annotate only the queues they may see,
-        so the workspace does not open another researcher's transcripts (or let them be labelled)."""
-        from studies.roles import ANNOTATOR_GROUP
+        """The queues ``user`` may open in the annotator workspace (claim, submit, skip, save a draft). Members of
+        the annotators group work every queue (the workspace shows the item's payload only). A researcher is an
+        annotator by being staff, not by being given the role: without the group they annotate only the queues
+        they may see, so the workspace does not open another researcher's transcripts (or let them be labelled).
+
+        A study's viewer works none of its queues, group or not: a viewer sees the study's arms and reports, so
+        their labels would not be blind, and the judge sample's labels are the admission test's humans
+        (judges/admission.py). The owner and editors of the study work its queues as before."""
+        from studies.roles import ANNOTATOR_GROUP, viewed_only_by
 
         if not getattr(user, "is_active", False):
             return self.none()
-        if user.groups.filter(name=ANNOTATOR_GROUP).exists():
-            return self
-        return self.visible_to(user)
+        mine = self if user.groups.filter(name=ANNOTATOR_GROUP).exists() else self.visible_to(user)
+        return mine.exclude(study__in=viewed_only_by(user))
 
 
 class Queue(models.Model):

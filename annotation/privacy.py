@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from django.db.models.signals import pre_delete
 
 from annotation.models import Item, Label
 from chat.models import ChatSession, MemorySnapshot
-from studies.signals import participant_erasing, transcripts_deleting
+from studies.signals import participant_erasing, participant_footprint, transcripts_deleting
 
 
 def _delete_items(items: Any) -> None:
@@ -39,7 +40,22 @@ def delete_items_of_participants(sender: Any, participants: Any, **kwargs: Any) 
         _delete_items(Item.objects.filter(queue__study_id__in=studies, meta__session__in=session_ids))
 
 
+def count_items_of_participants(sender: Any, participants: Any, **kwargs: Any) -> dict[str, int]:
+    """What a deletion of ``participants`` takes out of the queues: the items made from their snapshots or sessions,
+    with every label on them."""
+    sessions = ChatSession.objects.filter(episode__participant__in=participants)
+    session_ids = list(sessions.values_list("pk", flat=True))
+    if not session_ids:
+        return {"annotation_items": 0, "annotation_labels": 0}
+    snapshot_ids = list(MemorySnapshot.objects.filter(session__in=session_ids).values_list("pk", flat=True))
+    items = Item.objects.filter(queue__study_id__in=participants.values("study_id")).filter(
+        Q(meta__session__in=session_ids) | Q(meta__snapshot__in=snapshot_ids)
+    )
+    return {"annotation_items": items.count(), "annotation_labels": Label.objects.filter(item__in=items).count()}
+
+
 def connect() -> None:
+    participant_footprint.connect(count_items_of_participants, dispatch_uid="annotation.privacy.footprint")
     pre_delete.connect(delete_items_of_snapshot, sender=MemorySnapshot, dispatch_uid="annotation.privacy")
     participant_erasing.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.participants")
     transcripts_deleting.connect(delete_items_of_participants, dispatch_uid="annotation.privacy.transcripts")

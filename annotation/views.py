@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.forms import ModelChoiceField
-from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -93,7 +93,11 @@ def home(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @annotator_required
 def work(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    queue = get_object_or_404(Queue.objects.workable_by(request.user), pk=pk, active=True)
+    queue = Queue.objects.workable_by(request.user).filter(pk=pk, active=True).first()
+    if queue is None:
+        if Queue.objects.visible_to(request.user).filter(pk=pk, active=True).exists():
+            raise PermissionDenied("You are a viewer of this queue's study: viewers do not label its items.")
+        raise Http404("no such queue")
     assignment = services.claim_next_item(queue, request.user)
     if assignment is None:
         return render(
@@ -146,9 +150,13 @@ def _render_workspace(
 
 
 def _own_assignment(request: AuthenticatedHttpRequest, pk: int) -> Assignment:
+    """The user's assignment in a queue they may still work (submit, skip, draft). An assignment claimed before the
+    user became a viewer of the queue's study is theirs no longer to finish: 403, and nothing is stored."""
     assignment = get_object_or_404(Assignment.objects.select_related("queue", "item"), pk=pk)
     if assignment.annotator_id != request.user.pk:
         raise PermissionDenied("This assignment belongs to another annotator.")
+    if not Queue.objects.workable_by(request.user).filter(pk=assignment.queue_id).exists():
+        raise PermissionDenied("You are a viewer of this queue's study: viewers do not label its items.")
     return assignment
 
 

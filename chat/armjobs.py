@@ -111,7 +111,8 @@ def redispatch_overdue(study: Study) -> list[int]:
     """Have the runtime's sweeper take back every lost job of ``study`` (arm jobs, replies, memory
     updates): a job still queued a grace after it was sent (the embedded default's queue is gone after a
     restart; a broker can drop a message) is sent again, a running one whose worker died is run again or
-    failed for good. The study page and its poll call this, so nobody has to ask; the ids taken back."""
+    failed for good. The jobs card's "Take back lost jobs" button calls this (a POST of the owner or an editor); the
+    study page and its polls only read, the sweeper's rounds find the same jobs. The ids taken back."""
     return sweeper.sweep(Job.objects.filter(scope=f"study:{study.pk}"))
 
 

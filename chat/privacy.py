@@ -7,8 +7,12 @@ that, each leaving a :class:`studies.models.PrivacyEvent` that names the worker 
 
 * :func:`erase_participant` (``manage.py delete_participant``, the quality page's button): the participant row and
   everything under it (episodes with their memory states, sessions, messages and their composition signals, ratings,
-  attention answers, memory snapshots, LLM-call records, answers to the study's questions and comprehension tries), the admin's log entries about them, and the annotation
-  items made from their snapshots (``annotation`` listens to the snapshots' deletion).
+  attention answers, memory snapshots, LLM-call records, persona probes, answers to the study's questions and
+  comprehension tries), the admin's log entries about them, and what the apps above chat keep of them
+  (``studies.signals.participant_erasing``): the annotation items made from their snapshots and sessions with their
+  labels, the pairwise judgements that showed their episodes with their votes, the automatic judges' scores and
+  blinding flags of their sessions, their Prolific submissions. :func:`footprint` counts all of it (the apps answer
+  ``participant_footprint``), for the summary and the audit record.
 * :func:`sweep_retention` (Celery beat, ``manage.py sweep_retention``): past ``Study.retention_days`` after a
   worker's last visit, their raw IDs are dropped (:func:`pseudonymise`) and, when the study says so, their
   transcripts deleted too (:func:`delete_transcripts`; ratings stay).
@@ -28,17 +32,33 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from chat.models import AttentionResponse, ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import (
+    AttentionResponse,
+    ChatSession,
+    Episode,
+    LLMCallRecord,
+    MemorySnapshot,
+    Message,
+    ProbeResult,
+    Rating,
+)
 from studies import questions
 from studies.audit import PrivacyEvent
 from studies.models import Participant, Study
-from studies.signals import participant_erasing, participant_pseudonymising, transcripts_deleting
+from studies.signals import (
+    participant_erasing,
+    participant_footprint,
+    participant_pseudonymising,
+    transcripts_deleting,
+)
 
 
 def footprint(participant: Participant) -> dict[str, int]:
-    """How many rows of each kind hold this worker's data (what a deletion removes)."""
+    """How many rows of each kind hold this worker's data: what a deletion removes, chat's rows and those the apps
+    above it delete with them (their answers to ``participant_footprint``: annotation items and labels, pairwise
+    judgements and votes, judge scores, blinding flags, Prolific submissions)."""
     sessions = ChatSession.objects.filter(episode__participant=participant)
-    return {
+    counts = {
         "episodes": Episode.objects.filter(participant=participant).count(),
         "sessions": sessions.count(),
         "messages": Message.objects.filter(session__in=sessions).count(),
@@ -46,9 +66,21 @@ def footprint(participant: Participant) -> dict[str, int]:
         "attention_responses": AttentionResponse.objects.filter(session__in=sessions).count(),
         "memory_snapshots": MemorySnapshot.objects.filter(session__in=sessions).count(),
         "llm_calls": LLMCallRecord.objects.filter(session__in=sessions).count(),
+        "probes": ProbeResult.objects.filter(session__in=sessions).count(),
         "answers": participant.answers.count(),
         "comprehension_attempts": participant.comprehension_attempts.count(),
     }
+    participants = Participant.objects.filter(pk=participant.pk)
+    for _, answer in participant_footprint.send(Participant, participants=participants):
+        rows: dict[str, int] = answer if isinstance(answer, dict) else {}
+        for kind, n in rows.items():
+            counts[kind] = counts.get(kind, 0) + int(n)
+    return counts
+
+
+def summary(counts: dict[str, int]) -> str:
+    """``3 episodes, 6 sessions, …, 2 pairwise votes``: a deletion's counts in words."""
+    return ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
 
 
 def _forget_admin_log(participant: Participant) -> int:

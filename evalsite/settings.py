@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "studies.preview.PreviewEndedMiddleware",  # a tab of a preview deleted under it: why, not a bare 404
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the lockout page
 ]
 

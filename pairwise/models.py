@@ -47,12 +47,12 @@ class ComparisonQuerySet(models.QuerySet["Comparison"]):
     def workable_by(self, user: Any) -> ComparisonQuerySet:
         """The annotator comparisons ``user`` may judge: every one for members of the annotators group; for a
         researcher without the group, those of the studies they may see (as annotation queues,
-        docs/annotation.md)."""
-        from studies.roles import ANNOTATOR_GROUP
+        docs/annotation.md). A study's viewer judges none of its comparisons, group or not (they see its arms)."""
+        from studies.roles import ANNOTATOR_GROUP, viewed_only_by
 
         if not getattr(user, "is_active", False):
             return self.none()
-        mine = self.filter(audience=Comparison.Audience.ANNOTATORS)
+        mine = self.filter(audience=Comparison.Audience.ANNOTATORS).exclude(study__in=viewed_only_by(user))
         if user.groups.filter(name=ANNOTATOR_GROUP).exists():
             return mine
         return mine.filter(study__in=Study.objects.visible_to(user))

@@ -23,7 +23,7 @@ from django.db.models import Q, QuerySet
 
 from prolific.models import ErasedSubmission, Submission, WebhookEvent
 from studies.models import Participant
-from studies.signals import participant_erasing, participant_pseudonymising
+from studies.signals import participant_erasing, participant_footprint, participant_pseudonymising
 
 ERASED_PREFIX = "erased-"
 
@@ -65,6 +65,12 @@ def pseudonymise_submissions_of(sender: Any, participants: Any, **kwargs: Any) -
         Submission.objects.filter(pk=sub.pk).update(prolific_pid="", submission_id=erased_id(sub.submission_id))
 
 
+def count_submissions_of(sender: Any, participants: Any, **kwargs: Any) -> dict[str, int]:
+    """What a deletion of ``participants`` takes of Prolific's records: their submissions (participant_footprint)."""
+    return {"prolific_submissions": submissions_of(participants).count()}
+
+
 def connect() -> None:
     participant_erasing.connect(delete_submissions_of, dispatch_uid="prolific.privacy")
+    participant_footprint.connect(count_submissions_of, dispatch_uid="prolific.privacy.footprint")
     participant_pseudonymising.connect(pseudonymise_submissions_of, dispatch_uid="prolific.privacy.pseudonymise")

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from chat import pii
 from chat.models import ChatSession
-from chat.privacy import erase_participant, footprint, reveal_raw_id
+from chat.privacy import erase_participant, footprint, reveal_raw_id, summary
 from studies.models import Participant, Study
 from studies.roles import researcher_required, study_for
 
@@ -54,10 +54,13 @@ def delete(request: HttpRequest, slug: str, pseudonym: str) -> HttpResponse:
             event = erase_participant(
                 participant, via="quality page", by=request.user, reason=request.POST.get("reason", "")
             )
-            messages.success(request, f"Worker {event.pseudonym} was deleted everywhere; the audit keeps the record.")
+            messages.success(
+                request,
+                f"Worker {event.pseudonym} was deleted everywhere ({summary(event.counts)}); the audit keeps the record.",
+            )
             return redirect("reports:study_quality", slug=study.slug)
         error = f"Type the pseudonym {participant.pseudonym} to confirm."
-    context = {"study": study, "participant": participant, "counts": footprint(participant), "error": error}
+    context = {"study": study, "participant": participant, "summary": summary(footprint(participant)), "error": error}
     return render(request, "reports/delete_participant.html", context, status=400 if error else 200)
 
 

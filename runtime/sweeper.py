@@ -15,9 +15,11 @@ queued job that is due is sent again at once, not a queue grace later (a second 
 message survived does nothing: the runtime's claim).
 
 Who sweeps: Celery beat every ``RUNTIME_SWEEP_SECONDS`` in production (``runtime.tasks.sweep_task``), a
-thread of the web process in the embedded default (started with its lanes), and every page that waits
-for a job sweeps that job's targets first (the chat socket's resume, the waiting page's poll, the study
-page), so recovery never waits for one periodic process alone.
+thread of the web process in the embedded default (started with its first request, or its first lane,
+whichever comes first: lost jobs of the process before a restart are taken back without anyone asking),
+and a worker's page that waits for a job sweeps that job's targets first (the chat socket's resume, the
+waiting page's poll). The study page only reads: its jobs card has a button for the owner and editors to
+take the study's lost jobs back at once (``studies.views.study_jobs_sweep``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from django.db import close_old_connections, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from runtime import jobs, kinds, leases
+from runtime import executor, jobs, kinds, leases
 from runtime.models import DEADLINE_ERROR, LOST_ERROR, Job
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,7 @@ class _Thread:
 
     def ensure(self) -> None:
         every = float(getattr(settings, "RUNTIME_SWEEP_SECONDS", 10.0))
-        if every <= 0:
+        if every <= 0 or (self._thread is not None and self._thread.is_alive()):
             return
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
@@ -138,3 +140,11 @@ class _Thread:
 
 
 THREAD = _Thread()
+
+
+def start_with_web_process(**kwargs: Any) -> None:
+    """``request_started``: the embedded default's web process (jobs run in its thread lanes) sweeps from its first
+    request on, not from its first job: a job lost in a restart is taken back though nobody sends a new one. With
+    Celery, beat sweeps; inline (tests), nobody does behind a test's back."""
+    if executor.mode() == "thread":
+        THREAD.ensure()

@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast
 from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import get_object_or_404
 from django_htmx.middleware import HtmxDetails
@@ -76,6 +77,16 @@ researcher_required = _role_required(is_researcher, "Researchers only.")
 researcher_required.__doc__ = "The view is for researchers (active staff users)."
 annotator_required = _role_required(is_annotator, "Annotators only.")
 annotator_required.__doc__ = "The view is for annotators (active users in the annotators group) and researchers."
+
+
+def viewed_only_by(user: Any) -> QuerySet[Study]:
+    """The studies ``user`` is a viewer of and no more (not their owner, an editor or a superuser): they see them
+    and label nothing of them (none of their annotation queues or annotators' comparisons: a viewer sees the arms)."""
+    if not getattr(user, "is_active", False) or getattr(user, "is_superuser", False) or user.pk is None:
+        return Study.objects.none()
+    viewing = Study.viewers.through.objects.filter(user=user).values("study_id")
+    shared = Study.shared_with.through.objects.filter(user=user).values("study_id")
+    return Study.objects.filter(pk__in=viewing).exclude(created_by=user).exclude(pk__in=shared)
 
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")

@@ -21,6 +21,11 @@ participant_erasing = Signal()
 transcripts_deleting = Signal()
 participant_pseudonymising = Signal()
 
+#: ``participant_footprint``: sent with ``participants`` (a queryset) to count what deleting them removes. Each app above
+#: chat answers ``{kind: rows}`` for its rows that go with them (at ``participant_erasing`` or by cascade from their
+#: sessions), so that the deletion's summary and its audit record name everything (chat.privacy.footprint).
+participant_footprint = Signal()
+
 #: ``later_wave``: sent with ``study``, ``recorded`` (the Prolific STUDY_ID a participant's first link carried) and
 #: ``arriving`` (the STUDY_ID of a link with the same Prolific ID but another submission); a receiver answers True
 #: when ``arriving`` is a later wave of the same study (prolific/entry.py: ``prolific.Wave``). Then the new

@@ -27,6 +27,7 @@ urlpatterns: list[URLPattern] = [
     path("studies/<slug:slug>/readiness/", views.study_readiness, name="readiness"),
     path("studies/<slug:slug>/jobs/", views.study_jobs, name="jobs"),
     path("studies/<slug:slug>/memory-updates/<int:pk>/<str:action>/", views.memory_decision, name="memory_decision"),
+    path("studies/<slug:slug>/jobs/take-back/", views.study_jobs_sweep, name="jobs_sweep"),
     path("studies/<slug:slug>/episodes/<int:pk>/", views.episode_detail, name="episode"),
     # the crowdworker's way in (studies/entry.py); from consent on, the worker's pages are chat's
     path("s/<slug:slug>/", entry.entry, name="entry"),

@@ -344,17 +344,15 @@ def _card_evaluation_problem(study: Study) -> str:
 def study_readiness(request: HttpRequest, slug: str) -> HttpResponse:
     """The readiness card alone (htmx polls it while a job runs)."""
     study = study_for(request, slug)
-    armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html#readiness", _readiness_context(study))
 
 
 @researcher_required
 def study_jobs(request: HttpRequest, slug: str) -> HttpResponse:
-    """The study's background jobs alone (htmx polls it while one is live)."""
+    """The study's background jobs alone (htmx polls it while one is live). A read: the sweeper takes lost jobs
+    back (runtime/sweeper.py), or the owner or an editor asks for it (:func:`study_jobs_sweep`)."""
     study = get_object_or_404(Study.objects.visible_to(request.user), slug=slug)
-    armjobs.redispatch_overdue(study)
-    context = {**_jobs_context(study), "can_change": study.can_change(request.user)}
-    return render(request, "studies/researcher/detail.html#jobs", context)
+    return render(request, "studies/researcher/detail.html#jobs", _jobs_context(study, request.user))
 
 
 @require_POST
@@ -380,6 +378,21 @@ def memory_decision(request: HttpRequest, slug: str, pk: int, action: str) -> Ht
         raise Http404("No such memory update in this study.") from exc
     except memory_updates.NotWaiting as exc:
         messages.error(request, str(exc))
+    return redirect(reverse("studies:detail", args=[study.slug]) + "#jobs")
+
+
+@require_POST
+@researcher_required
+def study_jobs_sweep(request: HttpRequest, slug: str) -> HttpResponse:
+    """The jobs card's "Take back lost jobs" button (owner or editor): the study's jobs that are lost (queued a
+    grace after they were sent, or running under a lapsed lease) are sent again or failed for good, now, without
+    waiting for the sweeper's next round."""
+    study = study_for(request, slug, change=True)
+    taken = armjobs.redispatch_overdue(study)
+    if taken:
+        messages.success(request, f"{len(taken)} lost job{'s' if len(taken) != 1 else ''} taken back.")
+    else:
+        messages.info(request, "No job of this study is lost: nothing to take back.")
     return redirect(reverse("studies:detail", args=[study.slug]) + "#jobs")
 
 
@@ -473,7 +486,7 @@ def _readiness_context(study: Study) -> dict[str, Any]:
     }
 
 
-def _jobs_context(study: Study) -> dict[str, Any]:
+def _jobs_context(study: Study, user: Any) -> dict[str, Any]:
     """The study's background jobs (runtime.Job with scope ``study:<pk>``): every live one (queued, waiting
     to retry, running with its progress), the latest failures with their reasons, the latest finished
     checks, evaluations and simulations, and counts per kind (with how many needed more than one attempt)."""
@@ -497,6 +510,8 @@ def _jobs_context(study: Study) -> dict[str, Any]:
         "finished_jobs": finished,
         "job_counts": [{"kind": k, "label": label[k], **c} for k, c in counts.items()],
         "jobs_live": bool(live),
+        "can_take_back_jobs": bool(live) and study.can_change(user),
+        "can_change": study.can_change(user),
     }
 
 
@@ -537,7 +552,7 @@ def _study_context(request: HttpRequest, study: Study) -> dict[str, Any]:
         "personas": personas.preview(study),
         "export_kinds": EXPORT_KINDS,
         **_readiness_context(study),
-        **_jobs_context(study),
+        **_jobs_context(study, request.user),
     }
 
 
@@ -553,7 +568,6 @@ def _team_link(request: HttpRequest, study: Study) -> dict[str, str] | None:
 @researcher_required
 def study_detail(request: HttpRequest, slug: str) -> HttpResponse:
     study = study_for(request, slug)
-    armjobs.redispatch_overdue(study)
     return render(request, "studies/researcher/detail.html", _study_context(request, study))
 
 

@@ -4,7 +4,6 @@ out; the researcher's dashboard shows the leaderboard. Screenshots go to artifac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +11,15 @@ import pytest
 
 from pairwise.models import Comparison, Judge, Vote
 from pairwise.tests.factories import finished_study
-from tests.live import launch_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 
 
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop here
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        yield browser
-        browser.close()
+def browser(chromium: Any) -> Any:
+    """The module's Chromium (conftest.py): each test opens its own contexts."""
+    return chromium
 
 
 def judge_all(page: Any, live_server: Any, comparison: Comparison, pid: str, *, fail_check: bool) -> list[bool]:

@@ -99,3 +99,32 @@ def test_a_viewer_cannot_preview_and_a_worker_cannot_enter_a_draft(client: Clien
     worker = Client()
     page = worker.get(f"/s/{draft.slug}/", {"PROLIFIC_PID": "w1", "STUDY_ID": "s", "SESSION_ID": "x"}).content.decode()
     assert "not taking participants" in page and not Participant.objects.exists()
+
+
+def test_a_tab_of_a_preview_deleted_when_the_study_opened_says_so_with_its_own_title(
+    client: Client, draft: Study, researcher: User
+) -> None:
+    client.force_login(researcher)
+    client.post(reverse("studies:preview", args=[draft.slug]))
+    client.post(reverse("studies:consent", args=[draft.slug]), {"agree": "yes"})
+    response = client.get(reverse("chat:next", args=[draft.slug]), follow=True)
+    chat_url = response.redirect_chain[-1][0]
+    assert chat_url.startswith("/chat/") and 'id="preview-banner"' in response.content.decode()
+    client.post(reverse("studies:status", args=[draft.slug]), {"status": "open", "pilot": "1"})
+    assert not Participant.objects.filter(study=draft).exists()  # the preview went when the study opened
+    pages = [chat_url, f"{chat_url}rate/", f"{chat_url}wait/", reverse("chat:next", args=[draft.slug]),
+             reverse("chat:done", args=[draft.slug]), reverse("studies:consent", args=[draft.slug])]  # fmt: skip
+    for url in pages:
+        response = client.get(url)
+        page = response.content.decode()
+        assert response.status_code == 410, (url, response.status_code)
+        assert "<title>Preview ended · Chatbot study</title>" in page, url
+        assert "ended because the study was opened" in page and reverse("studies:detail", args=[draft.slug]) in page
+    assert client.post(f"{chat_url}end/").status_code == 410
+    # the wait page's poll (htmx) loads the page itself, which says it
+    poll = client.get(f"{chat_url}wait/", headers={"HX-Request": "true"})
+    assert poll.status_code == 200 and poll["HX-Redirect"] == f"{chat_url}wait/"
+    # anyone else still gets a plain 404 there, and so does a page that is not the worker's
+    assert Client().get(chat_url).status_code == 404
+    assert client.get("/chat/999999/").status_code == 410  # this browser's preview: whichever session it was on
+    assert client.get(reverse("studies:episode", args=[draft.slug, 999999])).status_code == 404

@@ -29,9 +29,11 @@ from annotation.models import Item, Label, Queue
 from annotation.sources import pull_from_study
 from chat import assignment, turns
 from chat.forms import field_name
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
+from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, ProbeResult, Rating
 from chat.privacy import sweep_retention
 from chat.tests.conftest import enter
+from judges.models import BlindingBreach, JudgeScore
+from judges.models import Judge as AutoJudge
 from pairwise.models import Comparison, Judge, Judgement, Vote
 from prolific.models import Submission, Wave, WebhookEvent
 from prolific.services import apply_status, handle_event, remember_event
@@ -48,6 +50,9 @@ SAID = {
     "PIDALICE5f3a9c": "My hedgehog Quillington lives in Tromsofjord",
     "PIDBOB77e21d": "My parrot Featherbyx sings in Oaxacantla",
 }
+# What a probe's answer, a judge's output and a blinding flag's excerpt of each worker's session say (rows made by the
+# apps above chat, deleted with the worker): found nowhere else either.
+ABOUT = {"PIDALICE5f3a9c": "Prickleworth answered the probe", "PIDBOB77e21d": "Squawkington answered the probe"}
 PAIRS = [{"i": 0, "j": 0, "m": "Has a hedgehog", "s": "Hedgehog is called Quillington", "op": "UPDATE"}]
 # What each worker answers to the study's free-text question before the first session (studies/questions.py).
 ANSWERED = {"PIDALICE5f3a9c": "I restore Bellweathering clocks", "PIDBOB77e21d": "I grow Muscadrine grapes"}
@@ -118,6 +123,16 @@ def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
         judge=judge, position=1, left=alice_ep, right=bob_ep, left_arm=update_arm, right_arm=update_arm, status="done"
     )
     Vote.objects.create(judgement=judged, question="engaging", side="left", reason="Quillington the hedgehog was fun")
+    # a persona probe, an automatic judge's score and a blinding flag of each worker's first session, quoting them
+    auto_judge = AutoJudge.objects.create(study=study, name="judge", model="gpt-test")
+    for pid, participant in workers.items():
+        first = ChatSession.objects.filter(episode__participant=participant).order_by("episode__index", "index")[0]
+        said = first.messages.filter(speaker="user").order_by("seq")[0]
+        ProbeResult.objects.create(session=first, mode="inline", slot="pet", kind="current",
+                                   question="What is my pet called?", answer=ABOUT[pid], correct=True)  # fmt: skip
+        JudgeScore.objects.create(judge=auto_judge, session=first, metric="engaging", prompt="p.txt",
+                                  prompt_sha256="0" * 64, model="gpt-test", score=70, raw=ABOUT[pid])  # fmt: skip
+        BlindingBreach.objects.create(session=first, message=said, kind="name", term="x", excerpt=ABOUT[pid])
     # their Prolific submissions (prolific/): the one their link carried, and an earlier one read by a poll before
     # they arrived (no link to the participant: only its Prolific ID says whose it is), named by a webhook event
     wave = Wave.objects.create(study=study, number=1, prolific_study_id="st")
@@ -194,13 +209,26 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     # the search finds both before (it is a search that can fail)
     for pid in (alice_pid, bob_pid):
         assert rows_containing(pid) and rows_containing(SAID[pid].split()[2])
+        assert len(rows_containing(ABOUT[pid])) == 3  # the probe, the judge's score, the blinding flag
     assert LLMCallRecord.objects.filter(session__episode__participant=alice).exists()
     assert rows_containing("Bellweathering")  # her answer to the question before the first session
     out = io.StringIO()
     call_command("delete_participant", study.slug, alice_pid, "--reason", "withdrew consent", stdout=out)
     assert f"Deleted worker {alice.pseudonym}" in out.getvalue()
+    # the summary names what went above chat too: probes, judge scores, pairwise votes, annotation labels
+    for went in ("1 probes", "1 judge scores", "1 blinding flags", "1 pairwise judgements", "1 pairwise votes",
+                 "1 annotation items", "1 annotation labels"):  # fmt: skip
+        assert went in out.getvalue(), went
 
-    for needle in (alice_pid, SAID[alice_pid], "Quillington", "Tromsofjord", f"SUBM-{alice_pid}", "Bellweathering"):
+    for needle in (
+        alice_pid,
+        SAID[alice_pid],
+        "Quillington",
+        "Tromsofjord",
+        f"SUBM-{alice_pid}",
+        "Bellweathering",
+        ABOUT[alice_pid],
+    ):
         assert rows_containing(needle) == [], needle
     assert Submission.objects.count() == 2  # Bob's two
     # a later poll of Prolific, or a webhook, about her submissions reads nothing of hers in again
@@ -217,15 +245,24 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     assert alice.pseudonym not in text and "Quillington" not in text
     # the other worker is untouched
     assert rows_containing(bob_pid) and rows_containing("Featherbyx") and rows_containing("Muscadrine")
+    assert len(rows_containing(ABOUT[bob_pid])) == 3
     assert bob.pseudonym in text and Rating.objects.filter(session__episode__participant=bob).count() == 5
     assert Item.objects.filter(queue__study=study).count() == 1
     assert not Judgement.objects.exists() and not Vote.objects.exists()  # the pair showed her episode
+    mine = {"session__episode__participant__pk": alice.pk}
+    assert not ProbeResult.objects.filter(**mine).exists() and ProbeResult.objects.count() == 1  # bob's stays
+    assert not JudgeScore.objects.filter(**mine).exists() and JudgeScore.objects.count() == 1
+    assert BlindingBreach.objects.count() == 1
     # the audit: by pseudonym, with what went, never the raw ID
     event = PrivacyEvent.objects.get(action=PrivacyEvent.Action.DELETED)
     assert (event.pseudonym, event.study_slug, event.reason) == (alice.pseudonym, study.slug, "withdrew consent")
     assert event.counts["messages"] >= 5 and event.counts["ratings"] == 5 and event.counts["llm_calls"] >= 2
     assert event.counts["memory_snapshots"] == 2 and event.counts["admin_log_entries"] == 1
     assert event.counts["answers"] == 1 and "Bellweathering" not in "".join(export_lines(study, "answers", "csv"))
+    above_chat = ("probes", "judge_scores", "blinding_flags", "pairwise_judgements", "pairwise_votes",
+                  "annotation_items", "annotation_labels")  # fmt: skip
+    assert {k: event.counts[k] for k in above_chat} == dict.fromkeys(above_chat, 1)
+    assert event.counts["prolific_submissions"] == 2  # the one her link carried, the one read before she arrived
 
 
 def test_delete_participant_command_errors_and_dry_run(study: Study, two_workers: Any) -> None:
@@ -265,11 +302,13 @@ def test_only_the_owner_sees_a_raw_id_and_deletes_a_worker_from_the_quality_page
 
     confirm = client.get(delete_url).content.decode()
     assert "5 ratings" in confirm and "Type" in confirm
+    assert "1 probes" in confirm and "1 judge scores" in confirm and "1 pairwise votes" in confirm
     assert client.post(delete_url, {"confirm": "W-WRONG"}).status_code == 400
     assert Participant.objects.filter(pk=alice.pk).exists()
     response = client.post(delete_url, {"confirm": alice.pseudonym, "reason": "asked by email"}, follow=True)
     page = response.content.decode()
     assert response.status_code == 200 and f"Worker {alice.pseudonym} was deleted everywhere" in page
+    assert "1 pairwise votes" in page and "1 judge scores" in page and "1 probes" in page
     assert not Participant.objects.filter(pk=alice.pk).exists()
     event = PrivacyEvent.objects.get(action=PrivacyEvent.Action.DELETED)
     assert event.by == study.created_by and event.via == "quality page"

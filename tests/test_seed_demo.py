@@ -1,22 +1,27 @@
-"""`make run` seeds the demo: logins, an open study a worker can join, and demo annotation queues."""
+"""`make run` seeds the demo: logins, an open study a worker can join, and demo annotation queues.
+
+The demo is seeded once for the module (``seeded_demo``, rolled back at its end); each test reads it in a savepoint
+of its own, and the tests of idempotence run the command again on top of it."""
 
 from __future__ import annotations
 
 from io import StringIO
 from typing import Any
 
+import pytest
 from django.contrib.auth import authenticate
 from django.core.management import call_command
 from django.test import RequestFactory
+
+pytestmark = pytest.mark.usefixtures("seeded_demo")
 
 
 def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(db: Any, client: Any) -> None:
     from annotation.models import Queue
     from studies.models import Study
 
-    call_command("seed_demo", stdout=StringIO())
     out = StringIO()
-    call_command("seed_demo", stdout=out)
+    call_command("seed_demo", stdout=out)  # a second run: the module's fixture made the first
 
     assert "Demo ready" in out.getvalue()
     login = RequestFactory().post("/accounts/login/")  # the login throttle (django-axes) needs the request
@@ -37,8 +42,6 @@ def test_seed_demo_is_idempotent_and_gives_working_logins_and_a_joinable_study(d
 def test_seed_demo_adds_a_closed_simulated_study_with_finished_episodes_ratings_and_memory(db: Any) -> None:
     from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, Rating
     from studies.models import Study
-
-    call_command("seed_demo", stdout=StringIO())
 
     study = Study.objects.get(slug="demo-simulated")
     assert study.status == Study.Status.CLOSED and "simulated" in study.name.lower()
@@ -75,8 +78,6 @@ def test_the_simulated_study_shows_an_arm_effect_on_memorability_in_later_sessio
 
     from chat.models import Rating
 
-    call_command("seed_demo", stdout=StringIO())
-
     def mean(system: str) -> float:
         return Rating.objects.filter(
             session__episode__participant__study__slug="demo-simulated",
@@ -94,7 +95,6 @@ def test_the_simulated_study_fills_the_analysis_page_and_the_episode_pages(db: A
 
     from chat.models import MemorySnapshot
 
-    call_command("seed_demo", stdout=StringIO())
     client.force_login(User.objects.get(username="researcher"))
 
     page = client.get(reverse("reports:study_analysis", args=["demo-simulated"]))
@@ -118,8 +118,6 @@ def test_the_simulated_study_fills_the_analysis_page_and_the_episode_pages(db: A
 def test_the_simulated_operations_queue_is_built_from_the_memory_update_traces(db: Any) -> None:
     from annotation.models import Queue
 
-    call_command("seed_demo", stdout=StringIO())
-
     queue = Queue.objects.get(name="Demo: operations from the simulated study")
     assert queue.study.slug == "demo-simulated" and queue.kind == Queue.Kind.PAIRS
     items = list(queue.items.all())
@@ -133,8 +131,7 @@ def test_running_seed_demo_twice_changes_nothing_in_the_simulated_data(db: Any) 
     from studies.models import Participant, Study
 
     models = [Study, Participant, ChatSession, Message, Rating, MemorySnapshot, LLMCallRecord, Queue, Item]
-    call_command("seed_demo", stdout=StringIO())
-    first = {m.__name__: m.objects.count() for m in models}
+    first = {m.__name__: m.objects.count() for m in models}  # after the first run (the module's fixture)
     ratings = list(Rating.objects.order_by("id").values_list("value", flat=True))
     call_command("seed_demo", stdout=StringIO())
     assert {m.__name__: m.objects.count() for m in models} == first
@@ -148,7 +145,6 @@ def test_seed_demo_adds_a_worker_quality_study_whose_quality_page_flags_the_care
     from studies import demo
     from studies.models import Study
 
-    call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug=demo.QUALITY_SLUG)
     assert study.qc_arm() is not None and study.attention_checks.count() == 1
     # the quality page names workers by their pseudonyms (docs/privacy.md)
@@ -170,7 +166,6 @@ def test_seed_demo_gives_the_simulated_study_an_annotated_judge_sample_and_two_j
     from judges.report import study_judges_report
     from studies.models import Study
 
-    call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug="demo-simulated")
     queue = Queue.objects.get(study=study, kind=Queue.Kind.SCORES)
     assert queue.items.count() == 60 and Label.objects.filter(item__queue=queue).count() == 180
@@ -186,7 +181,6 @@ def test_seed_demo_gives_the_simulated_study_an_annotated_judge_sample_and_two_j
 def test_seed_demo_adds_an_open_persona_card_study_with_an_update_and_a_forget(db: Any, client: Any) -> None:
     from studies.models import Study
 
-    call_command("seed_demo", stdout=StringIO())
     study = Study.objects.get(slug="demo-cards")
     assert study.is_open and study.persona_cards and study.arms.count() == 2
     counts = study.persona_script().counts()

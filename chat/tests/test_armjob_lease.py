@@ -109,7 +109,7 @@ def test_an_evaluation_declared_lost_makes_no_further_llm_call_through_the_wrapp
         llm = kw["wrap_llm"](ScriptedLLM())
         llm.complete(HI)
         made.append(1)
-        # a page saw the lease lapse (a long pause of this worker) and had the sweeper take the job back
+        # the sweeper saw the lease lapse (a long pause of this worker) and took the job back
         Job.objects.filter(pk=job.job.pk).update(lease_until=leases.later(-1))
         assert sweeper.sweep(Job.objects.filter(pk=job.job.pk)) == [job.job.pk]
         beats[0].beat()

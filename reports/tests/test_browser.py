@@ -18,21 +18,16 @@ from studies.models import Arm, Study
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ARTIFACTS = Path(__file__).resolve().parent.parent.parent / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @pytest.fixture
-def browser_page(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test are still sync.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        page.set_default_timeout(20_000)
-        yield page
-        browser.close()
+def browser_page(chromium: Any) -> Iterator[Any]:
+    """A page in a context of its own, in the module's Chromium (conftest.py)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
 
 
 def login(page: Any, live_server: Any, user: Any) -> Any:

@@ -201,10 +201,12 @@ class Stoppable:
 
     def __init__(self) -> None:
         self.stopped = threading.Event()
+        self.checked = threading.Event()  # the simulation is under way: it asked once
         self.checks = 0
 
     def check(self) -> None:
         self.checks += 1
+        self.checked.set()
         if self.stopped.is_set():
             raise runtime_jobs.JobLost("cancelled")
 
@@ -231,7 +233,7 @@ def test_a_running_plan_stops_soon_after_its_cancel(study: Study) -> None:
 
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
-    time.sleep(2)  # well into the simulation
+    assert attempt.checked.wait(60), "the simulation never started"  # under way: it asks whether to go on
     started = time.monotonic()
     attempt.stopped.set()
     runner.join(60)

@@ -292,6 +292,24 @@ def test_a_send_that_fails_leaves_the_job_queued_for_the_sweeper(inline: None, m
     assert (job.status, job.attempts, job.lease_until) == ("queued", 0, None)  # the claim was given back
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(("mode", "started"), [("thread", True), ("inline", False), ("celery", False)])
+def test_the_embedded_web_process_sweeps_from_its_first_request(
+    client: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, mode: str, started: bool
+) -> None:
+    # jobs lost in a restart of the embedded default are taken back though no page asks and no new job starts a lane;
+    # with Celery, beat sweeps; inline (the tests), nobody sweeps behind a test's back
+    settings.CHAT_JOB_MODE, settings.RUNTIME_SWEEP_SECONDS = mode, 3600
+    ran: list[float] = []
+    fresh = sweeper._Thread()
+    monkeypatch.setattr(fresh, "_run", ran.append)  # the round itself is tested above: here, only who starts it
+    monkeypatch.setattr(sweeper, "THREAD", fresh)
+    client.get("/")
+    if fresh._thread is not None:
+        fresh._thread.join(5)
+    assert ran == ([3600.0] if started else [])
+
+
 # ------------------------------------------------------------------------------------------ lanes
 
 

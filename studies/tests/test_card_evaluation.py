@@ -213,8 +213,8 @@ def test_a_run_whose_worker_died_goes_on_from_its_own_journal(
     lost.refresh_from_db()
     assert lost.kept_cards == 1
     calls = cards_played(monkeypatch)
-    with django_capture_on_commit_callbacks(execute=True):
-        rclient.get(reverse("studies:readiness", args=[card_study.slug]))  # the poll has the sweeper take it back
+    with django_capture_on_commit_callbacks(execute=True):  # the jobs card's button (or the sweeper) takes it back
+        rclient.post(reverse("studies:jobs_sweep", args=[card_study.slug]))
     lost.refresh_from_db()
     assert lost.status == "done" and lost.job is not None and lost.job.attempts == 2, lost.error
     assert calls == ["c02"] and lost.result["resumed_cards"] == ["c01"] and lost.result["cards"] == 2

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from runtime import leases
+from runtime import executor, leases, sweeper
 from runtime.models import LOST_ERROR, Job
 from studies.models import Study
 from studies.tests.conftest import arm_job
@@ -62,6 +62,61 @@ def test_the_jobs_section_stops_polling_once_nothing_is_live_and_a_lost_job_is_t
                      lease_until=leases.later(-60))  # its worker died on its last attempt  # fmt: skip
     body = rclient.get(reverse("studies:jobs", args=[study.slug])).content.decode()
     record.refresh_from_db()
-    assert record.status == "failed" and record.error == LOST_ERROR  # the poll had the sweeper take it back
+    assert record.status == "running" and 'id="jobs-take-back"' in body  # the poll only reads
+    sweeper.sweep()  # the sweeper's round (Celery beat, or the web process's thread)
+    body = rclient.get(reverse("studies:jobs", args=[study.slug])).content.decode()
+    record.refresh_from_db()
+    assert record.status == "failed" and record.error == LOST_ERROR
     assert body.lstrip().startswith('<section class="card" id="jobs"') and "every 2s" not in body
-    assert "the worker running it was lost" in body
+    assert "the worker running it was lost" in body and "jobs-take-back" not in body
+
+
+def lost_reply_and_update(study: Study) -> list[Job]:
+    """A reply queued (a grace ago) and a memory update running under a lapsed lease: both lost."""
+    scope, overdue = f"study:{study.pk}", leases.later(-3600)
+    return [
+        Job.objects.create(kind="chat.reply", target="901", scope=scope, label="reply 4 in chat session 7",
+                           lane="reply", status="queued", attempts=1, due_at=overdue),
+        Job.objects.create(kind="chat.memory_update", target="7", scope=scope, label="memory update after session 1",
+                           lane="memory", status="running", attempts=1, lease_until=leases.later(-60)),
+    ]  # fmt: skip
+
+
+def test_a_get_of_the_study_page_or_its_jobs_poll_leaves_lost_jobs_as_they_are(
+    client: Client, study: Study, other: Any, settings: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: sent.append(job_id))
+    lost_reply_and_update(study)
+    before = list(Job.objects.order_by("pk").values())
+    study.viewers.add(other)
+    for user in (study.created_by, other):
+        client.force_login(user)
+        with django_capture_on_commit_callbacks(execute=True):
+            for name in ("studies:detail", "studies:jobs", "studies:readiness"):
+                assert client.get(reverse(name, args=[study.slug]), headers={"HX-Request": "true"}).status_code == 200
+    assert list(Job.objects.order_by("pk").values()) == before and sent == []
+
+
+def test_the_take_back_button_is_the_owners_and_editors_and_a_viewer_gets_403(
+    client: Client, study: Study, owner: Any, other: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[int] = []
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: sent.append(job_id))
+    reply, update = lost_reply_and_update(study)
+    study.viewers.add(other)
+    study.shared_with.add(owner)  # an editor
+    url = reverse("studies:jobs_sweep", args=[study.slug])
+    client.force_login(other)
+    assert 'id="jobs-take-back"' not in client.get(reverse("studies:jobs", args=[study.slug])).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(url).status_code == 403
+        assert client.get(url).status_code == 405
+    assert sent == [] and Job.objects.get(pk=update.pk).status == "running"
+    client.force_login(owner)
+    assert 'id="jobs-take-back"' in client.get(reverse("studies:jobs", args=[study.slug])).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url, follow=True)
+    assert "2 lost jobs taken back." in response.content.decode()
+    assert sorted(sent) == sorted([reply.pk, update.pk])
+    assert Job.objects.get(pk=update.pk).status == "queued" and Job.objects.get(pk=reply.pk).due_at > reply.due_at

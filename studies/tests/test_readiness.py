@@ -21,7 +21,7 @@ from django.urls import reverse
 from chat import armjobs
 from chat.models import ArmJob
 from memory.systems.memorybank import MemoryBank
-from runtime import executor, leases
+from runtime import executor, leases, sweeper
 from runtime import jobs as runtime_jobs
 from runtime.models import Job
 from studies import memorycompat
@@ -204,14 +204,18 @@ def lost_job(arm: Arm, kind: str = "readiness", *, attempts: int = 1) -> ArmJob:
     )  # fmt: skip
 
 
-def test_a_check_whose_worker_died_is_run_again_by_the_cards_poll_and_shown_failed_if_its_attempts_are_spent(
+def test_a_check_whose_worker_died_is_run_again_by_the_take_back_button_and_shown_failed_if_its_attempts_are_spent(
     rclient: Client, draft: Study, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
     monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
     again = lost_job(draft.arms.get(memory_system="none"))  # its first attempt: taken over by a second
     spent = lost_job(draft.arms.get(memory_system="full_history"), "evaluation", attempts=2)
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        rclient.get(reverse("studies:readiness", args=[draft.slug]))  # the poll only reads
+    assert callbacks == [] and Job.objects.filter(status="running").count() == 2
     with django_capture_on_commit_callbacks(execute=True):
-        rclient.get(reverse("studies:readiness", args=[draft.slug]))  # the poll has the sweeper take both back
+        response = rclient.post(reverse("studies:jobs_sweep", args=[draft.slug]), follow=True)
+    assert "2 lost jobs taken back." in response.content.decode()
     again.refresh_from_db()
     spent.refresh_from_db()
     assert (again.status, again.job.attempts, again.done) == ("done", 2, 3)
@@ -286,28 +290,29 @@ def test_a_queued_check_waiting_past_the_grace_is_dispatched_again_when_asked_fo
     assert (len(callbacks), fresh.status, ArmJob.objects.count()) == (1, "done", 1)
 
 
-def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_cards_poll(
+def test_a_queued_check_lost_in_a_restart_is_sent_again_by_the_sweeper_not_by_the_cards_poll(
     rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     # The embedded default's queue lived in the web process: after a restart the row says "queued" and
-    # nothing will run it. Nobody asks again; the page polls.
+    # nothing will run it. Nobody asks again: the sweeper's round sends it again; the page's poll only reads.
     monkeypatch.setattr(memorycompat, "run_preflight", fake_preflight(True))
     arm = draft.arms.get(memory_system="none")
     job = arm_job(arm)
     url = reverse("studies:readiness", args=[draft.slug])
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        assert "checking…" in rclient.get(url).content.decode()
-    assert callbacks == []  # sent a moment ago: its task is on its way
     Job.objects.filter(pk=job.job.pk).update(created_at=overdue, due_at=overdue)
+    before = list(Job.objects.values())
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        body = rclient.get(url).content.decode()
+        for page in (url, reverse("studies:detail", args=[draft.slug]), reverse("studies:jobs", args=[draft.slug])):
+            assert rclient.get(page).status_code == 200
+    assert callbacks == [] and list(Job.objects.values()) == before  # a GET changes no job
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        assert sweeper.sweep() == [job.job.pk]
     job.refresh_from_db()
     assert (len(callbacks), job.status) == (1, "done")
-    # the card rendered before the job ran (the send waits for the commit); the next poll shows it
-    assert "checking…" in body and "readiness-ready" in rclient.get(url).content.decode()
+    assert "readiness-ready" in rclient.get(url).content.decode()
 
 
-def test_a_queued_check_is_sent_again_once_per_grace_however_often_the_page_asks(
+def test_a_queued_check_is_sent_again_once_per_grace_however_often_it_is_asked(
     rclient: Client, draft: Study, overdue: dt.datetime, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     arm = draft.arms.get(memory_system="none")
@@ -315,8 +320,9 @@ def test_a_queued_check_is_sent_again_once_per_grace_however_often_the_page_asks
     sent: list[int] = []
     monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: sent.append(job_id))
     with django_capture_on_commit_callbacks(execute=True):
-        rclient.get(reverse("studies:detail", args=[draft.slug]))
-        rclient.get(reverse("studies:readiness", args=[draft.slug]))
+        rclient.post(reverse("studies:jobs_sweep", args=[draft.slug]))
+        rclient.post(reverse("studies:jobs_sweep", args=[draft.slug]))
+        sweeper.sweep()
         armjobs.start(arm, "evaluation")
     job.refresh_from_db()
     assert sent == [job.job.pk] and job.status == "queued" and job.job.due_at > overdue

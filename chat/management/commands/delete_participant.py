@@ -6,15 +6,17 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.privacy import erase_participant, find_participant, footprint
+from chat.privacy import erase_participant, find_participant, footprint, summary
 from studies.models import Study
 
 
 class Command(BaseCommand):
     help = (
         "Delete one worker of a study everywhere (episodes with their memory states, sessions, messages, ratings, "
-        "memory snapshots, LLM-call records, annotation items made from them, the admin's log entries) and record "
-        "the deletion (by pseudonym) in the privacy audit."
+        "memory snapshots, LLM-call records, persona probes, the annotation items made from them with their labels, "
+        "the pairwise judgements of their episodes with their votes, the judges' scores of their sessions, their "
+        "Prolific submissions, the admin's log entries) and record the deletion (by pseudonym, with the counts) in "
+        "the privacy audit."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -30,10 +32,10 @@ class Command(BaseCommand):
         participant = find_participant(study, options["worker"])
         if participant is None:
             raise CommandError(f"No worker {options['worker']!r} in the study {study.slug!r}.")
-        counts = footprint(participant)
-        summary = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
         if options["dry_run"]:
-            self.stdout.write(f"Would delete worker {participant.pseudonym}: {summary}.")
+            self.stdout.write(f"Would delete worker {participant.pseudonym}: {summary(footprint(participant))}.")
             return
         event = erase_participant(participant, via="manage.py delete_participant", reason=options["reason"])
-        self.stdout.write(f"Deleted worker {event.pseudonym} of {study.slug}: {summary} (audit record {event.pk}).")
+        self.stdout.write(
+            f"Deleted worker {event.pseudonym} of {study.slug}: {summary(event.counts)} (audit record {event.pk})."
+        )
