@@ -12,7 +12,7 @@ a child process each at nice +10, whose local model and simulation pause while a
 (``memory.llm.ReplyGate``); ``--threads`` runs them as threads of the web process instead, as the
 power planner and the arm jobs ran before the runtime.
 
-    .venv/bin/python bench/bench_reply_lanes.py [--clients 2] [--turns 8] [--tokens 24] [--threads]
+    .venv/bin/python bench/bench_reply_lanes.py [--clients 1] [--turns 10] [--tokens 24] [--threads]
 
 Goal (issue 22): p95 of the first-token latency with the background work at most 1.5x without it.
 """
@@ -145,8 +145,13 @@ def load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--clients", type=int, default=2)
-    parser.add_argument("--turns", type=int, default=8, help="turns per client and phase")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=1,
+        help="pages per phase (two pages alternate on the one model: docs/operations.md)",
+    )
+    parser.add_argument("--turns", type=int, default=10, help="turns per client and phase")
     parser.add_argument("--tokens", type=int, default=24, help="LLM_MAX_TOKENS of a reply")
     parser.add_argument("--threads", action="store_true", help="background lanes as threads of the web process")
     args = parser.parse_args()
