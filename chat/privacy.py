@@ -41,6 +41,7 @@ from chat.models import (
     Message,
     ProbeResult,
     Rating,
+    SideBySideVote,
 )
 from studies import questions
 from studies.audit import PrivacyEvent
@@ -139,7 +140,9 @@ def pseudonymise(participant: Participant) -> None:
 def delete_transcripts(participant: Participant) -> dict[str, int]:
     """Delete what the worker wrote and what was made of it (messages, memory states and snapshots, LLM-call
     records, and through the snapshots the annotation items; the text of their free-text answers to the study's
-    questions); sessions, ratings, attention answers and the options they chose stay."""
+    questions, of the bot's answers to memory probes and of their side-by-side vote reasons; the apps above chat
+    blank what they copied, e.g. an automatic judge's raw output, on ``transcripts_deleting``); sessions, ratings,
+    probe scores, attention answers and the options they chose stay."""
     sessions = ChatSession.objects.filter(episode__participant=participant)
     transcripts_deleting.send(Participant, participants=Participant.objects.filter(pk=participant.pk))
     counts = {
@@ -148,6 +151,10 @@ def delete_transcripts(participant: Participant) -> dict[str, int]:
         "messages": Message.objects.filter(session__in=sessions).delete()[0],
     }
     counts["free_text_answers"] = questions.delete_free_text(Participant.objects.filter(pk=participant.pk))
+    # the bot's answers to the memory probes (they repeat what the worker told it; the scores stay, as the ratings)
+    # and the worker's reasons for their side-by-side votes (the winner stays)
+    counts["probe_answers"] = ProbeResult.objects.filter(session__in=sessions).exclude(answer="").update(answer="")
+    counts["vote_reasons"] = SideBySideVote.objects.filter(session__in=sessions).exclude(reason="").update(reason="")
     counts["memory_states"] = Episode.objects.filter(participant=participant).update(
         memory_state={},
         state_version=F("state_version") + 1,  # a stale writer's compare-and-set fails (chat.state)

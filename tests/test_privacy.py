@@ -29,7 +29,16 @@ from annotation.models import Item, Label, Queue
 from annotation.sources import pull_from_study
 from chat import assignment, turns
 from chat.forms import field_name
-from chat.models import ChatSession, Episode, LLMCallRecord, MemorySnapshot, Message, ProbeResult, Rating
+from chat.models import (
+    ChatSession,
+    Episode,
+    LLMCallRecord,
+    MemorySnapshot,
+    Message,
+    ProbeResult,
+    Rating,
+    SideBySideVote,
+)
 from chat.privacy import sweep_retention
 from chat.tests.conftest import enter
 from judges.models import BlindingBreach, JudgeScore
@@ -133,6 +142,7 @@ def two_workers(study: Study, annotator: User) -> dict[str, Participant]:
         JudgeScore.objects.create(judge=auto_judge, session=first, metric="engaging", prompt="p.txt",
                                   prompt_sha256="0" * 64, model="gpt-test", score=70, raw=ABOUT[pid])  # fmt: skip
         BlindingBreach.objects.create(session=first, message=said, kind="name", term="x", excerpt=ABOUT[pid])
+        SideBySideVote.objects.create(session=first, winner="a", reason=f"{ABOUT[pid]} and I liked it")
     # their Prolific submissions (prolific/): the one their link carried, and an earlier one read by a poll before
     # they arrived (no link to the participant: only its Prolific ID says whose it is), named by a webhook event
     wave = Wave.objects.create(study=study, number=1, prolific_study_id="st")
@@ -209,7 +219,7 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     # the search finds both before (it is a search that can fail)
     for pid in (alice_pid, bob_pid):
         assert rows_containing(pid) and rows_containing(SAID[pid].split()[2])
-        assert len(rows_containing(ABOUT[pid])) == 3  # the probe, the judge's score, the blinding flag
+        assert len(rows_containing(ABOUT[pid])) == 4  # the probe, the judge's score, the blinding flag, the side-by-side vote
     assert LLMCallRecord.objects.filter(session__episode__participant=alice).exists()
     assert rows_containing("Bellweathering")  # her answer to the question before the first session
     out = io.StringIO()
@@ -245,7 +255,7 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     assert alice.pseudonym not in text and "Quillington" not in text
     # the other worker is untouched
     assert rows_containing(bob_pid) and rows_containing("Featherbyx") and rows_containing("Muscadrine")
-    assert len(rows_containing(ABOUT[bob_pid])) == 3
+    assert len(rows_containing(ABOUT[bob_pid])) == 4
     assert bob.pseudonym in text and Rating.objects.filter(session__episode__participant=bob).count() == 5
     assert Item.objects.filter(queue__study=study).count() == 1
     assert not Judgement.objects.exists() and not Vote.objects.exists()  # the pair showed her episode
@@ -365,7 +375,7 @@ def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_pas
             Answer.objects.get(participant=alice).text == ""
             and "Muscadrine" in Answer.objects.get(participant=bob).text
         )
-        for needle in ("Quillington", "Tromsofjord", "Bellweathering"):
+        for needle in ("Quillington", "Tromsofjord", "Bellweathering", "Prickleworth"):
             # a pairwise judge's reason is the judge's words (it stays, like the ratings); the worker's are gone
             assert [h for h in rows_containing(needle) if not h.startswith("pairwise_vote:")] == [], needle
         assert not Item.objects.filter(meta__worker=alice.pseudonym).exists()
