@@ -219,7 +219,9 @@ def test_delete_participant_leaves_no_trace_in_any_table_or_export(study: Study,
     # the search finds both before (it is a search that can fail)
     for pid in (alice_pid, bob_pid):
         assert rows_containing(pid) and rows_containing(SAID[pid].split()[2])
-        assert len(rows_containing(ABOUT[pid])) == 4  # the probe, the judge's score, the blinding flag, the side-by-side vote
+        assert (
+            len(rows_containing(ABOUT[pid])) == 4
+        )  # the probe, the judge's score, the blinding flag, the side-by-side vote
     assert LLMCallRecord.objects.filter(session__episode__participant=alice).exists()
     assert rows_containing("Bellweathering")  # her answer to the question before the first session
     out = io.StringIO()
