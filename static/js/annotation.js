@@ -104,7 +104,8 @@
       if (defs.open) return;
       if (keys[e.key]) { e.preventDefault(); choose(keys[e.key]); }
       else if (e.key === "?") { e.preventDefault(); defs.showModal(); }
-      else if (e.key === "Enter" && t.tagName !== "BUTTON") {
+      // a key pressed before the dialog's close event has given focus back lands on its hidden Close button
+      else if (e.key === "Enter" && (t.tagName !== "BUTTON" || defs.contains(t))) {
         e.preventDefault();
         if (form.querySelector("input[name=op]:checked")) submit();
         else setStatus("Choose an operation first (keys 1-4, F)", "error");
