@@ -30,6 +30,7 @@ from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
 from chat.transcript import session_clock, turn_counts, turns_of
+from infra import clock as dbclock
 from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
@@ -433,7 +434,7 @@ def _retrying(job: Job, error: BaseException, wait: float) -> None:
 def _failed(job: Job, error: str) -> None:
     """The reply's job failed for good (inside its transaction): the placeholder becomes a failed
     message, and after the commit the worker gets the Retry button (and why, for a missed deadline)."""
-    past = error == DEADLINE_ERROR or (job.deadline_at is not None and timezone.now() >= job.deadline_at)
+    past = error == DEADLINE_ERROR or (job.deadline_at is not None and dbclock.now() >= job.deadline_at)
     text = REPLY_TOO_SLOW if past else error
     if not Message.objects.filter(pk=int(job.target), status=Message.Status.PENDING).update(
         status=Message.Status.FAILED, error=text[:500]

@@ -27,7 +27,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.db.models import Q
-from django.utils import timezone
+
+from infra import clock
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +59,13 @@ def queue_grace_seconds() -> float:
 
 def claimable() -> Q:
     """Jobs nobody is running: never claimed, released, or held by a worker whose lease lapsed."""
-    return Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+    return Q(lease_until__isnull=True) | Q(lease_until__lt=clock.now())
 
 
 def lost() -> Q:
     """Live jobs whose worker is gone: running under a lapsed lease, or queued and not claimed although
     due more than the queue grace ago (a lost broker message, a queue that died with its process)."""
-    now = timezone.now()
+    now = clock.now()
     overdue = now - timedelta(seconds=queue_grace_seconds())
     return Q(status="running", lease_until__lt=now) | Q(status="queued", lease_until__isnull=True, due_at__lt=overdue)
 
@@ -105,7 +106,7 @@ class Heartbeat:
         with self._lock:
             if self._stopped:
                 return False
-            until = timezone.now() + timedelta(seconds=lease_seconds())
+            until = clock.later(lease_seconds())
             try:
                 with writing():
                     extended = self.queryset.update(lease_until=until)
@@ -184,4 +185,5 @@ def heartbeat(queryset: Held) -> Iterator[Heartbeat]:
 
 
 def later(seconds: float) -> datetime:
-    return timezone.now() + timedelta(seconds=seconds)
+    """``seconds`` from now on the database's clock (infra/clock.py), as leases and due times are kept."""
+    return clock.later(seconds)
