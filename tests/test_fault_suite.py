@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 900  # seconds: a safety stop (the run takes about 5 min on a quiet 2-core machine)
 FAULTS = ["none", "drop", "llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage", "postgres", "redis",
           "daphne", "celery-child", "celery-worker", "outage-10", "429-retry-after", "slow-two", "hang-two",
-          "over-cap"]  # fmt: skip
+          "over-cap", "clock-ahead", "clock-back"]  # fmt: skip
 # the run is the module fixture's setup: pytest-timeout's default (600 s) would stop it first
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(BUDGET + 180)]
 
