@@ -3,7 +3,7 @@
 study's new participants per minute (studies/entry.py). They are kept on the database's clock (infra/clock.py).
 
 On PostgreSQL that clock is the server's, anchored once and advanced by the monotonic clock; here (SQLite)
-the ``server`` fixture plays that server with the real wall clock, and ``step`` moves only this process's
+the ``clock_server`` fixture (conftest.py) plays that server with the real wall clock, and ``clock_step`` moves only this process's
 wall clock (``django.utils.timezone.now``), as libfaketime does to an app process in bench/faults.py. The
 same on a real PostgreSQL: tests/test_postgres_clock_step.py.
 """
@@ -27,28 +27,6 @@ from studies.models import Participant, Study
 Step = Callable[[float], None]
 
 
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], datetime]]:
-    """A database with a clock of its own (as PostgreSQL has), which is the real time; returns that clock."""
-    real = timezone.now
-    clock.reset()
-    monkeypatch.setattr(clock, "_server_time", lambda: real())
-    clock._SERVER[:] = [True]
-    clock.now()  # anchored before any step, as a running process is
-    yield real
-    clock.reset()
-
-
-@pytest.fixture
-def step(monkeypatch: pytest.MonkeyPatch, server: Callable[[], datetime]) -> Step:
-    """Step this process's wall clock by ``seconds`` from the real time (the server's clock does not move)."""
-
-    def to(seconds: float) -> None:
-        monkeypatch.setattr(timezone, "now", lambda: server() + timedelta(seconds=seconds))
-
-    return to
-
-
 def close(a: datetime, b: datetime, within: float = 2.0) -> bool:
     return abs((a - b).total_seconds()) <= within
 
@@ -58,18 +36,18 @@ def close(a: datetime, b: datetime, within: float = 2.0) -> bool:
 
 @pytest.mark.parametrize("seconds", [600, -600])
 def test_the_database_clock_does_not_follow_a_step_of_the_process_wall_clock(
-    server: Callable[[], datetime], step: Step, seconds: float
+    clock_server: Callable[[], datetime], clock_step: Step, seconds: float
 ) -> None:
-    step(seconds)
-    assert not close(timezone.now(), server())  # the step took
-    assert close(clock.now(), server()) and close(clock.later(15), server() + timedelta(seconds=15))
+    clock_step(seconds)
+    assert not close(timezone.now(), clock_server())  # the step took
+    assert close(clock.now(), clock_server()) and close(clock.later(15), clock_server() + timedelta(seconds=15))
 
 
 def test_the_database_clock_reads_the_server_once_then_again_after_a_while(
-    server: Callable[[], datetime], monkeypatch: pytest.MonkeyPatch
+    clock_server: Callable[[], datetime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[datetime] = []
-    monkeypatch.setattr(clock, "_server_time", lambda: reads.append(server()) or reads[-1])
+    monkeypatch.setattr(clock, "_server_time", lambda: reads.append(clock_server()) or reads[-1])
     clock.reset()
     clock._SERVER[:] = [True]
     for _ in range(100):
@@ -82,7 +60,7 @@ def test_the_database_clock_reads_the_server_once_then_again_after_a_while(
 
 
 def test_a_database_clock_that_cannot_be_read_is_the_last_anchor_or_the_wall_clock_and_never_raises(
-    server: Callable[[], datetime], monkeypatch: pytest.MonkeyPatch, caplog: Any
+    clock_server: Callable[[], datetime], monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
     def down() -> datetime:
         raise ConnectionError("the database is down")
@@ -91,11 +69,11 @@ def test_a_database_clock_that_cannot_be_read_is_the_last_anchor_or_the_wall_clo
     assert anchored is not None
     anchored.until = 0.0
     monkeypatch.setattr(clock, "_server_time", down)
-    assert close(clock.now(), server())  # the old anchor, advanced
+    assert close(clock.now(), clock_server())  # the old anchor, advanced
     assert clock._ANCHOR is not None and clock._ANCHOR.at == anchored.at
     clock.reset()
     clock._SERVER[:] = [True]
-    assert close(clock.now(), server())  # no anchor yet: the wall clock
+    assert close(clock.now(), clock_server())  # no anchor yet: the wall clock
     assert "could not read the database's clock" in caplog.text
 
 
@@ -121,15 +99,15 @@ def _running(lease_until: datetime) -> Job:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_process_stepped_forward_does_not_take_back_another_process_live_job(
-    server: Callable[[], datetime], step: Step, monkeypatch: pytest.MonkeyPatch
+    clock_server: Callable[[], datetime], clock_step: Step, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """+600 s on the sweeping process: the other process's lease (15 s ahead on the database's clock) is alive,
     and a queued job due a moment ago is not overdue: neither is sent again (a duplicated LLM call)."""
     sent: list[int] = []
     monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: sent.append(job_id))
-    live = _running(server() + timedelta(seconds=15))
-    queued = Job.objects.create(kind=KIND.name, target="2", lane=KIND.lane, status="queued", due_at=server())
-    step(600)
+    live = _running(clock_server() + timedelta(seconds=15))
+    queued = Job.objects.create(kind=KIND.name, target="2", lane=KIND.lane, status="queued", due_at=clock_server())
+    clock_step(600)
     assert sweeper.sweep() == [] and sent == []
     assert Job.objects.filter(pk=live.pk, status="running").exists()
     assert Job.objects.get(pk=queued.pk).due_at == queued.due_at
@@ -138,42 +116,42 @@ def test_a_process_stepped_forward_does_not_take_back_another_process_live_job(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_process_stepped_back_still_takes_back_a_lapsed_job(
-    server: Callable[[], datetime], step: Step, monkeypatch: pytest.MonkeyPatch
+    clock_server: Callable[[], datetime], clock_step: Step, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """-600 s on the sweeping process: a lease that lapsed a minute ago is lapsed (not alive for 10 minutes)."""
     monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
-    dead = _running(server() - timedelta(seconds=60))
-    step(-600)
+    dead = _running(clock_server() - timedelta(seconds=60))
+    clock_step(-600)
     assert sweeper.sweep() == [dead.pk]
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("seconds", [600, -600])
 def test_a_heartbeat_of_a_stepped_process_extends_its_lease_on_the_database_clock(
-    server: Callable[[], datetime], step: Step, seconds: float, settings: Any
+    clock_server: Callable[[], datetime], clock_step: Step, seconds: float, settings: Any
 ) -> None:
     """The lease a stepped process writes is 15 s ahead of the shared clock: -600 s made it look lapsed at once
     (taken back from a live worker), +600 s alive for 10 minutes after the worker died."""
-    job = _running(server() + timedelta(seconds=5))
-    step(seconds)
+    job = _running(clock_server() + timedelta(seconds=5))
+    clock_step(seconds)
     beat = leases.Heartbeat(Job.objects.filter(pk=job.pk, status="running", attempts=1))
     assert beat.beat() and not beat.lost  # the extension still matches its row
     lease = Job.objects.values_list("lease_until", flat=True).get(pk=job.pk)
-    assert close(lease, server() + timedelta(seconds=settings.CHAT_JOB_LEASE_SECONDS))
+    assert close(lease, clock_server() + timedelta(seconds=settings.CHAT_JOB_LEASE_SECONDS))
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_submitted_and_retried_by_a_stepped_process_is_due_on_the_database_clock(
-    server: Callable[[], datetime], step: Step, monkeypatch: pytest.MonkeyPatch, settings: Any
+    clock_server: Callable[[], datetime], clock_step: Step, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     from runtime import jobs
 
     monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
-    step(-600)
+    clock_step(-600)
     job = jobs.submit(KIND, 3, deadline=90)
-    assert close(job.due_at, server()) and close(job.deadline_at, server() + timedelta(seconds=90))
+    assert close(job.due_at, clock_server()) and close(job.deadline_at, clock_server() + timedelta(seconds=90))
     assert jobs._claim(KIND, job)
-    assert close(job.lease_until, server() + timedelta(seconds=settings.CHAT_JOB_LEASE_SECONDS))
+    assert close(job.lease_until, clock_server() + timedelta(seconds=settings.CHAT_JOB_LEASE_SECONDS))
 
 
 # ------------------------------------------------------------------------------------------ the way in
@@ -189,26 +167,26 @@ def _made(study: Study, n: int, at: datetime) -> None:
 
 
 @pytest.mark.django_db
-def test_a_process_stepped_back_still_lets_workers_in(server: Callable[[], datetime], step: Step, study: Study) -> None:
+def test_a_process_stepped_back_still_lets_workers_in(clock_server: Callable[[], datetime], clock_step: Step, study: Study) -> None:
     """-600 s: the 4 workers who came in 5 minutes ago (on the database's clock) are not "the last minute"."""
     study.max_new_participants_per_minute = 4
     study.save()
-    _made(study, 4, server() - timedelta(minutes=5))
-    step(-600)
+    _made(study, 4, clock_server() - timedelta(minutes=5))
+    clock_step(-600)
     assert study.new_participants_last_minute() == 0
     assert _enter(study, "after-the-step") == 302
 
 
 @pytest.mark.django_db
 def test_a_process_stepped_forward_still_counts_the_last_minute(
-    server: Callable[[], datetime], step: Step, study: Study
+    clock_server: Callable[[], datetime], clock_step: Step, study: Study
 ) -> None:
     """+600 s: the 4 workers another process let in just now count (no burst past the limit)."""
     study.max_new_participants_per_minute = 4
     study.save()
-    _made(study, 4, server())
-    step(600)
+    _made(study, 4, clock_server())
+    clock_step(600)
     assert study.new_participants_last_minute() == 4
     assert _enter(study, "one-too-many") == 429
     Participant.objects.create(study=study, external_id="stepped")  # made by the stepped process itself
-    assert close(Participant.objects.get(external_id="stepped").created_at, server())
+    assert close(Participant.objects.get(external_id="stepped").created_at, clock_server())
