@@ -10,7 +10,7 @@ same on a real PostgreSQL: tests/test_postgres_clock_step.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -167,7 +167,9 @@ def _made(study: Study, n: int, at: datetime) -> None:
 
 
 @pytest.mark.django_db
-def test_a_process_stepped_back_still_lets_workers_in(clock_server: Callable[[], datetime], clock_step: Step, study: Study) -> None:
+def test_a_process_stepped_back_still_lets_workers_in(
+    clock_server: Callable[[], datetime], clock_step: Step, study: Study
+) -> None:
     """-600 s: the 4 workers who came in 5 minutes ago (on the database's clock) are not "the last minute"."""
     study.max_new_participants_per_minute = 4
     study.save()
