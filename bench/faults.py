@@ -38,10 +38,10 @@ The per-message LLM faults (llm-stall, -reset, -trickle, -hang, -garbage, slow-t
 first FAULT_ATTEMPTS attempts of a marked message, so retries meet them too; the site runs with its
 default timeouts (LLM_TIMEOUT_SECONDS 60 a read, capped for replies by CHAT_STALL_SECONDS 10; the 90 s
 reply deadline), and a
-stall or hang lasts HANG s, longer than any of them. With a clock fault among those run, daphne and the
-workers run under libfaketime (Debian package ``faketime``) with an offset file they read on every clock
-call (FAKETIME_TIMESTAMP_FILE, FAKETIME_NO_CACHE=1) and their monotonic clock left true
-(FAKETIME_DONT_FAKE_MONOTONIC=1); the offset stays where the last clock fault left it.
+stall or hang lasts HANG s, longer than any of them. The clock faults run after the others, on a stack of
+their own whose daphne and workers run under libfaketime (Debian package ``faketime``) with an offset file
+they read on every clock call (FAKETIME_TIMESTAMP_FILE, FAKETIME_NO_CACHE=1) and their monotonic clock left
+true (FAKETIME_DONT_FAKE_MONOTONIC=1); the offset stays where the last clock fault left it.
 Counted per fault: turns, lost user messages (a sent client id not stored), duplicated (a client id
 stored twice, or two bot replies to one user message), replies recovered without a person, Retry
 clicks needed (replies that ended failed, llm-down's own excepted), the longest recovery (from the
@@ -699,10 +699,23 @@ def run(
     ports: list[int] | None = None,
 ) -> list[Result]:
     """Start the stack, chat through every fault ``rounds`` times with ``workers`` pages, stop everything.
-    Call it in a fresh process: it sets up Django against its own PostgreSQL."""
+    The clock faults run on a stack of their own, under libfaketime (on the same ports, after the first
+    stack stopped): libfaketime's stand-ins for the system's sleeps and waits broke kombu's reconnect after
+    a Redis restart ("[Errno 22] Invalid argument", the reply worker stopped consuming), a fault of the
+    harness, not of the site. Call it in a fresh process: it sets up Django against its own PostgreSQL."""
     faults = faults or FAULTS
-    pg, redis, web = ports or (None, None, None)
-    stack = Stack(pg, redis, web, faketime=any(f in CLOCK_FAULTS for f in faults))
+    pg, redis, web = ports or (free_port(), free_port(), free_port())
+    results: dict[str, Result] = {}
+    plain, clocked = [f for f in faults if f not in CLOCK_FAULTS], [f for f in faults if f in CLOCK_FAULTS]
+    for group, faketime in ((plain, False), (clocked, True)):
+        if group:
+            results.update(
+                (r.fault, r) for r in _run_on(Stack(pg, redis, web, faketime=faketime), workers, rounds, group, keep)
+            )
+    return [results[f] for f in faults]
+
+
+def _run_on(stack: Stack, workers: int, rounds: int, faults: list[str], keep: bool) -> list[Result]:
     try:
         stack.start()
         os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})

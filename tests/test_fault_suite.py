@@ -7,7 +7,9 @@ same binaries. It runs in a subprocess: bench/faults.py sets up Django against i
 The bench's two longest phases are left to its full run (docs/operations.md): ``outage-30`` (the class is
 ``outage-10``'s, three times longer) and ``llm-down`` (an endpoint down for good: 90 s until the reply's
 deadline; its failed reply with the Retry button is chat/tests/test_reply_faults.py's and
-chat/tests/test_consumer.py's).
+chat/tests/test_consumer.py's). The clock faults (``clock-ahead``, ``clock-back``) need a second stack under
+libfaketime (a minute more): what they check is tests/test_clock_step.py's and
+tests/test_postgres_clock_step.py's.
 
     .venv/bin/python -m pytest -m postgres tests/test_fault_suite.py -s
 """
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUDGET = 900  # seconds: a safety stop (the run takes about 5 min on a quiet 2-core machine)
 FAULTS = ["none", "drop", "llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage", "postgres", "redis",
           "daphne", "celery-child", "celery-worker", "outage-10", "429-retry-after", "slow-two", "hang-two",
-          "over-cap", "clock-ahead", "clock-back"]  # fmt: skip
+          "over-cap"]  # fmt: skip
 # the run is the module fixture's setup: pytest-timeout's default (600 s) would stop it first
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(BUDGET + 180)]
 
