@@ -12,6 +12,10 @@ Timing (settings, all seconds):
   third of it. A dead job is noticed after at most this long.
 * ``CHAT_JOB_QUEUE_GRACE_SECONDS`` (20): a job still not started this long after it was due (a message
   lost by the broker, an enqueue that failed) is enqueued again.
+
+Leases and due times are points on the database's clock (infra/clock.py), which every process reads alike:
+a step of one process's wall clock neither makes its sweeper take back others' live jobs nor its own leases
+look lapsed (or alive after it died).
 """
 
 from __future__ import annotations
