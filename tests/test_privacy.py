@@ -395,11 +395,11 @@ def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_pas
 
 
 def test_retention_sweep_drops_the_prolific_ids_of_pairwise_judges_past_the_period(
-    study: Study, annotator: User
+    study: Study, annotator: User, each_database: str
 ) -> None:
     """The ACUTE-Eval judges from a comparison's Prolific link are crowdworkers too: past the study's retention period
     after their last visit (arrival, pair shown or answered, finish) their Prolific IDs go like the workers'; their
-    judgements and votes stay, under the exports' name for them."""
+    judgements and votes stay, under the exports' name for them. On SQLite and on PostgreSQL."""
     study.retention_days, study.retention_action = 30, "pseudonymise"
     study.save()
     worker = enter(Client(), study, "PIDWORKERJ0001")  # seen just now: not due
