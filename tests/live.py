@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,28 @@ def prepare_site(env: Mapping[str, str], setup: str = "") -> None:
     _migrate(env)
     if setup:
         subprocess.run([sys.executable, "manage.py", "shell", "-c", setup], cwd=ROOT, env=env, check=True)
+
+
+def shell(env: Mapping[str, str], code: str) -> str:
+    """Run ``code`` (Python for ``manage.py shell -c``) in the database ``env`` names; the last line it printed
+    (empty when it printed nothing). Its error output is the assertion's message when it fails."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return (done.stdout.strip().splitlines() or [""])[-1]
+
+
+@dataclass(frozen=True)
+class LiveSite:
+    """A running site: its address and the environment that names its database."""
+
+    url: str
+    env: dict[str, str]
+
+    def shell(self, code: str) -> str:
+        """Run ``code`` in the site's database (manage.py shell); the last line it printed."""
+        return shell(self.env, code)
 
 
 def runserver_command(port: int) -> list[str]:

@@ -6,13 +6,11 @@ serious or critical violation; each step has its own page title."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import launch_chromium
 
 pytestmark = [pytest.mark.browser]
 
@@ -32,15 +30,6 @@ Question.objects.create(study=s, block="check", kind="choice", text="What do you
     choices=["Nothing", "Rate the chatbot"], correct=1)
 Question.objects.create(study=s, block="post", kind="text", text="Any comments?", required=False)
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("a11y-browser") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def serious(page: Any) -> list[str]:

@@ -16,8 +16,6 @@ Screenshots go to artifacts/ (gitignored) for a human to look at.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +23,7 @@ from typing import Any
 import pytest
 
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, serving, sse_chunk
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, site_env
+from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, shell, site_env
 from tests.live import serving as serving_site
 
 pytestmark = [pytest.mark.browser]
@@ -113,11 +111,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _db(code: str) -> str:
     """Run ``code`` in the server's database (manage.py shell); the last line it printed."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=SERVER_ENV, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return (done.stdout.strip().splitlines() or [""])[-1]
+    return shell(SERVER_ENV, code)
 
 
 def _join(browser: Any, server: str, slug: str, pid: str) -> Any:

@@ -7,12 +7,11 @@ not an arm's recall; the scoring and the stages are chat/tests/test_persona_prob
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, launch_chromium
 
 pytestmark = [pytest.mark.browser]
 
@@ -25,15 +24,6 @@ study, _ = demo.seed_persona_study()
 study.arms.update(llm_backend="scripted")
 study.arms.filter(memory_system="none").update(active=False)
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("persona") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def send(page: Any, text: str, seq: int) -> int:

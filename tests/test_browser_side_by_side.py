@@ -6,12 +6,11 @@ is whose and a slow side are chat/tests/test_side_by_side.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, launch_chromium
 
 pytestmark = [pytest.mark.browser]
 
@@ -37,15 +36,6 @@ for i, winner in enumerate(["a", "b", "a"]):  # three earlier workers' votes: a 
     SideBySideVote.objects.create(session=a.sessions.get(), winner=winner, reason="An earlier worker's vote.")
 """
 ARM_NAMES = ("No memory", "Full history", "full_history", "memory_system")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("sbs") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def send(page: Any, text: str, seq: int) -> int:

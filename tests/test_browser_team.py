@@ -4,12 +4,9 @@ that study and not another researcher's; the owner's study page then lists them 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
-from tests.live import free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import launch_chromium
 
 pytestmark = [pytest.mark.browser]
 
@@ -21,15 +18,6 @@ oscar = User.objects.create_user("oscar", password="oscar-pw-2026", is_staff=Tru
 Study.objects.create(name="Olga's memory study", slug="olgas", created_by=olga)
 Study.objects.create(name="Oscar's private study", slug="oscars", created_by=oscar)
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("team-browser") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def test_an_invited_co_researcher_sees_the_study_and_not_other_studies(server: str) -> None:
