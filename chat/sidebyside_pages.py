@@ -56,17 +56,6 @@ def chat_page(request: HttpRequest, session: ChatSession, ctx: Context) -> HttpR
     )
 
 
-def end(request: HttpRequest, session: ChatSession) -> HttpResponse:
-    if sidebyside.end_pair_if_time_up(session):
-        return redirect("chat:rate", session.pk)
-    try:
-        sidebyside.end_pair(session)
-    except ChatError as exc:
-        messages.error(request, str(exc))
-        return redirect("chat:session", session.pk)
-    return redirect("chat:rate", session.pk)
-
-
 def vote(request: HttpRequest, session: ChatSession, ctx: Context) -> HttpResponse:
     """The vote of side A's ended session: A, B, tie or both bad with a reason (and each side's sliders)."""
     closed = rating_pages.not_rating(

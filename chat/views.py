@@ -206,13 +206,17 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_POST
 @_to_side_a
 def end(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The worker ends the session (side by side: both sides together); past its time limit it had ended already."""
     session = _own_session(request, session_id)
-    if sidebyside.is_pair(session):
-        return sidebyside_pages.end(request, session)
-    if timing.end_if_time_up(session):
+    pair = sidebyside.is_pair(session)
+    time_up = sidebyside.end_pair_if_time_up if pair else timing.end_if_time_up
+    if time_up(session):
         return redirect("chat:rate", session.pk)
     try:
-        sessions.end_session(session)
+        if pair:
+            sidebyside.end_pair(session)
+        else:
+            sessions.end_session(session)
     except ChatError as exc:
         messages.error(request, str(exc))
         return redirect("chat:session", session.pk)
