@@ -166,6 +166,17 @@ def demo_arms(study: Study, named: list[tuple[str, str]], **fields: Any) -> dict
     }
 
 
+def open_demo(**fields: Any) -> Study:
+    """An open demo study workers can join (``fields`` on top): a pilot (the embedded SmolLM2 cannot do the arms'
+    tasks), two sessions a week apart, the arms no memory and the full history."""
+    study = demo_study(
+        **{"status": Study.Status.OPEN, "pilot": True, "sessions_per_episode": 2, "gap_days": 7, "gap_max_days": None,
+           **fields}
+    )  # fmt: skip
+    demo_arms(study, MEMORY_VS_NONE)
+    return study
+
+
 def _participant(
     study: Study, external_id: str, source: str, start: dt.datetime, completed_at: dt.datetime, **fields: Any
 ) -> Participant:
@@ -526,15 +537,10 @@ PERSONA_SCRIPT: dict[str, Any] = {
 def seed_persona_study(created_by: Any = None) -> Study:
     """The open persona-card demo: workers play a card from the shipped bank over two sessions with one update,
     one forget and one in-chat probe, and what each arm remembered is probed after every session."""
-    study = demo_study(
+    return open_demo(
         slug=PERSONA_SLUG,
         name="Demo: persona cards and memory probes",
-        status=Study.Status.OPEN,
-        pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
-        sessions_per_episode=2,
         min_user_turns=3,
-        gap_days=7,
-        gap_max_days=None,
         completion_code="CARDS123",
         created_by=created_by,
         persona_cards=True,
@@ -542,8 +548,6 @@ def seed_persona_study(created_by: Any = None) -> Study:
         description="Workers chat as a fictional persona; the card changes between sessions (a move, a forget) "
         "and what each arm remembered is probed after every session.",
     )
-    demo_arms(study, MEMORY_VS_NONE)
-    return study
 
 
 SIDE_BY_SIDE_SLUG = "demo-side-by-side"
@@ -553,24 +557,17 @@ SIDE_BY_SIDE_SLUG = "demo-side-by-side"
 def seed_side_by_side_study(created_by: Any = None) -> Study:
     """The open live side-by-side demo (chat/sidebyside.py): every message goes to two arms at once, bots A and B,
     and the worker votes after each of two sessions; the votes feed the pairwise leaderboard."""
-    study = demo_study(
+    return open_demo(
         slug=SIDE_BY_SIDE_SLUG,
         name="Demo: live side by side",
-        status=Study.Status.OPEN,
-        pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
         side_by_side=True,
-        sessions_per_episode=2,
         episodes_per_worker=1,
         min_user_turns=2,
-        gap_days=7,
-        gap_max_days=None,
         completion_code="SIDE1234",
         created_by=created_by,
         description="Workers chat with two bots at once (A and B: no memory and the full history, sides drawn per "
         "episode) and vote after each session; the votes appear on the pairwise leaderboard, marked live.",
     )
-    demo_arms(study, MEMORY_VS_NONE)
-    return study
 
 
 def seed_questions(study: Study) -> None:
