@@ -151,6 +151,28 @@ def serving(
         proc.wait(timeout=30)
 
 
+def log_in(page: Any, username: str, password: str) -> None:
+    """Fill in and send the login form the page shows."""
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("form button.button")
+
+
+def consent(page: Any) -> None:
+    """Agree on the consent page the page shows and start."""
+    page.check('input[name="agree"]')
+    page.click("text=Start")
+
+
+def rate_every_slider(page: Any, key: str = "End") -> None:
+    """Move every slider of the rating page with the keyboard (``key`` once each) and save."""
+    sliders = page.locator('input[type="range"]')
+    for i in range(sliders.count()):
+        sliders.nth(i).focus()
+        page.keyboard.press(key)
+    page.click("#submit-ratings")
+
+
 def launch_chromium(playwright: Any) -> Any:
     """Headless Chromium from the system package (``playwright install`` is never run here)."""
     return playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import launch_chromium
+from tests.live import consent, launch_chromium, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -60,8 +60,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
 
         page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y1&STUDY_ID=st&SESSION_ID=se")
         check("consent")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/questions/pre/")
         page.click("#submit-answers")  # a required question left out: the page says so
         page.wait_for_selector("#form-errors")
@@ -86,11 +85,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
             page.click("#end-session")
             page.wait_for_url("**/rate/")
             check("rating")
-            sliders = page.locator('input[type="range"]')
-            for i in range(sliders.count()):
-                sliders.nth(i).focus()
-                page.keyboard.press("End")
-            page.click("#submit-ratings")
+            rate_every_slider(page)
             page.wait_for_url(lambda url: "/wait/" in url or "/questions/post/" in url)
         check("questions after")
         page.click("#submit-answers")
@@ -103,8 +98,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
         check("declined")
         page = browser.new_context().new_page()  # a third fails the comprehension check (one try)
         page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y3&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.get_by_label("No", exact=True).check()
         page.click("#submit-answers")
         page.wait_for_url("**/check/")

@@ -23,7 +23,17 @@ from typing import Any
 import pytest
 
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, serving, sse_chunk
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, shell, site_env
+from tests.live import (
+    ROOT,
+    consent,
+    free_port,
+    launch_chromium,
+    log_in,
+    prepare_site,
+    runserver_command,
+    shell,
+    site_env,
+)
 from tests.live import serving as serving_site
 
 pytestmark = [pytest.mark.browser]
@@ -118,8 +128,7 @@ def _join(browser: Any, server: str, slug: str, pid: str) -> Any:
     page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/s/{slug}/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se")
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/chat/*/")
     page.wait_for_selector("#conn.ok", timeout=15_000)
     return page
@@ -139,9 +148,7 @@ def _researcher(browser: Any, server: str) -> Any:
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/studies/")
-    page.fill("input[name=username]", "rita")
-    page.fill("input[name=password]", "pw")
-    page.click("form button.button")
+    log_in(page, "rita", "pw")
     page.wait_for_url("**/studies/")
     return page
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import ROOT, launch_chromium
+from tests.live import ROOT, consent, launch_chromium, log_in, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -35,11 +35,7 @@ def send(page: Any, text: str, seq: int) -> int:
 
 
 def rate(page: Any) -> None:
-    sliders = page.locator('input[type="range"]')
-    for i in range(sliders.count()):
-        sliders.nth(i).focus()
-        page.keyboard.press("ArrowRight")
-    page.click("#submit-ratings")
+    rate_every_slider(page, "ArrowRight")
 
 
 def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows_the_probes(server: str) -> None:
@@ -51,8 +47,7 @@ def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{server}/s/demo-cards/?PROLIFIC_PID=card-worker&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)
         card = page.locator("#persona-card")
@@ -92,9 +87,7 @@ def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows
         page.wait_for_url("**/done/")
 
         page.goto(f"{server}/studies/demo-cards/analysis/")
-        page.fill("input[name=username]", "rita")
-        page.fill("input[name=password]", "pw")
-        page.click("form button.button")
+        log_in(page, "rita", "pw")
         page.wait_for_url("**/analysis/")
         # session 2's probes are stored by the memory update's job: the page refreshes until they are there
         page.wait_for_function(

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import LiveSite, launch_chromium
+from tests.live import LiveSite, consent, launch_chromium, log_in, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -34,11 +34,7 @@ def _session(page: Any) -> None:
     page.wait_for_selector('#msg-2[data-status="complete"], #msg-3[data-status="complete"]', timeout=30_000)
     page.click("#end-session")
     page.wait_for_url("**/rate/")
-    sliders = page.locator('input[type="range"]')
-    for i in range(sliders.count()):
-        sliders.nth(i).focus()
-        page.keyboard.press("End")
-    page.click("#submit-ratings")
+    rate_every_slider(page)
 
 
 def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded(live_site: LiveSite) -> None:
@@ -53,13 +49,10 @@ def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{server}/studies/draft/")
-        page.fill("input[name=username]", "olga")
-        page.fill("input[name=password]", "olga-pw-2026")
-        page.click("form button.button")
+        log_in(page, "olga", "olga-pw-2026")
         page.click("#start-preview")
         assert "nothing is recorded" in page.locator("#preview-banner").inner_text()
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         seen = 0
         for _ in range(4):  # two arms x two sessions, a wait page before each later session and new arm
             if "/wait/" in page.url:

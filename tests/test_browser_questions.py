@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import LiveSite, launch_chromium
+from tests.live import LiveSite, consent, launch_chromium, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -34,8 +34,7 @@ def _worker(browser: Any, server: str, pid: str) -> Any:
     page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/s/quest/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se-{pid}")
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/questions/pre/")
     return page
 
@@ -77,11 +76,7 @@ def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(l
         page.wait_for_selector('.msg[data-status="complete"]:last-child', timeout=30_000)
         page.click("#end-session")
         page.wait_for_url("**/rate/")
-        sliders = page.locator('input[type="range"]')
-        for i in range(sliders.count()):
-            sliders.nth(i).focus()
-            page.keyboard.press("End")
-        page.click("#submit-ratings")
+        rate_every_slider(page)
         page.wait_for_url("**/questions/post/")
         assert page.title() == "A few last questions · Chatbot study"
         page.fill("textarea", "It remembered my cat.")

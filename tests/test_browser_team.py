@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.live import launch_chromium
+from tests.live import launch_chromium, log_in
 
 pytestmark = [pytest.mark.browser]
 
@@ -28,9 +28,7 @@ def test_an_invited_co_researcher_sees_the_study_and_not_other_studies(server: s
         owner = browser.new_context().new_page()
         owner.set_default_timeout(20_000)
         owner.goto(f"{server}/studies/olgas/")
-        owner.fill("input[name=username]", "olga")
-        owner.fill("input[name=password]", "olga-pw-2026")
-        owner.click("form button.button")
+        log_in(owner, "olga", "olga-pw-2026")
         owner.wait_for_selector("#team-invite")
         owner.select_option("#team-invite select[name=role]", "editor")
         owner.fill("#team-invite input[name=note]", "Kim from the lab")

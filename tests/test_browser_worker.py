@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import ROOT, launch_chromium
+from tests.live import ROOT, consent, launch_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.llm]
 
@@ -73,8 +73,7 @@ def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) ->
         page.goto(f"{server}/s/browser/?PROLIFIC_PID=browser-worker&STUDY_ID=st&SESSION_ID=se")
         assert "Consent" in page.content()
         shoot(page, "1-consent")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
 
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)

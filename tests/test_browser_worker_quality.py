@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.live import ROOT, LiveSite, launch_chromium
+from tests.live import ROOT, LiveSite, consent, launch_chromium, log_in
 
 pytestmark = [pytest.mark.browser]
 
@@ -92,8 +92,7 @@ def _worker(browser: Any, server: str, pid: str, careless: bool) -> None:
     rng = random.Random(7)
     page.goto(f"{server}/s/quality/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se")
     assert page.locator("#estimated-time").inner_text().endswith("minutes")  # the welcome page's estimate
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/chat/*/")
     _episode(page, careless, rng)
     page.wait_for_url("**/wait/")
@@ -117,9 +116,7 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
         page.set_default_timeout(20_000)
         page.goto(f"{server}/studies/quality/quality/")
-        page.fill("input[name=username]", "rita")
-        page.fill("input[name=password]", "pw")
-        page.click("form button.button")
+        log_in(page, "rita", "pw")
         page.wait_for_selector("#quality-table")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "researcher-worker-quality.png"), full_page=True)
@@ -164,8 +161,7 @@ def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(live_site: L
         page = context.new_page()
         page.set_default_timeout(20_000)
         page.goto(f"{server}/s/nopaste/?PROLIFIC_PID=paster&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)
         assert ":" in page.locator("#time-left").inner_text()  # the session's time limit counts down
