@@ -29,7 +29,7 @@ from chat import arms, budget, fragments, memory_updates, pacing, records, reply
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
-from chat.transcript import session_clock, turn_counts, turns_of
+from chat.transcript import SESSION_MESSAGES, exchange_before, session_clock, turn_counts, turns_of
 from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
@@ -187,14 +187,27 @@ def generate_reply(job: Job, attempt: Attempt, handed: Prepared | None) -> None:
     if handed is not None:  # stored by this process's chat turn, with what it read
         _reply_attempt(handed.msg, attempt, turns=handed.turns, counted=(handed.answered, handed.failed))
         return
-    msg = (
-        Message.objects.select_related("session__episode__arm", "session__episode__participant__study")
-        .defer("session__episode__memory_state")  # from chat.state's cache by state_version
-        .get(pk=int(job.target))
-    )
+    found = _REPLY_MESSAGE.objects(message_id=int(job.target))
+    if not found:
+        raise Message.DoesNotExist(f"no message {job.target}")
+    msg: Message = found[0]
     if msg.status != Message.Status.PENDING or msg.session.status != ChatSession.Status.CHATTING:
         return  # nothing to write any more (the session ended, the reply was written)
-    _reply_attempt(msg, attempt)
+    rows = SESSION_MESSAGES.rows(session_id=msg.session_id)
+    turns, answered, failed = exchange_before(rows, msg.seq, msg.session.simulated_start)
+    _reply_attempt(msg, attempt, turns=turns, counted=(answered, failed))
+
+
+#: A reply's placeholder with what its attempt needs (a job run without a hand-over: a Celery worker, a retry,
+#: a job taken back), compiled once per process like the chat turn's statements (infra/sqlcache.py).
+_REPLY_MESSAGE = sqlcache.CachedQuery(
+    lambda message_id: (
+        Message.objects.select_related("session__episode__arm", "session__episode__participant__study")
+        .defer("session__episode__memory_state")  # from chat.state's cache by state_version
+        .filter(pk=message_id)
+    ),
+    message_id=int,
+)
 
 
 def _reply_attempt(

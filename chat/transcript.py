@@ -4,13 +4,43 @@ turns as an arm sees them), its counts (the worker's turns, a pending reply) and
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from chat.models import ChatSession, Message
+from infra import sqlcache
 from memory.base import Turn
+
+#: (pk, seq, speaker, status, client_id, text) of a session's messages in order (compiled once per process): what
+#: a chat turn reads after locking the session, and what a reply's job reads when no turn handed it over
+SESSION_MESSAGES = sqlcache.CachedQuery(
+    lambda session_id: (
+        Message.objects.filter(session_id=session_id)
+        .order_by("seq")
+        .values_list("pk", "seq", "speaker", "status", "client_id", "text")
+    ),
+    session_id=int,
+)
+
+
+def exchange_before(rows: list[Any], seq: int, at: datetime) -> tuple[list[Turn], int, int]:
+    """From :data:`SESSION_MESSAGES` rows: the turns an arm sees before message ``seq`` (the worker's messages
+    and the bot's completed ones), the worker's turns the bot answered (its completed messages after seq 1,
+    where only an opener can be) and the bot's failed messages."""
+    turns, answered, failed = [], 0, 0
+    for _pk, row_seq, speaker, status, _client, text in rows:
+        if row_seq >= seq:
+            break
+        bot = speaker == Message.Speaker.BOT
+        if not bot or status == Message.Status.COMPLETE:
+            turns.append(Turn("bot" if bot else "user", text, at))
+        if bot and status == Message.Status.COMPLETE and row_seq > 1:
+            answered += 1
+        elif bot and status == Message.Status.FAILED:
+            failed += 1
+    return turns, answered, failed
 
 
 def session_clock(session: ChatSession) -> datetime:

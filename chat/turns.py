@@ -22,7 +22,7 @@ from chat.authenticity import Signals, clean_signals, store_malformed, store_sig
 from chat.errors import ChatError
 from chat.models import ChatSession, Message
 from chat.sessions import opens_with_bot, rate_first_text
-from chat.transcript import reply_pending
+from chat.transcript import SESSION_MESSAGES, exchange_before, reply_pending
 from infra import sqlcache
 from infra.ratelimit import Window
 from memory.base import Turn
@@ -59,16 +59,6 @@ def _lock_query() -> sqlcache.CachedQuery:
 
 
 _LOCK = _lock_query()
-
-# (pk, seq, speaker, status, client_id, text) of a session's messages
-_SESSION_MESSAGES = sqlcache.CachedQuery(
-    lambda session_id: (
-        Message.objects.filter(session_id=session_id)
-        .order_by("seq")
-        .values_list("pk", "seq", "speaker", "status", "client_id", "text")
-    ),
-    session_id=int,
-)
 
 
 def _hold_place(participant: Participant, now: datetime) -> None:
@@ -165,7 +155,7 @@ def post_user_message(
         participant = locked.episode.participant
         participant.touch(now)
         # (pk, seq, speaker, status, client_id, text): read after the lock, so exact
-        rows = _SESSION_MESSAGES.rows(session_id=session_id)
+        rows = SESSION_MESSAGES.rows(session_id=session_id)
         existing = next((r[0] for r in rows if r[4] == client_id), None)
         if existing is not None:
             return Message.objects.get(pk=existing), False
@@ -241,16 +231,8 @@ def post_user_message(
         if signals is not None:  # authenticity signals (issue 9): a separate row, see chat.authenticity
             store_signals(user, signals)
         at = locked.simulated_start
-        turns = [
-            Turn("user" if r[2] == Message.Speaker.USER else "bot", r[5], at)
-            for r in rows
-            if r[2] == Message.Speaker.USER or r[3] == Message.Status.COMPLETE
-        ]
+        turns, answered, failed = exchange_before(rows, seq, at)
         turns.append(Turn("user", text, at))
-        # the turns the bot answered (its replies: every bot message after seq 1, where only an opener can be)
-        bots = [r[3] for r in rows if r[2] == Message.Speaker.BOT and r[1] > 1]
-        answered = bots.count(Message.Status.COMPLETE)
-        failed = sum(1 for r in rows if r[2] == Message.Speaker.BOT and r[3] == Message.Status.FAILED)
         ack = fragments.clear_error() + fragments.messages([user, bot])
         ack += fragments.controls(answered, study.min_user_turns, pending=True, failed=failed)
         transaction.on_commit(lambda: push.broadcast(session_id, ack))

@@ -4,8 +4,9 @@ study and for the whole site (docs/operations.md, "Abuse limits").
 A :class:`Window` keeps one counter per key and time bucket in Django's cache (Redis when ``REDIS_URL``
 is set, so every web process and Celery worker counts together; the process's memory in the embedded
 default, which is one process). :meth:`Window.hit` admits an event when the window holds fewer than the
-limit: it adds the event to the current bucket first and takes it back when the sum is over, so two
-processes racing for the last place cannot both get it (at worst both are refused).
+limit: it adds the event to the current bucket first and takes it back when the sum is over. With Redis
+that is one script run by Redis (one round trip per admission, atomic: processes racing for the last
+places get exactly the limit); without, the process's counters under their lock.
 
 The window covers ``buckets + 1`` buckets of ``seconds / buckets`` each, so an event leaves it between
 ``seconds`` and ``seconds + seconds / buckets`` after it happened: any span of ``seconds`` holds at most
@@ -165,9 +166,13 @@ class Window:
 
     def take(self, key: str, limit: int, now: float | None = None) -> str | None:
         """:meth:`hit`, returning a ticket for :meth:`give_back` when admitted (``""`` without a limit) and
-        None when the window is full."""
+        None when the window is full. With Redis, one round trip (:func:`_take_in_redis`)."""
         if limit <= 0:
             return ""
+        url = getattr(settings, "REDIS_URL", "")
+        if url and now is None:
+            with contextlib.suppress(Exception):  # Redis unreachable: the steps below meet the same error
+                return _take_in_redis(self, url, key, limit)
         current, keys = self._keys(key, clock() if now is None else now)
         timeout = int(self.seconds + 2 * self.step) + 1
         counts = store()
@@ -192,3 +197,40 @@ class Window:
                 first = (int(now // self.step) - self.buckets + i) * self.step
                 return max(1, int(first + self.seconds + self.step - now) + 1)
         return 1
+
+
+# The whole of Window.take as one script run by Redis: its clock (TIME), the count in the current bucket (made to
+# expire with the window), the sum over the window, and the count taken back when the sum is over the limit.
+# One round trip where the steps were four (TIME, ADD, INCR, MGET), and atomic: two processes racing for the last
+# place cannot both be refused either. The keys are Django's cache keys (``cache.make_key``: the counts are read
+# and taken back through the cache); not declared as KEYS, so the script needs one Redis, not a cluster.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local step, buckets, limit, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local current = math.floor(now / step)
+local name = ARGV[1] .. string.format('%d', current) .. ARGV[2]
+if redis.call('INCR', name) == 1 then redis.call('EXPIRE', name, ttl) end
+local keys = {}
+for b = current - buckets, current do keys[#keys + 1] = ARGV[1] .. string.format('%d', b) .. ARGV[2] end
+local total = 0
+for _, v in ipairs(redis.call('MGET', unpack(keys))) do if v then total = total + tonumber(v) end end
+if total > limit then
+  redis.call('DECR', name)
+  return {0, current}
+end
+return {1, current}
+"""
+_scripts: dict[str, Any] = {}
+
+
+def _take_in_redis(window: Window, url: str, key: str, limit: int) -> str | None:
+    client = _redis(url)
+    script = _scripts.get(url)
+    if script is None:
+        script = _scripts[url] = client.register_script(_TAKE)  # EVALSHA, loaded again after a Redis restart
+    base = f"rl:{window.name}:{key}:"
+    before, _, after = cache.make_key(base + "\x00").partition("\x00")
+    timeout = int(window.seconds + 2 * window.step) + 1
+    admitted, bucket = script(args=[before, after, window.step, window.buckets, limit, timeout])
+    return f"{base}{int(bucket)}" if int(admitted) else None

@@ -22,13 +22,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model, QuerySet
 from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
 from django.db.models.sql.compiler import SQLCompiler
+from django.db.models.sql.subqueries import UpdateQuery
 
 M = TypeVar("M", bound=Model)
 
@@ -51,6 +52,39 @@ def _adapt(connection: BaseDatabaseWrapper, value: Any) -> Any:
     if isinstance(value, datetime):
         return connection.ops.adapt_datetimefield_value(value)
     return value
+
+
+def _markers(kinds: dict[str, type]) -> dict[str, Any]:
+    return {name: _marker(kind, i) for i, (name, kind) in enumerate(kinds.items())}
+
+
+def _slots(
+    connection: BaseDatabaseWrapper, markers: dict[str, Any], params: Sequence[Any]
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Where each parameter's marker value landed among the compiled parameters."""
+    slots = []
+    for name, value in markers.items():
+        adapted = _adapt(connection, value)
+        positions = tuple(i for i, p in enumerate(params) if type(p) is type(adapted) and p == adapted)
+        if not positions:
+            raise ValueError(f"parameter {name!r} does not reach the compiled query")
+        slots.append((name, positions))
+    return tuple(slots)
+
+
+def _fill(
+    connection: BaseDatabaseWrapper,
+    params: tuple[Any, ...],
+    slots: tuple[tuple[str, tuple[int, ...]], ...],
+    values: dict[str, Any],
+) -> list[Any]:
+    """The compiled parameters with the real values in the markers' places (adapted as the ORM adapts them)."""
+    out = list(params)
+    for name, positions in slots:
+        value = _adapt(connection, values[name])
+        for i in positions:
+            out[i] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,17 +113,11 @@ class CachedQuery:
         self._lock = threading.Lock()
 
     def _compile(self, connection: BaseDatabaseWrapper) -> _Compiled:
-        markers = {name: _marker(kind, i) for i, (name, kind) in enumerate(self.kinds.items())}
+        markers = _markers(self.kinds)
         queryset = self.build(**markers)
         compiler = queryset.query.get_compiler(connection=connection)
         sql, params = compiler.as_sql()
-        slots = []
-        for name, value in markers.items():
-            adapted = _adapt(connection, value)
-            positions = tuple(i for i, p in enumerate(params) if type(p) is type(adapted) and p == adapted)
-            if not positions:
-                raise ValueError(f"parameter {name!r} does not reach the compiled query")
-            slots.append((name, positions))
+        slots = _slots(connection, markers, params)
         expressions = [s[0] for s in compiler.select]
         converters = compiler.get_converters(expressions)
         populators = (
@@ -97,7 +125,7 @@ class CachedQuery:
             if compiler.klass_info
             else []
         )
-        return _Compiled(sql, tuple(params), tuple(slots), compiler, converters, populators)
+        return _Compiled(sql, tuple(params), slots, compiler, converters, populators)
 
     def compiled(self, connection: BaseDatabaseWrapper) -> _Compiled:
         key = (connection.alias, connection.vendor)
@@ -139,11 +167,7 @@ class CachedQuery:
 
     def _rows(self, connection: BaseDatabaseWrapper, **values: Any) -> tuple[_Compiled, list[Sequence[Any]]]:
         compiled = self.compiled(connection)
-        params = list(compiled.params)
-        for name, positions in compiled.slots:
-            value = _adapt(connection, values[name])
-            for i in positions:
-                params[i] = value
+        params = _fill(connection, compiled.params, compiled.slots, values)
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows: list[Sequence[Any]] = cursor.fetchall()
@@ -323,3 +347,72 @@ class Row:
 
     def update(self, **values: Any) -> int:
         return update_where(self.model, self.pk, self.match, values)
+
+
+class CachedUpdate:
+    """An ``UPDATE`` of a queryset's rows that returns them (``UPDATE ... RETURNING``), compiled once per backend.
+
+    ``build(**params)`` returns ``(queryset, values)``: the rows to change and what to set (values or
+    expressions, as ``QuerySet.update`` takes them); ``kinds`` names each parameter's type, as for
+    :class:`CachedQuery`. :meth:`update` runs it with the real values and returns the changed rows as model
+    instances (every concrete field, converted as a query would convert it). One statement where a read and
+    a compare-and-set were two: what a job's claim is (runtime/jobs.py). Needs a backend that can return
+    columns (PostgreSQL; SQLite 3.35 and later): :meth:`supported`."""
+
+    def __init__(self, build: Callable[..., tuple[QuerySet[Any], dict[str, Any]]], **kinds: type) -> None:
+        self.build = build
+        self.kinds = kinds
+        self._compiled: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def supported(using: str = DEFAULT_DB_ALIAS) -> bool:
+        return bool(connections[using].features.can_return_columns_from_insert)
+
+    def _compile(self, connection: BaseDatabaseWrapper) -> tuple[Any, ...]:
+        markers = _markers(self.kinds)
+        queryset, values = self.build(**markers)
+        query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))
+        query.add_update_values(values)
+        sql, params = query.get_compiler(connection=connection).as_sql()
+        model = queryset.model
+        fields = list(model._meta.concrete_fields)
+        returning, extra = connection.ops.return_insert_columns(fields)
+        table = model._meta.db_table
+        converters = []
+        for field in fields:
+            col = field.get_col(table)
+            found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+            converters.append((found, col))
+        slots = _slots(connection, markers, params)
+        names = [f.attname for f in fields]
+        return (f"{sql} {returning}", tuple(params) + tuple(extra), slots, model, names, converters)
+
+    def sql(self, using: str = DEFAULT_DB_ALIAS) -> str:
+        """The SQL as compiled for ``using`` (for tests and docs)."""
+        return str(self._get(connections[using])[0])
+
+    def _get(self, connection: BaseDatabaseWrapper) -> tuple[Any, ...]:
+        key = (connection.alias, connection.vendor)
+        found = self._compiled.get(key)
+        if found is None:
+            with self._lock:
+                found = self._compiled.get(key) or self._compile(connection)
+                self._compiled[key] = found
+        return found
+
+    def update(self, using: str = DEFAULT_DB_ALIAS, **values: Any) -> list[Any]:
+        """Run the update with these parameter values; the rows it changed, as model instances."""
+        connection = connections[using]
+        sql, params, slots, model, names, converters = self._get(connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, _fill(connection, params, slots, values))
+            rows = cursor.fetchall()
+        out = []
+        for row in rows:
+            converted = list(row)
+            for i, (found, col) in enumerate(converters):
+                for convert in found:
+                    converted[i] = convert(converted[i], col, connection)
+            out.append(model.from_db(using, names, converted))
+        return out

@@ -56,9 +56,9 @@ def queue_grace_seconds() -> float:
     return float(getattr(settings, "CHAT_JOB_QUEUE_GRACE_SECONDS", 20.0))
 
 
-def claimable() -> Q:
+def claimable(now: datetime | None = None) -> Q:
     """Jobs nobody is running: never claimed, released, or held by a worker whose lease lapsed."""
-    return Q(lease_until__isnull=True) | Q(lease_until__lt=timezone.now())
+    return Q(lease_until__isnull=True) | Q(lease_until__lt=now or timezone.now())
 
 
 def lost() -> Q:

@@ -57,8 +57,13 @@ def test_django_internals_of_infra() -> None:
     assert version("django") in {"5.2.19"}, "re-check infra/ (sqlite, sqlcache, dbpool, pgprepared) against this Django"
     from django.db.backends.postgresql import base as postgresql
     from django.db.backends.sqlite3 import base as sqlite3
-    from django.db.models.query import get_related_populators
+    from django.db.models.query import QuerySet, get_related_populators
     from django.db.models.sql.compiler import SQLCompiler
+    from django.db.models.sql.subqueries import UpdateQuery
+
+    # CachedUpdate builds what QuerySet.update builds, then compiles it itself
+    assert "query.add_update_values(kwargs)" in inspect.getsource(QuerySet.update)
+    assert callable(UpdateQuery.add_update_values)
 
     for hook in ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close"):
         assert callable(getattr(sqlite3.DatabaseWrapper, hook)), hook

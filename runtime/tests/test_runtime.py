@@ -3,6 +3,7 @@ claim, an attempt's three endings, the sweeper, and the lanes."""
 
 from __future__ import annotations
 
+import copy
 import random
 import threading
 from datetime import timedelta
@@ -168,6 +169,37 @@ def test_a_job_handed_over_by_its_submitter_runs_without_claiming_or_reading_aga
         assert (job.status, job.attempts, job.lease_until is not None) == ("running", 1, True)  # claimed at birth
     job.refresh_from_db()
     assert script.seen == [(1, {"read": "rows"})] and job.status == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_job_is_claimed_in_one_statement_that_returns_the_whole_row(
+    each_database: str, inline: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(executor, "dispatch", lambda job_id, lane, countdown=0: None)
+    seen: list[Job] = []
+    kind = kinds.declare(
+        f"test.claimed{random.random()}", lane="memory", run=lambda job, attempt, handed: seen.append(copy.copy(job)),
+        retry=RetryPolicy(),
+    )  # fmt: skip
+    job = jobs.submit(kind, 5, params={"arm": "memorybank", "n": [1, 2]}, deadline=60)
+    with CaptureQueriesContext(connection) as queries:
+        jobs.run(job.pk)
+    # (SQLite's bookkeeping writes are each in a transaction of their own: BEGIN is not a statement of the job's)
+    statements = [q["sql"] for q in queries.captured_queries if q["sql"].split(None, 1)[0].upper() != "BEGIN"]
+    assert statements[0].upper().startswith("UPDATE") and "RETURNING" in statements[0].upper()
+    assert not [sql for sql in statements if sql.upper().startswith("SELECT") and "runtime_job" in sql]  # no read
+    claimed = seen[0]
+    assert (claimed.status, claimed.attempts, claimed.worker) == ("running", 1, jobs.worker_name())
+    assert claimed.params == {"arm": "memorybank", "n": [1, 2]} and claimed.target == "5"
+    assert claimed.deadline_at is not None and claimed.deadline_at.tzinfo is not None
+    assert claimed.lease_until is not None and claimed.lease_until > claimed.started_at
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("done", 1)
+    jobs.run(job.pk)  # a second delivery of a finished job: neither claimed nor run
+    assert len(seen) == 1
 
 
 @pytest.mark.django_db(transaction=True)
