@@ -145,7 +145,7 @@ if REDIS_URL:
     # (infra/ratelimit.py), and a power simulation's status is seen by whichever web process the page polls.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     # group_expiry: a socket that died with its server (a daphne restart) leaves its session's group after
-    # this long; live pages renew their membership every minute (static/js/chat.js pings).
+    # this long; live pages renew their membership every minute (static/js/live.js pings).
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
