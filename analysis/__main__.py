@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.spec import ALPHA, DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError
+from analysis.spec import ALPHA, DUPLICATE_POLICIES, FAMILIES, TESTS, RatingsError, write_out
 from analysis.writers import CSV_TABLES
 
 FORMATS = ("json", "md", "latex", "html", "csv")
@@ -380,13 +380,7 @@ def _report(args: argparse.Namespace) -> int:
         text = writers.to_html(result, title=f"Analysis of {Path(args.ratings).name}")
     else:
         text = writers.to_csv(analysis.ratings if args.csv_table == "ratings" else result, table=args.csv_table)
-    if args.out:
-        try:
-            args.out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
-    else:
-        sys.stdout.write(text)
+    write_out(args.out, text)
     return 0
 
 
@@ -422,13 +416,7 @@ def _probes(args: argparse.Namespace) -> int:
     result = analyze_probes(frame, test=args.test, ratings=ratings, rating_metric=args.rating_metric,
                             primary=primary, alpha=alpha, offline=offline)  # fmt: skip
     text = json.dumps(result, indent=1, allow_nan=False) + "\n" if args.format == "json" else to_markdown(result)
-    if args.out:
-        try:
-            args.out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
-    else:
-        sys.stdout.write(text)
+    write_out(args.out, text)
     return 0
 
 

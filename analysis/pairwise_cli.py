@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from analysis.spec import RatingsError
+from analysis.spec import RatingsError, write_out
 
 FORMATS = ("json", "md", "latex", "html")
 
@@ -135,11 +134,5 @@ def main(args: argparse.Namespace) -> int:
             title=f"Pairwise judgements: {Path(args.votes).name}",
             plot=pairwise_writers.leaderboard_plot(result),
         )
-    if args.out:
-        try:
-            args.out.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise RatingsError(f"cannot write --out {args.out}: {exc.strerror or exc}") from exc
-    else:
-        sys.stdout.write(text)
+    write_out(args.out, text)
     return 0

@@ -8,8 +8,10 @@ Holm families).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Any, Literal
 
 OVERALL = "overall"  # the pseudo-metric "mean of all of a unit's scores", next to the real metrics
@@ -45,6 +47,18 @@ DUPLICATE_POLICIES: tuple[str, ...] = ("refuse", "drop", "keep")
 
 class RatingsError(ValueError):
     """The ratings table (or the way it is to be analysed) cannot be used as given; the message says what to fix."""
+
+
+def write_out(out: Path | None, text: str) -> None:
+    """A command's output: to the file ``--out`` names, else to stdout; a file that cannot be written is a
+    :class:`RatingsError` (exit 2) that says why."""
+    if not out:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise RatingsError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Starts its own PostgreSQL and Redis (so that it can restart them), daphne, a Celery worker for the
 reply queue (prefork, 4 processes, as docker-compose's ``worker``) and one for the ``memory`` queue,
 and a fake OpenAI-compatible endpoint in a thread. K simulated workers chat over websockets and behave
-like static/js/chat.js: on every (re)connect they send ``resume`` with the last seq they hold and
+like the chat page (static/js/live.js): on every (re)connect they send ``resume`` with the last seq they hold and
 resend unacknowledged messages with the same client id; after any close they reconnect 1 s later;
 while a reply shows no progress for 10 s they send ``resume`` again. Nobody reloads or clicks Retry.
 
@@ -90,8 +90,8 @@ WINDOWS = {"outage-10": ("503", 10.0), "outage-30": ("503", 30.0), "429-retry-af
 TWO = {"slow-two", "hang-two"}  # faults on two workers' replies only
 LEASE = 5.0  # CHAT_JOB_LEASE_SECONDS: a dead job's reply is lost after this
 QUEUE_GRACE = 8.0  # CHAT_JOB_QUEUE_GRACE_SECONDS: a lost broker message is noticed after this
-PAGE_RESUME = 10.0  # chat.js: resume after this long without a frame while a reply is pending
-RECONNECT = 1.0  # chat.js reconnects 1-3 s after a close; the suite uses the low end
+PAGE_RESUME = 10.0  # live.js: resume after this long without a frame while a reply is pending
+RECONNECT = 1.0  # live.js reconnects 1-3 s after a close; the suite uses the low end
 TURN_TIMEOUT = 130.0  # a reply not settled after this is counted as not recovered (the deadline is 90 s)
 CLOCK_STEP = 600.0  # seconds: the app processes' wall-clock step (issue 27)
 CLOCK_FAULTS = {"clock-ahead": CLOCK_STEP, "clock-back": -CLOCK_STEP}

@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 
 from chat import cardjobs
-from chat.arms import build_llm, endpoint_options, get_embedder
+from chat.arms import build_llm, evaluation_options, get_embedder
 from chat.models import ArmJob
 from memory.llm import LLM, LLMError, ScriptedLLM
 from memory.llmwrap import CheckedLLM
@@ -166,24 +166,15 @@ def _evaluation(job: ArmJob, attempt: Attempt) -> dict[str, Any]:
     from memory.evaluation import run as evaluate
 
     arm = job.arm
-    backend = arm.resolved_backend
-    endpoint = endpoint_options(backend)
     max_questions = job.options.get("max_questions")
-    result = evaluate(
+    return evaluate(
         arm.memory_system,
         str(job.options.get("dataset", "gvd")),
-        backend=backend,
-        model=arm.resolved_model,
-        base_url=str(endpoint.get("base_url") or ""),
-        api_key=str(endpoint.get("api_key") or ""),
-        embedder=str(settings.EMBEDDER),
-        params=dict(arm.params or {}),
         max_questions=int(max_questions) if max_questions else None,
-        max_tokens=int(settings.LLM_MAX_TOKENS),
         progress=attempt.progress,
         wrap_llm=lambda llm: guard(attempt, llm),
+        **evaluation_options(arm),
     )
-    return result
 
 
 CHECK = kinds.declare("chat.readiness", lane="long", run=run_check, retry=arm_job_policy, label="readiness check")

@@ -38,6 +38,29 @@ def endpoint_options(backend: str) -> dict[str, Any]:
     }
 
 
+def evaluation_options(arm: Arm) -> dict[str, Any]:
+    """The keyword arguments an offline evaluation of ``arm`` (``memory.evaluation.run``, ``memory.cardeval.run``:
+    chat/armjobs.py, chat/cardjobs.py) runs it with: its backend, model and parameters, the site's endpoint and key,
+    embedder and reply length, as its chat replies."""
+    backend = arm.resolved_backend
+    endpoint = endpoint_options(backend)
+    return {
+        "backend": backend,
+        "model": arm.resolved_model,
+        "base_url": str(endpoint.get("base_url") or ""),
+        "api_key": str(endpoint.get("api_key") or ""),
+        "embedder": str(settings.EMBEDDER),
+        "params": dict(arm.params or {}),
+        "max_tokens": int(settings.LLM_MAX_TOKENS),
+    }
+
+
+def evaluation_timeout(arm: Arm) -> float | None:
+    """The read timeout of the endpoint ``arm`` is evaluated on (None: the client's default)."""
+    endpoint = endpoint_options(arm.resolved_backend)
+    return float(endpoint["timeout"]) if endpoint.get("timeout") else None
+
+
 _EMBEDDERS: dict[str, Embedder] = {}
 _EMBEDDER_LOCK = threading.Lock()
 

@@ -18,9 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
-
-from chat.arms import endpoint_options
+from chat.arms import evaluation_options, evaluation_timeout
 from chat.models import ArmJob
 from memory.evaljournal import DatasetError, Journal
 from memory.llm import LLM
@@ -88,8 +86,6 @@ def run_cards(record: ArmJob, attempt: Attempt, wrap: Any) -> dict[str, Any]:
 
     arm = record.arm
     study = arm.study
-    backend = arm.resolved_backend
-    endpoint = endpoint_options(backend)
     journal = StoredJournal(record, attempt)
     kept = journal.finished_cards
     max_cards = record.options.get("max_cards")
@@ -101,18 +97,12 @@ def run_cards(record: ArmJob, attempt: Attempt, wrap: Any) -> dict[str, Any]:
         arm.memory_system,
         study.persona_bank(),
         script=study.persona_script(),
-        backend=backend,
-        model=arm.resolved_model,
-        base_url=str(endpoint.get("base_url") or ""),
-        api_key=str(endpoint.get("api_key") or ""),
-        embedder=str(settings.EMBEDDER),
-        params=dict(arm.params or {}),
         max_cards=int(max_cards) if max_cards else None,
-        max_tokens=int(settings.LLM_MAX_TOKENS),
         progress=attempt.progress,
         wrap_llm=guarded,
         journal=journal,
-        timeout=float(endpoint["timeout"]) if endpoint.get("timeout") else None,
+        timeout=evaluation_timeout(arm),
+        **evaluation_options(arm),
     )
     result["resumed_cards"] = [] if journal.restarted else kept
     return result

@@ -15,14 +15,15 @@ that, each leaving a :class:`studies.models.PrivacyEvent` that names the worker 
   ``participant_footprint``), for the summary and the audit record.
 * :func:`sweep_retention` (Celery beat, ``manage.py sweep_retention``): past ``Study.retention_days`` after a
   worker's last visit, their raw IDs are dropped (:func:`pseudonymise`) and, when the study says so, their
-  transcripts deleted too (:func:`delete_transcripts`; ratings stay).
+  transcripts deleted too (:func:`delete_transcripts`; ratings stay); the apps above chat drop the raw IDs of the
+  study's other people last seen before then (``studies.signals.retention_sweeping``: pairwise's judges).
 * :func:`reveal_raw_id`: the owner asks for one worker's raw ID.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.admin.models import LogEntry
@@ -50,6 +51,7 @@ from studies.signals import (
     participant_erasing,
     participant_footprint,
     participant_pseudonymising,
+    retention_sweeping,
     transcripts_deleting,
 )
 
@@ -166,17 +168,19 @@ def delete_transcripts(participant: Participant) -> dict[str, int]:
 class RetentionResult:
     pseudonymised: int = 0
     transcripts_deleted: int = 0
+    #: what the apps above chat pseudonymised of people who are not participants, by kind (``pairwise judges``)
+    others: dict[str, int] = field(default_factory=dict)
 
 
 def sweep_retention(now: dt.datetime | None = None) -> RetentionResult:
     """Apply every study's retention period to the workers last seen longer ago than it (idempotent: each worker
-    once). Each worker in its own transaction, so a long sweep never holds the database."""
+    once), then to the other people of the study the apps above chat keep raw IDs of (``retention_sweeping``:
+    pairwise's judges). Each worker in its own transaction, so a long sweep never holds the database."""
     now = now or timezone.now()
     result = RetentionResult()
     for study in Study.objects.filter(retention_days__isnull=False):
-        due = study.participants.filter(
-            pseudonymised_at__isnull=True, last_seen_at__lt=now - dt.timedelta(days=study.retention_days or 0)
-        )
+        before = now - dt.timedelta(days=study.retention_days or 0)
+        due = study.participants.filter(pseudonymised_at__isnull=True, last_seen_at__lt=before)
         for participant in due.iterator():
             with transaction.atomic():
                 counts: dict[str, int] = {}
@@ -196,6 +200,10 @@ def sweep_retention(now: dt.datetime | None = None) -> RetentionResult:
                     reason=f"{study.retention_days} days after the last visit",
                     counts=counts,
                 )
+        for _, answer in retention_sweeping.send(Study, study=study, before=before):
+            swept: dict[str, int] = answer if isinstance(answer, dict) else {}
+            for kind, n in swept.items():
+                result.others[kind] = result.others.get(kind, 0) + int(n)
     return result
 
 

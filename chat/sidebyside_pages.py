@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from chat import sidebyside, transcript
+from chat import rating_pages, sidebyside, transcript
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
@@ -56,37 +56,18 @@ def chat_page(request: HttpRequest, session: ChatSession, ctx: Context) -> HttpR
     )
 
 
-def end(request: HttpRequest, session: ChatSession) -> HttpResponse:
-    if sidebyside.end_pair_if_time_up(session):
-        return redirect("chat:rate", session.pk)
-    try:
-        sidebyside.end_pair(session)
-    except ChatError as exc:
-        messages.error(request, str(exc))
-        return redirect("chat:session", session.pk)
-    return redirect("chat:rate", session.pk)
-
-
 def vote(request: HttpRequest, session: ChatSession, ctx: Context) -> HttpResponse:
     """The vote of side A's ended session: A, B, tie or both bad with a reason (and each side's sliders)."""
+    closed = rating_pages.not_rating(
+        request, session, "chat/pair_vote.html", ctx, saved="Your vote on this session was already saved."
+    )
+    if closed is not None:
+        return closed
     study = session.episode.participant.study
-    if session.status == ChatSession.Status.DONE:
-        if request.method == "POST":  # a double submission: the first one counted
-            messages.info(request, "Your vote on this session was already saved.")
-        return redirect("chat:next", study.slug)
-    if session.status != ChatSession.Status.RATING:
-        if request.method == "POST":
-            return render(request, "chat/pair_vote.html", ctx(session, not_ended=True), status=400)
-        return redirect("chat:session", session.pk)
-    b = sidebyside.twin_session(session)
     data = request.POST if request.method == "POST" else None
     forms: list[RatingForm] = []
     if study.side_by_side_sliders:
-        checks = list(study.attention_checks.filter(position=session.position))
-        forms = [
-            RatingForm(study.metrics.all(), data, checks=checks, seed=session.pk),
-            RatingForm(study.metrics.all(), data, seed=b.pk),
-        ]
+        forms = rating_pages.rating_forms(request, session, sidebyside.twin_session(session))
     errors: dict[str, str] = {}
     if data is not None:
         _, _, errors = sidebyside.clean_vote(data)

@@ -20,6 +20,7 @@ from chat import (
     assignment,
     memory_updates,
     personas,
+    rating_pages,
     ratings,
     sessions,
     sidebyside,
@@ -28,7 +29,6 @@ from chat import (
     transcript,
 )
 from chat.errors import ChatError
-from chat.forms import RatingForm
 from chat.models import ChatSession
 from studies import questions
 from studies.models import Participant
@@ -206,13 +206,17 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
 @require_POST
 @_to_side_a
 def end(request: HttpRequest, session_id: int) -> HttpResponse:
+    """The worker ends the session (side by side: both sides together); past its time limit it had ended already."""
     session = _own_session(request, session_id)
-    if sidebyside.is_pair(session):
-        return sidebyside_pages.end(request, session)
-    if timing.end_if_time_up(session):
+    pair = sidebyside.is_pair(session)
+    time_up = sidebyside.end_pair_if_time_up if pair else timing.end_if_time_up
+    if time_up(session):
         return redirect("chat:rate", session.pk)
     try:
-        sessions.end_session(session)
+        if pair:
+            sidebyside.end_pair(session)
+        else:
+            sessions.end_session(session)
     except ChatError as exc:
         messages.error(request, str(exc))
         return redirect("chat:session", session.pk)
@@ -225,25 +229,18 @@ def rate(request: HttpRequest, session_id: int) -> HttpResponse:
     session = _own_session(request, session_id)
     if sidebyside.is_pair(session):
         return sidebyside_pages.vote(request, session, _ctx)
-    study = session.episode.participant.study
-    if session.status == ChatSession.Status.DONE:
-        if request.method == "POST":  # a double submission: the first one counted
-            messages.info(request, "Your ratings for this session were already saved.")
-        return redirect("chat:next", study.slug)
-    if session.status != ChatSession.Status.RATING:
-        if request.method == "POST":
-            return render(request, "chat/rate.html", _ctx(session, not_ended=True), status=400)
-        return redirect("chat:session", session.pk)
-    checks = list(study.attention_checks.filter(position=session.position))
-    form = RatingForm(
-        study.metrics.all(), request.POST if request.method == "POST" else None, checks=checks, seed=session.pk
+    closed = rating_pages.not_rating(
+        request, session, "chat/rate.html", _ctx, saved="Your ratings for this session were already saved."
     )
+    if closed is not None:
+        return closed
+    (form,) = rating_pages.rating_forms(request, session)
     if form.is_valid():
         try:
             ratings.submit_ratings(session, form.values(), form.attention_values())
         except ChatError as exc:
             messages.error(request, str(exc))
-        return redirect("chat:next", study.slug)
+        return redirect("chat:next", session.episode.participant.study.slug)
     return render(request, "chat/rate.html", _ctx(session, form=form), status=400 if form.errors else 200)
 
 

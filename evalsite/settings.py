@@ -152,7 +152,7 @@ if REDIS_URL:
     # queued. Both are far beyond a plausible step (a day, 15 minutes): a socket leaves its groups on
     # disconnect (group_discard), one that died with its daphne only costs its session's sends a copy to a
     # key that expires (expiry, on Redis' clock) until the group's own expiry; live pages still renew their
-    # membership with their ping every minute (static/js/chat.js).
+    # membership with their ping every minute (static/js/live.js).
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -54,7 +54,7 @@ def acute_votes(study: Study, comparison: Comparison | None = None) -> list[dict
             {
                 "source": "acute",
                 "comparison": judge.comparison.slug,
-                "judge": f"c{judge.comparison_id}-j{judge.pk}",
+                "judge": judge.pseudonym,
                 "judge_source": judge.source,
                 "pair": j.pk,
                 "position": j.position,

@@ -164,6 +164,8 @@ class Judge(models.Model):
     # None until every check pair is answered; then whether enough check answers preferred the real arm
     passed_checks = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # set when the study's retention sweep dropped the Prolific IDs (pairwise.privacy.pseudonymise_judges)
+    pseudonymised_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -182,6 +184,11 @@ class Judge(models.Model):
     @property
     def failed_checks(self) -> bool:
         return self.passed_checks is False
+
+    @property
+    def pseudonym(self) -> str:
+        """How exports and the audit name the judge (``c<comparison>-j<judge>``), never by the Prolific ID."""
+        return f"c{self.comparison_id}-j{self.pk}"
 
 
 class Judgement(models.Model):

@@ -1,15 +1,26 @@
-"""A deleted worker's episodes leave the pairwise comparisons: the judgements that showed them (and their votes)
-are deleted with them (studies.signals.participant_erasing; docs/privacy.md). A judgement points at its episodes
-with PROTECT, so without this a worker whose episodes were judged could not be deleted."""
+"""Personal data in the pairwise comparisons (docs/privacy.md).
+
+A deleted worker's episodes leave the pairwise comparisons: the judgements that showed them (and their votes) are
+deleted with them (studies.signals.participant_erasing). A judgement points at its episodes with PROTECT, so without
+this a worker whose episodes were judged could not be deleted.
+
+The judges who come from a comparison's Prolific link are crowdworkers too: the study's retention sweep
+(studies.signals.retention_sweeping) drops their Prolific IDs once they were last seen longer ago than the study's
+retention period, as it does its workers' (:func:`pseudonymise_judges`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
-from pairwise.models import Judgement, Vote
-from studies.signals import participant_erasing, participant_footprint
+from pairwise.models import Judge, Judgement, Vote
+from studies.audit import PrivacyEvent
+from studies.models import Study
+from studies.signals import participant_erasing, participant_footprint, retention_sweeping
 
 
 def _judgements_of(participants: Any) -> Any:
@@ -29,6 +40,44 @@ def count_judgements_of(sender: Any, participants: Any, **kwargs: Any) -> dict[s
     }
 
 
+def judges_due(study: Study, before: dt.datetime) -> Any:
+    """The judges of ``study``'s comparisons who still have a Prolific ID and were last seen before ``before``: they
+    arrived, finished, were shown and answered every pair before then (annotators are logged-in users: no ID)."""
+    return (
+        Judge.objects.filter(comparison__study=study, pseudonymised_at__isnull=True, created_at__lt=before)
+        .exclude(external_id="")
+        .exclude(completed_at__gte=before)
+        .exclude(judgements__shown_at__gte=before)
+        .exclude(judgements__submitted_at__gte=before)
+    )
+
+
+def pseudonymise_judges(sender: Any, study: Study, before: dt.datetime, **kwargs: Any) -> dict[str, int]:
+    """Drop the Prolific IDs (PID, study and session ids) of the judges due (:func:`judges_due`), each in its own
+    transaction with an audit record naming the judge as the exports do; their judgements and votes stay. A judge who
+    opens the comparison's link again afterwards is a new judge."""
+    done = 0
+    for judge in judges_due(study, before).order_by("pk").iterator():
+        with transaction.atomic():
+            Judge.objects.filter(pk=judge.pk).update(
+                external_id=f"erased:j{judge.pk}",  # unique in the comparison, never a Prolific ID
+                prolific_study_id="",
+                prolific_session_id="",
+                pseudonymised_at=timezone.now(),
+            )
+            PrivacyEvent.objects.create(
+                study=study,
+                study_slug=study.slug,
+                pseudonym=judge.pseudonym,
+                action=PrivacyEvent.Action.PSEUDONYMISED,
+                via="retention sweep",
+                reason=f"{study.retention_days} days after the judge's last visit",
+            )
+        done += 1
+    return {"pairwise judges": done} if done else {}
+
+
 def connect() -> None:
     participant_erasing.connect(delete_judgements_of, dispatch_uid="pairwise.privacy")
     participant_footprint.connect(count_judgements_of, dispatch_uid="pairwise.privacy.footprint")
+    retention_sweeping.connect(pseudonymise_judges, dispatch_uid="pairwise.privacy.retention")

@@ -81,13 +81,19 @@ def _plan_pairwise(request: HttpRequest, study: Study) -> HttpResponse:
     return render(request, "reports/plan.html", ctx)
 
 
+def _study_of_plan(request: HttpRequest, slug: str, key: str) -> Study:
+    """The study the researcher may see, if ``key`` is one of its power simulations (404 otherwise)."""
+    study = study_for(request, slug)
+    if planning.plan_status_for(study, key) is None:
+        raise Http404("no such simulation (it may have expired)")
+    return study
+
+
 @require_GET
 @researcher_required
 def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
     """The result part of the page (polled by htmx while the simulation runs)."""
-    study = study_for(request, slug)
-    if planning.plan_status_for(study, key) is None:
-        raise Http404("no such simulation (it may have expired)")
+    study = _study_of_plan(request, slug, key)
     ctx = _context(request, study, PlanForm(datasets=_datasets(study)), key)
     return render(request, "reports/plan.html#result", ctx)
 
@@ -96,9 +102,7 @@ def plan_job(request: HttpRequest, slug: str, key: str) -> HttpResponse:
 @researcher_required
 def plan_cancel(request: HttpRequest, slug: str, key: str) -> HttpResponse:
     """Stop a queued or running power simulation of this study."""
-    study = study_for(request, slug)
-    if planning.plan_status_for(study, key) is None:
-        raise Http404("no such simulation (it may have expired)")
+    study = _study_of_plan(request, slug, key)
     if planning.cancel_plan(key):
         messages.info(request, "The simulation was cancelled.")
     return redirect(f"{reverse('reports:study_plan', args=[study.slug])}?job={key}#plan-result")

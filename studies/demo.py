@@ -17,9 +17,11 @@ Idempotent: if the study exists, nothing is touched. The status is closed, so no
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from django.db import transaction
 
@@ -121,6 +123,82 @@ def script(messages: list[dict[str, str]]) -> str:
     return "That sounds interesting! Tell me more."
 
 
+# ------------------------------------------------------------------------------------ the blocks
+
+
+class Seeding(Protocol):
+    def __call__(self, created_by: Any = None) -> tuple[Study, bool]: ...
+
+
+def seeds_once(slug: str) -> Callable[[Callable[[Any], Study]], Seeding]:
+    """A demo study's seeding, made idempotent: the study ``slug`` as it is if it exists, else built (by the decorated
+    function, given ``created_by``) in one transaction. The seeding returns ``(study, created)``."""
+
+    def wrap(build: Callable[[Any], Study]) -> Seeding:
+        @functools.wraps(build)
+        def seed(created_by: Any = None) -> tuple[Study, bool]:
+            existing = Study.objects.filter(slug=slug).first()
+            if existing is not None:
+                return existing, False
+            with transaction.atomic():
+                return build(created_by), True
+
+        return seed
+
+    return wrap
+
+
+def demo_study(**fields: Any) -> Study:
+    """A demo study with ``fields`` and the five default metrics."""
+    study = Study.objects.create(**fields)
+    study.add_default_metrics()
+    return study
+
+
+#: the two arms of the open demos: no memory, and the full history of past sessions
+MEMORY_VS_NONE = [("No memory", "none"), ("Full history", "full_history")]
+
+
+def demo_arms(study: Study, named: list[tuple[str, str]], **fields: Any) -> dict[str, Arm]:
+    """The study's arms (name, memory system), with ``fields`` (e.g. the backend), by memory system."""
+    return {
+        system: Arm.objects.create(study=study, name=name, memory_system=system, **fields) for name, system in named
+    }
+
+
+def open_demo(**fields: Any) -> Study:
+    """An open demo study workers can join (``fields`` on top): a pilot (the embedded SmolLM2 cannot do the arms'
+    tasks), two sessions a week apart, the arms no memory and the full history."""
+    study = demo_study(
+        **{"status": Study.Status.OPEN, "pilot": True, "sessions_per_episode": 2, "gap_days": 7, "gap_max_days": None,
+           **fields}
+    )  # fmt: skip
+    demo_arms(study, MEMORY_VS_NONE)
+    return study
+
+
+def _participant(
+    study: Study, external_id: str, source: str, start: dt.datetime, completed_at: dt.datetime, **fields: Any
+) -> Participant:
+    """A simulated worker who consented at ``start`` and finished at ``completed_at``."""
+    return Participant.objects.create(
+        study=study, external_id=external_id, source=source, consented_at=start, created_at=start,
+        completed_at=completed_at, **fields,
+    )  # fmt: skip
+
+
+def _done_session(episode: Episode, index: int, began: dt.datetime, minutes: float, rated_after: float,
+                  **fields: Any) -> ChatSession:  # fmt: skip
+    """A rated session of ``episode``: begun at ``began``, ended ``minutes`` later, rated ``rated_after`` minutes
+    after its end."""
+    ended = began + dt.timedelta(minutes=minutes)
+    return ChatSession.objects.create(
+        episode=episode, index=index, status=ChatSession.Status.DONE,
+        simulated_start=episode.participant.study.session_start(index), started_at=began, ended_at=ended,
+        rated_at=ended + dt.timedelta(minutes=rated_after), **fields,
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------ the study
 
 
@@ -129,55 +207,43 @@ def _rating(rng: random.Random, memory_system: str, metric: str, session_index: 
     return max(0, min(100, round(rng.gauss(mean, 12))))
 
 
-def seed_simulated_study(created_by: Any = None) -> tuple[Study, bool]:
+@seeds_once(SLUG)
+def seed_simulated_study(created_by: Any = None) -> Study:
     """Create the simulated study unless it exists. Returns ``(study, created)``."""
-    existing = Study.objects.filter(slug=SLUG).first()
-    if existing is not None:
-        return existing, False
     embedder = make_embedder("hashing")
     rng = random.Random(SEED)
-    with transaction.atomic():
-        study = Study.objects.create(
-            slug=SLUG,
-            name=NAME,
-            status=Study.Status.CLOSED,
-            pilot=True,  # simulated data: every export must say it is not for publication
-            sessions_per_episode=SESSIONS,
-            episodes_per_worker=2,
-            min_user_turns=2,
-            gap_days=7,
-            gap_max_days=None,  # a fixed week: the demo's memories were computed on that clock
-            completion_code="SIMULATED",
-            created_by=created_by,
-            description=(
-                "SIMULATED DATA for the demo, not a real study: scripted participants and transcripts, random "
-                "ratings with a built-in arm effect, and memories from the arms' real end-of-session updates "
-                "on a scripted LLM. Closed, so no worker can join it."
-            ),
+    study = demo_study(
+        slug=SLUG,
+        name=NAME,
+        status=Study.Status.CLOSED,
+        pilot=True,  # simulated data: every export must say it is not for publication
+        sessions_per_episode=SESSIONS,
+        episodes_per_worker=2,
+        min_user_turns=2,
+        gap_days=7,
+        gap_max_days=None,  # a fixed week: the demo's memories were computed on that clock
+        completion_code="SIMULATED",
+        created_by=created_by,
+        description=(
+            "SIMULATED DATA for the demo, not a real study: scripted participants and transcripts, random "
+            "ratings with a built-in arm effect, and memories from the arms' real end-of-session updates "
+            "on a scripted LLM. Closed, so no worker can join it."
+        ),
+    )
+    metrics = list(study.metrics.all())
+    arms = demo_arms(study, ARMS, llm_backend="scripted")
+    pairs = [("none", "memory_accumulate"), ("memory_accumulate", "memory_update"), ("memory_update", "none")]
+    topic_names = sorted(TOPICS)
+    for p in range(PARTICIPANTS):
+        start = study.simulated_start + dt.timedelta(days=p)
+        participant = _participant(
+            study, f"simulated-{p + 1:02d}", Participant.Source.INVITE, start, start + dt.timedelta(days=2 * SESSIONS)
         )
-        study.add_default_metrics()
-        metrics = list(study.metrics.all())
-        arms = {
-            system: Arm.objects.create(study=study, name=name, memory_system=system, llm_backend="scripted")
-            for name, system in ARMS
-        }
-        pairs = [("none", "memory_accumulate"), ("memory_accumulate", "memory_update"), ("memory_update", "none")]
-        topic_names = sorted(TOPICS)
-        for p in range(PARTICIPANTS):
-            start = study.simulated_start + dt.timedelta(days=p)
-            participant = Participant.objects.create(
-                study=study,
-                external_id=f"simulated-{p + 1:02d}",
-                source=Participant.Source.INVITE,
-                consented_at=start,
-                created_at=start,
-                completed_at=start + dt.timedelta(days=2 * SESSIONS),
-            )
-            order = pairs[p % 3] if p % 2 == 0 else pairs[p % 3][::-1]
-            for e, system in enumerate(order, start=1):
-                topics = rng.sample(topic_names, 2)
-                _simulate_episode(participant, arms[system], e, topics, metrics, rng, embedder, start)
-    return study, True
+        order = pairs[p % 3] if p % 2 == 0 else pairs[p % 3][::-1]
+        for e, system in enumerate(order, start=1):
+            topics = rng.sample(topic_names, 2)
+            _simulate_episode(participant, arms[system], e, topics, metrics, rng, embedder, start)
+    return study
 
 
 def _simulate_episode(
@@ -207,16 +273,7 @@ def _simulate_episode(
     for k in range(1, SESSIONS + 1):
         began = wall + dt.timedelta(days=k - 1)
         clock = study.session_start(k)
-        session = ChatSession.objects.create(
-            episode=episode,
-            index=k,
-            status=ChatSession.Status.DONE,
-            simulated_start=clock,
-            gap_days=study.gap_days if k > 1 else None,
-            started_at=began,
-            ended_at=began + dt.timedelta(minutes=8),
-            rated_at=began + dt.timedelta(minutes=10),
-        )
+        session = _done_session(episode, k, began, 8, 2, gap_days=study.gap_days if k > 1 else None)
         said = [TOPICS[t][k - 1][0] for t in topics] + [rng.choice(SMALL_TALK)]
         turns: list[Turn] = []
         rows: list[Message] = []
@@ -294,7 +351,8 @@ CARELESS = {
 }
 
 
-def seed_quality_study(created_by: Any = None) -> tuple[Study, bool]:
+@seeds_once(QUALITY_SLUG)
+def seed_quality_study(created_by: Any = None) -> Study:
     """A closed simulated study with a QC arm, an attention check per worker and three careless workers, so the
     worker quality page and the analysis page's exclusion filters have something to show. Idempotent."""
     from chat.authenticity import SPEED_MIN_CHARS
@@ -302,101 +360,77 @@ def seed_quality_study(created_by: Any = None) -> tuple[Study, bool]:
     from memory.systems.qc import draw
     from studies.models import AttentionCheck
 
-    existing = Study.objects.filter(slug=QUALITY_SLUG).first()
-    if existing is not None:
-        return existing, False
     rng = random.Random(SEED + 9)
-    with transaction.atomic():
-        study = Study.objects.create(
-            slug=QUALITY_SLUG,
-            name=QUALITY_NAME,
-            status=Study.Status.CLOSED,
-            sessions_per_episode=QUALITY_SESSIONS,
-            episodes_per_worker=3,
-            min_user_turns=2,
-            completion_code="QUALITY",
-            created_by=created_by,
-            description=(
-                "SIMULATED DATA for the worker quality demo: a degraded QC arm, an attention check in every "
-                "worker's first session, authenticity signals per message, and three careless workers (one who "
-                "pastes, one who fails the attention check, one who rates too fast: the quality page flags them). "
-                "Closed."
-            ),
-        )
-        study.add_default_metrics()
-        metrics = list(study.metrics.all())
-        arms = [
-            Arm.objects.create(study=study, name="No memory", memory_system="none", llm_backend="scripted"),
-            Arm.objects.create(study=study, name="Full history", memory_system="full_history", llm_backend="scripted"),
-            Arm.objects.create(study=study, name="QC bot", memory_system="qc"),
-        ]
-        check = AttentionCheck.objects.create(study=study, position=1)
-        topics = sorted(TOPICS)
-        for w in range(1, QUALITY_WORKERS + 1):
-            worker = f"quality-{w:02d}"
-            kind = CARELESS.get(worker, "")
-            start = study.simulated_start + dt.timedelta(days=w)
-            participant = Participant.objects.create(
-                study=study,
-                external_id=worker,
-                source=Participant.Source.PROLIFIC,
-                consented_at=start,
-                created_at=start,
-                last_seen_at=start + dt.timedelta(hours=1),
-                completed_at=start + dt.timedelta(hours=1),
+    study = demo_study(
+        slug=QUALITY_SLUG,
+        name=QUALITY_NAME,
+        status=Study.Status.CLOSED,
+        sessions_per_episode=QUALITY_SESSIONS,
+        episodes_per_worker=3,
+        min_user_turns=2,
+        completion_code="QUALITY",
+        created_by=created_by,
+        description=(
+            "SIMULATED DATA for the worker quality demo: a degraded QC arm, an attention check in every "
+            "worker's first session, authenticity signals per message, and three careless workers (one who "
+            "pastes, one who fails the attention check, one who rates too fast: the quality page flags them). "
+            "Closed."
+        ),
+    )
+    metrics = list(study.metrics.all())
+    arms = [
+        *demo_arms(study, MEMORY_VS_NONE, llm_backend="scripted").values(),
+        *demo_arms(study, [("QC bot", "qc")]).values(),
+    ]
+    check = AttentionCheck.objects.create(study=study, position=1)
+    topics = sorted(TOPICS)
+    for w in range(1, QUALITY_WORKERS + 1):
+        worker = f"quality-{w:02d}"
+        kind = CARELESS.get(worker, "")
+        start = study.simulated_start + dt.timedelta(days=w)
+        done = start + dt.timedelta(hours=1)
+        participant = _participant(study, worker, Participant.Source.PROLIFIC, start, done, last_seen_at=done)
+        order = rng.sample(arms, len(arms))
+        for e, arm in enumerate(order, start=1):
+            episode = Episode.objects.create(
+                participant=participant, arm=arm, index=e, status=Episode.Status.COMPLETED, created_at=start
             )
-            order = rng.sample(arms, len(arms))
-            for e, arm in enumerate(order, start=1):
-                episode = Episode.objects.create(
-                    participant=participant, arm=arm, index=e, status=Episode.Status.COMPLETED, created_at=start
-                )
-                for k in range(1, QUALITY_SESSIONS + 1):
-                    began = start + dt.timedelta(minutes=20 * (2 * (e - 1) + k - 1))
-                    minutes = 20 / 60 if (kind == "rushes" and e == 1 and k == 1) else rng.uniform(7, 9)
-                    session = ChatSession.objects.create(
-                        episode=episode,
-                        index=k,
-                        status=ChatSession.Status.DONE,
-                        simulated_start=study.session_start(k),
-                        started_at=began,
-                        ended_at=began + dt.timedelta(minutes=minutes),
-                        rated_at=began + dt.timedelta(minutes=minutes + 1),
-                        ended_by=ChatSession.EndedBy.WORKER,
+            for k in range(1, QUALITY_SESSIONS + 1):
+                began = start + dt.timedelta(minutes=20 * (2 * (e - 1) + k - 1))
+                minutes = 20 / 60 if (kind == "rushes" and e == 1 and k == 1) else rng.uniform(7, 9)
+                session = _done_session(episode, k, began, minutes, 1, ended_by=ChatSession.EndedBy.WORKER)
+                said = [TOPICS[rng.choice(topics)][k - 1][0], rng.choice(SMALL_TALK)]
+                for u, text in enumerate(said):
+                    user = Message.objects.create(
+                        session=session, seq=2 * u + 1, speaker="user", text=text, created_at=began
                     )
-                    said = [TOPICS[rng.choice(topics)][k - 1][0], rng.choice(SMALL_TALK)]
-                    for u, text in enumerate(said):
-                        user = Message.objects.create(
-                            session=session, seq=2 * u + 1, speaker="user", text=text, created_at=began
-                        )
-                        if arm.is_qc:
-                            reply = draw(0, k - 1, u + 1, text, candidates=8, degrade="words")
-                        else:
-                            reply = "That sounds interesting! Tell me more."
-                        Message.objects.create(
-                            session=session, seq=2 * u + 2, speaker="bot", text=reply, created_at=began
-                        )
-                        if kind == "pastes":
-                            sig = {"pasted": True, "paste_chars": len(text), "typed_chars": 0, "typing_ms": 900}
-                            sig["hidden_ms"] = 4000 if u == 0 else 0
-                        else:  # typed at 3-5 characters per second, with a few corrections
-                            typed = len(text) + rng.randint(0, 4)
-                            sig = {"typed_chars": typed, "typing_ms": int(1000 * typed / rng.uniform(3, 5))}
-                            assert typed >= SPEED_MIN_CHARS or len(text) < SPEED_MIN_CHARS
-                        MessageSignals.objects.create(message=user, **sig)
-                    for m in metrics:
-                        if kind == "inattentive":
-                            value = rng.randint(0, 100)
-                        else:
-                            effect = "none" if arm.memory_system == "none" else "memory_update"
-                            base = 20 if arm.is_qc else _rating(rng, effect, m.key, k)
-                            value = max(0, min(100, round(base + rng.gauss(0, 5))))
-                        Rating.objects.create(session=session, metric=m, value=value, created_at=began)
-                    if e == 1 and k == 1:
-                        value = rng.randint(10, 60) if kind == "inattentive" else rng.randint(78, 82)
-                        AttentionResponse.objects.create(
-                            session=session, item=check, value=value, passed=check.passes(value)
-                        )
-    return study, True
+                    if arm.is_qc:
+                        reply = draw(0, k - 1, u + 1, text, candidates=8, degrade="words")
+                    else:
+                        reply = "That sounds interesting! Tell me more."
+                    Message.objects.create(session=session, seq=2 * u + 2, speaker="bot", text=reply, created_at=began)
+                    if kind == "pastes":
+                        sig = {"pasted": True, "paste_chars": len(text), "typed_chars": 0, "typing_ms": 900}
+                        sig["hidden_ms"] = 4000 if u == 0 else 0
+                    else:  # typed at 3-5 characters per second, with a few corrections
+                        typed = len(text) + rng.randint(0, 4)
+                        sig = {"typed_chars": typed, "typing_ms": int(1000 * typed / rng.uniform(3, 5))}
+                        assert typed >= SPEED_MIN_CHARS or len(text) < SPEED_MIN_CHARS
+                    MessageSignals.objects.create(message=user, **sig)
+                for m in metrics:
+                    if kind == "inattentive":
+                        value = rng.randint(0, 100)
+                    else:
+                        effect = "none" if arm.memory_system == "none" else "memory_update"
+                        base = 20 if arm.is_qc else _rating(rng, effect, m.key, k)
+                        value = max(0, min(100, round(base + rng.gauss(0, 5))))
+                    Rating.objects.create(session=session, metric=m, value=value, created_at=began)
+                if e == 1 and k == 1:
+                    value = rng.randint(10, 60) if kind == "inattentive" else rng.randint(78, 82)
+                    AttentionResponse.objects.create(
+                        session=session, item=check, value=value, passed=check.passes(value)
+                    )
+    return study
 
 
 # ------------------------------------------------------------------------------------ judge demo
@@ -499,65 +533,41 @@ PERSONA_SCRIPT: dict[str, Any] = {
 }
 
 
-def seed_persona_study(created_by: Any = None) -> tuple[Study, bool]:
+@seeds_once(PERSONA_SLUG)
+def seed_persona_study(created_by: Any = None) -> Study:
     """The open persona-card demo: workers play a card from the shipped bank over two sessions with one update,
     one forget and one in-chat probe, and what each arm remembered is probed after every session."""
-    existing = Study.objects.filter(slug=PERSONA_SLUG).first()
-    if existing is not None:
-        return existing, False
-    with transaction.atomic():
-        study = Study.objects.create(
-            slug=PERSONA_SLUG,
-            name="Demo: persona cards and memory probes",
-            status=Study.Status.OPEN,
-            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
-            sessions_per_episode=2,
-            min_user_turns=3,
-            gap_days=7,
-            gap_max_days=None,
-            completion_code="CARDS123",
-            created_by=created_by,
-            persona_cards=True,
-            card_script=PERSONA_SCRIPT,
-            description="Workers chat as a fictional persona; the card changes between sessions (a move, a forget) "
-            "and what each arm remembered is probed after every session.",
-        )
-        study.add_default_metrics()
-        Arm.objects.create(study=study, name="No memory", memory_system="none")
-        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
-    return study, True
+    return open_demo(
+        slug=PERSONA_SLUG,
+        name="Demo: persona cards and memory probes",
+        min_user_turns=3,
+        completion_code="CARDS123",
+        created_by=created_by,
+        persona_cards=True,
+        card_script=PERSONA_SCRIPT,
+        description="Workers chat as a fictional persona; the card changes between sessions (a move, a forget) "
+        "and what each arm remembered is probed after every session.",
+    )
 
 
 SIDE_BY_SIDE_SLUG = "demo-side-by-side"
 
 
-def seed_side_by_side_study(created_by: Any = None) -> tuple[Study, bool]:
+@seeds_once(SIDE_BY_SIDE_SLUG)
+def seed_side_by_side_study(created_by: Any = None) -> Study:
     """The open live side-by-side demo (chat/sidebyside.py): every message goes to two arms at once, bots A and B,
     and the worker votes after each of two sessions; the votes feed the pairwise leaderboard."""
-    existing = Study.objects.filter(slug=SIDE_BY_SIDE_SLUG).first()
-    if existing is not None:
-        return existing, False
-    with transaction.atomic():
-        study = Study.objects.create(
-            slug=SIDE_BY_SIDE_SLUG,
-            name="Demo: live side by side",
-            status=Study.Status.OPEN,
-            pilot=True,  # the embedded SmolLM2 cannot do the arms' tasks
-            side_by_side=True,
-            sessions_per_episode=2,
-            episodes_per_worker=1,
-            min_user_turns=2,
-            gap_days=7,
-            gap_max_days=None,
-            completion_code="SIDE1234",
-            created_by=created_by,
-            description="Workers chat with two bots at once (A and B: no memory and the full history, sides drawn per "
-            "episode) and vote after each session; the votes appear on the pairwise leaderboard, marked live.",
-        )
-        study.add_default_metrics()
-        Arm.objects.create(study=study, name="No memory", memory_system="none")
-        Arm.objects.create(study=study, name="Full history", memory_system="full_history")
-    return study, True
+    return open_demo(
+        slug=SIDE_BY_SIDE_SLUG,
+        name="Demo: live side by side",
+        side_by_side=True,
+        episodes_per_worker=1,
+        min_user_turns=2,
+        completion_code="SIDE1234",
+        created_by=created_by,
+        description="Workers chat with two bots at once (A and B: no memory and the full history, sides drawn per "
+        "episode) and vote after each session; the votes appear on the pairwise leaderboard, marked live.",
+    )
 
 
 def seed_questions(study: Study) -> None:

@@ -21,6 +21,12 @@ participant_erasing = Signal()
 transcripts_deleting = Signal()
 participant_pseudonymising = Signal()
 
+#: ``retention_sweeping``: sent with ``study`` and ``before`` (a datetime: now less the study's retention period) by the
+#: retention sweep (chat.privacy.sweep_retention), after the study's participants. An app above chat that keeps the raw
+#: IDs of people of the study who are not its participants (pairwise's judges: their Prolific IDs) drops those of the
+#: ones last seen before ``before``, once each with an audit record, and answers ``{kind: how many}``.
+retention_sweeping = Signal()
+
 #: ``participant_footprint``: sent with ``participants`` (a queryset) to count what deleting them removes. Each app above
 #: chat answers ``{kind: rows}`` for its rows that go with them (at ``participant_erasing`` or by cascade from their
 #: sessions), so that the deletion's summary and its audit record name everything (chat.privacy.footprint).

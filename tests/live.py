@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,28 @@ def prepare_site(env: Mapping[str, str], setup: str = "") -> None:
         subprocess.run([sys.executable, "manage.py", "shell", "-c", setup], cwd=ROOT, env=env, check=True)
 
 
+def shell(env: Mapping[str, str], code: str) -> str:
+    """Run ``code`` (Python for ``manage.py shell -c``) in the database ``env`` names; the last line it printed
+    (empty when it printed nothing). Its error output is the assertion's message when it fails."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v", "0", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return (done.stdout.strip().splitlines() or [""])[-1]
+
+
+@dataclass(frozen=True)
+class LiveSite:
+    """A running site: its address and the environment that names its database."""
+
+    url: str
+    env: dict[str, str]
+
+    def shell(self, code: str) -> str:
+        """Run ``code`` in the site's database (manage.py shell); the last line it printed."""
+        return shell(self.env, code)
+
+
 def runserver_command(port: int) -> list[str]:
     """daphne's runserver: the ASGI app plus static files (WhiteNoise is only on in production)."""
     return [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
@@ -126,6 +149,28 @@ def serving(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def log_in(page: Any, username: str, password: str) -> None:
+    """Fill in and send the login form the page shows."""
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("form button.button")
+
+
+def consent(page: Any) -> None:
+    """Agree on the consent page the page shows and start."""
+    page.check('input[name="agree"]')
+    page.click("text=Start")
+
+
+def rate_every_slider(page: Any, key: str = "End") -> None:
+    """Move every slider of the rating page with the keyboard (``key`` once each) and save."""
+    sliders = page.locator('input[type="range"]')
+    for i in range(sliders.count()):
+        sliders.nth(i).focus()
+        page.keyboard.press(key)
+    page.click("#submit-ratings")
 
 
 def launch_chromium(playwright: Any) -> Any:

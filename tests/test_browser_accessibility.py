@@ -6,13 +6,11 @@ serious or critical violation; each step has its own page title."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import consent, launch_chromium, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -32,15 +30,6 @@ Question.objects.create(study=s, block="check", kind="choice", text="What do you
     choices=["Nothing", "Rate the chatbot"], correct=1)
 Question.objects.create(study=s, block="post", kind="text", text="Any comments?", required=False)
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("a11y-browser") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def serious(page: Any) -> list[str]:
@@ -71,8 +60,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
 
         page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y1&STUDY_ID=st&SESSION_ID=se")
         check("consent")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/questions/pre/")
         page.click("#submit-answers")  # a required question left out: the page says so
         page.wait_for_selector("#form-errors")
@@ -97,11 +85,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
             page.click("#end-session")
             page.wait_for_url("**/rate/")
             check("rating")
-            sliders = page.locator('input[type="range"]')
-            for i in range(sliders.count()):
-                sliders.nth(i).focus()
-                page.keyboard.press("End")
-            page.click("#submit-ratings")
+            rate_every_slider(page)
             page.wait_for_url(lambda url: "/wait/" in url or "/questions/post/" in url)
         check("questions after")
         page.click("#submit-answers")
@@ -114,8 +98,7 @@ def test_every_worker_page_passes_axe_core(server: str) -> None:
         check("declined")
         page = browser.new_context().new_page()  # a third fails the comprehension check (one try)
         page.goto(f"{server}/s/a11y/?PROLIFIC_PID=a11y3&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.get_by_label("No", exact=True).check()
         page.click("#submit-answers")
         page.wait_for_url("**/check/")

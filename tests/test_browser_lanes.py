@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chat.tests.fake_openai import ScriptedEndpoint, completion, serving
-from tests.live import free_port, launch_chromium, prepare_site, runserver_command, site_env
+from tests.live import consent, free_port, launch_chromium, log_in, prepare_site, runserver_command, site_env
 from tests.live import serving as serving_site
 
 pytestmark = [pytest.mark.browser]
@@ -73,9 +73,7 @@ def test_a_workers_reply_arrives_while_a_readiness_check_runs(site: str, browser
     researcher = browser.new_context().new_page()
     researcher.set_default_timeout(30_000)
     researcher.goto(f"{site}/studies/lanes/")
-    researcher.fill("input[name=username]", "rita")
-    researcher.fill("input[name=password]", "pw")
-    researcher.click("form button.button")
+    log_in(researcher, "rita", "pw")
     researcher.locator("#readiness").wait_for()
     researcher.locator("#readiness tr", has_text="Checked arm").locator("button", has_text="Check").click()
     researcher.get_by_text("Readiness checks started for Checked arm.").wait_for()
@@ -87,8 +85,7 @@ def test_a_workers_reply_arrives_while_a_readiness_check_runs(site: str, browser
     worker = browser.new_context().new_page()
     worker.set_default_timeout(30_000)
     worker.goto(f"{site}/s/lanes/?PROLIFIC_PID=lanes-worker&STUDY_ID=st&SESSION_ID=se")
-    worker.check('input[name="agree"]')
-    worker.click("text=Start")
+    consent(worker)
     worker.wait_for_url("**/chat/*/")
     worker.wait_for_selector("#conn.ok")
     for seq, text in ((1, "Hello while the check runs"), (3, "And once more")):

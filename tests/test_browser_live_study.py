@@ -16,8 +16,6 @@ Screenshots go to artifacts/ (gitignored) for a human to look at.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +23,17 @@ from typing import Any
 import pytest
 
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, serving, sse_chunk
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, site_env
+from tests.live import (
+    ROOT,
+    consent,
+    free_port,
+    launch_chromium,
+    log_in,
+    prepare_site,
+    runserver_command,
+    shell,
+    site_env,
+)
 from tests.live import serving as serving_site
 
 pytestmark = [pytest.mark.browser]
@@ -113,19 +121,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def _db(code: str) -> str:
     """Run ``code`` in the server's database (manage.py shell); the last line it printed."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=SERVER_ENV, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return (done.stdout.strip().splitlines() or [""])[-1]
+    return shell(SERVER_ENV, code)
 
 
 def _join(browser: Any, server: str, slug: str, pid: str) -> Any:
     page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/s/{slug}/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se")
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/chat/*/")
     page.wait_for_selector("#conn.ok", timeout=15_000)
     return page
@@ -145,9 +148,7 @@ def _researcher(browser: Any, server: str) -> Any:
     page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/studies/")
-    page.fill("input[name=username]", "rita")
-    page.fill("input[name=password]", "pw")
-    page.click("form button.button")
+    log_in(page, "rita", "pw")
     page.wait_for_url("**/studies/")
     return page
 

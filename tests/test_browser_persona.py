@@ -7,12 +7,11 @@ not an arm's recall; the scoring and the stages are chat/tests/test_persona_prob
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, consent, launch_chromium, log_in, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -27,15 +26,6 @@ study.arms.filter(memory_system="none").update(active=False)
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("persona") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
-
-
 def send(page: Any, text: str, seq: int) -> int:
     """Send a message and wait for the bot's reply; returns the next free seq."""
     page.fill("#text", text)
@@ -45,11 +35,7 @@ def send(page: Any, text: str, seq: int) -> int:
 
 
 def rate(page: Any) -> None:
-    sliders = page.locator('input[type="range"]')
-    for i in range(sliders.count()):
-        sliders.nth(i).focus()
-        page.keyboard.press("ArrowRight")
-    page.click("#submit-ratings")
+    rate_every_slider(page, "ArrowRight")
 
 
 def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows_the_probes(server: str) -> None:
@@ -61,8 +47,7 @@ def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{server}/s/demo-cards/?PROLIFIC_PID=card-worker&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)
         card = page.locator("#persona-card")
@@ -102,9 +87,7 @@ def test_a_worker_plays_a_persona_card_through_two_sessions_and_the_report_shows
         page.wait_for_url("**/done/")
 
         page.goto(f"{server}/studies/demo-cards/analysis/")
-        page.fill("input[name=username]", "rita")
-        page.fill("input[name=password]", "pw")
-        page.click("form button.button")
+        log_in(page, "rita", "pw")
         page.wait_for_url("**/analysis/")
         # session 2's probes are stored by the memory update's job: the page refreshes until they are there
         page.wait_for_function(

@@ -4,15 +4,11 @@ says nothing is recorded; the study page then counts no participant, and ending 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import LiveSite, consent, launch_chromium, log_in, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -26,23 +22,6 @@ s.add_default_metrics()
 Arm.objects.create(study=s, name="Echo A", memory_system="none", llm_backend="scripted")
 Arm.objects.create(study=s, name="Echo B", memory_system="full_history", llm_backend="scripted")
 """
-ENV: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    ENV.update(site_env(tmp_path_factory.mktemp("preview-browser") / "db.sqlite3", LLM_BACKEND="scripted"))
-    prepare_site(ENV, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), ENV, port):
-        yield f"http://127.0.0.1:{port}"
-
-
-def _db(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True
-    )
-    return out.stdout.decode().strip().splitlines()[-1]
 
 
 def _session(page: Any) -> None:
@@ -55,15 +34,13 @@ def _session(page: Any) -> None:
     page.wait_for_selector('#msg-2[data-status="complete"], #msg-3[data-status="complete"]', timeout=30_000)
     page.click("#end-session")
     page.wait_for_url("**/rate/")
-    sliders = page.locator('input[type="range"]')
-    for i in range(sliders.count()):
-        sliders.nth(i).focus()
-        page.keyboard.press("End")
-    page.click("#submit-ratings")
+    rate_every_slider(page)
 
 
-def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded(server: str) -> None:
+def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded(live_site: LiveSite) -> None:
     from playwright.sync_api import sync_playwright
+
+    server = live_site.url
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -72,13 +49,10 @@ def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{server}/studies/draft/")
-        page.fill("input[name=username]", "olga")
-        page.fill("input[name=password]", "olga-pw-2026")
-        page.click("form button.button")
+        log_in(page, "olga", "olga-pw-2026")
         page.click("#start-preview")
         assert "nothing is recorded" in page.locator("#preview-banner").inner_text()
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         seen = 0
         for _ in range(4):  # two arms x two sessions, a wait page before each later session and new arm
             if "/wait/" in page.url:
@@ -89,7 +63,7 @@ def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded
             page.wait_for_url(lambda url: "/wait/" in url or "/done/" in url)
         assert seen == 4 and "/done/" in page.url
         assert "PREV2026" in page.content() and page.locator("#preview-banner").is_visible()
-        arms = _db(
+        arms = live_site.shell(
             "from chat.models import Episode; "
             "print(sorted(Episode.objects.filter(participant__source='preview').values_list('arm__name', flat=True)))"
         )
@@ -101,6 +75,6 @@ def test_a_researcher_previews_a_draft_study_as_a_worker_and_nothing_is_recorded
         page.locator("#preview-banner button").click()
         page.wait_for_url("**/studies/draft/")
         assert "Preview ended" in page.content()
-        assert _db("from studies.models import Participant; print(Participant.objects.count())") == "0"
+        assert live_site.shell("from studies.models import Participant; print(Participant.objects.count())") == "0"
         assert not errors, errors
         browser.close()

@@ -5,15 +5,11 @@ the page that ends the study for them, with Prolific's return instruction. The d
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import LiveSite, consent, launch_chromium, rate_every_slider
 
 pytestmark = [pytest.mark.browser]
 
@@ -32,31 +28,13 @@ Question.objects.create(study=s, block="check", kind="choice", text="How many ch
     choices=["None", "One"], correct=1)
 Question.objects.create(study=s, block="post", kind="text", text="How did the chatbot do?", order=0)
 """
-ENV: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    ENV.update(site_env(tmp_path_factory.mktemp("questions-browser") / "db.sqlite3", LLM_BACKEND="scripted"))
-    prepare_site(ENV, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), ENV, port):
-        yield f"http://127.0.0.1:{port}"
-
-
-def _db(code: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=ENV, check=True, capture_output=True
-    )
-    return out.stdout.decode().strip().splitlines()[-1]
 
 
 def _worker(browser: Any, server: str, pid: str) -> Any:
     page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
     page.set_default_timeout(20_000)
     page.goto(f"{server}/s/quest/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se-{pid}")
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/questions/pre/")
     return page
 
@@ -65,8 +43,10 @@ def _pick(page: Any, label: str) -> None:
     page.get_by_label(label, exact=True).check()
 
 
-def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(server: str) -> None:
+def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(live_site: LiveSite) -> None:
     from playwright.sync_api import sync_playwright
+
+    server = live_site.url
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -96,11 +76,7 @@ def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(s
         page.wait_for_selector('.msg[data-status="complete"]:last-child', timeout=30_000)
         page.click("#end-session")
         page.wait_for_url("**/rate/")
-        sliders = page.locator('input[type="range"]')
-        for i in range(sliders.count()):
-            sliders.nth(i).focus()
-            page.keyboard.press("End")
-        page.click("#submit-ratings")
+        rate_every_slider(page)
         page.wait_for_url("**/questions/post/")
         assert page.title() == "A few last questions · Chatbot study"
         page.fill("textarea", "It remembered my cat.")
@@ -108,7 +84,7 @@ def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(s
         page.wait_for_url("**/done/")
         assert page.locator("#completion-code").inner_text() == "QUEST2026"
         browser.close()
-    stored = _db(
+    stored = live_site.shell(
         "from studies.questions import answers_of; from studies.models import Participant; "
         "p = Participant.objects.get(external_id='prolific:questy1'); "
         "print([(a.question.block, a.text) for a in answers_of(p)], "
@@ -120,8 +96,10 @@ def test_a_worker_answers_before_fails_then_passes_the_check_and_answers_after(s
     )
 
 
-def test_a_worker_who_fails_every_try_is_stopped_with_the_prolific_return_instruction(server: str) -> None:
+def test_a_worker_who_fails_every_try_is_stopped_with_the_prolific_return_instruction(live_site: LiveSite) -> None:
     from playwright.sync_api import sync_playwright
+
+    server = live_site.url
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -144,7 +122,7 @@ def test_a_worker_who_fails_every_try_is_stopped_with_the_prolific_return_instru
         page.goto(f"{server}/s/quest/check/")
         assert page.url.endswith("/s/quest/stopped/")
         browser.close()
-    stored = _db(
+    stored = live_site.shell(
         "from studies.models import Participant; p = Participant.objects.get(external_id='prolific:questy2'); "
         "print(list(p.comprehension_attempts.values_list('passed', flat=True)), p.episodes.count(), p.started_at)"
     )

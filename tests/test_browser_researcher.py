@@ -16,6 +16,7 @@ from runtime.models import Job
 from studies import memorycompat
 from studies.models import Arm, Study
 from studies.tests.conftest import arm_job, make_finished_episode, make_ready
+from tests.live import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -30,9 +31,7 @@ def browser(chromium: Any) -> Any:
 
 def _login(page: Any, url: str) -> None:
     page.goto(f"{url}/studies/")
-    page.fill("input[name=username]", "rita")
-    page.fill("input[name=password]", "pw")
-    page.click("form button.button")
+    log_in(page, "rita", "pw")
     page.locator("h1", has_text="Studies").wait_for()
 
 

@@ -15,7 +15,16 @@ from typing import Any
 import pytest
 
 from chat.tests.fake_openai import DONE, ScriptedEndpoint, serving, sse_chunk
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, site_env, wait_for_port
+from tests.live import (
+    ROOT,
+    consent,
+    free_port,
+    launch_chromium,
+    prepare_site,
+    runserver_command,
+    site_env,
+    wait_for_port,
+)
 
 pytestmark = [pytest.mark.browser]
 
@@ -132,8 +141,7 @@ def test_end_session_waits_for_the_streaming_reply_and_a_restart_mid_reply_needs
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{site.url}/s/integrity/?PROLIFIC_PID=integrity-worker&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
 
         # 1. The reply streams slowly: "End session" is disabled, and a forced submit is refused.

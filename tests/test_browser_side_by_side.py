@@ -6,12 +6,11 @@ is whose and a slow side are chat/tests/test_side_by_side.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, consent, launch_chromium, log_in
 
 pytestmark = [pytest.mark.browser]
 
@@ -37,15 +36,6 @@ for i, winner in enumerate(["a", "b", "a"]):  # three earlier workers' votes: a 
     SideBySideVote.objects.create(session=a.sessions.get(), winner=winner, reason="An earlier worker's vote.")
 """
 ARM_NAMES = ("No memory", "Full history", "full_history", "memory_system")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("sbs") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def send(page: Any, text: str, seq: int) -> int:
@@ -75,8 +65,7 @@ def test_a_worker_chats_with_two_bots_votes_each_session_and_the_leaderboard_cou
         frames: list[str] = []
         page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(str(payload))))
         page.goto(f"{server}/s/demo-side-by-side/?PROLIFIC_PID=pair-worker&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)
         assert page.locator(".pair-side").count() == 2
@@ -115,9 +104,7 @@ def test_a_worker_chats_with_two_bots_votes_each_session_and_the_leaderboard_cou
         assert '"side": "a"' in text and '"side": "b"' in text
 
         page.goto(f"{server}/studies/demo-side-by-side/analysis/pairwise/")
-        page.fill("input[name=username]", "rita")
-        page.fill("input[name=password]", "pw")
-        page.click("form button.button")
+        log_in(page, "rita", "pw")
         page.wait_for_url("**/analysis/pairwise/")
         sources = page.locator("#pairwise-sources").inner_text()
         assert "0 ACUTE-Eval, 5 live side by side" in " ".join(sources.split())  # 3 earlier and this worker's 2

@@ -4,12 +4,9 @@ that study and not another researcher's; the owner's study page then lists them 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
-from tests.live import free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import launch_chromium, log_in
 
 pytestmark = [pytest.mark.browser]
 
@@ -23,15 +20,6 @@ Study.objects.create(name="Oscar's private study", slug="oscars", created_by=osc
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("team-browser") / "db.sqlite3", LLM_BACKEND="scripted")
-    prepare_site(env, SETUP)
-    port = int(os.environ.get("MEMEVAL_BROWSER_PORT", "0")) or free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
-
-
 def test_an_invited_co_researcher_sees_the_study_and_not_other_studies(server: str) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -40,9 +28,7 @@ def test_an_invited_co_researcher_sees_the_study_and_not_other_studies(server: s
         owner = browser.new_context().new_page()
         owner.set_default_timeout(20_000)
         owner.goto(f"{server}/studies/olgas/")
-        owner.fill("input[name=username]", "olga")
-        owner.fill("input[name=password]", "olga-pw-2026")
-        owner.click("form button.button")
+        log_in(owner, "olga", "olga-pw-2026")
         owner.wait_for_selector("#team-invite")
         owner.select_option("#team-invite select[name=role]", "editor")
         owner.fill("#team-invite input[name=note]", "Kim from the lab")

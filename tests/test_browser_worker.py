@@ -6,12 +6,11 @@ Screenshots (desktop and phone width) go to artifacts/ (gitignored) for a human 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, consent, launch_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.llm]
 
@@ -23,15 +22,7 @@ s = Study.objects.create(name="Browser study", slug="browser", status="open", se
 s.add_default_metrics()
 Arm.objects.create(study=s, name="Full history", memory_system="full_history", llm_backend="local")
 """
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    env = site_env(tmp_path_factory.mktemp("browser") / "db.sqlite3", LLM_BACKEND="local", LLM_MAX_TOKENS="40")
-    prepare_site(env, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), env, port):
-        yield f"http://127.0.0.1:{port}"
+SITE_SETTINGS = {"LLM_BACKEND": "local", "LLM_MAX_TOKENS": "40"}  # the real local model (tests/conftest.py: live_site)
 
 
 def shoot(page: Any, name: str) -> None:
@@ -82,8 +73,7 @@ def test_a_worker_completes_a_two_session_episode_in_the_browser(server: str) ->
         page.goto(f"{server}/s/browser/?PROLIFIC_PID=browser-worker&STUDY_ID=st&SESSION_ID=se")
         assert "Consent" in page.content()
         shoot(page, "1-consent")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
 
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)

@@ -9,14 +9,11 @@ Screenshots go to artifacts/ (gitignored) for a human to look at.
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.live import ROOT, free_port, launch_chromium, prepare_site, runserver_command, serving, site_env
+from tests.live import ROOT, LiveSite, consent, launch_chromium, log_in
 
 pytestmark = [pytest.mark.browser]
 
@@ -37,17 +34,7 @@ n.add_default_metrics()
 Arm.objects.create(study=n, name="Echo bot", memory_system="none", llm_backend="scripted")
 """
 MESSAGES = ["Hi there, I spent the weekend hiking.", "The weather was lovely and sunny."]
-SERVER_ENV: dict[str, str] = {}  # the server's environment, for checks in the database after the browser is done
 PASTED = "As an AI language model, I enjoy discussing many topics with you today."
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    SERVER_ENV.update(site_env(tmp_path_factory.mktemp("quality-browser") / "db.sqlite3", LLM_BACKEND="scripted"))
-    prepare_site(SERVER_ENV, SETUP)
-    port = free_port()
-    with serving(runserver_command(port), SERVER_ENV, port):
-        yield f"http://127.0.0.1:{port}"
 
 
 def _set_slider(page: Any, slider: Any, value: int) -> None:
@@ -105,8 +92,7 @@ def _worker(browser: Any, server: str, pid: str, careless: bool) -> None:
     rng = random.Random(7)
     page.goto(f"{server}/s/quality/?PROLIFIC_PID={pid}&STUDY_ID=st&SESSION_ID=se")
     assert page.locator("#estimated-time").inner_text().endswith("minutes")  # the welcome page's estimate
-    page.check('input[name="agree"]')
-    page.click("text=Start")
+    consent(page)
     page.wait_for_url("**/chat/*/")
     _episode(page, careless, rng)
     page.wait_for_url("**/wait/")
@@ -130,9 +116,7 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
         page.set_default_timeout(20_000)
         page.goto(f"{server}/studies/quality/quality/")
-        page.fill("input[name=username]", "rita")
-        page.fill("input[name=password]", "pw")
-        page.click("form button.button")
+        log_in(page, "rita", "pw")
         page.wait_for_selector("#quality-table")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "researcher-worker-quality.png"), full_page=True)
@@ -165,8 +149,10 @@ def test_a_careless_worker_is_flagged_and_excluded_while_an_attentive_one_is_kep
         browser.close()
 
 
-def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(server: str) -> None:
+def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(live_site: LiveSite) -> None:
     from playwright.sync_api import sync_playwright
+
+    server = live_site.url
 
     with sync_playwright() as p:
         browser = launch_chromium(p)
@@ -175,8 +161,7 @@ def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(server: str)
         page = context.new_page()
         page.set_default_timeout(20_000)
         page.goto(f"{server}/s/nopaste/?PROLIFIC_PID=paster&STUDY_ID=st&SESSION_ID=se")
-        page.check('input[name="agree"]')
-        page.click("text=Start")
+        consent(page)
         page.wait_for_url("**/chat/*/")
         page.wait_for_selector("#conn.ok", timeout=15_000)
         assert ":" in page.locator("#time-left").inner_text()  # the session's time limit counts down
@@ -189,10 +174,8 @@ def test_block_paste_refuses_a_paste_tells_the_worker_and_counts_it(server: str)
         page.keyboard.press("Enter")
         page.wait_for_selector('#msg-2[data-status="complete"]', timeout=30_000)
         browser.close()
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-v", "0", "-c",
-         "from chat.models import MessageSignals as M; s = M.objects.get(message__text='typed myself'); "
-         "print(s.paste_blocked, s.pasted, s.typed_chars)"],
-        cwd=ROOT, env=SERVER_ENV, check=True, capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+    out = live_site.shell(
+        "from chat.models import MessageSignals as M; s = M.objects.get(message__text='typed myself'); "
+        "print(s.paste_blocked, s.pasted, s.typed_chars)"
+    ).split()
     assert out == ["1", "False", "12"]

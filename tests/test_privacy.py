@@ -394,6 +394,57 @@ def test_retention_sweep_drops_raw_ids_and_optionally_transcripts_of_workers_pas
     assert "Pseudonymised 0 worker(s)" in out.getvalue()
 
 
+def test_retention_sweep_drops_the_prolific_ids_of_pairwise_judges_past_the_period(
+    study: Study, annotator: User, each_database: str
+) -> None:
+    """The ACUTE-Eval judges from a comparison's Prolific link are crowdworkers too: past the study's retention period
+    after their last visit (arrival, pair shown or answered, finish) their Prolific IDs go like the workers'; their
+    judgements and votes stay, under the exports' name for them. On SQLite and on PostgreSQL."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    worker = enter(Client(), study, "PIDWORKERJ0001")  # seen just now: not due
+    arm_a, arm_b = Arm.objects.filter(study=study).order_by("id")[:2]
+    left, right = (
+        Episode.objects.get_or_create(participant=worker, arm=arm, defaults={"index": i})[0]
+        for i, arm in ((1, arm_a), (2, arm_b))
+    )
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    long_ago, lately = timezone.now() - timezone.timedelta(days=31), timezone.now() - timezone.timedelta(days=29)
+
+    def judge(pid: str, answered: Any, **fields: Any) -> Judge:
+        made = Judge.objects.create(comparison=comparison, external_id=pid, created_at=long_ago, **fields)
+        pair = Judgement.objects.create(judge=made, position=1, left=left, right=right, left_arm=arm_a,
+                                        right_arm=arm_b, status="done", shown_at=long_ago, submitted_at=answered)  # fmt: skip
+        Vote.objects.create(judgement=pair, question="engaging", side="left", reason="the left one asked more")
+        return made
+
+    gone = judge("PIDJUDGEGONE1", long_ago, source="prolific", prolific_study_id="STJUDGEGONE",
+                 prolific_session_id="SEJUDGEGONE", completed_at=long_ago)  # fmt: skip
+    judge("PIDJUDGEBACK1", lately, source="prolific")  # answered a pair 29 days ago: not due
+    judge("", long_ago, source="annotator", user=annotator)  # a logged-in annotator: no Prolific ID
+    for needle in ("PIDJUDGEGONE1", "STJUDGEGONE", "SEJUDGEGONE", "PIDJUDGEBACK1"):
+        assert rows_containing(needle), needle  # the search finds them before
+
+    result = sweep_retention()
+    assert result.pseudonymised == 0  # the worker is not due
+    for needle in ("PIDJUDGEGONE1", "STJUDGEGONE", "SEJUDGEGONE"):
+        assert rows_containing(needle) == [], needle
+    assert rows_containing("PIDJUDGEBACK1") and rows_containing("PIDWORKERJ0001")
+    assert result.others == {"pairwise judges": 1}
+    gone.refresh_from_db()
+    assert gone.pseudonymised_at is not None and Vote.objects.filter(judgement__judge=gone).count() == 1
+    event = PrivacyEvent.objects.get()
+    assert (event.pseudonym, event.via, event.action) == (gone.pseudonym, "retention sweep", "pseudonymised")
+    assert sweep_retention().others == {}  # once per judge
+    out = io.StringIO()
+    call_command("sweep_retention", stdout=out)
+    assert "Pseudonymised 0 worker(s)" in out.getvalue() and "judge" not in out.getvalue()
+    # the same Prolific ID opening the comparison's link again is a new judge
+    from pairwise.services import join_crowd
+
+    assert join_crowd(comparison, "PIDJUDGEGONE1").pk != gone.pk
+
+
 def test_retention_is_set_on_the_edit_page_and_shown_on_the_quality_page(client: Client, study: Study) -> None:
     from studies.forms import StudyForm
 

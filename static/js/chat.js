@@ -1,15 +1,11 @@
-// memeval worker pages: the live chat's reliability layer on top of the htmx ws extension, and the
-// rating sliders. The server is the truth: messages carry a seq; on every (re)connect we ask for
-// everything after the last final message we hold, and resend what was never acknowledged.
+// memeval worker pages: the live chat on top of the htmx ws extension, and the rating sliders. The
+// connection's reliability layer (resume, resend, reconnect, ping) is live.js's, shared with the
+// side-by-side page (pair.js); the chat page loads live.js before this script.
 (function () {
   "use strict";
 
-  function uuid() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    return "c" + Date.now().toString(36) + Math.random().toString(36).slice(2);
-  }
-
   function initChat(chat) {
+    const live = window.memevalLive;
     const box = document.getElementById("messages");
     const form = document.getElementById("compose");
     const text = document.getElementById("text");
@@ -18,7 +14,6 @@
     const errorBox = () => document.getElementById("chat-error");
     const maxChars = parseInt(chat.dataset.maxChars || "2000", 10);
     const outbox = new Map(); // client_id -> {text, signals}, until the server echoes it back (the ack)
-    let socket = null;
     const blockPaste = chat.dataset.blockPaste === "1";
 
     // Authenticity signals (chat/authenticity.py, docs/worker-quality.md): how this message was composed.
@@ -57,18 +52,7 @@
       return out;
     }
 
-    // The session's time limit: at the deadline the end form is submitted (the server checks the clock too).
-    const deadline = chat.dataset.deadline ? Date.now() + 1000 * parseInt(chat.dataset.secondsLeft || "0", 10) : null;
-    const clock = document.getElementById("time-left");
-    if (deadline !== null) {
-      const tick = () => {
-        const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
-        if (clock) clock.textContent = `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}`;
-        if (left <= 0) { const f = document.getElementById("end-form"); if (f) f.submit(); return; }
-        setTimeout(tick, 1000);
-      };
-      tick();
-    }
+    live.clock(chat);
 
     function lastSeq() {
       let last = 0;
@@ -89,7 +73,7 @@
       });
       box.querySelectorAll(".msg[data-client-id]").forEach((el) => outbox.delete(el.dataset.clientId));
       chat.classList.toggle("has-messages", box.querySelector(".msg") !== null);
-      send.disabled = pending() || outbox.size > 0 || !socket;
+      send.disabled = pending() || outbox.size > 0 || !link.socket;
       // The server refuses to end a session while a reply is written; say so by disabling the button.
       const end = document.getElementById("end-session");
       if (end) {
@@ -101,43 +85,21 @@
     }
     function showError(msg) { const e = errorBox(); if (e) e.textContent = msg; }
 
+    const link = live.connection({ chat: chat, conn: conn, send: send, outbox: outbox, pending: pending, lastSeq: lastSeq, refresh: refresh });
     document.body.addEventListener("htmx:wsOpen", (evt) => {
-      socket = evt.detail.socketWrapper;
-      conn.textContent = "Connected"; conn.className = "conn ok";
       // The session starts with the message box focused (a keyboard or screen-reader user types at once).
       if (!document.activeElement || document.activeElement === document.body) text.focus();
-      // A placeholder we hold may be stale: drop it and let the server replay its current state.
-      box.querySelectorAll('.msg[data-status="pending"]').forEach((el) => el.remove());
-      socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
-      outbox.forEach((m, id) => socket.send(JSON.stringify({ type: "message", client_id: id, text: m.text, signals: m.signals })));
-      refresh();
+      link.opened(evt.detail.socketWrapper);
     });
     document.body.addEventListener("htmx:wsClose", (evt) => {
-      socket = null;
-      conn.textContent = "Reconnecting…"; conn.className = "conn warn";
-      send.disabled = true;
-      // The ws extension reconnects only after 1006/1011/1012/1013; a server that shuts down cleanly
-      // (a restart) closes with 1000/1001, and the page would wait for a manual reload. Reconnect on
-      // every close except the server's refusal (4403: this browser does not own the session).
+      // The ws extension reconnects by itself only after 1006/1011/1012/1013; a server that shuts down
+      // cleanly (a restart) closes with 1000/1001, and the page would wait for a manual reload.
       const code = evt.detail && evt.detail.event ? evt.detail.event.code : 0;
       const wrapper = evt.detail && evt.detail.socketWrapper;
-      if (wrapper && code !== 4403 && [1006, 1011, 1012, 1013].indexOf(code) < 0) {
-        setTimeout(() => { if (!socket) wrapper.reconnect(); }, 1000 + Math.random() * 2000);
-      }
+      const ours = wrapper && [1006, 1011, 1012, 1013].indexOf(code) < 0;
+      link.closed(code, ours ? () => { if (!link.socket) wrapper.reconnect(); } : null);
     });
-    // While a reply is pending and nothing arrives, ask again now and then: the server re-enqueues a
-    // reply whose job died and fails one past its deadline (the Retry button). Pings keep this
-    // socket in its session's group (memberships of dead sockets expire).
-    let lastFrame = Date.now();
-    document.body.addEventListener("htmx:wsAfterMessage", () => { lastFrame = Date.now(); });
-    setInterval(() => {
-      if (!socket) return;
-      if (pending() && Date.now() - lastFrame > 10000) {
-        lastFrame = Date.now();
-        socket.send(JSON.stringify({ type: "resume", last_seq: lastSeq() }));
-      }
-    }, 2000);
-    setInterval(() => { if (socket) socket.send(JSON.stringify({ type: "ping" })); }, 60000);
+    document.body.addEventListener("htmx:wsAfterMessage", link.frame);
     document.body.addEventListener("htmx:wsConfigSend", (evt) => {
       const value = (text.value || "").trim();
       if (!value) { evt.preventDefault(); showError("Your message is empty."); return; }
@@ -145,7 +107,7 @@
         evt.preventDefault(); showError(`Your message is too long (${value.length} characters; the limit is ${maxChars}).`); return;
       }
       if (pending()) { evt.preventDefault(); showError("Please wait for the reply before sending another message."); return; }
-      const id = uuid();
+      const id = live.uuid();
       const signals = takeSignals();
       outbox.set(id, { text: value, signals: signals });
       evt.detail.messageBody = JSON.stringify({ type: "message", client_id: id, text: value, signals: signals });
@@ -166,13 +128,11 @@
     document.body.addEventListener("htmx:wsAfterMessage", refresh);
     box.addEventListener("click", (evt) => {
       const btn = evt.target.closest("button[data-retry]");
-      if (!btn || !socket) return;
+      if (!btn || !link.socket) return;
       btn.disabled = true;
-      socket.send(JSON.stringify({ type: "retry", seq: parseInt(btn.dataset.retry, 10) }));
+      link.socket.send(JSON.stringify({ type: "retry", seq: parseInt(btn.dataset.retry, 10) }));
     });
-    text.addEventListener("keydown", (evt) => {
-      if (evt.key === "Enter" && !evt.shiftKey && !evt.isComposing) { evt.preventDefault(); if (!send.disabled) form.requestSubmit(send); }
-    });
+    live.enterSends(text, form, send);
     text.addEventListener("input", () => { text.style.height = "auto"; text.style.height = Math.min(text.scrollHeight, 160) + "px"; });
     refresh();
     send.disabled = true;

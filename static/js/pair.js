@@ -2,16 +2,13 @@
 // The socket sends the chat page's fragments (chat/session.html's partials, out-of-band markup) in JSON frames
 // naming the side ("a", "b"; "" for the error line); each is applied inside its side's column. As on the chat
 // page the server is the truth: on every (re)connect we ask for each side's messages after the last final one we
-// hold, and resend what was never acknowledged.
+// hold, and resend what was never acknowledged (live.js: the connection's layer, shared with the chat page;
+// loaded before this script).
 (function () {
   "use strict";
 
-  function uuid() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    return "c" + Date.now().toString(36) + Math.random().toString(36).slice(2);
-  }
-
   function init(chat) {
+    const live = window.memevalLive;
     const form = document.getElementById("compose");
     const text = document.getElementById("text");
     const send = document.getElementById("send");
@@ -23,8 +20,6 @@
     const sides = {};
     chat.querySelectorAll(".pair-side").forEach((el) => { sides[el.dataset.side] = el; });
     const outbox = new Map(); // client_id -> {text, signals}, until side A echoes it (both sides are stored at once)
-    let socket = null;
-    let lastFrame = Date.now();
 
     // How the message was composed (chat/authenticity.py): counts and times only.
     let sig = null;
@@ -107,54 +102,26 @@
       const minMet = Object.values(sides).every((s) => s.querySelector(".turns").dataset.minMet === "1");
       end.disabled = !minMet || pending();
       if (end.disabled) end.setAttribute("aria-disabled", "true"); else end.removeAttribute("aria-disabled");
-      send.disabled = pending() || outbox.size > 0 || !socket;
+      send.disabled = pending() || outbox.size > 0 || !link.socket;
       Object.keys(sides).forEach((s) => { const b = box(s); b.scrollTop = b.scrollHeight; });
     }
 
+    const link = live.connection({ chat: chat, conn: conn, send: send, outbox: outbox, pending: pending,
+      lastSeq: () => ({ a: lastSeq("a"), b: lastSeq("b") }), refresh: refresh });
     function connect() {
       const scheme = location.protocol === "https:" ? "wss://" : "ws://";
       const ws = new WebSocket(scheme + location.host + chat.dataset.socket);
-      ws.addEventListener("open", () => {
-        socket = ws;
-        conn.textContent = "Connected"; conn.className = "conn ok";
-        chat.querySelectorAll('.msg[data-status="pending"]').forEach((el) => el.remove());
-        ws.send(JSON.stringify({ type: "resume", last_seq: { a: lastSeq("a"), b: lastSeq("b") } }));
-        outbox.forEach((m, id) => ws.send(JSON.stringify({ type: "message", client_id: id, text: m.text, signals: m.signals })));
-        refresh();
-      });
+      ws.addEventListener("open", () => link.opened(ws));
       ws.addEventListener("message", (evt) => {
-        lastFrame = Date.now();
+        link.frame();
         let data = null;
         try { data = JSON.parse(evt.data); } catch (e) { return; }
         apply(data.side || "", data.html || "");
       });
-      ws.addEventListener("close", (evt) => {
-        socket = null;
-        conn.textContent = "Reconnecting…"; conn.className = "conn warn";
-        send.disabled = true;
-        if (evt.code !== 4403) setTimeout(connect, 1000 + Math.random() * 2000);
-      });
+      ws.addEventListener("close", (evt) => link.closed(evt.code, connect));
     }
 
-    setInterval(() => {
-      if (socket && pending() && Date.now() - lastFrame > 10000) {
-        lastFrame = Date.now();
-        socket.send(JSON.stringify({ type: "resume", last_seq: { a: lastSeq("a"), b: lastSeq("b") } }));
-      }
-    }, 2000);
-    setInterval(() => { if (socket) socket.send(JSON.stringify({ type: "ping" })); }, 60000);
-
-    const deadline = chat.dataset.deadline ? Date.now() + 1000 * parseInt(chat.dataset.secondsLeft || "0", 10) : null;
-    const clock = document.getElementById("time-left");
-    if (deadline !== null) {
-      const tick = () => {
-        const left = Math.max(0, Math.round((deadline - Date.now()) / 1000));
-        if (clock) clock.textContent = `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}`;
-        if (left <= 0) { document.getElementById("end-form").submit(); return; }
-        setTimeout(tick, 1000);
-      };
-      tick();
-    }
+    live.clock(chat);
 
     form.addEventListener("submit", (evt) => {
       evt.preventDefault();
@@ -162,24 +129,22 @@
       if (!value) { showError("Your message is empty."); return; }
       if (value.length > maxChars) { showError(`Your message is too long (${value.length} characters; the limit is ${maxChars}).`); return; }
       if (pending()) { showError("Please wait for both replies before sending another message."); return; }
-      if (!socket) return;
-      const id = uuid();
+      if (!link.socket) return;
+      const id = live.uuid();
       const signals = takeSignals();
       outbox.set(id, { text: value, signals: signals });
-      socket.send(JSON.stringify({ type: "message", client_id: id, text: value, signals: signals }));
+      link.socket.send(JSON.stringify({ type: "message", client_id: id, text: value, signals: signals }));
       text.value = "";
       showError("");
       refresh();
     });
     chat.addEventListener("click", (evt) => {
       const btn = evt.target.closest("button[data-retry]");
-      if (!btn || !socket) return;
+      if (!btn || !link.socket) return;
       btn.disabled = true;
-      socket.send(JSON.stringify({ type: "retry", side: btn.closest(".pair-side").dataset.side, seq: parseInt(btn.dataset.retry, 10) }));
+      link.socket.send(JSON.stringify({ type: "retry", side: btn.closest(".pair-side").dataset.side, seq: parseInt(btn.dataset.retry, 10) }));
     });
-    text.addEventListener("keydown", (evt) => {
-      if (evt.key === "Enter" && !evt.shiftKey && !evt.isComposing) { evt.preventDefault(); if (!send.disabled) form.requestSubmit(send); }
-    });
+    live.enterSends(text, form, send);
     connect();
     refresh();
   }

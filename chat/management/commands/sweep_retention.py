@@ -14,6 +14,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = sweep_retention()
+        others = "".join(f"; pseudonymised {n} {kind}" for kind, n in sorted(result.others.items()))
         self.stdout.write(
-            f"Pseudonymised {result.pseudonymised} worker(s); deleted the transcripts of {result.transcripts_deleted}."
+            f"Pseudonymised {result.pseudonymised} worker(s); deleted the transcripts of {result.transcripts_deleted}"
+            f"{others}."
         )

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from studies import demo
-from studies.models import Arm, Study
+from studies.models import Study
 from studies.roles import ANNOTATOR_GROUP
 
 DEMO_PASSWORD = "memeval-demo"
@@ -47,8 +47,7 @@ class Command(BaseCommand):
         )
         if created:
             study.add_default_metrics()
-            Arm.objects.create(study=study, name="No memory", memory_system="none")
-            Arm.objects.create(study=study, name="Full history", memory_system="full_history")
+            demo.demo_arms(study, demo.MEMORY_VS_NONE)
             demo.seed_questions(study)
         call_command("seed_annotation_demo", stdout=self.stdout)
         simulated, created = demo.seed_simulated_study(created_by=researcher)
