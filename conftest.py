@@ -104,17 +104,21 @@ def seeded_demo(django_db_setup: Any, django_db_blocker: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def _empty_cache() -> Any:
-    """The limits count in Django's cache, or without Redis in infra/ratelimit.py's own counters: no count may
-    carry over to the next test."""
+    """The limits count in Django's cache, or without Redis in infra/ratelimit.py's own counters, and the stored
+    characters are kept per session id (chat.limits.stored_elsewhere; a rolled-back test's ids come again): no
+    count may carry over to the next test."""
     from django.core.cache import cache
 
+    from chat import limits
     from infra import ratelimit
 
     cache.clear()
     ratelimit.LOCAL.clear()
+    limits.forget_stored_elsewhere()
     yield
     cache.clear()
     ratelimit.LOCAL.clear()
+    limits.forget_stored_elsewhere()
 
 
 @pytest.fixture(autouse=True)

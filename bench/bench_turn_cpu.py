@@ -39,7 +39,9 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="memeval-bench-")
     os.environ.update({"DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3", "LLM_BACKEND": "scripted",
                        "EMBEDDER": "hashing", "DJANGO_SETTINGS_MODULE": "evalsite.settings", "CHAT_JOB_MODE": "inline",
-                       "LOG_LEVEL": "WARNING", "DEBUG": "1" if args.debug else "0"})  # fmt: skip
+                       "LOG_LEVEL": "WARNING", "DEBUG": "1" if args.debug else "0",
+                       # the limits by address and the site's LLM ceiling off: one "address", thousands of turns
+                       "CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE": "0", "LLM_CALLS_PER_MINUTE": "0"})  # fmt: skip
     if not args.debug:
         os.environ.setdefault("SECRET_KEY", "bench-" + "x" * 60)
     import django
@@ -80,7 +82,8 @@ def main() -> None:
         consumer = ChatConsumer()
         consumer.session_id = session_ids[k % len(session_ids)]
         frame = {"type": "message", "client_id": f"c{k}", "text": f"turn {k} of a benchmark"}
-        assert consumer._handle("message", frame) == ""
+        refused = consumer._handle("message", frame)
+        assert refused == "", refused
 
     for k in range(20):
         turn(-1 - k)

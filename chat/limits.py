@@ -10,12 +10,15 @@ minute before held ten minutes of messages) or let a burst through (a step forwa
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
-from django.db.models import QuerySet, Subquery, Sum
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import Length
 
 from chat.models import Message
+from infra import sqlcache
 from infra.ratelimit import Window
 from studies.models import Study
 
@@ -67,7 +70,36 @@ def other_sessions(session_ref: Any, participant_ref: Any) -> QuerySet[Message]:
     )
 
 
-def stored_elsewhere(session_ref: Any, participant_ref: Any) -> Subquery:
-    """Subquery: the characters of the participant's user messages in other sessions."""
-    rows = other_sessions(session_ref, participant_ref).order_by()
-    return Subquery(rows.values("speaker").annotate(n=Sum(Length("text"))).values("n")[:1])
+def _stored_elsewhere_rows(session_id: Any, participant_id: Any) -> QuerySet[Message]:
+    rows = other_sessions(session_id, participant_id).order_by()
+    return rows.values("speaker").annotate(n=Sum(Length("text"))).values_list("n")  # type: ignore[return-value]
+
+
+_STORED_ELSEWHERE = sqlcache.CachedQuery(_stored_elsewhere_rows, session_id=int, participant_id=int)
+_ELSEWHERE: OrderedDict[int, int] = OrderedDict()  # session id -> characters, the newest sessions last
+_ELSEWHERE_LOCK = threading.Lock()
+_ELSEWHERE_KEPT = 20_000
+
+
+def stored_elsewhere(session_id: int, participant_id: int) -> int:
+    """The characters of the participant's user messages in their other sessions (``max_stored_chars`` counts
+    them with the session's own). Read once per session and process, then kept: while a session takes messages,
+    none of the worker's other sessions does (the sessions of an episode are chatted in order, each rated before
+    the next takes a message, and the episodes one after another; side B's copies of a side-by-side episode are
+    not counted), so the figure cannot change under it. Read inside the chat turn's query it was a correlated
+    subquery that cost SQLite more than the rest of that query (bench/bench_turn_cpu.py)."""
+    found = _ELSEWHERE.get(session_id)
+    if found is None:
+        rows = _STORED_ELSEWHERE.rows(session_id=session_id, participant_id=participant_id)
+        found = int(rows[0][0] or 0) if rows else 0
+        with _ELSEWHERE_LOCK:
+            _ELSEWHERE[session_id] = found
+            while len(_ELSEWHERE) > _ELSEWHERE_KEPT:
+                _ELSEWHERE.popitem(last=False)
+    return found
+
+
+def forget_stored_elsewhere() -> None:
+    """Drop what :func:`stored_elsewhere` kept (tests; a worker's messages deleted)."""
+    with _ELSEWHERE_LOCK:
+        _ELSEWHERE.clear()

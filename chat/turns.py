@@ -32,8 +32,9 @@ from studies.places import PLACE_RESERVED_MINUTES
 
 def _lock_query() -> sqlcache.CachedQuery:
     """The session row locked (on PostgreSQL ``OF`` the session only) with everything the checks of a new
-    message need: its episode, arm, participant and study, the first earlier session not yet rated, and
-    the participant's user messages in other sessions (limits). The episode's memory state is deferred:
+    message need: its episode, arm, participant and study, and the first earlier session not yet rated (the
+    characters the participant stored in other sessions: chat.limits.stored_elsewhere, once per session). The
+    episode's memory state is deferred:
     the reply takes it from chat.state's cache by ``state_version`` (it can be large)."""
 
     def build(session_id: int) -> QuerySet[ChatSession]:
@@ -47,7 +48,6 @@ def _lock_query() -> sqlcache.CachedQuery:
                     .order_by("index")
                     .values("index")[:1]
                 ),
-                stored_elsewhere=limits.stored_elsewhere(OuterRef("pk"), OuterRef("episode__participant_id")),
             )
             .filter(pk=session_id)
             .defer("episode__memory_state")
@@ -87,7 +87,6 @@ class _Checks:
     """What the locked read of a new message computes besides the rows (see :func:`_lock_query`)."""
 
     unrated_index: int | None  # the first earlier session of the episode not yet rated
-    stored_elsewhere: int | None  # and their characters, in all other sessions
 
 
 def _lock_session(session_id: int) -> tuple[ChatSession, _Checks]:
@@ -97,7 +96,7 @@ def _lock_session(session_id: int) -> tuple[ChatSession, _Checks]:
         raise ChatSession.DoesNotExist(f"no chat session {session_id}")
     session: ChatSession = found[0]
     values = session.__dict__
-    return session, _Checks(values["unrated_index"], values["stored_elsewhere"])
+    return session, _Checks(values["unrated_index"])
 
 
 MESSAGES_BY_ADDRESS = Window("chat-messages")  # per client address, in any minute
@@ -186,7 +185,7 @@ def post_user_message(
                 limits.check_can_post(
                     study,
                     turns=len(mine),
-                    stored=int(checks.stored_elsewhere or 0) + sum(len(r[5]) for r in mine),
+                    stored=limits.stored_elsewhere(session_id, participant.pk) + sum(len(r[5]) for r in mine),
                     new_chars=len(text),
                 )
         except limits.LimitReached as exc:
