@@ -54,7 +54,7 @@ class PairConsumer(ChatConsumer):
         self.client = str((self.scope.get("client") or ["unknown"])[0])
         self.sides = await _db(self._owned_pair)()
         if not self.sides:
-            await self.close(code=4403)
+            await self.refuse()
             return
         push.register_event_loop(asyncio.get_running_loop())
         self.groups = [push.group_name(pk) for pk in self.sides]

@@ -23,7 +23,7 @@ from django.test import Client
 from chat import arms, assignment, replies, sidebyside
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, Message, Rating, SideBySideVote
-from chat.tests.conftest import HOST, ORIGIN, SIGN, open_pair, play_session, vote_data
+from chat.tests.conftest import HOST, ORIGIN, SIGN, open_pair, play_session, refused, vote_data
 from memory.llm import LLMError, ScriptedLLM
 from runtime import executor
 from studies.models import Arm, Participant, Study
@@ -303,8 +303,8 @@ async def _pair_socket(cookie: bytes, session_id: int) -> tuple[bool, int | None
     from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
 
     comm = WebsocketCommunicator(application, f"/ws/pair/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
-    connected, code = await comm.connect()
-    if not connected:
+    code = await refused(comm)
+    if code is not None:
         return False, code, []
     await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "sock-1", "text": "Hi both"}))
     out = [json.loads(await comm.receive_from(timeout=10))]
@@ -344,8 +344,7 @@ async def _chat_socket_message(cookie: bytes, session_id: int) -> bool:
     from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
 
     comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
-    connected, _ = await comm.connect()
-    if not connected:
+    if await refused(comm) is not None:
         return False
     await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "one-side", "text": "Only you"}))
     await comm.receive_nothing(timeout=1)
