@@ -60,7 +60,9 @@ def pseudonymise_judges(sender: Any, study: Study, before: dt.datetime, **kwargs
     for judge in judges_due(study, before).order_by("pk").iterator():
         with transaction.atomic():
             Judge.objects.filter(pk=judge.pk).update(
-                external_id=f"erased:j{judge.pk}",  # unique in the comparison, never a Prolific ID
+                # unique in the comparison, and no Prolific ID a link can carry ("/" is not in
+                # services.PROLIFIC_ID): nobody can claim the judge's row with it
+                external_id=f"erased/j{judge.pk}",
                 prolific_study_id="",
                 prolific_session_id="",
                 pseudonymised_at=timezone.now(),

@@ -460,3 +460,23 @@ def test_retention_is_set_on_the_edit_page_and_shown_on_the_quality_page(client:
     client.force_login(study.created_by)
     page = client.get(f"/studies/{study.slug}/quality/").content.decode()
     assert "90 days after a worker's last visit" in page and "transcripts deleted" in page
+
+
+def test_a_pseudonymised_judges_row_cannot_be_claimed_by_a_forged_prolific_id(study: Study) -> None:
+    """A judge's Prolific ID is replaced at the retention sweep: the replacement is no Prolific ID a link can carry, so
+    nobody opening the comparison's link with it (``erased:j<pk>``, or whatever it is) is bound to that judge and
+    goes on with their judgements, votes and completion."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    long_ago = timezone.now() - timezone.timedelta(days=31)
+    gone = Judge.objects.create(
+        comparison=comparison, source="prolific", external_id="PIDJUDGEFORGED1", created_at=long_ago
+    )
+    assert sweep_retention().others == {"pairwise judges": 1}
+    gone.refresh_from_db()
+    client = Client()
+    for pid in (f"erased:j{gone.pk}", gone.external_id):
+        client.get(f"/p/{comparison.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": "st", "SESSION_ID": "se"})
+        bound = client.session.get("memeval.judges", {}).get(str(comparison.pk))
+        assert bound != gone.pk, pid
