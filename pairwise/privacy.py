@@ -59,14 +59,18 @@ def pseudonymise_judges(sender: Any, study: Study, before: dt.datetime, **kwargs
     done = 0
     for judge in judges_due(study, before).order_by("pk").iterator():
         with transaction.atomic():
-            Judge.objects.filter(pk=judge.pk).update(
+            # still due as it is written (not as read at the start of the sweep): a judge who came back meanwhile
+            # (a pair shown or answered, the comparison finished) keeps the ID
+            still_due = judges_due(study, before).filter(pk=judge.pk)
+            if not still_due.update(
                 # unique in the comparison, and no Prolific ID a link can carry ("/" is not in
                 # services.PROLIFIC_ID): nobody can claim the judge's row with it
                 external_id=f"erased/j{judge.pk}",
                 prolific_study_id="",
                 prolific_session_id="",
                 pseudonymised_at=timezone.now(),
-            )
+            ):
+                continue
             PrivacyEvent.objects.create(
                 study=study,
                 study_slug=study.slug,
