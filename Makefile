@@ -23,7 +23,7 @@ lock: $(BIN)/.installed  ## re-resolve requirements.txt and requirements-dev.txt
 	$(BIN)/uv pip compile requirements.txt $(LOCK_FLAGS) -o requirements.lock
 	$(BIN)/uv pip compile requirements-dev.txt -c requirements.lock $(LOCK_FLAGS) -o $(LOCK)
 
-system-deps:  ## PostgreSQL, Redis and Chromium for the test suite (apt; skipped when present)
+system-deps:  ## PostgreSQL, Redis, Chromium and libfaketime for the test suite (apt; skipped when present)
 	bash scripts/system-deps.sh
 
 run: $(BIN)/.installed  ## SQLite + in-memory channel layer + eager Celery + local SmolLM2

@@ -7,6 +7,8 @@ the hashing embedder unless they ask for the real ones (markers ``llm`` and ``po
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +194,32 @@ def study(db: Any, researcher: User) -> Any:
     Arm.objects.create(study=s, name="No memory", memory_system="none", llm_backend="scripted")
     Arm.objects.create(study=s, name="Full history", memory_system="full_history", llm_backend="scripted")
     return s
+
+
+@pytest.fixture
+def clock_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], datetime]]:
+    """A database with a clock of its own, as PostgreSQL has (infra/clock.py anchors to it), which is the real
+    time; returns that clock. With ``clock_step``: a wall-clock step of this process alone (issue 27)."""
+    from django.utils import timezone
+
+    from infra import clock
+
+    real = timezone.now
+    clock.reset()
+    monkeypatch.setattr(clock, "_server_time", lambda: real())
+    clock._SERVER[:] = [True]
+    clock.now()  # anchored before any step, as a running process is
+    yield real
+    clock.reset()
+
+
+@pytest.fixture
+def clock_step(monkeypatch: pytest.MonkeyPatch, clock_server: Callable[[], datetime]) -> Callable[[float], None]:
+    """Step this process's wall clock (``django.utils.timezone.now``) by ``seconds`` from the real time; the
+    database's clock (``clock_server``) does not move."""
+    from django.utils import timezone
+
+    def to(seconds: float) -> None:
+        monkeypatch.setattr(timezone, "now", lambda: clock_server() + timedelta(seconds=seconds))
+
+    return to

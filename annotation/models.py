@@ -27,6 +27,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from infra import clock
+
 PASS, REPLACE, APPEND, DELETE, FUSION = "PASS", "REPLACE", "APPEND", "DELETE", "FUSION"
 OPERATIONS: tuple[str, ...] = (PASS, REPLACE, APPEND, DELETE)  # the four classes of §4.3
 PAIR_LABELS: tuple[str, ...] = (*OPERATIONS, FUSION)  # what an annotator may answer
@@ -259,7 +261,7 @@ class Assignment(models.Model):
         return f"assignment {self.pk} ({self.annotator_id} on item {self.item_id}, {self.status})"
 
     def is_live(self, now: dt.datetime | None = None) -> bool:
-        return self.status == self.Status.OPEN and self.expires_at > (now or timezone.now())
+        return self.status == self.Status.OPEN and self.expires_at > (now or clock.now())
 
     @property
     def seconds(self) -> float | None:

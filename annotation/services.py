@@ -27,10 +27,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
 from django.db.models import Exists, F, Model, OuterRef, Q, QuerySet
-from django.utils import timezone
 
 from analysis.agreement import majority_label
 from annotation.models import FUSION, PAIR_LABELS, Assignment, Draft, Item, ItemQuerySet, Label, Queue
+from infra import clock
 from infra.pgprepared import prepared_cursor
 
 _M = TypeVar("_M", bound="Model")
@@ -63,7 +63,7 @@ SWEEP_INTERVAL = dt.timedelta(seconds=30)
 
 def expire_leases(queue: Queue | None = None, *, now: dt.datetime | None = None) -> int:
     """Return the slots of open assignments whose lease has passed to the pool. Returns how many."""
-    now = now or timezone.now()
+    now = now or clock.now()
     with transaction.atomic():
         qs = Assignment.objects.filter(status=Assignment.Status.OPEN, expires_at__lte=now)
         if queue is not None:
@@ -121,7 +121,7 @@ def current_assignment(queue: Queue, user: User) -> Assignment | None:
     """The annotator's live (open, unexpired) assignment in ``queue``, if any."""
     return (
         Assignment.objects.select_related("item", "queue")
-        .filter(queue=queue, annotator=user, status=Assignment.Status.OPEN, expires_at__gt=timezone.now())
+        .filter(queue=queue, annotator=user, status=Assignment.Status.OPEN, expires_at__gt=clock.now())
         .first()
     )
 
@@ -144,11 +144,11 @@ def claim_next_item(queue: Queue, user: User, *, now: dt.datetime | None = None)
     """
     if not queue.active:
         return None
-    _sweep_if_due(queue, now or timezone.now())
+    _sweep_if_due(queue, now or clock.now())
     swept = False
     for attempt in range(8):
         try:
-            assignment = _claim_once(queue, user, now or timezone.now())
+            assignment = _claim_once(queue, user, now or clock.now())
         except IntegrityError:
             # A concurrent claim of the same annotator (a second tab) stored its assignment first: the
             # next attempt returns that one.
@@ -245,7 +245,7 @@ def save_draft(assignment_id: int, *, annotator: User, data: dict[str, Any]) -> 
     size = sum(len(str(v)) for v in data.values())
     if size > MAX_DRAFT_CHARS:
         raise AnnotationError("too_long", f"The draft is too long ({size} characters).")
-    now = timezone.now()
+    now = clock.now()
     with transaction.atomic():
         assignment = _locked_live_assignment(assignment_id, annotator, now)
         draft, _ = Draft.objects.update_or_create(assignment=assignment, defaults={"data": data, "updated_at": now})
@@ -281,7 +281,7 @@ def submit_label(assignment_id: int, *, annotator: User, op: str, fused_text: st
         return {"op": op, "fused_text": fused_text}
 
     if _postgres():
-        stored = _submit_pair_in_one_statement(assignment_id, annotator, op, fused_text, timezone.now())
+        stored = _submit_pair_in_one_statement(assignment_id, annotator, op, fused_text, clock.now())
         if stored is not None:
             return stored
     # SQLite, or anything but a plain submit of an own live pair assignment (errors, repeats):
@@ -344,7 +344,7 @@ def base_revision(item: Item) -> Label | None:
 
 
 def _submit(assignment_id: int, annotator: User, build: Callable[[Assignment], dict[str, Any]]) -> SubmitResult:
-    now = timezone.now()
+    now = clock.now()
     with transaction.atomic():
         # The item is locked in the same statement as the assignment: its counters are then current
         # (PostgreSQL re-reads a row it had to wait for) and give the revision without another query.

@@ -30,12 +30,18 @@ Each phase has every worker send one message while one fault is injected:
                     replies must not wait behind them
     hang-two        two workers' requests hang (headers never sent, their first 2 attempts)
     over-cap        the endpoint ignores max_tokens: 2,000 words; what is stored must be within the cap
+    clock-ahead     the wall clock of every app process (daphne, the Celery workers; not PostgreSQL or Redis)
+                    steps +600 s while replies stream (libfaketime: a VM resumed, NTP, an operator's date)
+    clock-back      ... steps back 600 s while replies stream (after clock-ahead: back to the true time)
 
 The per-message LLM faults (llm-stall, -reset, -trickle, -hang, -garbage, slow-two, hang-two) hit the
 first FAULT_ATTEMPTS attempts of a marked message, so retries meet them too; the site runs with its
 default timeouts (LLM_TIMEOUT_SECONDS 60 a read, capped for replies by CHAT_STALL_SECONDS 10; the 90 s
 reply deadline), and a
-stall or hang lasts HANG s, longer than any of them.
+stall or hang lasts HANG s, longer than any of them. The clock faults run after the others, on a stack of
+their own whose daphne and workers run under libfaketime (Debian package ``faketime``) with an offset file
+they read on every clock call (FAKETIME_TIMESTAMP_FILE, FAKETIME_NO_CACHE=1) and their monotonic clock left
+true (FAKETIME_DONT_FAKE_MONOTONIC=1); the offset stays where the last clock fault left it.
 Counted per fault: turns, lost user messages (a sent client id not stored), duplicated (a client id
 stored twice, or two bot replies to one user message), replies recovered without a person, Retry
 clicks needed (replies that ended failed, llm-down's own excepted), the longest recovery (from the
@@ -87,10 +93,12 @@ QUEUE_GRACE = 8.0  # CHAT_JOB_QUEUE_GRACE_SECONDS: a lost broker message is noti
 PAGE_RESUME = 10.0  # live.js: resume after this long without a frame while a reply is pending
 RECONNECT = 1.0  # live.js reconnects 1-3 s after a close; the suite uses the low end
 TURN_TIMEOUT = 130.0  # a reply not settled after this is counted as not recovered (the deadline is 90 s)
+CLOCK_STEP = 600.0  # seconds: the app processes' wall-clock step (issue 27)
+CLOCK_FAULTS = {"clock-ahead": CLOCK_STEP, "clock-back": -CLOCK_STEP}
 FAULTS = [
     "none", "drop", "llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage",
     "postgres", "redis", "daphne", "celery-child", "celery-worker", "llm-down",
-    "outage-10", "outage-30", "429-retry-after", "slow-two", "hang-two", "over-cap",
+    "outage-10", "outage-30", "429-retry-after", "slow-two", "hang-two", "over-cap", "clock-ahead", "clock-back",
 ]  # fmt: skip
 LLM_FAULTS = {"llm-stall", "llm-reset", "llm-trickle", "llm-hang", "llm-garbage", "over-cap"}
 OVER_CAP_WORDS = 2000
@@ -251,7 +259,13 @@ class FakeLLM:
 class Stack:
     """PostgreSQL, Redis, daphne and the Celery workers as subprocesses; ``stop`` ends all of them."""
 
-    def __init__(self, pg_port: int | None = None, redis_port: int | None = None, web_port: int | None = None) -> None:
+    def __init__(
+        self,
+        pg_port: int | None = None,
+        redis_port: int | None = None,
+        web_port: int | None = None,
+        faketime: bool = False,
+    ) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="memeval-faults-"))
         self.tmp.chmod(0o755)
         self.pg_port = pg_port or free_port()
@@ -275,6 +289,27 @@ class Stack:
             "CHAT_JOB_LEASE_SECONDS": str(LEASE), "CHAT_JOB_QUEUE_GRACE_SECONDS": str(QUEUE_GRACE),
             "OPENBLAS_NUM_THREADS": "1",
         }  # fmt: skip
+        # the app processes' environment: under libfaketime when a clock fault runs (PostgreSQL, Redis and the
+        # bench itself keep the true time)
+        self.app_env = dict(self.env)
+        self.clock_offset = 0.0
+        self.clock_file = self.tmp / "faketime"
+        if faketime:
+            libs = sorted(glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+            if not libs:
+                raise SystemExit("the clock faults need libfaketime: apt-get install faketime (make system-deps)")
+            self.step_clock(0.0)
+            self.app_env.update({
+                "LD_PRELOAD": libs[0], "FAKETIME_TIMESTAMP_FILE": str(self.clock_file), "FAKETIME_NO_CACHE": "1",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            })  # fmt: skip
+
+    def step_clock(self, seconds: float) -> None:
+        """Step the app processes' wall clock by ``seconds`` (they read the offset file on every clock call)."""
+        self.clock_offset += seconds
+        part = self.clock_file.with_suffix(".part")
+        part.write_text(f"{self.clock_offset:+.0f}\n")
+        part.replace(self.clock_file)  # whole: a process never reads a half-written offset
 
     def log(self, name: str) -> Any:
         return (self.tmp / f"{name}.log").open("a")
@@ -322,7 +357,7 @@ class Stack:
     def start_daphne(self) -> None:
         self.daphne = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "evalsite.asgi:application"],
-            cwd=ROOT, env=self.env, stdout=self.log("daphne"), stderr=subprocess.STDOUT,
+            cwd=ROOT, env=self.app_env, stdout=self.log("daphne"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         wait_until(lambda: port_open(self.web_port), 180, "daphne")  # a loaded host starts it slowly
 
@@ -340,7 +375,7 @@ class Stack:
             [sys.executable, "-m", "celery", "-A", "evalsite", "worker", f"--queues={queue}", "--loglevel=INFO",
              f"--concurrency={concurrency}", "--prefetch-multiplier=1", "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=self.env, stdout=self.log(f"worker-{name}"), stderr=subprocess.STDOUT,
+            cwd=ROOT, env=self.app_env, stdout=self.log(f"worker-{name}"), stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a SIGKILL of the group kills the pool too
         )  # fmt: skip
 
@@ -537,7 +572,7 @@ async def run_phase(stack: Stack, pages: list[Page], fault: str, rnd: int) -> tu
         turns.append(Turn(fault, uuid.uuid4().hex, text, time.monotonic(), marked=marked))
     tasks = [asyncio.create_task(p.turn(t, fault == "drop")) for p, t in zip(pages, turns, strict=True)]
     injected: float | None = None
-    if fault in ("postgres", "redis", "daphne", "celery-child", "celery-worker"):
+    if fault in ("postgres", "redis", "daphne", "celery-child", "celery-worker", *CLOCK_FAULTS):
         # wait until a reply streams (a condition, not a sleep), then break something under it; if none
         # streams within 30 s (the previous fault still being recovered from), break it anyway
         end = time.monotonic() + 30
@@ -570,6 +605,8 @@ def inject(stack: Stack, fault: str) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         stack.start_worker("reply", "celery", REPLY_CONCURRENCY)
+    elif fault in CLOCK_FAULTS:
+        stack.step_clock(CLOCK_FAULTS[fault])
 
 
 def tally(fault: str, turns: list[Turn], injected: float | None, sessions: dict[str, int]) -> Result:
@@ -662,8 +699,23 @@ def run(
     ports: list[int] | None = None,
 ) -> list[Result]:
     """Start the stack, chat through every fault ``rounds`` times with ``workers`` pages, stop everything.
-    Call it in a fresh process: it sets up Django against its own PostgreSQL."""
-    stack = Stack(*(ports or []))
+    The clock faults run on a stack of their own, under libfaketime (on the same ports, after the first
+    stack stopped): libfaketime's stand-ins for the system's sleeps and waits broke kombu's reconnect after
+    a Redis restart ("[Errno 22] Invalid argument", the reply worker stopped consuming), a fault of the
+    harness, not of the site. Call it in a fresh process: it sets up Django against its own PostgreSQL."""
+    faults = faults or FAULTS
+    pg, redis, web = ports or (free_port(), free_port(), free_port())
+    results: dict[str, Result] = {}
+    plain, clocked = [f for f in faults if f not in CLOCK_FAULTS], [f for f in faults if f in CLOCK_FAULTS]
+    for group, faketime in ((plain, False), (clocked, True)):
+        if group:
+            results.update(
+                (r.fault, r) for r in _run_on(Stack(pg, redis, web, faketime=faketime), workers, rounds, group, keep)
+            )
+    return [results[f] for f in faults]
+
+
+def _run_on(stack: Stack, workers: int, rounds: int, faults: list[str], keep: bool) -> list[Result]:
     try:
         stack.start()
         os.environ.update({k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")})
@@ -674,7 +726,7 @@ def run(
 
         connections.close_all()  # settings may have been read before DATABASE_URL was set (pytest)
         ws = create_workers(workers, uuid.uuid4().hex[:8])
-        return asyncio.run(drive(stack, ws, rounds, faults or FAULTS))
+        return asyncio.run(drive(stack, ws, rounds, faults))
     finally:
         from django.db import connections
 

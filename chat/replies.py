@@ -30,6 +30,7 @@ from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
 from chat.transcript import SESSION_MESSAGES, exchange_before, session_clock, turn_counts, turns_of
+from infra import clock as dbclock
 from infra import sqlcache
 from memory.base import Prompt, Turn
 from memory.hygiene import LeakCheck, end_at_sentence
@@ -113,7 +114,7 @@ def submit_reply(msg: Message, study_id: int, *, hand: Prepared | None = None, f
     it runs after the commit). ``hand``: what the caller read, for this process's run."""
     return jobs.submit(
         REPLY, msg.pk, scope=f"study:{study_id}", label=f"reply {msg.seq} in chat session {msg.session_id}",
-        hand=hand, fresh=fresh, now=msg.created_at, deadline=reply_deadline_seconds(),  # the policy's, not built
+        hand=hand, fresh=fresh, now=dbclock.now(), deadline=reply_deadline_seconds(),  # the policy's, not built
     )  # fmt: skip
 
 
@@ -449,7 +450,7 @@ def _retrying(job: Job, error: BaseException, wait: float) -> None:
 def _failed(job: Job, error: str) -> None:
     """The reply's job failed for good (inside its transaction): the placeholder becomes a failed
     message, and after the commit the worker gets the Retry button (and why, for a missed deadline)."""
-    past = error == DEADLINE_ERROR or (job.deadline_at is not None and timezone.now() >= job.deadline_at)
+    past = error == DEADLINE_ERROR or (job.deadline_at is not None and dbclock.now() >= job.deadline_at)
     text = REPLY_TOO_SLOW if past else error
     if not Message.objects.filter(pk=int(job.target), status=Message.Status.PENDING).update(
         status=Message.Status.FAILED, error=text[:500]

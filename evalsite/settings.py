@@ -144,15 +144,22 @@ if REDIS_URL:
     # One cache for every web process and worker: the limits by address, study and site count together
     # (infra/ratelimit.py), and a power simulation's status is seen by whichever web process the page polls.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-    # group_expiry: a socket that died with its server (a daphne restart) leaves its session's group after
-    # this long; live pages renew their membership every minute (static/js/live.js pings).
+    # Clocks: channels_redis scores a group's members and a socket's queued frames with time.time() of the
+    # process that adds or sends them, and each send drops the members older than group_expiry and the frames
+    # older than expiry by the *sender's* clock. A sender whose clock is ahead by more than group_expiry (a
+    # wall-clock step of one process: NTP, a VM resumed) dropped every page's socket from its session group
+    # (no frames until its next ping or resume); one ahead by more than expiry drops frames other processes
+    # queued. Both are far beyond a plausible step (a day, 15 minutes): a socket leaves its groups on
+    # disconnect (group_discard), one that died with its daphne only costs its session's sends a copy to a
+    # key that expires (expiry, on Redis' clock) until the group's own expiry; live pages still renew their
+    # membership with their ping every minute (static/js/live.js).
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # capacity: frames queued for one socket before channels_redis drops new ones (its default, 100,
             # dropped replies' final frames when one web process served 200 sockets at full load:
             # docs/operations.md, "Capacity planning"); a turn queues a handful, so this bounds nothing real.
-            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 300, "capacity": 1000},
+            "CONFIG": {"hosts": [REDIS_URL], "group_expiry": 86400, "expiry": 900, "capacity": 1000},
         }
     }
     CELERY_BROKER_URL = REDIS_URL

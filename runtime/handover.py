@@ -12,8 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django.utils import timezone
-
+from infra import clock
 from runtime.models import Job
 
 _HANDED: dict[int, tuple[Job, Any]] = {}
@@ -22,7 +21,7 @@ _LOCK = threading.Lock()
 
 def hand_over(job: Job, payload: Any) -> None:
     """Keep ``job`` (claimed, its lease set) and ``payload`` for this process's run of it."""
-    now = timezone.now()
+    now = clock.now()
     with _LOCK:
         # Never picked up (the lane was shut down): the lease has lapsed anyway. The dict keeps insertion
         # order and every hand-over gets the same lease length, so the lapsed ones are at its front: the
@@ -40,6 +39,6 @@ def take(job_id: int) -> tuple[Job, Any] | None:
     its lane past its lease is claimed again, like any other)."""
     with _LOCK:
         handed = _HANDED.pop(job_id, None)
-    if handed is None or handed[0].lease_until is None or timezone.now() >= handed[0].lease_until:
+    if handed is None or handed[0].lease_until is None or clock.now() >= handed[0].lease_until:
         return None
     return handed

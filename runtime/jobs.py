@@ -27,7 +27,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from infra import sqlcache
+from infra import clock, sqlcache
 from runtime import executor, handover, kinds, leases
 from runtime.kinds import Kind
 from runtime.models import DEADLINE_ERROR, LOST_ERROR, Job
@@ -83,7 +83,7 @@ def submit(
     ``deadline``: seconds from now or a point in time (default: the kind's policy). ``hand``: when jobs
     run in this process, the job is stored already claimed for this process's run and ``hand`` is given
     to it (runtime/handover.py), so the run reads nothing again; elsewhere it is ignored."""
-    now = now or timezone.now()
+    now = now or clock.now()
     claimed = hand is not None and executor.local()
     job = Job(
         kind=kind.name, target=str(target), scope=scope, label=label[:200] or kind.label, lane=kind.lane,
@@ -161,7 +161,7 @@ class Attempt:
         self.finished = False
         self._ends: float | None = None
         if job.deadline_at is not None:
-            self._ends = time.monotonic() + (job.deadline_at - timezone.now()).total_seconds()
+            self._ends = time.monotonic() + (job.deadline_at - clock.now()).total_seconds()
 
     @property
     def number(self) -> int:
@@ -235,7 +235,7 @@ def run(job_id: int) -> None:
             # the database may be down: give the claim back if we can (else the lease lapses), and let the
             # executor see the error (Celery retries the task; the sweeper takes a thread's job back)
             with contextlib.suppress(DatabaseError):
-                held.update(status=Job.Status.QUEUED, lease_until=None, due_at=timezone.now())
+                held.update(status=Job.Status.QUEUED, lease_until=None, due_at=clock.now())
             raise
         except Exception as exc:
             failed_attempt(kind, job, held, exc, remaining=attempt.remaining())
@@ -266,7 +266,7 @@ def _claim_queued(job_id: int) -> Job | None:
     were a third of the reply worker's own time per turn, bench/bench_production.py)."""
     if not sqlcache.CachedUpdate.supported():
         return None
-    now = timezone.now()
+    now = clock.now()
     with leases.writing():
         rows = _CLAIM_QUEUED.update(
             job_id=job_id, now=now, until=now + timedelta(seconds=leases.lease_seconds()), worker=worker_name()
@@ -291,7 +291,7 @@ def _kind_of_claimed(job: Job) -> Kind:
 def _claim(kind: Kind, job: Job) -> bool:
     """Claim ``job`` for this run (its next attempt); ``False`` when another worker holds it, or it ends
     here (a lost job out of attempts, a job past its deadline: failed)."""
-    now = timezone.now()
+    now = clock.now()
     if job.status == Job.Status.RUNNING and not job.lost:
         return False  # a live worker has it (a duplicate delivery)
     policy = kind.policy()
@@ -334,7 +334,7 @@ def failed_attempt(
     if wait is None:
         fail(kind, job, message, match={"status": Job.Status.RUNNING, "attempts": job.attempts})
         return None
-    due = timezone.now() + timedelta(seconds=wait)
+    due = clock.later(wait)
     with leases.writing():
         queued = held.update(status=Job.Status.QUEUED, lease_until=None, due_at=due, error=message[:2000])
     if not queued:

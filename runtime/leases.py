@@ -12,6 +12,10 @@ Timing (settings, all seconds):
   third of it. A dead job is noticed after at most this long.
 * ``CHAT_JOB_QUEUE_GRACE_SECONDS`` (20): a job still not started this long after it was due (a message
   lost by the broker, an enqueue that failed) is enqueued again.
+
+Leases and due times are points on the database's clock (infra/clock.py), which every process reads alike:
+a step of one process's wall clock neither makes its sweeper take back others' live jobs nor its own leases
+look lapsed (or alive after it died).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.db.models import Q
-from django.utils import timezone
+
+from infra import clock
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +63,13 @@ def queue_grace_seconds() -> float:
 
 def claimable(now: datetime | None = None) -> Q:
     """Jobs nobody is running: never claimed, released, or held by a worker whose lease lapsed."""
-    return Q(lease_until__isnull=True) | Q(lease_until__lt=now or timezone.now())
+    return Q(lease_until__isnull=True) | Q(lease_until__lt=now or clock.now())
 
 
 def lost() -> Q:
     """Live jobs whose worker is gone: running under a lapsed lease, or queued and not claimed although
     due more than the queue grace ago (a lost broker message, a queue that died with its process)."""
-    now = timezone.now()
+    now = clock.now()
     overdue = now - timedelta(seconds=queue_grace_seconds())
     return Q(status="running", lease_until__lt=now) | Q(status="queued", lease_until__isnull=True, due_at__lt=overdue)
 
@@ -105,7 +110,7 @@ class Heartbeat:
         with self._lock:
             if self._stopped:
                 return False
-            until = timezone.now() + timedelta(seconds=lease_seconds())
+            until = clock.later(lease_seconds())
             try:
                 with writing():
                     extended = self.queryset.update(lease_until=until)
@@ -184,4 +189,5 @@ def heartbeat(queryset: Held) -> Iterator[Heartbeat]:
 
 
 def later(seconds: float) -> datetime:
-    return timezone.now() + timedelta(seconds=seconds)
+    """``seconds`` from now on the database's clock (infra/clock.py), as leases and due times are kept."""
+    return clock.later(seconds)

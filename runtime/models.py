@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from infra import clock
+
 #: A job's error when its worker was lost (a lapsed lease), and when its deadline passed.
 LOST_ERROR = "the worker running it was lost (killed or restarted)"
 DEADLINE_ERROR = "its deadline passed"
@@ -99,7 +101,7 @@ class Job(models.Model):
     @property
     def lost(self) -> bool:
         """Running, but its lease lapsed: the worker running it is gone (the sweeper will take it back)."""
-        return self.status == self.Status.RUNNING and (self.lease_until is None or self.lease_until < timezone.now())
+        return self.status == self.Status.RUNNING and (self.lease_until is None or self.lease_until < clock.now())
 
     @property
     def retrying(self) -> bool:

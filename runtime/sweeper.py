@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
+from infra import clock
 from runtime import executor, jobs, kinds, leases
 from runtime.models import DEADLINE_ERROR, LOST_ERROR, Job
 
@@ -77,7 +77,7 @@ def sweep(queryset: QuerySet[Job] | None = None, *, limit: int = 200) -> list[in
     found = list(among.filter(leases.lost(), status__in=Job.LIVE)[:limit])
     if broker_was_emptied():
         seen = {job.pk for job in found}
-        due = among.filter(status=Job.Status.QUEUED, lease_until__isnull=True, due_at__lte=timezone.now())
+        due = among.filter(status=Job.Status.QUEUED, lease_until__isnull=True, due_at__lte=clock.now())
         found += [job for job in due[:limit] if job.pk not in seen]
     return [job.pk for job in found if take_back(job)]
 
@@ -89,7 +89,7 @@ def take_back(job: Job) -> bool:
     except LookupError:
         log.error("job %s has a kind no app declares (%s); left alone", job.pk, job.kind)
         return False
-    now = timezone.now()
+    now = clock.now()
     policy = kind.policy()
     past_deadline = job.deadline_at is not None and now >= job.deadline_at
     match: dict[str, Any] = {"status": job.status, "attempts": job.attempts, "lease_until": job.lease_until}

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import slugify
 
+from infra import clock
 from memory import cards
 from memory.llm import DEFAULT_LOCAL_MODEL
 from memory.registry import MEMORY_CHOICES, MEMORY_SYSTEMS, param_defaults
@@ -372,8 +373,10 @@ class Study(QuestionSettings, PersonalDataSettings, SideBySideSettings):
         return not freed or self.places_taken(now) >= self.quota
 
     def new_participants_last_minute(self, now: dt.datetime | None = None) -> int:
-        """Participants made in the last 60 s (the study's ``max_new_participants_per_minute``)."""
-        since = (now or timezone.now()) - dt.timedelta(minutes=1)
+        """Participants made in the last 60 s (the study's ``max_new_participants_per_minute``), on the database's
+        clock (``created_at`` is kept on it): a step of this process's wall clock neither refuses entry for the
+        length of the step (back) nor lets a burst through (forward)."""
+        since = (now or clock.now()) - dt.timedelta(minutes=1)
         return self.participants.filter(created_at__gte=since).count()
 
     def is_visible_to(self, user: Any) -> bool:
@@ -693,7 +696,8 @@ class Participant(models.Model):
     # The quota (Study.is_full): when the first session opened (a place is reserved), and the first message
     started_at = models.DateTimeField(null=True, blank=True)
     first_message_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
+    # on the database's clock (infra/clock.py): the entry limit counts the last minute's across processes
+    created_at = models.DateTimeField(default=clock.now)
     completed_at = models.DateTimeField(null=True, blank=True)
     # One participant, one browser: another browser needs the signed resume link or this code.
     resume_code = models.CharField(max_length=16, default=new_resume_code)

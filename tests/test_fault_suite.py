@@ -7,7 +7,9 @@ same binaries. It runs in a subprocess: bench/faults.py sets up Django against i
 The bench's two longest phases are left to its full run (docs/operations.md): ``outage-30`` (the class is
 ``outage-10``'s, three times longer) and ``llm-down`` (an endpoint down for good: 90 s until the reply's
 deadline; its failed reply with the Retry button is chat/tests/test_reply_faults.py's and
-chat/tests/test_consumer.py's).
+chat/tests/test_consumer.py's). The clock faults (``clock-ahead``, ``clock-back``) need a second stack under
+libfaketime (a minute more): what they check is tests/test_clock_step.py's and
+tests/test_postgres_clock_step.py's.
 
     .venv/bin/python -m pytest -m postgres tests/test_fault_suite.py -s
 """

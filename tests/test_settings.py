@@ -172,7 +172,10 @@ def test_dead_sockets_leave_their_session_group_and_killed_tasks_are_queued_agai
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s = load_settings(monkeypatch, **PRODUCTION)
-    assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["group_expiry"] == 300  # live pages ping every 60 s
+    config = s["CHANNEL_LAYERS"]["default"]["CONFIG"]
+    # far beyond a wall-clock step of one process (issue 27): channels_redis drops members and frames by the
+    # sender's clock (tests/test_postgres_clock_step.py); dead sockets leave on disconnect or with the group
+    assert config["group_expiry"] >= 86400 and config["expiry"] >= 900
     assert s["CHANNEL_LAYERS"]["default"]["CONFIG"]["capacity"] == 1000  # a busy socket loses no frame
     assert s["CELERY_TASK_ACKS_LATE"] is True and s["CELERY_TASK_REJECT_ON_WORKER_LOST"] is True
 
