@@ -42,10 +42,12 @@ def count_judgements_of(sender: Any, participants: Any, **kwargs: Any) -> dict[s
 
 def judges_due(study: Study, before: dt.datetime) -> Any:
     """The judges of ``study``'s comparisons who still have a Prolific ID and were last seen before ``before``: they
-    arrived, finished, were shown and answered every pair before then (annotators are logged-in users: no ID)."""
+    arrived, consented, finished, were shown and answered every pair before then (annotators are logged-in users: no
+    ID)."""
     return (
         Judge.objects.filter(comparison__study=study, pseudonymised_at__isnull=True, created_at__lt=before)
         .exclude(external_id="")
+        .exclude(consented_at__gte=before)
         .exclude(completed_at__gte=before)
         .exclude(judgements__shown_at__gte=before)
         .exclude(judgements__submitted_at__gte=before)

@@ -516,3 +516,19 @@ def test_a_judge_who_comes_back_while_the_retention_sweep_runs_keeps_the_prolifi
     assert first.pseudonymised_at is not None and first.external_id != "PIDJUDGERACE1"
     assert (back.pseudonymised_at, back.external_id) == (None, "PIDJUDGERACE2")
     assert list(PrivacyEvent.objects.values_list("pseudonym", flat=True)) == [first.pseudonym]
+
+
+def test_a_judge_who_consented_within_the_retention_period_keeps_the_prolific_id(study: Study) -> None:
+    """Consenting is a visit: a judge who arrived long ago and consented lately (no pair shown yet) was seen within the
+    period."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    now = timezone.now()
+    judge = Judge.objects.create(
+        comparison=comparison, source="prolific", external_id="PIDJUDGECONSENT1",
+        created_at=now - timezone.timedelta(days=31), consented_at=now - timezone.timedelta(days=1),
+    )  # fmt: skip
+    assert sweep_retention().others == {}
+    judge.refresh_from_db()
+    assert (judge.pseudonymised_at, judge.external_id) == (None, "PIDJUDGECONSENT1")
