@@ -80,6 +80,8 @@ class PairConsumer(ChatConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.refused:  # not this browser's pair (ChatConsumer.refuse)
+            return
         if text_data is None or len(text_data) > MAX_FRAME_CHARS:
             await self.send(text_data=frame("", fragments.error(NOT_UNDERSTOOD)))
             return
