@@ -22,6 +22,7 @@ from chat import personas
 from chat.errors import ChatError
 from chat.models import ChatSession, Episode
 from chat.timing import sweep_abandoned
+from infra import clock
 from studies.models import Arm, Participant, Study
 
 A = TypeVar("A", bound=Arm)
@@ -47,7 +48,7 @@ def _take_place(participant: Participant, study: Study) -> None:
         sweep_abandoned(study_id=study.pk)
         if study.is_full():
             raise StudyFull(FULL_TEXT)
-    participant.started_at = timezone.now()
+    participant.started_at = clock.now()
     participant.save(update_fields=["started_at"])
 
 

@@ -8,6 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from infra import clock
 from runtime.models import LOST_ERROR, Job
 from studies.models import Arm, AttentionCheck, Metric, Participant, gap_label
 
@@ -116,7 +117,7 @@ class ChatSession(models.Model):
 
     def time_is_up(self, now: datetime | None = None) -> bool:
         deadline = self.deadline()
-        return deadline is not None and (now or timezone.now()) >= deadline
+        return deadline is not None and (now or clock.now()) >= deadline
 
     @property
     def position(self) -> int:

@@ -9,12 +9,12 @@ import random
 from datetime import timedelta
 
 from django.db import transaction
-from django.utils import timezone
 
 from chat import memory_updates, pii, replies, signals
 from chat.errors import ChatError
 from chat.models import ChatSession, MemorySnapshot, Message
 from chat.transcript import TurnCounts, reply_pending, turn_counts
+from infra import clock
 from studies.models import Study
 
 
@@ -54,7 +54,7 @@ def start_session(session: ChatSession) -> ChatSession:
     if session.status == ChatSession.Status.READY:
         with transaction.atomic():
             started = ChatSession.objects.filter(pk=session.pk, status=ChatSession.Status.READY).update(
-                status=ChatSession.Status.CHATTING, started_at=timezone.now()
+                status=ChatSession.Status.CHATTING, started_at=clock.now()
             )
             if started:
                 add_opener(session)
@@ -128,7 +128,7 @@ def end_session(session: ChatSession, *, ended_by: str = ChatSession.EndedBy.WOR
             raise ReplyPending("Please wait for the chatbot's reply before ending the session.")
         if not timed_out and (counts := turn_counts(locked)).answered < study.min_user_turns:
             raise ChatError(not_enough_text(counts, study.min_user_turns))
-        locked.status, locked.ended_at = ChatSession.Status.RATING, timezone.now()
+        locked.status, locked.ended_at = ChatSession.Status.RATING, clock.now()
         locked.ended_by = ChatSession.EndedBy.TIME_LIMIT if timed_out else ChatSession.EndedBy.WORKER
         locked.save(update_fields=["status", "ended_at", "ended_by"])
         if timed_out:

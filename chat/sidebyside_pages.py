@@ -11,12 +11,12 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 
 from chat import rating_pages, sidebyside, transcript
 from chat.errors import ChatError
 from chat.forms import RatingForm
 from chat.models import ChatSession
+from infra import clock
 
 Context = Callable[..., dict[str, object]]
 
@@ -51,7 +51,7 @@ def chat_page(request: HttpRequest, session: ChatSession, ctx: Context) -> HttpR
             min_met=all(s["turns"] >= study.min_user_turns for s in sides),
             pending=any(s["pending"] for s in sides),
             deadline_iso=deadline.isoformat() if deadline else "",
-            seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
+            seconds_left=max(0, int((deadline - clock.now()).total_seconds())) if deadline else None,
         ),
     )
 

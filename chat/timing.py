@@ -18,10 +18,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from chat import sessions, signals
 from chat.models import ChatSession, Episode
+from infra import clock
 from studies.models import Participant
 
 
@@ -42,7 +42,7 @@ class SweepResult:
 def sweep_abandoned(now: datetime | None = None, *, study_id: int | None = None) -> SweepResult:
     """Mark as abandoned every unfinished participant (consented or still on the welcome page, but not one who
     declined) not seen for their study's limit (of one study, with ``study_id``)."""
-    now = now or timezone.now()
+    now = now or clock.now()
     holding = Participant.objects.holding_a_place()
     if study_id is not None:
         holding = holding.filter(study_id=study_id)

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.utils import timezone
 
 from chat import budget, fragments, limits, replies
 from chat.authenticity import Signals, clean_signals, store_malformed, store_signals
@@ -23,7 +22,7 @@ from chat.errors import ChatError
 from chat.models import ChatSession, Message
 from chat.sessions import opens_with_bot, rate_first_text
 from chat.transcript import SESSION_MESSAGES, exchange_before, reply_pending
-from infra import sqlcache
+from infra import clock, sqlcache
 from infra.ratelimit import Window
 from memory.base import Turn
 from runtime import push
@@ -148,7 +147,7 @@ def post_user_message(
     if not client_id or len(client_id) > 64:
         raise ChatError("Your message could not be sent (missing message id). Please reload the page.")
     text = (text or "").strip()
-    now = timezone.now()
+    now = clock.now()  # the database's clock: the session's time limit and the place are compared elsewhere
     with transaction.atomic():
         # the reply takes the state from chat.state's cache by state_version (read only on a miss)
         locked, checks = _lock_session(session_id)

@@ -11,7 +11,6 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
@@ -30,6 +29,7 @@ from chat import (
 )
 from chat.errors import ChatError
 from chat.models import ChatSession
+from infra import clock
 from studies import questions
 from studies.models import Participant
 from studies.participants import bound_participant, participant_ids_in_session, resume_url
@@ -197,7 +197,7 @@ def session_page(request: HttpRequest, session_id: int) -> HttpResponse:
             min_turns=study.min_user_turns,
             pending=counts.pending,
             deadline_iso=deadline.isoformat() if deadline else "",
-            seconds_left=max(0, int((deadline - timezone.now()).total_seconds())) if deadline else None,
+            seconds_left=max(0, int((deadline - clock.now()).total_seconds())) if deadline else None,
             persona=personas.session_card(session),
         ),
     )

@@ -701,7 +701,7 @@ class Participant(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     # One participant, one browser: another browser needs the signed resume link or this code.
     resume_code = models.CharField(max_length=16, default=new_resume_code)
-    last_seen_at = models.DateTimeField(default=timezone.now)
+    last_seen_at = models.DateTimeField(default=clock.now)
     declined_at = models.DateTimeField(null=True, blank=True)
     abandoned_at = models.DateTimeField(null=True, blank=True)
     # A study in waves (Study.wave_sessions): the wave this worker may do now (raised when they are let into the
@@ -748,7 +748,7 @@ class Participant(models.Model):
 
     def touch(self, now: dt.datetime | None = None) -> None:
         """Note that the worker is here. At most one write per half minute (pages poll)."""
-        now = now or timezone.now()
+        now = now or clock.now()
         if now - self.last_seen_at >= LAST_SEEN_RESOLUTION:
             self.last_seen_at = now
             Participant.objects.filter(pk=self.pk).update(last_seen_at=now)

@@ -7,7 +7,8 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from django.db import models
-from django.utils import timezone
+
+from infra import clock
 
 if TYPE_CHECKING:
     from studies.models import Participant, Study  # noqa: F401 (in the QuerySet["Participant"] base)
@@ -31,7 +32,7 @@ class ParticipantQuerySet(models.QuerySet["Participant"]):
           "abandoned after" minutes: the place is free the moment they pass it, not at the next sweep;
         - one whose first session opened (``started_at``) less than :data:`PLACE_RESERVED_MINUTES` ago and
           who has not written yet (the place is kept for them while they read the instructions)."""
-        now = now or timezone.now()
+        now = now or clock.now()
         seen = now - dt.timedelta(minutes=int(study.abandon_after_minutes))
         reserved = now - dt.timedelta(minutes=PLACE_RESERVED_MINUTES)
         return self.holding_a_place().filter(

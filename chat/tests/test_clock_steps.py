@@ -102,3 +102,47 @@ def test_a_window_counts_on_the_limits_clock(monkeypatch: pytest.MonkeyPatch, cl
     assert not window.hit("k", 3)
     clocks.wait(66)
     assert window.hit("k", 3)
+
+
+# ------------------------------------------------------------------------------------------ the session's clock
+
+
+def test_a_process_stepped_forward_does_not_end_a_session_by_its_time_limit_early(
+    client: Client, study: Study, script: Any, clock_server: Any, clock_step: Any
+) -> None:
+    """The time limit counts from ``started_at`` on the database's clock (infra/clock.py): a web process whose
+    wall clock stepped +600 s does not find a 5-minute session over a minute after it started."""
+    script(["Nice.", "Sure."])
+    study.session_time_limit_minutes = 5
+    study.save()
+    session = start(client, study)
+    turns.post_user_message(session.pk, "first", "Hello there")
+    clock_step(600)
+    turns.post_user_message(session.pk, "second", "And again")
+    session.refresh_from_db()
+    assert session.status == "chatting" and not session.time_is_up()
+    assert session.messages.filter(speaker="user").count() == 2
+
+
+def test_a_worker_seen_by_a_process_stepped_back_is_not_abandoned_by_another(
+    client: Client, study: Study, script: Any, clock_server: Any, clock_step: Any
+) -> None:
+    """``last_seen_at`` is written and compared on the database's clock: a web process stepped -600 s that sees
+    the worker writes "now" (it skipped the write, its "now" being before the last one), and the abandonment sweep
+    of a process on time keeps the worker's place."""
+    from chat.timing import sweep_abandoned
+    from studies.models import Participant
+
+    script(["Nice."])
+    study.abandon_after_minutes = 1
+    study.save()
+    session = start(client, study)
+    participant = Participant.objects.get(pk=session.episode.participant_id)
+    Participant.objects.filter(pk=participant.pk).update(last_seen_at=clock_server() - timedelta(minutes=2))
+    participant.refresh_from_db()
+    clock_step(-600)
+    participant.touch()  # the worker's page polls a stepped process
+    clock_step(0)
+    assert sweep_abandoned().participants == 0
+    participant.refresh_from_db()
+    assert participant.abandoned_at is None
