@@ -116,17 +116,26 @@ class ChatConsumer(LeanWebsocketConsumer):
     group: str = ""
     last_ping: float = -PING_SECONDS
     quiet_until: float = 0.0
+    refused: bool = False
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
         self.client = str((self.scope.get("client") or ["unknown"])[0])  # evalsite.clientaddr settled it
         if not await _db(self._owned)():
-            await self.close(code=4403)  # before accept: the handshake is refused
+            await self.refuse()
             return
         push.register_event_loop(asyncio.get_running_loop())
         self.group = push.group_name(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+
+    async def refuse(self) -> None:
+        """Refuse the socket: this browser does not own the session (close code 4403). Accepted first, then closed:
+        a handshake refused before accept reaches a browser as a failed connection (1006), which the page and
+        htmx's ws extension retried for ever; closed after accept, the page gets 4403 and stops (static/js/live.js)."""
+        self.refused = True  # what arrives before the client's close is not read (receive)
+        await self.accept()
+        await self.close(code=4403)
 
     def _owned(self, side: str = Episode.Side.ALONE) -> bool:
         """Whether the session is this browser's and of an episode of ``side``: this socket takes one-bot sessions
@@ -146,6 +155,8 @@ class ChatConsumer(LeanWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.refused:  # not this browser's session: a closing socket still reads frames until the client's close
+            return
         if text_data is None:  # a binary frame: the page only ever sends JSON text
             await self.send(text_data=fragments.error(NOT_UNDERSTOOD))
             return

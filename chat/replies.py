@@ -196,7 +196,10 @@ def generate_reply(job: Job, attempt: Attempt, handed: Prepared | None) -> None:
         return  # nothing to write any more (the session ended, the reply was written)
     rows = SESSION_MESSAGES.rows(session_id=msg.session_id)
     turns, answered, failed = exchange_before(rows, msg.seq, msg.session.simulated_start)
-    _reply_attempt(msg, attempt, turns=turns, counted=(answered, failed))
+    # a retried earlier reply (the worker went on after it failed): the counts it pushes are the whole
+    # session's, counted when it is written (the turns after it, another reply pending)
+    later = bool(rows) and rows[-1][1] > msg.seq
+    _reply_attempt(msg, attempt, turns=turns, counted=None if later else (answered, failed))
 
 
 #: A reply's placeholder with what its attempt needs (a job run without a hand-over: a Celery worker, a retry,

@@ -54,7 +54,7 @@ class PairConsumer(ChatConsumer):
         self.client = str((self.scope.get("client") or ["unknown"])[0])
         self.sides = await _db(self._owned_pair)()
         if not self.sides:
-            await self.close(code=4403)
+            await self.refuse()
             return
         push.register_event_loop(asyncio.get_running_loop())
         self.groups = [push.group_name(pk) for pk in self.sides]
@@ -80,6 +80,8 @@ class PairConsumer(ChatConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.refused:  # not this browser's pair (ChatConsumer.refuse)
+            return
         if text_data is None or len(text_data) > MAX_FRAME_CHARS:
             await self.send(text_data=frame("", fragments.error(NOT_UNDERSTOOD)))
             return

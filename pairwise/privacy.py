@@ -42,10 +42,12 @@ def count_judgements_of(sender: Any, participants: Any, **kwargs: Any) -> dict[s
 
 def judges_due(study: Study, before: dt.datetime) -> Any:
     """The judges of ``study``'s comparisons who still have a Prolific ID and were last seen before ``before``: they
-    arrived, finished, were shown and answered every pair before then (annotators are logged-in users: no ID)."""
+    arrived, consented, finished, were shown and answered every pair before then (annotators are logged-in users: no
+    ID)."""
     return (
         Judge.objects.filter(comparison__study=study, pseudonymised_at__isnull=True, created_at__lt=before)
         .exclude(external_id="")
+        .exclude(consented_at__gte=before)
         .exclude(completed_at__gte=before)
         .exclude(judgements__shown_at__gte=before)
         .exclude(judgements__submitted_at__gte=before)
@@ -59,12 +61,18 @@ def pseudonymise_judges(sender: Any, study: Study, before: dt.datetime, **kwargs
     done = 0
     for judge in judges_due(study, before).order_by("pk").iterator():
         with transaction.atomic():
-            Judge.objects.filter(pk=judge.pk).update(
-                external_id=f"erased:j{judge.pk}",  # unique in the comparison, never a Prolific ID
+            # still due as it is written (not as read at the start of the sweep): a judge who came back meanwhile
+            # (a pair shown or answered, the comparison finished) keeps the ID
+            still_due = judges_due(study, before).filter(pk=judge.pk)
+            if not still_due.update(
+                # unique in the comparison, and no Prolific ID a link can carry ("/" is not in
+                # services.PROLIFIC_ID): nobody can claim the judge's row with it
+                external_id=f"erased/j{judge.pk}",
                 prolific_study_id="",
                 prolific_session_id="",
                 pseudonymised_at=timezone.now(),
-            )
+            ):
+                continue
             PrivacyEvent.objects.create(
                 study=study,
                 study_slug=study.slug,

@@ -60,7 +60,8 @@ def join_crowd(comparison: Comparison, prolific_id: str, study_id: str = "", ses
         raise PairwiseError("This comparison is for annotators: please log in and open it from the annotation page.")
     if not PROLIFIC_ID.match(prolific_id or ""):
         raise PairwiseError("Please open the study from the link on Prolific (it carries your Prolific ID).")
-    judge = Judge.objects.filter(comparison=comparison, external_id=prolific_id).first()
+    # a pseudonymised judge is nobody's to continue (its ID was dropped: the same person coming back is a new judge)
+    judge = Judge.objects.filter(comparison=comparison, external_id=prolific_id, pseudonymised_at__isnull=True).first()
     if judge is not None:
         return judge
     if not comparison.is_open:
@@ -77,7 +78,7 @@ def join_crowd(comparison: Comparison, prolific_id: str, study_id: str = "", ses
                     check_positions=_check_positions(comparison, random.Random()),
                 )  # fmt: skip
         except IntegrityError:  # the same PID arriving twice at once
-            return Judge.objects.get(comparison=comparison, external_id=prolific_id)
+            return Judge.objects.get(comparison=comparison, external_id=prolific_id, pseudonymised_at__isnull=True)
 
 
 def join_annotator(comparison: Comparison, user: User) -> Judge:

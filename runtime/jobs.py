@@ -213,7 +213,7 @@ def run(job_id: int) -> None:
     else:
         claimed = _claim_queued(job_id)
         if claimed is not None:  # the common case: a queued job, due, in time, nobody holding it
-            job, kind = claimed, kinds.get(claimed.kind)
+            job, kind = claimed, _kind_of_claimed(claimed)
         else:  # a duplicate delivery, a finished job, a lost one, one past its deadline: decided on what it is
             found = Job.objects.filter(pk=job_id).first()
             if found is None or found.finished:
@@ -272,6 +272,20 @@ def _claim_queued(job_id: int) -> Job | None:
             job_id=job_id, now=now, until=now + timedelta(seconds=leases.lease_seconds()), worker=worker_name()
         )
     return rows[0] if rows else None
+
+
+def _kind_of_claimed(job: Job) -> Kind:
+    """The kind of a job :func:`_claim_queued` claimed; one this process does not declare (a worker on older
+    code) gives the claim back as it was (queued, its attempt not spent, nobody's lease) before the
+    ``LookupError``, as when the kind was looked up before claiming: a worker that declares it runs it."""
+    try:
+        return kinds.get(job.kind)
+    except LookupError:
+        with leases.writing():
+            Job.objects.filter(pk=job.pk, status=Job.Status.RUNNING, attempts=job.attempts).update(
+                status=Job.Status.QUEUED, attempts=job.attempts - 1, lease_until=None
+            )
+        raise
 
 
 def _claim(kind: Kind, job: Job) -> bool:

@@ -460,3 +460,75 @@ def test_retention_is_set_on_the_edit_page_and_shown_on_the_quality_page(client:
     client.force_login(study.created_by)
     page = client.get(f"/studies/{study.slug}/quality/").content.decode()
     assert "90 days after a worker's last visit" in page and "transcripts deleted" in page
+
+
+def test_a_pseudonymised_judges_row_cannot_be_claimed_by_a_forged_prolific_id(study: Study) -> None:
+    """A judge's Prolific ID is replaced at the retention sweep: the replacement is no Prolific ID a link can carry, so
+    nobody opening the comparison's link with it (``erased:j<pk>``, or whatever it is) is bound to that judge and
+    goes on with their judgements, votes and completion."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    long_ago = timezone.now() - timezone.timedelta(days=31)
+    gone = Judge.objects.create(
+        comparison=comparison, source="prolific", external_id="PIDJUDGEFORGED1", created_at=long_ago
+    )
+    assert sweep_retention().others == {"pairwise judges": 1}
+    gone.refresh_from_db()
+    client = Client()
+    for pid in (f"erased:j{gone.pk}", gone.external_id):
+        client.get(f"/p/{comparison.slug}/", {"PROLIFIC_PID": pid, "STUDY_ID": "st", "SESSION_ID": "se"})
+        bound = client.session.get("memeval.judges", {}).get(str(comparison.pk))
+        assert bound != gone.pk, pid
+
+
+def test_a_judge_who_comes_back_while_the_retention_sweep_runs_keeps_the_prolific_id(
+    study: Study, monkeypatch: pytest.MonkeyPatch, each_database: str
+) -> None:
+    """The sweep reads the judges due, then pseudonymises them one by one: a judge shown a pair in between was seen
+    within the period and keeps the ID (each one is decided as it is written)."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    worker = enter(Client(), study, "PIDWORKERRACE01")
+    arm_a, arm_b = Arm.objects.filter(study=study).order_by("id")[:2]
+    left, right = (
+        Episode.objects.get_or_create(participant=worker, arm=arm, defaults={"index": i})[0]
+        for i, arm in ((1, arm_a), (2, arm_b))
+    )
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    long_ago = timezone.now() - timezone.timedelta(days=31)
+    first, back = (
+        Judge.objects.create(comparison=comparison, source="prolific", external_id=pid, created_at=long_ago)
+        for pid in ("PIDJUDGERACE1", "PIDJUDGERACE2")
+    )
+    create = PrivacyEvent.objects.create
+
+    def audit_then_the_second_judge_comes_back(**fields: Any) -> Any:
+        if not Judgement.objects.filter(judge=back).exists():
+            Judgement.objects.create(judge=back, position=1, left=left, right=right, left_arm=arm_a,
+                                     right_arm=arm_b, shown_at=timezone.now())  # fmt: skip
+        return create(**fields)
+
+    monkeypatch.setattr(PrivacyEvent.objects, "create", audit_then_the_second_judge_comes_back)
+    assert sweep_retention().others == {"pairwise judges": 1}
+    first.refresh_from_db()
+    back.refresh_from_db()
+    assert first.pseudonymised_at is not None and first.external_id != "PIDJUDGERACE1"
+    assert (back.pseudonymised_at, back.external_id) == (None, "PIDJUDGERACE2")
+    assert list(PrivacyEvent.objects.values_list("pseudonym", flat=True)) == [first.pseudonym]
+
+
+def test_a_judge_who_consented_within_the_retention_period_keeps_the_prolific_id(study: Study) -> None:
+    """Consenting is a visit: a judge who arrived long ago and consented lately (no pair shown yet) was seen within the
+    period."""
+    study.retention_days, study.retention_action = 30, "pseudonymise"
+    study.save()
+    comparison = Comparison.objects.create(study=study, name="acute", status=Comparison.Status.OPEN)
+    now = timezone.now()
+    judge = Judge.objects.create(
+        comparison=comparison, source="prolific", external_id="PIDJUDGECONSENT1",
+        created_at=now - timezone.timedelta(days=31), consented_at=now - timezone.timedelta(days=1),
+    )  # fmt: skip
+    assert sweep_retention().others == {}
+    judge.refresh_from_db()
+    assert (judge.pseudonymised_at, judge.external_id) == (None, "PIDJUDGECONSENT1")

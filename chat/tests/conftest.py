@@ -156,6 +156,20 @@ async def connect(cookie: bytes, session_id: int, origin: tuple[bytes, bytes] = 
     return comm
 
 
+async def refused(comm: WebsocketCommunicator) -> int | None:
+    """Connect ``comm``; the code the server refused it with (a session this browser does not own: accepted, then
+    closed at once with 4403, so that a browser sees the code; the origin check: the handshake refused, None's
+    stand-in ``-1``), or None when the socket is open."""
+    connected, code = await comm.connect()
+    if not connected:
+        return int(code) if isinstance(code, int) else -1
+    if await comm.receive_nothing(timeout=0.3):
+        return None
+    out = await comm.receive_output()
+    assert out["type"] == "websocket.close", out
+    return int(out.get("code", 1000))
+
+
 async def frames(comm: WebsocketCommunicator, timeout: float = 0.5) -> str:
     """Everything the server pushed until it goes quiet."""
     out = [await comm.receive_from(timeout=10)]  # something always answers; then drain until quiet

@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 
 from chat import sessions
 from chat.models import ChatSession, Message
-from chat.tests.conftest import HOST, ORIGIN, connect, frames, messages_of, send, socket_worker
+from chat.tests.conftest import HOST, ORIGIN, connect, frames, messages_of, refused, send, socket_worker
 from evalsite.asgi import application  # noqa: TID251  (a test drives the assembled site: origins, auth, routing)
 from memory.llm import LLMError, LLMTransientError
 from runtime import executor, push
@@ -164,10 +164,20 @@ async def test_a_socket_for_another_workers_session_is_refused(study: Study) -> 
     _, sid = await database_sync_to_async(socket_worker)(study, "alice")
     cookie_bob, _ = await database_sync_to_async(socket_worker)(study, "bob")
     comm = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN, (b"cookie", cookie_bob)])
-    connected, code = await comm.connect()
-    assert not connected and code == 4403
+    assert await refused(comm) == 4403  # accepted, then closed: the browser sees the code (live.js stops at it)
     anonymous = WebsocketCommunicator(application, f"/ws/chat/{sid}/", headers=[HOST, ORIGIN])
-    assert (await anonymous.connect())[0] is False
+    assert await refused(anonymous) == 4403
+    # frames sent before the close reached the client (a server closing a socket still reads what arrives until
+    # the client's close) are not taken: no message stored in alice's session, nothing of it sent back
+    for frame in (
+        {"type": "message", "client_id": "bob-1", "text": "Written by bob"},
+        {"type": "resume", "last_seq": 0},
+        {"type": "retry", "seq": 2},
+    ):
+        await comm.send_to(text_data=json.dumps(frame))
+    answered = [] if await comm.receive_nothing(timeout=0.5) else [await comm.receive_output()]
+    assert (await messages_of(sid), answered) == ([], [])
+    await comm.disconnect()
 
 
 async def test_a_second_message_while_the_reply_is_pending_is_refused(study: Study, monkeypatch: Any) -> None:

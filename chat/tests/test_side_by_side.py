@@ -23,7 +23,7 @@ from django.test import Client
 from chat import arms, assignment, replies, sidebyside
 from chat.forms import field_name
 from chat.models import ChatSession, Episode, Message, Rating, SideBySideVote
-from chat.tests.conftest import HOST, ORIGIN, SIGN, open_pair, play_session, vote_data
+from chat.tests.conftest import HOST, ORIGIN, SIGN, open_pair, play_session, refused, vote_data
 from memory.llm import LLMError, ScriptedLLM
 from runtime import executor
 from studies.models import Arm, Participant, Study
@@ -303,9 +303,11 @@ async def _pair_socket(cookie: bytes, session_id: int) -> tuple[bool, int | None
     from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
 
     comm = WebsocketCommunicator(application, f"/ws/pair/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
-    connected, code = await comm.connect()
-    if not connected:
-        return False, code, []
+    code = await refused(comm)
+    if code is not None:  # what a refused socket is sent before the client saw the close is not taken
+        await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "sock-x", "text": "Not mine"}))
+        answered = [] if await comm.receive_nothing(timeout=0.5) else [await comm.receive_output()]
+        return False, code, answered
     await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "sock-1", "text": "Hi both"}))
     out = [json.loads(await comm.receive_from(timeout=10))]
     while not await comm.receive_nothing(timeout=0.5):
@@ -332,11 +334,13 @@ def test_the_socket_sends_both_sides_by_letter_and_never_an_arm_name(pair_study:
     assert "The chat could not understand your browser" in frames[-1]["html"]  # a forged side is refused
     # side B's session is not a page of its own, and another worker's socket is refused
     b = sidebyside.twin_session(session)
-    assert async_to_sync(_pair_socket)(cookie, b.pk)[0] is False
+    stored = Message.objects.count()
+    assert async_to_sync(_pair_socket)(cookie, b.pk) == (False, 4403, [])
     other = Client()
     open_pair(other, pair_study, "someone-else")
-    assert async_to_sync(_pair_socket)(f"sessionid={other.cookies['sessionid'].value}".encode(), session.pk)[0] is False
-    assert Participant.objects.count() == 2
+    other_cookie = f"sessionid={other.cookies['sessionid'].value}".encode()
+    assert async_to_sync(_pair_socket)(other_cookie, session.pk) == (False, 4403, [])
+    assert Participant.objects.count() == 2 and Message.objects.count() == stored
 
 
 async def _chat_socket_message(cookie: bytes, session_id: int) -> bool:
@@ -344,8 +348,7 @@ async def _chat_socket_message(cookie: bytes, session_id: int) -> bool:
     from evalsite.asgi import application  # noqa: TID251  (the socket of the assembled site)
 
     comm = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=[HOST, ORIGIN, (b"cookie", cookie)])
-    connected, _ = await comm.connect()
-    if not connected:
+    if await refused(comm) is not None:
         return False
     await comm.send_to(text_data=json.dumps({"type": "message", "client_id": "one-side", "text": "Only you"}))
     await comm.receive_nothing(timeout=1)

@@ -1,7 +1,8 @@
 // memeval live chat pages: what the chat page (chat.js, over htmx's ws extension) and the side-by-side page
 // (pair.js, its own WebSocket) share. The server is the truth: on every (re)connect the page asks for the messages
 // after the last final one it holds (resume) and resends what the server never acknowledged; a closed socket is
-// opened again after 1-3 s (not after the server's refusal, 4403: this browser does not own the session); while a
+// opened again after 1-3 s (not after the server's refusal, 4403: this browser does not own the session, which the
+// server sends after accepting the socket, as a refused handshake reaches the page as 1006, a lost connection); while a
 // reply is pending and nothing arrives for 10 s the page asks again (the server re-enqueues a reply whose job died
 // and fails one past its deadline: the Retry button); a ping every minute keeps the socket in its session's group
 // (memberships of dead sockets expire). Loaded before the page's own script; no build step.
@@ -10,6 +11,7 @@ window.memevalLive = (function () {
 
   const RESUME_AFTER_MS = 10000; // a pending reply and no frame for this long: resume
   const PING_EVERY_MS = 60000;
+  const REFUSED = 4403; // the server's close of a socket for a session this browser does not own
 
   function uuid() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
@@ -37,9 +39,13 @@ window.memevalLive = (function () {
     // ``reconnect`` opens the socket again (null: the caller's transport reconnects by itself).
     link.closed = function (code, reconnect) {
       link.socket = null;
-      opts.conn.textContent = "Reconnecting…"; opts.conn.className = "conn warn";
       opts.send.disabled = true;
-      if (reconnect && code !== 4403) setTimeout(reconnect, 1000 + Math.random() * 2000);
+      if (code === REFUSED) {  // not this browser's session (any more): reconnecting cannot help
+        opts.conn.textContent = "This page lost access to the session: please reload it."; opts.conn.className = "conn warn";
+        return;
+      }
+      opts.conn.textContent = "Reconnecting…"; opts.conn.className = "conn warn";
+      if (reconnect) setTimeout(reconnect, 1000 + Math.random() * 2000);
     };
     link.frame = function () { lastFrame = Date.now(); };
     setInterval(() => {
