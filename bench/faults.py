@@ -289,9 +289,9 @@ class Stack:
             "CHAT_JOB_LEASE_SECONDS": str(LEASE), "CHAT_JOB_QUEUE_GRACE_SECONDS": str(QUEUE_GRACE),
             "OPENBLAS_NUM_THREADS": "1",
         }  # fmt: skip
-        # the app processes' environment: under libfaketime when a clock fault runs (PostgreSQL, Redis and the
-        # bench itself keep the true time)
-        self.app_env = dict(self.env)
+        # the app processes' environment (app_env): under libfaketime when a clock fault runs (PostgreSQL, Redis
+        # and the bench itself keep the true time)
+        self.faketime_env: dict[str, str] = {}
         self.clock_offset = 0.0
         self.clock_file = self.tmp / "faketime"
         if faketime:
@@ -299,10 +299,16 @@ class Stack:
             if not libs:
                 raise SystemExit("the clock faults need libfaketime: apt-get install faketime (make system-deps)")
             self.step_clock(0.0)
-            self.app_env.update({
+            self.faketime_env = {
                 "LD_PRELOAD": libs[0], "FAKETIME_TIMESTAMP_FILE": str(self.clock_file), "FAKETIME_NO_CACHE": "1",
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            })  # fmt: skip
+            }  # fmt: skip
+
+    @property
+    def app_env(self) -> dict[str, str]:
+        """What daphne and the workers run with: ``env`` as it is when they start (a subclass, e.g.
+        bench/bench_production.py's stack, changes it after this constructor), with libfaketime's variables."""
+        return {**self.env, **self.faketime_env}
 
     def step_clock(self, seconds: float) -> None:
         """Step the app processes' wall clock by ``seconds`` (they read the offset file on every clock call)."""

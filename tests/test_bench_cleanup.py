@@ -55,3 +55,16 @@ def test_a_second_web_process_that_does_not_come_up_is_still_stopped(
                 proc.kill()
                 proc.wait()
         stack.cleanup()
+
+
+def test_the_production_stack_starts_its_app_processes_with_its_own_settings(bench_production: Any) -> None:
+    """What ProductionStack sets after faults.Stack's constructor (DEBUG off, the scripted LLM, the echo route,
+    the limits off) reaches daphne and the workers: a copy taken in the constructor lost it, and every socket of
+    the bench met an HTTP 500 (no echo route)."""
+    stack = bench_production.ProductionStack(pg_port=55598, redis_port=56598)  # nothing is started
+    try:
+        env = stack.app_env
+        assert (env["DEBUG"], env["LLM_BACKEND"], env["MEMEVAL_BENCH_ECHO"]) == ("0", "scripted", "1")
+        assert env["CHAT_MESSAGES_PER_ADDRESS_PER_MINUTE"] == "0" and "LD_PRELOAD" not in env
+    finally:
+        stack.cleanup()
