@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -97,7 +97,30 @@ class _Compiled:
     populators: list[Any]  # select_related: how each related instance is read from a row
 
 
-class CachedQuery:
+C = TypeVar("C")
+
+
+class _PerBackend(Generic[C]):
+    """A statement compiled once per database backend (alias and vendor), on first use, under a lock."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[tuple[str, str], C] = {}
+        self._lock = threading.Lock()
+
+    def _compile(self, connection: BaseDatabaseWrapper) -> C:
+        raise NotImplementedError
+
+    def compiled(self, connection: BaseDatabaseWrapper) -> C:
+        key = (connection.alias, connection.vendor)
+        found = self._compiled.get(key)
+        if found is None:
+            with self._lock:
+                found = self._compiled.get(key) or self._compile(connection)
+                self._compiled[key] = found
+        return found
+
+
+class CachedQuery(_PerBackend[_Compiled]):
     """A ``values_list`` queryset compiled once per backend and run again with new parameter values.
 
     ``build(**params)`` returns the queryset; ``kinds`` names each parameter's type (``int``, ``str`` or
@@ -107,10 +130,9 @@ class CachedQuery:
     call runs: inside the caller's transaction, which ``select_for_update`` needs."""
 
     def __init__(self, build: Callable[..., QuerySet[Any]], **kinds: type) -> None:
+        super().__init__()
         self.build = build
         self.kinds = kinds
-        self._compiled: dict[tuple[str, str], _Compiled] = {}
-        self._lock = threading.Lock()
 
     def _compile(self, connection: BaseDatabaseWrapper) -> _Compiled:
         markers = _markers(self.kinds)
@@ -126,15 +148,6 @@ class CachedQuery:
             else []
         )
         return _Compiled(sql, tuple(params), slots, compiler, converters, populators)
-
-    def compiled(self, connection: BaseDatabaseWrapper) -> _Compiled:
-        key = (connection.alias, connection.vendor)
-        found = self._compiled.get(key)
-        if found is None:
-            with self._lock:
-                found = self._compiled.get(key) or self._compile(connection)
-                self._compiled[key] = found
-        return found
 
     def sql(self, using: str = DEFAULT_DB_ALIAS) -> str:
         """The SQL as compiled for ``using`` (for tests and docs)."""
@@ -349,7 +362,7 @@ class Row:
         return update_where(self.model, self.pk, self.match, values)
 
 
-class CachedUpdate:
+class CachedUpdate(_PerBackend[tuple[Any, ...]]):
     """An ``UPDATE`` of a queryset's rows that returns them (``UPDATE ... RETURNING``), compiled once per backend.
 
     ``build(**params)`` returns ``(queryset, values)``: the rows to change and what to set (values or
@@ -360,10 +373,9 @@ class CachedUpdate:
     columns (PostgreSQL; SQLite 3.35 and later): :meth:`supported`."""
 
     def __init__(self, build: Callable[..., tuple[QuerySet[Any], dict[str, Any]]], **kinds: type) -> None:
+        super().__init__()
         self.build = build
         self.kinds = kinds
-        self._compiled: dict[tuple[str, str], tuple[Any, ...]] = {}
-        self._lock = threading.Lock()
 
     @staticmethod
     def supported(using: str = DEFAULT_DB_ALIAS) -> bool:
@@ -390,21 +402,12 @@ class CachedUpdate:
 
     def sql(self, using: str = DEFAULT_DB_ALIAS) -> str:
         """The SQL as compiled for ``using`` (for tests and docs)."""
-        return str(self._get(connections[using])[0])
-
-    def _get(self, connection: BaseDatabaseWrapper) -> tuple[Any, ...]:
-        key = (connection.alias, connection.vendor)
-        found = self._compiled.get(key)
-        if found is None:
-            with self._lock:
-                found = self._compiled.get(key) or self._compile(connection)
-                self._compiled[key] = found
-        return found
+        return str(self.compiled(connections[using])[0])
 
     def update(self, using: str = DEFAULT_DB_ALIAS, **values: Any) -> list[Any]:
         """Run the update with these parameter values; the rows it changed, as model instances."""
         connection = connections[using]
-        sql, params, slots, model, names, converters = self._get(connection)
+        sql, params, slots, model, names, converters = self.compiled(connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, _fill(connection, params, slots, values))
             rows = cursor.fetchall()
