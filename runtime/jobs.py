@@ -215,7 +215,8 @@ def run(job_id: int) -> None:
         if claimed is not None:  # the common case: a queued job, due, in time, nobody holding it
             job, kind = claimed, _kind_of_claimed(claimed)
         else:  # a duplicate delivery, a finished job, a lost one, one past its deadline: decided on what it is
-            found = Job.objects.filter(pk=job_id).first()
+            with leases.writing():  # (SQLite: after another thread's claim, not meeting it; see writing())
+                found = Job.objects.filter(pk=job_id).first()
             if found is None or found.finished:
                 return
             job, kind = found, kinds.get(found.kind)
