@@ -29,7 +29,7 @@ from chat import arms, budget, fragments, memory_updates, pacing, records, reply
 from chat.errors import ChatError
 from chat.models import REPLY_TOO_SLOW, ChatSession, Message
 from chat.replytext import PromptLeakError
-from chat.transcript import SESSION_MESSAGES, exchange_before, session_clock, turn_counts, turns_of
+from chat.transcript import SESSION_MESSAGES, exchange_before, session_clock, turn_counts
 from infra import clock as dbclock
 from infra import sqlcache
 from memory.base import Prompt, Turn
@@ -214,12 +214,10 @@ _REPLY_MESSAGE = sqlcache.CachedQuery(
 )
 
 
-def _reply_attempt(
-    msg: Message, attempt: Attempt, *, turns: list[Turn] | None = None, counted: tuple[int, int] | None = None
-) -> None:
-    """The claimed attempt at a reply; ``turns`` (the session up to the message it answers) and ``counted``
-    (the worker's turns the bot answered before this one, and the bot's failed messages), when the caller
-    has them already."""
+def _reply_attempt(msg: Message, attempt: Attempt, *, turns: list[Turn], counted: tuple[int, int] | None) -> None:
+    """The claimed attempt at a reply: ``turns`` is the session up to the message it answers, ``counted`` the
+    worker's turns the bot answered before this one and the bot's failed messages (``None``: counted again
+    when the reply is written)."""
     session = msg.session
     episode = session.episode
     try:
@@ -247,8 +245,6 @@ def _reply_attempt(
     # blinding by timing: the reply is shown no sooner than the study's common schedule (chat/pacing.py)
     pacer = pacing.Pacer(pacing.schedule_for(episode.participant.study, msg.requested_at), msg.requested_at)
     try:
-        if turns is None:
-            turns = turns_of(session, upto_seq=msg.seq - 1)
         with time_limit(read_limit):
             prompt = system.compose_opening(memory, now) if opener else system.compose(memory, turns, now)
         chat = [t.text for t in turns]
@@ -315,7 +311,7 @@ def _reply_attempt(
         counted = (counted[0] + 1, counted[1])  # this reply answers the worker's turn
     push.broadcast(session.pk, fragments.message(msg) + _controls(session, counted))
     if not opener:  # an opener follows no exchange to learn from
-        after = [*(turns or []), Turn("bot", text, session.simulated_start)]
+        after = [*turns, Turn("bot", text, session.simulated_start)]
         memory_updates.after_turn(session, episode, system, llm, msg, now, start_state, after)
 
 
